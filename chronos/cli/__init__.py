@@ -1,0 +1,1 @@
+"""The ``chronos`` command: one module per subcommand, ``main`` dispatches."""

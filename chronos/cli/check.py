@@ -1,0 +1,27 @@
+"""``chronos check``: validate the settings and reach Kafka."""
+
+from __future__ import annotations
+
+import argparse
+
+from confluent_kafka.admin import AdminClient
+
+from chronos.cli.args import add_config, settings_from
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("check", help="validate config and Kafka connectivity")
+    add_config(parser)
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    print(f"settings ok (node {settings.node.node_id}, data {settings.node.data_dir})")
+    admin = AdminClient(settings.kafka.admin())
+    topics = admin.list_topics(timeout=10).topics
+    names = settings.topics.names
+    for topic in (names.inner, names.dead_letter):
+        print(f"{topic}: {'present' if topic in topics else 'missing (created by chronos run)'}")
+    print(f"kafka ok ({settings.kafka.bootstrap_servers}, {len(topics)} topics)")
+    return 0

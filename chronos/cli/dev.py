@@ -1,0 +1,90 @@
+"""``chronos dev``: the embedded local stack — broker, node and HTTP proxy in one command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from chronos.cli.args import add_config, settings_from
+from chronos.cli.demo import run_demo
+from chronos.devstack.tansu import TansuBroker
+from chronos.logs import configure_logging
+from chronos.node.node import Node
+from chronos.settings import ChronosSettings
+from proxy.http.server import ProxyServer
+
+_BANNER = """
+chronos dev stack is up
+  Kafka (Tansu, memory-only)  {bootstrap}
+  HTTP proxy                  http://{host}:{port}   (OpenAPI: /docs, /openapi.json)
+  node store                  {data_dir}
+
+Schedule a message and watch it arrive:
+  chronos send --topic hello --value 'hi there' --delay 3s
+  chronos tail --topic hello --count 1
+or over HTTP:
+  curl -s -XPOST http://{host}:{port}/v1/messages -H 'content-type: application/json' \\
+       -d '{{"topic":"hello","value":"hi there","delay_ms":3000}}'
+Stop with Ctrl-C.
+"""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("dev", help="run broker + node + HTTP proxy locally")
+    add_config(parser)
+    parser.add_argument("--kafka-port", type=int, default=9092,
+                        help="port of the embedded broker (default 9092)")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="node store (default: a fresh temporary directory)")
+    parser.add_argument("--demo", action="store_true", help="run the demo, then exit")
+    parser.set_defaults(func=main)
+
+
+def _kafka_configured(args: argparse.Namespace) -> bool:
+    if "CHRONOS_KAFKA__BOOTSTRAP_SERVERS" in os.environ:
+        return True
+    config: Path | None = args.config
+    return config is not None and "bootstrap_servers" in config.read_text()
+
+
+def main(args: argparse.Namespace) -> int:
+    base = settings_from(args)
+    configure_logging(base.log)
+    broker = None
+    if not _kafka_configured(args):
+        broker = TansuBroker(port=args.kafka_port).start()
+    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="chronos-dev-"))
+    overrides = {"node": {**base.node.model_dump(), "data_dir": data_dir,
+                          "session_timeout_ms": 6000}}
+    if broker is not None:
+        overrides["kafka"] = {**base.kafka.model_dump(), "bootstrap_servers": broker.bootstrap}
+    settings = ChronosSettings.model_validate({**base.model_dump(), **overrides})
+    node = Node(settings)
+    proxy = ProxyServer(settings)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    code = 0
+    try:
+        node.start()
+        proxy.start()
+        print(_BANNER.format(bootstrap=settings.kafka.bootstrap_servers,
+                             host=settings.proxy.host, port=settings.proxy.port,
+                             data_dir=data_dir), file=sys.stderr, flush=True)
+        if args.demo:
+            code = run_demo(settings, 300, 5000)
+        else:
+            while not stop.wait(1.0):
+                pass
+    finally:
+        proxy.stop()
+        proxy.join(10)
+        node.stop()
+        if broker is not None:
+            broker.stop()
+    return code

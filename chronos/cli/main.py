@@ -1,0 +1,43 @@
+"""Entry point of the ``chronos`` command.
+
+Exit codes: 0 success, 1 runtime failure (Kafka unreachable, demo or check failed),
+2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from confluent_kafka import KafkaException
+
+from chronos import __version__
+from chronos.cli import check, demo, dev, proxy_cmd, run, send, tail
+from chronos.errors import ChronosError, ConfigError, KafkaDeliveryError, ValidationError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="chronos", description="Delay-message broker for Kafka")
+    parser.add_argument("--version", action="version", version=f"chronos {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in (run, proxy_cmd, dev, send, tail, demo, check):
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except (ConfigError, ValidationError) as exc:
+        print(f"chronos: {exc}", file=sys.stderr)
+        return 2
+    except (KafkaDeliveryError, KafkaException, ChronosError, TimeoutError) as exc:
+        print(f"chronos: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

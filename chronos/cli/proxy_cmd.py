@@ -1,0 +1,22 @@
+"""``chronos proxy``: the HTTP front door in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+
+from chronos.cli.args import add_config, settings_from
+from chronos.logs import configure_logging
+from proxy.http.server import ProxyServer
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("proxy", help="run the HTTP proxy (OpenAPI at /docs)")
+    add_config(parser)
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    configure_logging(settings.log)
+    ProxyServer(settings).serve_forever()
+    return 0

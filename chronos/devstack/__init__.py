@@ -1,0 +1,1 @@
+"""The embedded local stack: a Kafka-compatible broker (Tansu) for development and tests."""

@@ -1,0 +1,113 @@
+"""Watching target topics: what was delivered, when, and how late (demo, tail, e2e checks)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from chronos.types import Headers
+from chronos.wire import H_DUE, H_ID, H_OCCURRENCE
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """One delivered record. ``produced_ms`` is the record timestamp set by the node's producer,
+    so ``lateness_ms`` measures the broker, not this consumer."""
+
+    topic: str
+    id: str
+    due_ms: int
+    occurrence: int
+    produced_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
+    @property
+    def lateness_ms(self) -> int:
+        return self.produced_ms - self.due_ms
+
+
+def _header(headers: Headers, name: str) -> bytes | None:
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
+
+
+def topic_partitions(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[int]:
+    """Partition ids of ``topic`` (waits for it to exist)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "chronos-watch"})
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            if meta is not None and meta.partitions and meta.error is None:
+                return sorted(meta.partitions)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {topic} has no partitions")
+            time.sleep(0.2)
+    finally:
+        consumer.close()
+
+
+class DeliveryWatcher:
+    """Reads target topics from the beginning on a thread, by ``assign`` (no group join wait).
+
+    Parameters:
+        bootstrap: Kafka bootstrap servers.
+        topics: topics to read (they must exist).
+        on_delivered: called for every record that carries chronos headers.
+    """
+
+    def __init__(self, bootstrap: str, topics: list[str],
+                 on_delivered: Callable[[Delivered], None]) -> None:
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": "chronos-watch",
+            "enable.auto.commit": False, "isolation.level": "read_committed",
+        })
+        self._consumer.assign([
+            TopicPartition(topic, p, OFFSET_BEGINNING)
+            for topic in topics for p in topic_partitions(bootstrap, topic)
+        ])
+        self._on_delivered = on_delivered
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="watch", daemon=True)
+
+    def start(self) -> DeliveryWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for record in self._consumer.consume(1000, 0.1):
+                if record.error() is not None:
+                    continue
+                headers = record.headers() or []
+                raw_id, raw_due = _header(headers, H_ID), _header(headers, H_DUE)
+                if raw_id is None or raw_due is None:
+                    continue
+                occurrence = _header(headers, H_OCCURRENCE) or b"1"
+                self._on_delivered(Delivered(
+                    topic=record.topic(), id=raw_id.decode(), due_ms=int(raw_due),
+                    occurrence=int(occurrence), produced_ms=record.timestamp()[1],
+                    key=record.key(), value=record.value(), headers=headers,
+                ))
+
+
+def percentile(values: list[int], q: float) -> int:
+    """Nearest-rank percentile of ``values`` (0 when empty)."""
+    if not values:
+        return 0
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, int(round(q * len(ordered) + 0.5)) - 1))
+    return ordered[rank]

@@ -1,0 +1,51 @@
+"""Creating chronos' internal topics."""
+
+from __future__ import annotations
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from chronos.errors import ConfigError
+from chronos.settings import ChronosSettings
+
+log = structlog.get_logger(__name__)
+
+
+def ensure_topics(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
+    """Create the inner and dead-letter topics when missing (idempotent)."""
+    names = settings.topics.names
+    admin = AdminClient(settings.kafka.admin())
+    wanted = [
+        NewTopic(names.inner, settings.topics.inner_partitions, settings.topics.replication_factor),
+        NewTopic(names.dead_letter, 1, settings.topics.replication_factor),
+    ]
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise ConfigError(
+            f"cannot reach Kafka at {settings.kafka.bootstrap_servers}: {exc.args[0]}"
+        ) from exc
+    missing = [t for t in wanted if t.topic not in existing]
+    if not missing:
+        return
+    for topic, future in admin.create_topics(missing, request_timeout=timeout_s).items():
+        try:
+            future.result(timeout_s)
+            log.info("topic_created", topic=topic)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise ConfigError(f"cannot create topic {topic}: {exc.args[0]}") from exc
+
+
+def create_topic(settings: ChronosSettings, topic: str, partitions: int = 1,
+                 timeout_s: float = 30.0) -> None:
+    """Create a (target) topic; no error when it exists."""
+    admin = AdminClient(settings.kafka.admin())
+    new = NewTopic(topic, partitions, settings.topics.replication_factor)
+    for name, future in admin.create_topics([new], request_timeout=timeout_s).items():
+        try:
+            future.result(timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise ConfigError(f"cannot create topic {name}: {exc.args[0]}") from exc

@@ -1,0 +1,92 @@
+"""The one producer abstraction every delivery goes through (targets and dead letters)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from chronos.types import Headers, KafkaConfig
+
+DeliveryCallback = Callable[[KafkaError | None], None]
+
+_librdkafka_log = logging.getLogger("librdkafka")
+
+
+class Delivery:
+    """An idempotent producer with its own poll thread, so callbacks run without help.
+
+    ``send`` never raises for a record: synchronous refusals (record too large, bad topic)
+    are reported through the callback like asynchronous ones, so callers have one path.
+
+    Parameters:
+        config: librdkafka producer config (see ``KafkaSettings.producer``).
+        name: component name for logs.
+    """
+
+    def __init__(self, config: KafkaConfig, name: str = "delivery") -> None:
+        self.name = name
+        self._producer = Producer({**config, "logger": _librdkafka_log})
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll_loop, name=name, daemon=True)
+        self._flush_timeout_s = 30.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Flush what is in flight (callbacks run), then stop polling."""
+        self._producer.flush(self._flush_timeout_s)
+        self._stop.set()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _poll_loop(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(0.05)
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        on_done: DeliveryCallback,
+    ) -> None:
+        """Produce one record; ``on_done(None)`` after Kafka acknowledged it, else the error."""
+
+        def callback(error: KafkaError | None, _msg: object) -> None:
+            on_done(error)
+
+        while True:
+            try:
+                self._producer.produce(
+                    topic, value=value, key=key, headers=headers, on_delivery=callback
+                )
+                return
+            except BufferError:
+                # librdkafka's queue is full: wait for acknowledgements to make room.
+                self._producer.poll(0.01)
+            except KafkaException as exc:
+                on_done(exc.args[0])
+                return
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait for in-flight records; returns how many are still unacknowledged."""
+        remaining: int = self._producer.flush(timeout_s)
+        return remaining
+
+    def in_flight(self) -> int:
+        """Records handed to librdkafka and not yet acknowledged."""
+        return len(self._producer)
+
+    def ping(self, timeout_s: float) -> bool:
+        """True when the cluster answered a metadata request within ``timeout_s``."""
+        try:
+            self._producer.list_topics(timeout=timeout_s)
+            return True
+        except KafkaException:
+            return False

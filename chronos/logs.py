@@ -1,0 +1,34 @@
+"""Logging set-up: structlog key/value events, configured once at the entry point."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+from chronos.settings import LogSettings
+
+
+def configure_logging(settings: LogSettings) -> None:
+    """Route structlog and stdlib logs (librdkafka's included) to stderr."""
+    level = getattr(logging, settings.level.upper())
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer()
+        if settings.format == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    logging.basicConfig(level=max(level, logging.WARNING), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -1,0 +1,57 @@
+"""The message model shared by the proxy, the wire format, the store and the node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from chronos.repeat import Repeat
+from chronos.types import EpochMs, Headers
+
+
+@dataclass(slots=True)
+class DelayMessage:
+    """One scheduled message (one occurrence of it, for repeats).
+
+    Parameters:
+        id: caller-given or generated id; unique per message, the idempotency key.
+        topic: the real topic to deliver to.
+        key: record key bytes, None for a null key.
+        value: record value bytes, None for a null value.
+        headers: user headers, passed through untouched.
+        first_due_ms: due time of occurrence 1 (epoch ms).
+        repeat: the repeat schedule, None for a one-shot message.
+        occurrence: which occurrence this is (1-based).
+    """
+
+    id: str
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = field(default_factory=list)
+    first_due_ms: EpochMs = 0
+    repeat: Repeat | None = None
+    occurrence: int = 1
+
+    @property
+    def due_ms(self) -> EpochMs:
+        """Due time of this occurrence."""
+        if self.repeat is None or self.occurrence == 1:
+            return self.first_due_ms
+        return self.repeat.due_of(self.first_due_ms, self.occurrence)
+
+    def payload_bytes(self) -> int:
+        """Size counted against the message size limit: key + value + header names and values."""
+        size = len(self.key or b"") + len(self.value or b"")
+        for name, value in self.headers:
+            size += len(name.encode()) + len(value or b"")
+        return size
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """Cancel the message with ``id`` (all its remaining occurrences)."""
+
+    id: str
+
+
+InnerRequest = DelayMessage | CancelRequest

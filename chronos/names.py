@@ -1,0 +1,43 @@
+"""Every topic, consumer-group and column-family name chronos uses, built in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Column families of the node store.
+CF_MESSAGES = "messages"  # slot_ms|id -> encoded message (the delivery schedule)
+CF_INDEX = "index"  # id -> slot key or tombstone (idempotency and cancel lookups)
+CF_EXPIRY = "expiry"  # expire_ms|id -> b"" (when a tombstone may be forgotten)
+CF_META = "meta"  # format version, seek timestamp
+
+#: Header prefix reserved for chronos' own fields, on the inner topic and on delivered records.
+HEADER_PREFIX = "chronos-"
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """Names derived from one namespace, so two chronos installations can share a cluster.
+
+    Parameters:
+        namespace: prefix of every internal topic, e.g. ``chronos``.
+    """
+
+    namespace: str = "chronos"
+
+    @property
+    def inner(self) -> str:
+        """The inner topic: the write-ahead log of delay requests."""
+        return f"{self.namespace}.inner"
+
+    @property
+    def dead_letter(self) -> str:
+        """Where undeliverable and undecodable records go, with the reason in a header."""
+        return f"{self.namespace}.deadletter"
+
+    def node_group(self, node_id: str) -> str:
+        """Each node consumes the whole inner topic in a consumer group of its own."""
+        return f"{self.namespace}.node.{node_id}"
+
+    def is_internal(self, topic: str) -> bool:
+        """True for chronos' own topics and Kafka's internal ones; never a delivery target."""
+        return topic.startswith("__") or topic.startswith(f"{self.namespace}.")

@@ -1,0 +1,78 @@
+"""Lifecycle of long-running components: start, stop, join, and loops that survive errors."""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+class Component(Protocol):
+    """Anything a role starts. ``stop`` asks; ``join`` waits at most ``timeout`` seconds."""
+
+    name: str
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def join(self, timeout: float) -> None: ...
+
+
+class LoopWorker:
+    """A thread that calls ``step`` until stopped; an exception is logged, backed off, survived.
+
+    Subclasses implement ``step`` (one unit of work, bounded in time) and may override
+    ``finish`` (runs once in the thread after the loop, e.g. a final commit).
+
+    Parameters:
+        name: thread and log name.
+        error_backoff_s: pause after a failed step, doubling up to 5 s.
+    """
+
+    def __init__(self, name: str, error_backoff_s: float = 0.1) -> None:
+        self.name = name
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._backoff = error_backoff_s
+        self.failed = False
+
+    @property
+    def stopping(self) -> bool:
+        """True once stop was requested."""
+        return self._stop.is_set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("component_join_timeout", component=self.name, timeout_s=timeout)
+
+    def step(self) -> None:
+        """One bounded unit of work."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Runs once after the loop ends."""
+
+    def _run(self) -> None:
+        backoff = self._backoff
+        while not self._stop.is_set():
+            try:
+                self.step()
+                backoff = self._backoff
+            except Exception:
+                log.exception("component_step_failed", component=self.name, backoff_s=backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+        try:
+            self.finish()
+        except Exception:
+            self.failed = True
+            log.exception("component_finish_failed", component=self.name)

@@ -1,0 +1,140 @@
+"""Ingest: consume the inner topic, write batches to the store, then store the offsets."""
+
+from __future__ import annotations
+
+import logging
+
+import structlog
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+
+from chronos.clock import Clock
+from chronos.errors import DecodeError, ValidationError
+from chronos.metrics import Metrics
+from chronos.model import DelayMessage, InnerRequest
+from chronos.node.component import LoopWorker
+from chronos.node.deadletter import DeadLetters
+from chronos.node.ledger import Ledger
+from chronos.settings import LimitSettings
+from chronos.names import TopicNames
+from chronos.types import Headers, KafkaConfig
+from chronos.validation import validate_message
+from chronos import wire
+
+log = structlog.get_logger(__name__)
+_librdkafka_log = logging.getLogger("librdkafka")
+
+_DEAD_LETTER_TIMEOUT_S = 30.0
+
+
+def decode_record(
+    record: Message, limits: LimitSettings, names: TopicNames, now_ms: int
+) -> InnerRequest:
+    """Decode and validate one inner record with the proxy's rules; raises DecodeError."""
+    origin = f"{record.topic()}[{record.partition()}]@{record.offset()}"
+    request = wire.decode(record.value(), record.headers(), origin)
+    if isinstance(request, DelayMessage):
+        try:
+            validate_message(request, limits, names, now_ms)
+        except ValidationError as exc:
+            raise DecodeError(f"invalid {exc.field}: {exc.message}", origin=origin) from exc
+    return request
+
+
+class IngestWorker(LoopWorker):
+    """One consumer thread of the node's own consumer group on the inner topic.
+
+    Offsets are stored for commit only after the batch is durable in the store (and bad
+    records are acknowledged on the dead-letter topic), so a crash replays, never skips.
+
+    Parameters:
+        index: thread number.
+        consumer_config: librdkafka config with the node's group id.
+        topic: the inner topic.
+        ledger: applies decoded requests.
+        dead_letters: where undecodable records go.
+        clock: time source for validation.
+        limits: the shared validation limits.
+        names: internal topic names (never targets).
+        batch_max: most records per consume call.
+        poll_timeout_ms: consume timeout.
+        metrics: counters.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        consumer_config: KafkaConfig,
+        topic: str,
+        ledger: Ledger,
+        dead_letters: DeadLetters,
+        clock: Clock,
+        limits: LimitSettings,
+        names: TopicNames,
+        batch_max: int,
+        poll_timeout_ms: int,
+        metrics: Metrics,
+    ) -> None:
+        super().__init__(f"ingest-{index}")
+        self._config = consumer_config
+        self._topic = topic
+        self._ledger = ledger
+        self._dead = dead_letters
+        self._clock = clock
+        self._limits = limits
+        self._names = names
+        self._batch_max = batch_max
+        self._timeout_s = poll_timeout_ms / 1000.0
+        self._metrics = metrics
+        self._consumer: Consumer | None = None
+
+    def _open(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer({**self._config, "logger": _librdkafka_log})
+            self._consumer.subscribe([self._topic])
+        return self._consumer
+
+    def step(self) -> None:
+        consumer = self._open()
+        records = consumer.consume(self._batch_max, self._timeout_s)
+        if records:
+            self.ingest(consumer, records)
+
+    def ingest(self, consumer: Consumer, records: list[Message]) -> None:
+        """Apply one consumed batch, then store its offsets."""
+        requests: list[InnerRequest] = []
+        bad: list[tuple[bytes | None, bytes | None, Headers, str, str]] = []
+        offsets: dict[tuple[str, int], int] = {}
+        now = self._clock.now_ms()
+        for record in records:
+            if record.error() is not None:
+                log.warning("ingest_consumer_error", error=str(record.error()))
+                continue
+            offsets[(record.topic(), record.partition())] = record.offset() + 1
+            try:
+                requests.append(decode_record(record, self._limits, self._names, now))
+            except DecodeError as exc:
+                self._metrics.incr("inner_rejected")
+                log.warning("inner_record_rejected", origin=exc.origin, reason=exc.reason)
+                bad.append((record.key(), record.value(), record.headers() or [],
+                            exc.reason, exc.origin))
+        outcome = self._ledger.apply(requests)
+        self._metrics.incr("ingested", outcome.added)
+        self._metrics.incr("duplicates", outcome.duplicates)
+        self._metrics.incr("cancelled", outcome.cancelled + outcome.cancel_raced)
+        if not self._dead.send_and_wait(bad, _DEAD_LETTER_TIMEOUT_S):
+            # Not acknowledged: keep the offsets unstored; the batch is replayed after a restart
+            # (ingest is idempotent) and dead-lettering is tried again then.
+            raise RuntimeError("dead-letter topic did not acknowledge rejected inner records")
+        if offsets:
+            try:
+                consumer.store_offsets(
+                    offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+                )
+            except KafkaException as exc:
+                # Partition revoked meanwhile: its new owner replays, which is idempotent.
+                log.info("ingest_store_offsets_skipped", error=str(exc.args[0]))
+
+    def finish(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()  # commits the stored offsets
+            self._consumer = None

@@ -1,0 +1,214 @@
+"""Every write to the schedule goes through the ledger, under the frontier lock.
+
+Ingest (adds, cancels), progress (seek timestamp, next repeat occurrences) and the delete
+worker all change the same keys; doing it in one place keeps the index consistent with the
+messages and the seek timestamp atomic with what it covers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import structlog
+
+from chronos.clock import Clock
+from chronos.model import CancelRequest, DelayMessage, InnerRequest
+from chronos.node.frontier import Frontier
+from chronos.settings import DeleteSettings
+from chronos.store import codec, keys
+from chronos.store.rocks import RocksBatch, RocksStore
+from chronos.types import EpochMs
+
+log = structlog.get_logger(__name__)
+
+_CHUNK = 10_000
+
+
+@dataclass(slots=True)
+class ApplyOutcome:
+    """What one ingest batch did (for metrics and tests)."""
+
+    added: int = 0
+    duplicates: int = 0
+    cancelled: int = 0
+    cancel_raced: int = 0
+    cancel_too_late: int = 0
+    cancel_unknown: int = 0
+    late: int = 0
+
+
+class Ledger:
+    """Writes to the store that must agree with the push frontier.
+
+    Parameters:
+        store: the node store.
+        frontier: the push frontier (its lock serialises every write made here).
+        clock: time source, for tombstone expiry.
+        retention: delete-worker settings (tombstone lifetime).
+    """
+
+    def __init__(
+        self, store: RocksStore, frontier: Frontier, clock: Clock, retention: DeleteSettings
+    ) -> None:
+        self._store = store
+        self._frontier = frontier
+        self._clock = clock
+        self._tombstone_ms = int(retention.tombstone_retention_s * 1000)
+        self._seek = store.read_seek() or 0
+
+    @property
+    def seek_ms(self) -> EpochMs:
+        """The persisted seek timestamp: every message with slot <= seek was acknowledged."""
+        return self._seek
+
+    def apply(self, requests: list[InnerRequest]) -> ApplyOutcome:
+        """Apply decoded inner requests in order, as one durable batch."""
+        outcome = ApplyOutcome()
+        if not requests:
+            return outcome
+        ids = list(dict.fromkeys(r.id for r in requests))
+        earliest: EpochMs | None = None
+        with self._frontier.held() as frontier:
+            state = dict(zip(ids, self._store.get_index(ids), strict=True))
+            batch = self._store.batch()
+            now = self._clock.now_ms()
+            for request in requests:
+                current = state[request.id]
+                if isinstance(request, DelayMessage):
+                    if current is not None:
+                        outcome.duplicates += 1  # idempotent: first add of an id wins
+                        continue
+                    slot = self._frontier.slot_for(frontier, request.due_ms)
+                    outcome.late += slot != request.due_ms
+                    key = keys.message_key(slot, request.id)
+                    batch.put_message(key, codec.encode(request))
+                    state[request.id] = keys.index_pending(key)
+                    batch.put_index(request.id, state[request.id])
+                    outcome.added += 1
+                    earliest = slot if earliest is None else min(earliest, slot)
+                else:
+                    state[request.id] = self._cancel(batch, request, current, frontier, now, outcome)
+            self._store.write(batch)
+        if earliest is not None:
+            self._frontier.notify(earliest)
+        return outcome
+
+    def _cancel(
+        self,
+        batch: RocksBatch,
+        request: CancelRequest,
+        current: bytes | None,
+        frontier: EpochMs,
+        now: EpochMs,
+        outcome: ApplyOutcome,
+    ) -> bytes | None:
+        if current is not None and current[:1] == keys.INDEX_CANCELLED:
+            return current  # already cancelled
+        if current is not None:
+            key = current[1:]
+            slot = keys.slot_of(key)
+            if slot <= self._seek:
+                outcome.cancel_too_late += 1
+                log.info("cancel_too_late", id=request.id, slot_ms=slot)
+                return current
+            batch.delete_message(key)
+            if slot <= frontier:
+                outcome.cancel_raced += 1  # already handed to a sender: may still be delivered
+                log.warning("cancel_raced_delivery", id=request.id, slot_ms=slot)
+            else:
+                outcome.cancelled += 1
+        else:
+            outcome.cancel_unknown += 1  # remembered so a later replay of its add stays cancelled
+        tombstone = keys.index_cancelled(now)
+        batch.put_index(request.id, tombstone)
+        batch.put_expiry(keys.expiry_key(now + self._tombstone_ms, request.id))
+        return tombstone
+
+    def commit_progress(
+        self, seek_ms: EpochMs, followups: list[tuple[bytes, DelayMessage]]
+    ) -> None:
+        """Persist the seek timestamp and the next occurrences of repeats it passed, atomically.
+
+        ``followups`` pairs the key of a delivered occurrence with its next occurrence; the next
+        one is written only while the index still points at the delivered key (not cancelled,
+        not already rescheduled by an earlier delivery of the same key).
+        """
+        earliest: EpochMs | None = None
+        with self._frontier.held() as frontier:
+            batch = self._store.batch()
+            if followups:
+                ids = [message.id for _key, message in followups]
+                current = self._store.get_index(ids)
+                for (old_key, message), state in zip(followups, current, strict=True):
+                    if state != keys.index_pending(old_key):
+                        continue
+                    slot = self._frontier.slot_for(frontier, message.due_ms)
+                    key = keys.message_key(slot, message.id)
+                    batch.put_message(key, codec.encode(message))
+                    batch.put_index(message.id, keys.index_pending(key))
+                    earliest = slot if earliest is None else min(earliest, slot)
+            if seek_ms > self._seek:
+                batch.set_seek(seek_ms)
+            self._store.write(batch)
+            self._seek = max(self._seek, seek_ms)
+        if earliest is not None:
+            self._frontier.notify(earliest)
+
+    def is_current(self, pairs: list[tuple[str, bytes]]) -> list[bool]:
+        """Whether each (id, key) is still what the index schedules (false when superseded)."""
+        states = self._store.get_index([message_id for message_id, _ in pairs])
+        return [state == keys.index_pending(key) for (_, key), state in zip(pairs, states, strict=True)]
+
+    def purge_delivered(self, cutoff_ms: EpochMs) -> int:
+        """Drop messages with slot <= cutoff (must be <= seek) and the index entries of those ids.
+
+        Returns how many message keys were dropped. Index entries that moved on (a repeat's
+        later occurrence) are kept.
+        """
+        cutoff_ms = min(cutoff_ms, self._seek)
+        stop = keys.slot_bound(cutoff_ms + 1)
+        start = b""
+        dropped = 0
+        while True:
+            rows = self._store.scan(start, stop, _CHUNK)
+            if not rows:
+                break
+            with self._frontier.held():
+                ids = [keys.split_message_key(k)[1] for k, _ in rows]
+                states = self._store.get_index(ids)
+                batch = self._store.batch()
+                for (key, _), message_id, state in zip(rows, ids, states, strict=True):
+                    if state == keys.index_pending(key):
+                        batch.delete_index(message_id)
+                self._store.write(batch)
+            dropped += len(rows)
+            start = rows[-1][0] + b"\x00"
+        if dropped:
+            self._store.delete_messages_before(stop)
+        return dropped
+
+    def expire_tombstones(self) -> int:
+        """Forget cancel tombstones whose retention ended."""
+        stop = keys.slot_bound(self._clock.now_ms() + 1)
+        expired = 0
+        while True:
+            rows = self._store.scan_expiry(stop, _CHUNK)
+            if not rows:
+                return expired
+            with self._frontier.held():
+                ids = [row[keys.MS_WIDTH:].decode() for row in rows]
+                states = self._store.get_index(ids)
+                batch = self._store.batch()
+                for row, message_id, state in zip(rows, ids, states, strict=True):
+                    if state is not None and state[:1] == keys.INDEX_CANCELLED:
+                        batch.delete_index(message_id)
+                    batch.delete_expiry(row)
+                self._store.write(batch)
+            expired += len(rows)
+
+
+def next_occurrence(message: DelayMessage) -> DelayMessage | None:
+    """The occurrence after ``message``'s, or None when the repeat is finished."""
+    if message.repeat is None or message.occurrence >= message.repeat.times:
+        return None
+    return replace(message, occurrence=message.occurrence + 1)

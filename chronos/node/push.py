@@ -1,0 +1,134 @@
+"""The push worker: scans the schedule from the frontier up to now into the bounded queue."""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import replace
+
+import structlog
+
+from chronos.clock import Clock
+from chronos.errors import DecodeError
+from chronos.metrics import Metrics
+from chronos.node.component import LoopWorker
+from chronos.node.frontier import Frontier
+from chronos.node.job import DeliveryJob
+from chronos.node.ledger import Ledger, next_occurrence
+from chronos.node.progress import ProgressTracker
+from chronos.store import codec, keys
+from chronos.store.rocks import RocksStore
+from chronos.types import EpochMs
+
+log = structlog.get_logger(__name__)
+
+# Upper bound on one sleep, so a wall-clock jump is noticed within this many seconds.
+_MAX_SLEEP_S = 30.0
+
+JobQueue = queue.Queue[list[DeliveryJob]]
+
+
+class PushWorker(LoopWorker):
+    """Single scanner of the schedule. Sleeps until the next key is due or ingest wakes it.
+
+    Parameters:
+        store: the schedule.
+        ledger: index checks for repeat occurrences.
+        frontier: moved forward before every scan (see ``frontier.py``).
+        tracker: told about every dispatched job and how far the scan got.
+        jobs: bounded queue to the senders; a full queue blocks the scan (back-pressure).
+        clock: time source.
+        batch_max: most jobs per queued batch.
+        metrics: counters.
+    """
+
+    def __init__(
+        self,
+        store: RocksStore,
+        ledger: Ledger,
+        frontier: Frontier,
+        tracker: ProgressTracker,
+        jobs: JobQueue,
+        clock: Clock,
+        batch_max: int,
+        metrics: Metrics,
+    ) -> None:
+        super().__init__("push")
+        self._store = store
+        self._ledger = ledger
+        self._frontier = frontier
+        self._tracker = tracker
+        self._jobs = jobs
+        self._clock = clock
+        self._batch_max = batch_max
+        self._metrics = metrics
+        self._scanned = ledger.seek_ms
+
+    def stop(self) -> None:
+        super().stop()
+        self._frontier.stop()
+
+    def step(self) -> None:
+        next_slot = self.scan_due()
+        self._frontier.wait(next_slot, self._clock.now_ms(), _MAX_SLEEP_S)
+
+    def scan_due(self) -> EpochMs | None:
+        """Dispatch everything due up to now; returns the next slot waiting, if any."""
+        now = self._clock.now_ms()
+        self._frontier.advance(now)
+        start, stop = keys.slot_bound(self._scanned + 1), keys.slot_bound(now + 1)
+        while True:
+            rows = self._store.scan(start, stop, self._batch_max)
+            if not rows:
+                break
+            jobs = self._jobs_for(rows, now)
+            self._tracker.dispatched(jobs)
+            if not self._put(jobs):
+                return None  # stopping: the scan did not complete, the seek will not pass it
+            start = rows[-1][0] + b"\x00"
+        self._scanned = max(self._scanned, now)
+        self._tracker.scanned_through(self._scanned)
+        upcoming = self._store.first_key_from(stop)
+        return None if upcoming is None else keys.slot_of(upcoming)
+
+    def _put(self, jobs: list[DeliveryJob]) -> bool:
+        while not self.stopping:
+            try:
+                self._jobs.put(jobs, timeout=0.1)
+                self._metrics.incr("dispatched", len(jobs))
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _jobs_for(self, rows: list[tuple[bytes, bytes]], now: EpochMs) -> list[DeliveryJob]:
+        jobs: list[DeliveryJob] = []
+        repeats: list[tuple[int, str]] = []
+        for key, raw in rows:
+            try:
+                message = codec.decode(raw)
+            except DecodeError as exc:
+                log.error("stored_message_undecodable", key=key.hex(), reason=exc.reason)
+                jobs.append(DeliveryJob(key, None, 0, raw=raw, dead_reason=exc.reason))
+                continue
+            if message.repeat is None:
+                jobs.append(DeliveryJob(key, message, message.first_due_ms))
+                continue
+            first = message.occurrence
+            occurrence, due = message.repeat.latest_due(message.first_due_ms, first, now)
+            current = replace(message, occurrence=occurrence)
+            jobs.append(
+                DeliveryJob(key, current, due, skipped=occurrence - first,
+                            followup=next_occurrence(current))
+            )
+            repeats.append((len(jobs) - 1, message.id))
+        if repeats:
+            # A repeat key re-scanned after a crash may already have been superseded by its
+            # next occurrence (or cancelled): deliver only what the index still schedules.
+            current_flags = self._ledger.is_current([(i, jobs[n].key) for n, i in repeats])
+            for (n, _), is_current in zip(repeats, current_flags, strict=True):
+                if not is_current:
+                    jobs[n].followup = None
+                    jobs[n].done = True
+                    jobs[n].message = None
+                    jobs[n].dead_reason = None
+        return jobs

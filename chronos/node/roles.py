@@ -1,0 +1,60 @@
+"""Roles are start lists: which components a node runs, in start order (stop is the reverse).
+
+Stop order matters and follows from the start order: ingest stops taking input first, the
+push worker stops scanning, senders drain the queue, the producer flushes (acks arrive), and
+the progress worker makes its final seek commit last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from chronos.node.component import Component
+from chronos.node.context import NodeContext
+from chronos.node.delete import DeleteWorker
+from chronos.node.ingest import IngestWorker
+from chronos.node.progress import ProgressWorker
+from chronos.node.push import PushWorker
+from chronos.node.reporter import MetricsReporter
+from chronos.node.sender import Sender
+
+Role = Callable[[NodeContext], list[Component]]
+
+
+def _ingest(ctx: NodeContext) -> list[Component]:
+    s = ctx.settings
+    names = s.topics.names
+    config = s.kafka.consumer(
+        names.node_group(s.node.node_id), **{"session.timeout.ms": s.node.session_timeout_ms}
+    )
+    return [
+        IngestWorker(i, config, names.inner, ctx.ledger, ctx.dead_letters, ctx.clock, s.limits,
+                     names, s.node.ingest_batch_max, s.node.ingest_poll_timeout_ms, ctx.metrics)
+        for i in range(s.node.ingest_threads)
+    ]
+
+
+def _delivery(ctx: NodeContext) -> list[Component]:
+    s = ctx.settings
+    senders: list[Component] = [
+        Sender(i, ctx.jobs, ctx.retries, ctx.delivery, ctx.dead_letters, ctx.tracker, ctx.clock,
+               s.delivery, ctx.metrics)
+        for i in range(s.node.sender_threads)
+    ]
+    push = PushWorker(ctx.store, ctx.ledger, ctx.frontier, ctx.tracker, ctx.jobs, ctx.clock,
+                      s.node.push_batch_max, ctx.metrics)
+    return [ctx.delivery, *senders, push]
+
+
+def master(ctx: NodeContext) -> list[Component]:
+    """Ingests everything and delivers."""
+    return [
+        MetricsReporter(ctx.metrics, ctx.ledger),
+        ProgressWorker(ctx.tracker, ctx.ledger, ctx.settings.node.progress_interval_ms),
+        *_delivery(ctx),
+        *_ingest(ctx),
+        DeleteWorker(ctx.ledger, ctx.settings.delete),
+    ]
+
+
+ROLES: dict[str, Role] = {"master": master}

@@ -1,0 +1,251 @@
+"""The one settings tree: TOML file + ``CHRONOS_…`` environment overrides, built at the entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from chronos.errors import ConfigError
+from chronos.names import TopicNames
+from chronos.types import KafkaConfig
+
+KafkaValue = str | int | float | bool
+
+
+class _Section(BaseModel):
+    """Base of every section: unknown keys are errors, never silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSettings(_Section):
+    """How to reach Kafka; the three ``*_config`` tables pass librdkafka options through verbatim."""
+
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
+    sasl_password: SecretStr | None = Field(
+        None, description="SASL password, kept out of logs; sets librdkafka 'sasl.password'."
+    )
+    client_config: dict[str, KafkaValue] = Field(
+        default_factory=dict, description="librdkafka options for every client (security, ...)."
+    )
+    producer_config: dict[str, KafkaValue] = Field(
+        default_factory=dict, description="librdkafka options for producers only."
+    )
+    consumer_config: dict[str, KafkaValue] = Field(
+        default_factory=dict, description="librdkafka options for consumers only."
+    )
+
+    def _common(self) -> KafkaConfig:
+        config: KafkaConfig = {"bootstrap.servers": self.bootstrap_servers}
+        if self.sasl_password is not None:
+            config["sasl.password"] = self.sasl_password.get_secret_value()
+        config.update(self.client_config)
+        return config
+
+    def admin(self) -> KafkaConfig:
+        """Config for an AdminClient."""
+        return self._common()
+
+    def producer(self, **overrides: KafkaValue) -> KafkaConfig:
+        """Config for a durable producer: idempotent, acks=all, Java-compatible partitioning."""
+        config = self._common()
+        config.update(
+            {
+                "enable.idempotence": True,
+                "acks": "all",
+                # murmur2 is what the Java client uses, so add and cancel of one id land on the
+                # same inner partition whichever language produced them.
+                "partitioner": "murmur2_random",
+                "linger.ms": 2,
+            }
+        )
+        config.update(overrides)
+        config.update(self.producer_config)
+        return config
+
+    def consumer(self, group_id: str, **overrides: KafkaValue) -> KafkaConfig:
+        """Config for an inner-topic consumer that stores offsets only when told to."""
+        config = self._common()
+        config.update(
+            {
+                "group.id": group_id,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": True,
+                "enable.auto.offset.store": False,
+                "auto.commit.interval.ms": 1000,
+                "isolation.level": "read_committed",
+            }
+        )
+        config.update(overrides)
+        config.update(self.consumer_config)
+        return config
+
+
+class TopicSettings(_Section):
+    """Internal topic names and how to create them."""
+
+    namespace: str = Field("chronos", description="Prefix of every internal topic and group.")
+    inner_partitions: int = Field(8, ge=1, description="Partitions of the inner topic.")
+    replication_factor: int = Field(1, ge=1, description="Replication of internal topics.")
+    create: bool = Field(True, description="Create the internal topics at start when missing.")
+
+    @property
+    def names(self) -> TopicNames:
+        """The derived topic and group names."""
+        return TopicNames(self.namespace)
+
+
+class LimitSettings(_Section):
+    """Validation rules shared by the proxy, the node's ingest and the pipeline."""
+
+    max_delay_s: int = Field(365 * 86400, ge=1, description="Furthest due time ahead, seconds.")
+    max_message_bytes: int = Field(
+        1 << 20, ge=1, description="Largest key + value + headers of one request, bytes."
+    )
+    max_id_bytes: int = Field(128, ge=8, le=1024, description="Longest caller-given message id.")
+    repeat_max_times: int = Field(10_000, ge=1, description="Most occurrences of a repeat.")
+    repeat_min_interval_ms: int = Field(1000, ge=1, description="Shortest repeat interval, ms.")
+    repeat_max_interval_ms: int = Field(
+        86_400_000, ge=1, description="Longest repeat interval and exponential cap, ms."
+    )
+
+
+class StoreSettings(_Section):
+    """RocksDB tuning."""
+
+    compression: Literal["lz4", "zstd", "snappy", "none"] = Field(
+        "lz4", description="Block compression of the message column family."
+    )
+    block_cache_mb: int = Field(64, ge=1, description="Shared block cache, MiB.")
+    write_buffer_mb: int = Field(32, ge=1, description="Memtable size per column family, MiB.")
+    max_background_jobs: int = Field(2, ge=1, description="RocksDB flush/compaction threads.")
+    sync_writes: bool = Field(
+        True, description="fsync the WAL on every batch before committing inner offsets."
+    )
+
+
+class NodeSettings(_Section):
+    """One broker node: identity, storage location and thread counts."""
+
+    node_id: str = Field("node-1", pattern=r"^[A-Za-z0-9._-]{1,64}$", description="Node name.")
+    data_dir: Path = Field(Path("data/node-1"), description="Directory of the RocksDB store.")
+    ingest_threads: int = Field(2, ge=1, le=64, description="Inner-topic consumer threads.")
+    ingest_batch_max: int = Field(2000, ge=1, description="Most records per store write batch.")
+    ingest_poll_timeout_ms: int = Field(100, ge=1, description="Consumer poll timeout, ms.")
+    sender_threads: int = Field(2, ge=1, le=64, description="Threads producing to targets.")
+    queue_batches: int = Field(64, ge=1, description="Bound of the push->sender queue, batches.")
+    push_batch_max: int = Field(500, ge=1, description="Most messages per queued batch.")
+    progress_interval_ms: int = Field(
+        20, ge=1, description="How often acknowledged deliveries advance the seek timestamp."
+    )
+    shutdown_timeout_s: float = Field(30.0, gt=0, description="Drain time on SIGTERM.")
+    session_timeout_ms: int = Field(
+        10_000, ge=1000, description="Inner consumer session timeout (group join waits on it)."
+    )
+
+
+class DeliverySettings(_Section):
+    """Producing to target topics: retries and dead-lettering."""
+
+    retry_backoff_initial_ms: int = Field(100, ge=1, description="First retry delay, ms.")
+    retry_backoff_max_ms: int = Field(10_000, ge=1, description="Longest retry delay, ms.")
+    give_up_after_s: float = Field(
+        3600.0, gt=0, description="Dead-letter a message still failing after this long."
+    )
+    message_timeout_ms: int = Field(
+        30_000, ge=1000, description="librdkafka delivery timeout of one attempt, ms."
+    )
+
+
+class DeleteSettings(_Section):
+    """The delete worker: drops delivered data behind the seek timestamp."""
+
+    interval_s: float = Field(600.0, gt=0, description="How often the delete worker runs.")
+    retention_s: float = Field(
+        6 * 3600.0, ge=0, description="Keep delivered data this long behind the seek timestamp."
+    )
+    tombstone_retention_s: float = Field(
+        7 * 86400.0, ge=0, description="Remember cancels of unknown ids this long."
+    )
+
+
+class ProxySettings(_Section):
+    """The HTTP front door."""
+
+    host: str = Field("127.0.0.1", description="HTTP listen address.")
+    port: int = Field(8080, ge=0, le=65535, description="HTTP listen port.")
+    ack_timeout_s: float = Field(30.0, gt=0, description="Longest wait for Kafka's ack.")
+    batch_max: int = Field(10_000, ge=1, description="Most messages in one batch request.")
+
+
+class LogSettings(_Section):
+    """Logging output."""
+
+    level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+    format: Literal["console", "json"] = Field("console", description="Log renderer.")
+
+
+class ChronosSettings(BaseSettings):
+    """Root of the settings tree. Sources, strongest first: environment, TOML file, defaults.
+
+    Environment variables are ``CHRONOS_<SECTION>__<FIELD>``, e.g.
+    ``CHRONOS_KAFKA__BOOTSTRAP_SERVERS=broker:9092``.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="CHRONOS_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    topics: TopicSettings = Field(default_factory=TopicSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    node: NodeSettings = Field(default_factory=NodeSettings)
+    delivery: DeliverySettings = Field(default_factory=DeliverySettings)
+    delete: DeleteSettings = Field(default_factory=DeleteSettings)
+    proxy: ProxySettings = Field(default_factory=ProxySettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+
+
+def load_settings(path: Path | None = None, **overrides: Any) -> ChronosSettings:
+    """Build the settings tree from an optional TOML file, the environment and ``overrides``.
+
+    Raises ConfigError naming the bad key, so a typo never silently falls back to a default.
+    """
+    if path is not None and not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+
+    class _FromFile(ChronosSettings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+            if path is not None:
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            return tuple(sources)
+
+    try:
+        loaded = _FromFile(**overrides)
+    except PydanticValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid settings ({path or 'environment'}): {problems}") from exc
+    except ValueError as exc:  # malformed TOML
+        raise ConfigError(f"cannot read settings file {path}: {exc}") from exc
+    return loaded

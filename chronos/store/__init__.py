@@ -1,0 +1,1 @@
+"""The node's durable store: the delivery schedule, the id index and progress metadata."""

@@ -1,0 +1,74 @@
+"""The one module that owns storage keys.
+
+Layout (all integers fixed-width big-endian, so byte order is numeric order):
+
+* ``messages``: ``slot_ms:>Q | id:utf8`` -> encoded message. ``slot_ms`` is the due time, or
+  for a late arrival (due at or before the push frontier) the first millisecond after the
+  frontier, so the push worker's next scan sees it. ``slot_ms >= due`` always.
+* ``index``: ``id:utf8`` -> ``b"P" | messages key`` (scheduled or delivered) or
+  ``b"C" | cancelled_ms:>Q`` (cancel tombstone).
+* ``expiry``: ``expire_ms:>Q | id:utf8`` -> ``b""``, when a tombstone may be forgotten.
+* ``meta``: ``b"format-version"`` -> ASCII decimal; ``b"seek"`` -> ``seek_ms:>Q``.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from chronos.types import EpochMs
+
+_MS = struct.Struct(">Q")
+MS_WIDTH = _MS.size
+MAX_MS = (1 << 64) - 1
+
+META_FORMAT_VERSION = b"format-version"
+META_SEEK = b"seek"
+
+INDEX_PENDING = b"P"
+INDEX_CANCELLED = b"C"
+
+
+def pack_ms(ms: EpochMs) -> bytes:
+    """Fixed-width big-endian milliseconds."""
+    return _MS.pack(ms)
+
+
+def unpack_ms(raw: bytes) -> EpochMs:
+    """Inverse of pack_ms (reads the first 8 bytes)."""
+    value: int = _MS.unpack_from(raw)[0]
+    return value
+
+
+def message_key(slot_ms: EpochMs, message_id: str) -> bytes:
+    """Key of one scheduled message: sorts by slot, then id."""
+    return _MS.pack(slot_ms) + message_id.encode()
+
+
+def split_message_key(key: bytes) -> tuple[EpochMs, str]:
+    """(slot_ms, id) of a messages key."""
+    return unpack_ms(key), key[MS_WIDTH:].decode()
+
+
+def slot_of(key: bytes) -> EpochMs:
+    """The slot of a messages key without decoding its id."""
+    return unpack_ms(key)
+
+
+def slot_bound(slot_ms: EpochMs) -> bytes:
+    """The smallest key of ``slot_ms``: every key of an earlier slot sorts before it."""
+    return _MS.pack(slot_ms)
+
+
+def index_pending(key: bytes) -> bytes:
+    """Index value of a scheduled (or delivered) message."""
+    return INDEX_PENDING + key
+
+
+def index_cancelled(cancelled_ms: EpochMs) -> bytes:
+    """Index value of a cancel tombstone."""
+    return INDEX_CANCELLED + _MS.pack(cancelled_ms)
+
+
+def expiry_key(expire_ms: EpochMs, message_id: str) -> bytes:
+    """Key of an expiry entry."""
+    return _MS.pack(expire_ms) + message_id.encode()

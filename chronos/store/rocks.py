@@ -1,0 +1,209 @@
+"""RocksDB store (rocksdict, raw mode) with one column family per concern."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    Checkpoint,
+    DBCompressionType,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteOptions,
+)
+
+from chronos.errors import StoreError
+from chronos.names import CF_EXPIRY, CF_INDEX, CF_MESSAGES, CF_META
+from chronos.settings import StoreSettings
+from chronos.store import keys
+from chronos.types import EpochMs
+
+#: Bump when the key layout or the value codec changes incompatibly.
+FORMAT_VERSION = 1
+
+_COMPRESSION = {
+    "lz4": DBCompressionType.lz4,
+    "zstd": DBCompressionType.zstd,
+    "snappy": DBCompressionType.snappy,
+    "none": DBCompressionType.none,
+}
+
+
+class RocksBatch:
+    """A rocksdict WriteBatch addressed by concern instead of by column-family handle."""
+
+    def __init__(self, store: RocksStore) -> None:
+        self._wb = WriteBatch(raw_mode=True)
+        self._s = store
+        self._count = 0
+
+    def _put(self, key: bytes, value: bytes, cf: object) -> None:
+        self._wb.put(key, value, cf)
+        self._count += 1
+
+    def put_message(self, key: bytes, value: bytes) -> None:
+        self._put(key, value, self._s.h_messages)
+
+    def delete_message(self, key: bytes) -> None:
+        self._wb.delete(key, self._s.h_messages)
+        self._count += 1
+
+    def put_index(self, message_id: str, value: bytes) -> None:
+        self._put(message_id.encode(), value, self._s.h_index)
+
+    def delete_index(self, message_id: str) -> None:
+        self._wb.delete(message_id.encode(), self._s.h_index)
+        self._count += 1
+
+    def put_expiry(self, key: bytes) -> None:
+        self._put(key, b"", self._s.h_expiry)
+
+    def delete_expiry(self, key: bytes) -> None:
+        self._wb.delete(key, self._s.h_expiry)
+        self._count += 1
+
+    def set_seek(self, seek_ms: EpochMs) -> None:
+        self._put(keys.META_SEEK, keys.pack_ms(seek_ms), self._s.h_meta)
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def raw(self) -> WriteBatch:
+        """The underlying rocksdict batch."""
+        return self._wb
+
+
+class RocksStore:
+    """The node store on RocksDB.
+
+    Parameters:
+        path: directory of the database (created when missing).
+        settings: compression, cache and durability options.
+    """
+
+    def __init__(self, path: Path, settings: StoreSettings) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self._settings = settings
+        options = self._options(settings)
+        families = {name: self._options(settings) for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META)}
+        try:
+            self._db = Rdict(str(path), options, column_families=families)
+        except Exception as exc:  # rocksdict raises plain Exceptions for open failures
+            raise StoreError(f"cannot open store at {path}: {exc}") from exc
+        self.h_messages = self._db.get_column_family_handle(CF_MESSAGES)
+        self.h_index = self._db.get_column_family_handle(CF_INDEX)
+        self.h_expiry = self._db.get_column_family_handle(CF_EXPIRY)
+        self.h_meta = self._db.get_column_family_handle(CF_META)
+        self._messages = self._db.get_column_family(CF_MESSAGES)
+        self._index = self._db.get_column_family(CF_INDEX)
+        self._expiry = self._db.get_column_family(CF_EXPIRY)
+        self._meta = self._db.get_column_family(CF_META)
+        self._write_opts = WriteOptions()
+        self._write_opts.sync = settings.sync_writes
+        self._check_format()
+
+    @staticmethod
+    def _options(settings: StoreSettings) -> Options:
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.create_missing_column_families(True)
+        options.set_compression_type(_COMPRESSION[settings.compression]())
+        options.set_write_buffer_size(settings.write_buffer_mb << 20)
+        options.set_max_background_jobs(settings.max_background_jobs)
+        table = BlockBasedOptions()
+        table.set_block_cache(Cache(settings.block_cache_mb << 20))
+        table.set_bloom_filter(10, False)
+        options.set_block_based_table_factory(table)
+        return options
+
+    def _check_format(self) -> None:
+        raw = self._meta.get(keys.META_FORMAT_VERSION)
+        if raw is None:
+            self._meta.put(keys.META_FORMAT_VERSION, str(FORMAT_VERSION).encode(), self._write_opts)
+            return
+        if int(raw) != FORMAT_VERSION:
+            raise StoreError(
+                f"store format version {int(raw)} is not supported (expected {FORMAT_VERSION})"
+            )
+
+    def batch(self) -> RocksBatch:
+        """A new, empty batch."""
+        return RocksBatch(self)
+
+    def write(self, batch: RocksBatch) -> None:  # type: ignore[override]
+        """Apply ``batch`` atomically; with sync_writes the WAL is fsynced before returning."""
+        if len(batch):
+            self._db.write(batch.raw, self._write_opts)
+
+    def get_index(self, message_ids: list[str]) -> list[bytes | None]:
+        """Index values of ``message_ids`` (None where unknown), in one multi-get."""
+        if not message_ids:
+            return []
+        values: list[bytes | None] = self._index.get([m.encode() for m in message_ids])
+        return values
+
+    def read_seek(self) -> EpochMs | None:
+        """The persisted seek timestamp, None for a new store."""
+        raw = self._meta.get(keys.META_SEEK)
+        return None if raw is None else keys.unpack_ms(raw)
+
+    def scan(self, start: bytes, stop: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` messages with ``start <= key < stop``, in key order."""
+        read = ReadOptions()
+        read.set_iterate_upper_bound(stop)
+        it = self._messages.iter(read)
+        it.seek(start)
+        out: list[tuple[bytes, bytes]] = []
+        while it.valid() and len(out) < limit:
+            out.append((it.key(), it.value()))
+            it.next()
+        return out
+
+    def first_key_from(self, start: bytes) -> bytes | None:
+        """The first messages key at or after ``start``."""
+        it = self._messages.iter(ReadOptions())
+        it.seek(start)
+        return it.key() if it.valid() else None
+
+    def scan_expiry(self, stop: bytes, limit: int) -> list[bytes]:
+        """Up to ``limit`` expiry keys below ``stop``."""
+        read = ReadOptions()
+        read.set_iterate_upper_bound(stop)
+        it = self._expiry.iter(read)
+        it.seek_to_first()
+        out: list[bytes] = []
+        while it.valid() and len(out) < limit:
+            out.append(it.key())
+            it.next()
+        return out
+
+    def delete_messages_before(self, stop: bytes) -> None:
+        """Range-delete every message key below ``stop`` and compact the range away."""
+        self._messages.delete_range(b"", stop, self._write_opts)
+        self._messages.compact_range(None, stop)
+
+    def checkpoint(self, dest: Path) -> None:
+        """A consistent on-disk copy of the whole store at ``dest`` (which must not exist)."""
+        self._db.flush_wal(True)
+        Checkpoint(self._db).create_checkpoint(str(dest))
+
+    def stats(self) -> dict[str, int]:
+        """Approximate sizes for logs and benchmarks."""
+        return {
+            "messages": int(self._messages.property_int_value("rocksdb.estimate-num-keys") or 0),
+            "index": int(self._index.property_int_value("rocksdb.estimate-num-keys") or 0),
+            "live_sst_bytes": int(
+                self._messages.property_int_value("rocksdb.live-sst-files-size") or 0
+            ),
+        }
+
+    def close(self) -> None:
+        """Flush memtables and close the database."""
+        for cf in (self._messages, self._index, self._expiry, self._meta):
+            cf.close()
+        self._db.close()

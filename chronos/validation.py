@@ -1,0 +1,102 @@
+"""The rules a delay request must meet, shared by the proxy, the node's ingest and the pipeline."""
+
+from __future__ import annotations
+
+import re
+
+from chronos.errors import ValidationError
+from chronos.model import DelayMessage
+from chronos.names import HEADER_PREFIX, TopicNames
+from chronos.repeat import Repeat, RepeatKind
+from chronos.settings import LimitSettings
+from chronos.types import EpochMs
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_ID_RE = re.compile(r"^[A-Za-z0-9._:-]+$")
+_MAX_MULTIPLIER = 1000
+
+
+def validate_topic(topic: str, names: TopicNames, field: str = "topic") -> None:
+    """Kafka's topic-name rules, and never one of chronos' or Kafka's internal topics."""
+    if not _TOPIC_RE.match(topic) or topic in (".", ".."):
+        raise ValidationError(
+            field, f"{topic!r} is not a valid Kafka topic name (1-249 of [A-Za-z0-9._-])"
+        )
+    if names.is_internal(topic):
+        raise ValidationError(field, f"{topic!r} is an internal topic and cannot be a target")
+
+
+def validate_id(message_id: str, limits: LimitSettings, field: str = "id") -> None:
+    """Ids are printable tokens so they can appear in URLs, logs and record keys unchanged."""
+    if not message_id:
+        raise ValidationError(field, "must not be empty")
+    if len(message_id.encode()) > limits.max_id_bytes:
+        raise ValidationError(field, f"longer than {limits.max_id_bytes} bytes")
+    if not _ID_RE.match(message_id):
+        raise ValidationError(field, "may contain only letters, digits and . _ : -")
+
+
+def resolve_due(
+    now_ms: EpochMs, *, delay_ms: int | None = None, deliver_at_ms: EpochMs | None = None
+) -> EpochMs:
+    """Exactly one of delay or deliver_at; a deliver_at in the past means "deliver now"."""
+    if (delay_ms is None) == (deliver_at_ms is None):
+        raise ValidationError("delay", "give exactly one of delay and deliver_at")
+    if delay_ms is not None:
+        if delay_ms < 0:
+            raise ValidationError("delay", "must not be negative (use deliver_at for a time)")
+        return now_ms + delay_ms
+    assert deliver_at_ms is not None
+    if deliver_at_ms < 0:
+        raise ValidationError("deliver_at", "must not be before 1970-01-01")
+    return deliver_at_ms
+
+
+def validate_repeat(repeat: Repeat, limits: LimitSettings) -> None:
+    """Bounds that keep a repeat from flooding a topic or living forever."""
+    if not 1 <= repeat.times <= limits.repeat_max_times:
+        raise ValidationError("repeat.times", f"must be 1..{limits.repeat_max_times}")
+    lo, hi = limits.repeat_min_interval_ms, limits.repeat_max_interval_ms
+    if not lo <= repeat.interval_ms <= hi:
+        raise ValidationError("repeat.interval_ms", f"must be {lo}..{hi} ms")
+    if repeat.kind is RepeatKind.EXPONENTIAL:
+        if not 2 <= repeat.multiplier <= _MAX_MULTIPLIER:
+            raise ValidationError("repeat.multiplier", f"must be 2..{_MAX_MULTIPLIER}")
+        if not repeat.interval_ms <= repeat.max_interval_ms <= hi:
+            raise ValidationError(
+                "repeat.max_interval_ms", f"must be between interval_ms and {hi} ms"
+            )
+
+
+def validate_message(
+    message: DelayMessage, limits: LimitSettings, names: TopicNames, now_ms: EpochMs
+) -> None:
+    """Every rule for an add request; raises ValidationError naming the first bad field."""
+    validate_id(message.id, limits)
+    validate_topic(message.topic, names)
+    for index, (name, _value) in enumerate(message.headers):
+        if not name:
+            raise ValidationError(f"headers[{index}]", "header name must not be empty")
+        if name.lower().startswith(HEADER_PREFIX):
+            raise ValidationError(
+                f"headers[{index}]", f"names starting with {HEADER_PREFIX!r} are reserved"
+            )
+    size = message.payload_bytes()
+    if size > limits.max_message_bytes:
+        raise ValidationError(
+            "value",
+            f"key + value + headers is {size} bytes, more than {limits.max_message_bytes}",
+            status=413,
+        )
+    if message.first_due_ms < 0:
+        raise ValidationError("deliver_at", "must not be before 1970-01-01")
+    horizon = now_ms + limits.max_delay_s * 1000
+    if message.repeat is not None:
+        validate_repeat(message.repeat, limits)
+        last_due = message.repeat.due_of(message.first_due_ms, message.repeat.times)
+        if last_due > horizon:
+            raise ValidationError(
+                "repeat", f"last occurrence is more than {limits.max_delay_s} s ahead"
+            )
+    if message.first_due_ms > horizon:
+        raise ValidationError("deliver_at", f"more than {limits.max_delay_s} s ahead")

@@ -1,0 +1,187 @@
+"""Inner-topic wire format, version 1: the contract any Kafka client may produce directly.
+
+A delay request is one Kafka record on the inner topic:
+
+* record key   = the message id (UTF-8). Partitioning by id with the Java-default murmur2
+                 partitioner puts add and cancel of one id on the same partition, in order.
+* record value = the payload, untouched bytes (null allowed).
+* headers      = the user's headers, untouched, plus chronos fields (ASCII values):
+
+  ======================================  ========  =========================================
+  header                                  required  meaning
+  ======================================  ========  =========================================
+  chronos-version                         yes       ``1``
+  chronos-op                              yes       ``add`` or ``cancel``
+  chronos-id                              yes       message id
+  chronos-topic                           add       target topic
+  chronos-due-ms                          add       due time, epoch milliseconds (decimal)
+  chronos-key                             no        target record key (raw bytes); absent=null
+  chronos-repeat                          no        ``fixed`` or ``exponential``
+  chronos-repeat-interval-ms              repeat    gap between occurrences (first gap)
+  chronos-repeat-times                    repeat    total occurrences
+  chronos-repeat-multiplier               expo.     gap growth factor (integer >= 2)
+  chronos-repeat-max-interval-ms          expo.     cap of the gap
+  ======================================  ========  =========================================
+
+Delivered records carry the user's key, value and headers plus ``chronos-id``,
+``chronos-due-ms`` and ``chronos-occurrence`` (and ``chronos-skipped`` when overdue repeat
+occurrences were collapsed).
+"""
+
+from __future__ import annotations
+
+from chronos.errors import DecodeError
+from chronos.model import CancelRequest, DelayMessage, InnerRequest
+from chronos.names import HEADER_PREFIX
+from chronos.repeat import Repeat, RepeatKind
+from chronos.types import Headers
+
+WIRE_VERSION = b"1"
+
+H_VERSION = "chronos-version"
+H_OP = "chronos-op"
+H_ID = "chronos-id"
+H_TOPIC = "chronos-topic"
+H_DUE = "chronos-due-ms"
+H_KEY = "chronos-key"
+H_REPEAT = "chronos-repeat"
+H_REPEAT_INTERVAL = "chronos-repeat-interval-ms"
+H_REPEAT_TIMES = "chronos-repeat-times"
+H_REPEAT_MULTIPLIER = "chronos-repeat-multiplier"
+H_REPEAT_MAX_INTERVAL = "chronos-repeat-max-interval-ms"
+H_OCCURRENCE = "chronos-occurrence"
+H_SKIPPED = "chronos-skipped"
+H_DLQ_REASON = "chronos-dlq-reason"
+H_DLQ_SOURCE = "chronos-dlq-source"
+H_DLQ_TARGET = "chronos-dlq-target"
+
+OP_ADD = b"add"
+OP_CANCEL = b"cancel"
+_REPEAT_NAMES = {b"fixed": RepeatKind.FIXED, b"exponential": RepeatKind.EXPONENTIAL}
+_REPEAT_WIRE = {kind: name for name, kind in _REPEAT_NAMES.items()}
+
+
+def _num(value: int) -> bytes:
+    return str(value).encode()
+
+
+def encode_add(message: DelayMessage) -> tuple[bytes, bytes | None, Headers]:
+    """The inner record (key, value, headers) that schedules ``message``."""
+    headers: Headers = list(message.headers)
+    headers += [
+        (H_VERSION, WIRE_VERSION),
+        (H_OP, OP_ADD),
+        (H_ID, message.id.encode()),
+        (H_TOPIC, message.topic.encode()),
+        (H_DUE, _num(message.first_due_ms)),
+    ]
+    if message.key is not None:
+        headers.append((H_KEY, message.key))
+    repeat = message.repeat
+    if repeat is not None:
+        headers += [
+            (H_REPEAT, _REPEAT_WIRE[repeat.kind]),
+            (H_REPEAT_INTERVAL, _num(repeat.interval_ms)),
+            (H_REPEAT_TIMES, _num(repeat.times)),
+        ]
+        if repeat.kind is RepeatKind.EXPONENTIAL:
+            headers += [
+                (H_REPEAT_MULTIPLIER, _num(repeat.multiplier)),
+                (H_REPEAT_MAX_INTERVAL, _num(repeat.max_interval_ms)),
+            ]
+    return message.id.encode(), message.value, headers
+
+
+def encode_cancel(message_id: str) -> tuple[bytes, bytes | None, Headers]:
+    """The inner record (key, value, headers) that cancels ``message_id``."""
+    headers: Headers = [
+        (H_VERSION, WIRE_VERSION),
+        (H_OP, OP_CANCEL),
+        (H_ID, message_id.encode()),
+    ]
+    return message_id.encode(), None, headers
+
+
+def _text(fields: dict[str, bytes | None], name: str, origin: str) -> str:
+    raw = fields.get(name)
+    if raw is None:
+        raise DecodeError(f"missing header {name}", origin=origin)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"header {name} is not UTF-8", origin=origin) from exc
+
+
+def _int(fields: dict[str, bytes | None], name: str, origin: str) -> int:
+    text = _text(fields, name, origin)
+    if not text.isascii() or not text.lstrip("-").isdigit() or len(text) > 19:
+        raise DecodeError(f"header {name}={text!r} is not a decimal integer", origin=origin)
+    return int(text)
+
+
+def decode(value: bytes | None, headers: Headers | None, origin: str = "") -> InnerRequest:
+    """Decode one inner record; raises DecodeError with the reason (``origin`` names the offset).
+
+    Rule checks (limits, topic names) are left to ``chronos.validation`` so that the proxy and
+    the node apply the same ones.
+    """
+    fields: dict[str, bytes | None] = {}
+    user: Headers = []
+    for name, raw in headers or []:
+        if name.startswith(HEADER_PREFIX):
+            if name in fields:
+                raise DecodeError(f"header {name} appears twice", origin=origin)
+            fields[name] = raw
+        else:
+            user.append((name, raw))
+    version = fields.get(H_VERSION)
+    if version != WIRE_VERSION:
+        raise DecodeError(f"unsupported {H_VERSION} {version!r}, expected 1", origin=origin)
+    op = fields.get(H_OP)
+    message_id = _text(fields, H_ID, origin)
+    if op == OP_CANCEL:
+        return CancelRequest(message_id)
+    if op != OP_ADD:
+        raise DecodeError(f"unknown {H_OP} {op!r}, expected add or cancel", origin=origin)
+    return DelayMessage(
+        id=message_id,
+        topic=_text(fields, H_TOPIC, origin),
+        key=fields.get(H_KEY),
+        value=value,
+        headers=user,
+        first_due_ms=_int(fields, H_DUE, origin),
+        repeat=_decode_repeat(fields, origin),
+    )
+
+
+def _decode_repeat(fields: dict[str, bytes | None], origin: str) -> Repeat | None:
+    name = fields.get(H_REPEAT)
+    if name is None:
+        return None
+    kind = _REPEAT_NAMES.get(name)
+    if kind is None:
+        raise DecodeError(f"unknown {H_REPEAT} {name!r}", origin=origin)
+    interval = _int(fields, H_REPEAT_INTERVAL, origin)
+    times = _int(fields, H_REPEAT_TIMES, origin)
+    if kind is RepeatKind.FIXED:
+        return Repeat(kind, interval, times)
+    return Repeat(
+        kind,
+        interval,
+        times,
+        multiplier=_int(fields, H_REPEAT_MULTIPLIER, origin),
+        max_interval_ms=_int(fields, H_REPEAT_MAX_INTERVAL, origin),
+    )
+
+
+def delivery_headers(message: DelayMessage, due_ms: int, skipped: int) -> Headers:
+    """Headers of the delivered record: the user's, then chronos' own."""
+    headers: Headers = list(message.headers)
+    headers += [
+        (H_ID, message.id.encode()),
+        (H_DUE, _num(due_ms)),
+        (H_OCCURRENCE, _num(message.occurrence)),
+    ]
+    if skipped:
+        headers.append((H_SKIPPED, _num(skipped)))
+    return headers

@@ -1,0 +1,211 @@
+"""Python client: validates a delay request and returns once Kafka acknowledged it (durable)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+
+from confluent_kafka import KafkaError
+
+from chronos.clock import Clock, SystemClock
+from chronos.errors import KafkaDeliveryError, ValidationError
+from chronos.kafka.errors import describe
+from chronos.kafka.producer import Delivery
+from chronos.model import DelayMessage
+from chronos.repeat import Repeat
+from chronos.settings import ChronosSettings
+from chronos.types import EpochMs, Headers
+from chronos.validation import resolve_due, validate_id, validate_message
+from chronos import wire
+
+HeaderInput = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """Kafka acknowledged the request: the message ``id`` will be delivered at ``deliver_at_ms``."""
+
+    id: str
+    deliver_at_ms: EpochMs
+
+    @property
+    def deliver_at(self) -> datetime:
+        """Due time as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.deliver_at_ms / 1000, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelReceipt:
+    """Kafka acknowledged the cancel. The node applies it in order after the add; a message
+    already handed to Kafka by then is not recalled (the node logs ``cancel_too_late``)."""
+
+    id: str
+
+
+@dataclass(slots=True)
+class DelayRequest:
+    """One request of a batch; same meaning as ``DelayClient.send_delay``'s arguments."""
+
+    topic: str
+    value: bytes | str | None
+    key: bytes | str | None = None
+    headers: HeaderInput | None = None
+    delay: timedelta | float | None = None
+    deliver_at: datetime | int | None = None
+    id: str | None = None
+    repeat: Repeat | None = None
+
+
+def _bytes(value: bytes | str | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
+
+
+def _headers(headers: HeaderInput | None) -> Headers:
+    if headers is None:
+        return []
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return [(str(name), _bytes(value)) for name, value in items]
+
+
+def _delay_ms(delay: timedelta | float | None) -> int | None:
+    if delay is None:
+        return None
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    return round(seconds * 1000)
+
+
+def _deliver_at_ms(deliver_at: datetime | int | None) -> int | None:
+    if deliver_at is None or isinstance(deliver_at, int):
+        return deliver_at
+    if deliver_at.tzinfo is None:
+        raise ValidationError("deliver_at", "must be timezone-aware (e.g. UTC)")
+    return round(deliver_at.timestamp() * 1000)
+
+
+class _Acks:
+    """Waits for the acknowledgements of several records at once."""
+
+    def __init__(self, expected: int) -> None:
+        self._remaining = expected
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self.errors: list[KafkaError] = []
+        if expected == 0:
+            self._done.set()
+
+    def __call__(self, error: KafkaError | None) -> None:
+        with self._lock:
+            if error is not None:
+                self.errors.append(error)
+            self._remaining -= 1
+            if self._remaining == 0:
+                self._done.set()
+
+    def wait(self, timeout_s: float) -> None:
+        if not self._done.wait(timeout_s):
+            raise KafkaDeliveryError(f"Kafka did not acknowledge within {timeout_s} s")
+        if self.errors:
+            raise KafkaDeliveryError(f"Kafka refused the request: {describe(self.errors[0])}")
+
+
+class DelayClient:
+    """Schedules delay messages by producing them to the inner topic.
+
+    Every call returns only after Kafka acknowledged the inner record (acks=all, idempotent
+    producer), so an answered request survives any node crash.
+
+    Parameters:
+        settings: the settings tree (Kafka connection, limits, topic namespace).
+        clock: time source for relative delays.
+    """
+
+    def __init__(self, settings: ChronosSettings | None = None, clock: Clock | None = None) -> None:
+        self._settings = settings or ChronosSettings()
+        self._clock = clock or SystemClock()
+        self._names = self._settings.topics.names
+        self._delivery = Delivery(self._settings.kafka.producer(), name="proxy-producer")
+        self._delivery.start()
+        self._timeout_s = self._settings.proxy.ack_timeout_s
+
+    def __enter__(self) -> DelayClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Flush and stop the producer."""
+        self._delivery.stop()
+        self._delivery.join(5.0)
+
+    def healthy(self, timeout_s: float = 2.0) -> bool:
+        """True when Kafka answers."""
+        return self._delivery.ping(timeout_s)
+
+    def build(self, request: DelayRequest) -> DelayMessage:
+        """Validate a request into the message that will be scheduled (raises ValidationError)."""
+        now = self._clock.now_ms()
+        due = resolve_due(
+            now, delay_ms=_delay_ms(request.delay), deliver_at_ms=_deliver_at_ms(request.deliver_at)
+        )
+        message = DelayMessage(
+            id=request.id if request.id is not None else uuid.uuid4().hex,
+            topic=request.topic,
+            key=_bytes(request.key),
+            value=_bytes(request.value),
+            headers=_headers(request.headers),
+            first_due_ms=due,
+            repeat=request.repeat,
+        )
+        validate_message(message, self._settings.limits, self._names, now)
+        return message
+
+    def send_delay(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        *,
+        key: bytes | str | None = None,
+        headers: HeaderInput | None = None,
+        delay: timedelta | float | None = None,
+        deliver_at: datetime | int | None = None,
+        id: str | None = None,
+        repeat: Repeat | None = None,
+    ) -> Receipt:
+        """Schedule ``value`` for ``topic`` after ``delay`` (seconds or timedelta) or at
+        ``deliver_at`` (aware datetime or epoch ms). A caller-given ``id`` makes the call
+        idempotent: re-sending it schedules one delivery."""
+        request = DelayRequest(topic, value, key, headers, delay, deliver_at, id, repeat)
+        return self.send_batch([request])[0]
+
+    def send_batch(self, requests: Sequence[DelayRequest]) -> list[Receipt]:
+        """Validate all requests first (all or nothing), produce them, wait for every ack."""
+        messages: list[DelayMessage] = []
+        for index, request in enumerate(requests):
+            try:
+                messages.append(self.build(request))
+            except ValidationError as exc:
+                field_name = f"messages[{index}].{exc.field}" if len(requests) > 1 else exc.field
+                raise ValidationError(field_name, exc.message, status=exc.status) from exc
+        acks = _Acks(len(messages))
+        for message in messages:
+            key, value, headers = wire.encode_add(message)
+            self._delivery.send(self._names.inner, key, value, headers, acks)
+        acks.wait(self._timeout_s)
+        return [Receipt(m.id, m.first_due_ms) for m in messages]
+
+    def cancel(self, id: str) -> CancelReceipt:
+        """Cancel every remaining occurrence of message ``id``."""
+        validate_id(id, self._settings.limits)
+        acks = _Acks(1)
+        key, value, headers = wire.encode_cancel(id)
+        self._delivery.send(self._names.inner, key, value, headers, acks)
+        acks.wait(self._timeout_s)
+        return CancelReceipt(id)

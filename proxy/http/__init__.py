@@ -1,0 +1,1 @@
+"""The HTTP service of the proxy (FastAPI; OpenAPI at /openapi.json)."""

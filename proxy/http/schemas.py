@@ -1,0 +1,133 @@
+"""Request and response bodies of the HTTP API (they generate the OpenAPI spec)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chronos.errors import ValidationError
+from chronos.repeat import Repeat, RepeatKind
+from proxy.client import DelayRequest
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HeaderIn(_Body):
+    """One record header; ``value`` null for a null header value."""
+
+    name: str = Field(description="Header name (must not start with 'chronos-').")
+    value: str | None = Field(None, description="Header value, in the request's encoding.")
+
+
+class RepeatIn(_Body):
+    """Repeat schedule: fixed interval N times, or exponential backoff capped at a max gap."""
+
+    kind: Literal["fixed", "exponential"]
+    interval_ms: int = Field(description="Gap between occurrences (exponential: the first gap).")
+    times: int = Field(description="Total occurrences, the first included.")
+    multiplier: int = Field(2, description="Exponential only: growth factor of the gap.")
+    max_interval_ms: int | None = Field(
+        None, description="Exponential only: cap of the gap (default: the configured maximum)."
+    )
+
+    def to_repeat(self, default_cap_ms: int) -> Repeat:
+        if self.kind == "fixed":
+            return Repeat(RepeatKind.FIXED, self.interval_ms, self.times)
+        return Repeat(RepeatKind.EXPONENTIAL, self.interval_ms, self.times, self.multiplier,
+                      self.max_interval_ms or default_cap_ms)
+
+
+class ScheduleIn(_Body):
+    """Schedule one message. Give exactly one of delay_ms, deliver_at_ms, deliver_at."""
+
+    topic: str = Field(description="Target topic.")
+    value: str | None = Field(None, description="Record value in `encoding`; null for none.")
+    key: str | None = Field(None, description="Record key in `encoding`; null for none.")
+    headers: list[HeaderIn] = Field(default_factory=list, description="Record headers.")
+    encoding: Literal["utf8", "base64"] = Field(
+        "utf8", description="How value, key and header values are written in this JSON."
+    )
+    delay_ms: int | None = Field(None, description="Deliver this many ms from now.")
+    deliver_at_ms: int | None = Field(None, description="Deliver at this epoch ms (past = now).")
+    deliver_at: datetime | None = Field(None, description="Deliver at this ISO-8601 time.")
+    id: str | None = Field(None, description="Idempotency key; generated when absent.")
+    repeat: RepeatIn | None = None
+
+    def _decode(self, text: str | None, field: str) -> bytes | None:
+        if text is None:
+            return None
+        if self.encoding == "utf8":
+            return text.encode()
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValidationError(field, "is not valid base64") from exc
+
+    def to_request(self, default_cap_ms: int) -> DelayRequest:
+        """The client-library request this body stands for."""
+        given = [v is not None for v in (self.delay_ms, self.deliver_at_ms, self.deliver_at)]
+        if sum(given) != 1:
+            raise ValidationError("delay_ms", "give exactly one of delay_ms, deliver_at_ms, deliver_at")
+        deliver_at: datetime | int | None = self.deliver_at_ms
+        if self.deliver_at is not None:
+            if self.deliver_at.tzinfo is None:
+                raise ValidationError("deliver_at", "must include a timezone offset (e.g. Z)")
+            deliver_at = self.deliver_at
+        return DelayRequest(
+            topic=self.topic,
+            value=self._decode(self.value, "value"),
+            key=self._decode(self.key, "key"),
+            headers=[(h.name, self._decode(h.value, f"headers[{i}].value"))
+                     for i, h in enumerate(self.headers)],
+            delay=None if self.delay_ms is None else self.delay_ms / 1000.0,
+            deliver_at=deliver_at,
+            id=self.id,
+            repeat=None if self.repeat is None else self.repeat.to_repeat(default_cap_ms),
+        )
+
+
+class BatchIn(_Body):
+    """Schedule several messages; validated all or nothing."""
+
+    messages: list[ScheduleIn] = Field(min_length=1)
+
+
+class ReceiptOut(BaseModel):
+    """Kafka acknowledged the request."""
+
+    id: str
+    deliver_at_ms: int
+    deliver_at: datetime
+
+
+class BatchOut(BaseModel):
+    """Receipts in request order."""
+
+    receipts: list[ReceiptOut]
+
+
+class CancelOut(BaseModel):
+    """Kafka acknowledged the cancel; the node applies it after the add."""
+
+    id: str
+    status: Literal["cancel_accepted"] = "cancel_accepted"
+
+
+class ErrorOut(BaseModel):
+    """A request error naming the offending field."""
+
+    error: str
+    field: str | None = None
+
+
+class HealthOut(BaseModel):
+    """Health of the proxy and its Kafka connection."""
+
+    status: Literal["ok", "unavailable"]
+    kafka: bool
