@@ -83,6 +83,9 @@ class KafkaSettings(_Section):
                 "enable.auto.offset.store": False,
                 "auto.commit.interval.ms": 1000,
                 "isolation.level": "read_committed",
+                # Bounds how long a broker may hold a fetch; ingest latency of a
+                # deliver-now message depends on it.
+                "fetch.wait.max.ms": 50,
             }
         )
         config.update(overrides)
@@ -148,6 +151,10 @@ class NodeSettings(_Section):
         20, ge=1, description="How often acknowledged deliveries advance the seek timestamp."
     )
     shutdown_timeout_s: float = Field(30.0, gt=0, description="Drain time on SIGTERM.")
+    catch_up_timeout_s: float = Field(
+        60.0, ge=0, description="At start, deliver only after ingest reached the inner topic's "
+        "end offsets, or after this many seconds."
+    )
     session_timeout_ms: int = Field(
         10_000, ge=1000, description="Inner consumer session timeout (group join waits on it)."
     )

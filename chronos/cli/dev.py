@@ -73,6 +73,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         node.start()
         proxy.start()
+        if not node.wait_ready(60.0):
+            print("chronos: the node did not join its consumer group within 60 s", file=sys.stderr)
+            return 1
         print(_BANNER.format(bootstrap=settings.kafka.bootstrap_servers,
                              host=settings.proxy.host, port=settings.proxy.port,
                              data_dir=data_dir), file=sys.stderr, flush=True)

@@ -72,7 +72,7 @@ class TansuBroker:
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
         deadline = time.monotonic() + timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise ConfigError(f"Tansu exited with code {self._process.returncode}")

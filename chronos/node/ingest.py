@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import structlog
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
@@ -86,18 +87,58 @@ class IngestWorker(LoopWorker):
         self._timeout_s = poll_timeout_ms / 1000.0
         self._metrics = metrics
         self._consumer: Consumer | None = None
+        self.assigned = threading.Event()
+        #: Set once this worker has applied its partitions up to their end offsets as of its
+        #: first assignment: the push worker waits for it after a restart, so cancels that
+        #: Kafka accepted before a crash are applied before anything is delivered.
+        self.caught_up = threading.Event()
+        self._catch_up_targets: dict[int, int] = {}
 
     def _open(self) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer({**self._config, "logger": _librdkafka_log})
-            self._consumer.subscribe([self._topic])
+            self._consumer.subscribe([self._topic], on_assign=self._on_assign)
         return self._consumer
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("ingest_assigned", worker=self.name,
+                 partitions=sorted(tp.partition for tp in partitions))
+        if not self.caught_up.is_set() and not self.assigned.is_set():
+            self._catch_up_targets = self._end_offsets(consumer, partitions)
+            log.info("ingest_catch_up", worker=self.name, targets=self._catch_up_targets)
+            self._check_caught_up({})
+        self.assigned.set()
+
+    @staticmethod
+    def _end_offsets(consumer: Consumer, partitions: list[TopicPartition]) -> dict[int, int]:
+        """End offsets of the partitions that still hold records this group has not committed."""
+        if not partitions:
+            return {}
+        committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=10)}
+        targets: dict[int, int] = {}
+        for tp in partitions:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            if high > max(low, committed.get(tp.partition, -1)):
+                targets[tp.partition] = high
+        return targets
+
+    def _check_caught_up(self, reached: dict[int, int]) -> None:
+        for partition, offset in reached.items():
+            if self._catch_up_targets.get(partition, offset + 1) <= offset:
+                del self._catch_up_targets[partition]
+        if not self._catch_up_targets and not self.caught_up.is_set():
+            log.info("ingest_caught_up", worker=self.name)
+            self.caught_up.set()
 
     def step(self) -> None:
         consumer = self._open()
-        records = consumer.consume(self._batch_max, self._timeout_s)
-        if records:
-            self.ingest(consumer, records)
+        # poll() returns as soon as one record is there; consume(n, 0) then takes what is
+        # already fetched. consume(n, timeout) alone would wait for n records or the timeout.
+        first = consumer.poll(self._timeout_s)
+        if first is None:
+            return
+        records = [first, *consumer.consume(self._batch_max - 1, 0)] if self._batch_max > 1 else [first]
+        self.ingest(consumer, records)
 
     def ingest(self, consumer: Consumer, records: list[Message]) -> None:
         """Apply one consumed batch, then store its offsets."""
@@ -125,6 +166,8 @@ class IngestWorker(LoopWorker):
             # Not acknowledged: keep the offsets unstored; the batch is replayed after a restart
             # (ingest is idempotent) and dead-lettering is tried again then.
             raise RuntimeError("dead-letter topic did not acknowledge rejected inner records")
+        if not self.caught_up.is_set():
+            self._check_caught_up({p: o for (_t, p), o in offsets.items()})
         if offsets:
             try:
                 consumer.store_offsets(

@@ -14,6 +14,7 @@ from chronos.errors import ConfigError
 from chronos.kafka.admin import ensure_topics
 from chronos.node.component import Component
 from chronos.node.context import NodeContext, build_context
+from chronos.node.ingest import IngestWorker
 from chronos.node.roles import ROLES
 from chronos.settings import ChronosSettings
 
@@ -51,6 +52,15 @@ class Node:
             component.start()
         log.info("node_started", node=self.settings.node.node_id, role=self._role,
                  seek_ms=self.context.ledger.seek_ms, data_dir=str(self.settings.node.data_dir))
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """True once every ingest consumer joined its group and caught up with the inner topic."""
+        deadline = time.monotonic() + timeout_s
+        for component in self._components:
+            if isinstance(component, IngestWorker):
+                if not component.caught_up.wait(max(0.0, deadline - time.monotonic())):
+                    return False
+        return True
 
     def stop(self) -> None:
         """Stop components in reverse start order, each drained before the next, then close."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import queue
+import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import structlog
@@ -39,6 +41,8 @@ class PushWorker(LoopWorker):
         clock: time source.
         batch_max: most jobs per queued batch.
         metrics: counters.
+        start_gate: delivery starts once this returns True (ingest caught up after a restart)
+            or ``gate_timeout_s`` passed, whichever comes first.
     """
 
     def __init__(
@@ -51,8 +55,12 @@ class PushWorker(LoopWorker):
         clock: Clock,
         batch_max: int,
         metrics: Metrics,
+        start_gate: Callable[[], bool] | None = None,
+        gate_timeout_s: float = 60.0,
     ) -> None:
         super().__init__("push")
+        self._gate = start_gate
+        self._gate_deadline = time.monotonic() + gate_timeout_s
         self._store = store
         self._ledger = ledger
         self._frontier = frontier
@@ -68,6 +76,13 @@ class PushWorker(LoopWorker):
         self._frontier.stop()
 
     def step(self) -> None:
+        if self._gate is not None:
+            if not self._gate() and time.monotonic() < self._gate_deadline:
+                self._stop.wait(0.02)
+                return
+            if not self._gate():
+                log.warning("push_started_before_ingest_caught_up")
+            self._gate = None
         next_slot = self.scan_due()
         self._frontier.wait(next_slot, self._clock.now_ms(), _MAX_SLEEP_S)
 

@@ -21,7 +21,7 @@ from chronos.node.sender import Sender
 Role = Callable[[NodeContext], list[Component]]
 
 
-def _ingest(ctx: NodeContext) -> list[Component]:
+def _ingest(ctx: NodeContext) -> list[IngestWorker]:
     s = ctx.settings
     names = s.topics.names
     config = s.kafka.consumer(
@@ -34,7 +34,7 @@ def _ingest(ctx: NodeContext) -> list[Component]:
     ]
 
 
-def _delivery(ctx: NodeContext) -> list[Component]:
+def _delivery(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:
     s = ctx.settings
     senders: list[Component] = [
         Sender(i, ctx.jobs, ctx.retries, ctx.delivery, ctx.dead_letters, ctx.tracker, ctx.clock,
@@ -42,17 +42,20 @@ def _delivery(ctx: NodeContext) -> list[Component]:
         for i in range(s.node.sender_threads)
     ]
     push = PushWorker(ctx.store, ctx.ledger, ctx.frontier, ctx.tracker, ctx.jobs, ctx.clock,
-                      s.node.push_batch_max, ctx.metrics)
+                      s.node.push_batch_max, ctx.metrics,
+                      start_gate=lambda: all(w.caught_up.is_set() for w in ingest),
+                      gate_timeout_s=s.node.catch_up_timeout_s)
     return [ctx.delivery, *senders, push]
 
 
 def master(ctx: NodeContext) -> list[Component]:
     """Ingests everything and delivers."""
+    ingest = _ingest(ctx)
     return [
         MetricsReporter(ctx.metrics, ctx.ledger),
         ProgressWorker(ctx.tracker, ctx.ledger, ctx.settings.node.progress_interval_ms),
-        *_delivery(ctx),
-        *_ingest(ctx),
+        *_delivery(ctx, ingest),
+        *ingest,
         DeleteWorker(ctx.ledger, ctx.settings.delete),
     ]
 

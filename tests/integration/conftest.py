@@ -1,0 +1,59 @@
+"""Fixtures for integration tests: one broker per session, fresh names per test.
+
+One broker per session because starting one costs ~0.1-1 s (more with Docker); fresh topic and
+group names per test give isolation without restarting it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from tests.broker import kafka_broker
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under this directory ``integration`` so ``-m "not integration"`` works.
+
+    This hook sees the whole session's items, hence the path check.
+    """
+    for item in items:
+        if item.path.is_relative_to(HERE):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Bootstrap servers of the session's broker.
+
+    Output capture is suspended while it starts so the chosen path (docker, subprocess, existing
+    cluster) is visible in the test output, not only on failure.
+    """
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with contextlib.ExitStack() as stack:
+        uncaptured = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+        with uncaptured:
+            bootstrap = stack.enter_context(kafka_broker())
+        yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def admin(kafka_bootstrap: str) -> AdminClient:
+    """An AdminClient on the session broker (stateless, so one is shared)."""
+    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A unique prefix for this test's topics and consumer groups, e.g. ``t1a2b3c4d5e``.
+
+    Starts with a letter and uses only [a-z0-9] so it is valid in topic and group names.
+    """
+    return f"t{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,95 @@
+"""CLI argument helpers: durations, headers, repeat specs."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from chronos.cli.args import duration_ms, header, repeat
+from chronos.repeat import Repeat, RepeatKind
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("250ms", 250),
+        ("5s", 5000),
+        ("2m", 120_000),
+        ("1.5h", 5_400_000),
+        ("1d", 86_400_000),
+        ("3", 3000),
+        ("0.25", 250),
+        ("0", 0),
+        (" 5s ", 5000),
+        ("1.5ms", 2),
+    ],
+)
+def test_duration_ms(text: str, ms: int) -> None:
+    assert duration_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "abc", "5x", "-5s", "5 s", "1.5.2s", "s", ".5s", "5S",
+                                  "1e3", "5sec"])
+def test_duration_ms_errors(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="not a duration"):
+        duration_ms(text)
+
+
+def test_duration_ms_as_argparse_type() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--delay", type=duration_ms)
+    assert parser.parse_args(["--delay", "2m"]).delay == 120_000
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--delay", "soon"])
+
+
+def test_header() -> None:
+    assert header("a=b") == ("a", "b")
+    assert header("a=b=c") == ("a", "b=c")
+    assert header("a=") == ("a", "")
+    for bad in ("noequals", "=value", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            header(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("fixed:5s:3", Repeat(RepeatKind.FIXED, 5000, 3)),
+        ("fixed:250ms:1", Repeat(RepeatKind.FIXED, 250, 1)),
+        ("exponential:1s:5", Repeat(RepeatKind.EXPONENTIAL, 1000, 5, 2, 86_400_000)),
+        ("exponential:2s:4:3", Repeat(RepeatKind.EXPONENTIAL, 2000, 4, 3, 86_400_000)),
+        ("exponential:1s:6:2:1m", Repeat(RepeatKind.EXPONENTIAL, 1000, 6, 2, 60_000)),
+        ("exponential:10:2:5:1.5h", Repeat(RepeatKind.EXPONENTIAL, 10_000, 2, 5, 5_400_000)),
+    ],
+)
+def test_repeat(text: str, expected: Repeat) -> None:
+    assert repeat(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "fixed",
+        "fixed:5s",
+        "fixed:5s:3:4",
+        "linear:5s:3",
+        "fixed:5s:x",
+        "fixed:5s:3.5",
+        "exponential:1s",
+        "exponential:1s:3:x",
+        "exponential:1s:3:2:1m:9",
+        "FIXED:5s:3",
+    ],
+)
+def test_repeat_errors(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="fixed:INTERVAL:TIMES"):
+        repeat(text)
+
+
+@pytest.mark.parametrize("text", ["fixed:soon:3", "exponential:1s:3:2:later"])
+def test_repeat_bad_duration(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        repeat(text)

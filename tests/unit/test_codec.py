@@ -1,0 +1,126 @@
+"""Stored-message codec: exact round trip, and corrupt input always raises DecodeError."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chronos.errors import DecodeError
+from chronos.model import DelayMessage
+from chronos.repeat import Repeat, RepeatKind
+from chronos.store import codec
+
+TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
+U32 = st.integers(min_value=0, max_value=2**32 - 1)
+U64 = st.integers(min_value=0, max_value=2**64 - 1)
+
+REPEATS = st.builds(
+    Repeat,
+    kind=st.sampled_from(list(RepeatKind)),
+    interval_ms=U64,
+    times=U32,
+    multiplier=U32,
+    max_interval_ms=U64,
+)
+
+MESSAGES = st.builds(
+    DelayMessage,
+    id=TEXT,
+    topic=TEXT,
+    key=st.none() | st.binary(max_size=64),
+    value=st.none() | st.binary(max_size=256),
+    headers=st.lists(st.tuples(TEXT, st.none() | st.binary(max_size=32)), max_size=6),
+    first_due_ms=U64,
+    repeat=st.none() | REPEATS,
+    occurrence=st.integers(min_value=1, max_value=2**32 - 1),
+)
+
+
+def _sample() -> DelayMessage:
+    return DelayMessage(
+        id="id-1",
+        topic="tøpic",
+        key=b"",
+        value=b"\x00\xff payload",
+        headers=[("a", b""), ("b", None), ("a", b"\x00")],
+        first_due_ms=1_700_000_000_123,
+        repeat=Repeat(RepeatKind.EXPONENTIAL, 1000, 5, 3, 60_000),
+        occurrence=2,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(message=MESSAGES)
+def test_round_trip(message: DelayMessage) -> None:
+    decoded = codec.decode(codec.encode(message))
+    assert decoded == message
+    # None and b"" must stay distinct
+    assert (decoded.key is None) == (message.key is None)
+    assert (decoded.value is None) == (message.value is None)
+    assert [v is None for _, v in decoded.headers] == [v is None for _, v in message.headers]
+
+
+def test_round_trip_sample_distinguishes_empty_and_null() -> None:
+    message = _sample()
+    decoded = codec.decode(codec.encode(message))
+    assert decoded.key == b""
+    assert decoded.headers == [("a", b""), ("b", None), ("a", b"\x00")]
+    assert decoded.repeat == Repeat(RepeatKind.EXPONENTIAL, 1000, 5, 3, 60_000)
+    assert decoded.occurrence == 2
+    nulls = DelayMessage("x", "t", None, None)
+    back = codec.decode(codec.encode(nulls))
+    assert back.key is None and back.value is None and back.repeat is None
+
+
+@settings(max_examples=80, deadline=None)
+@given(message=MESSAGES, data=st.data())
+def test_truncated_input_raises(message: DelayMessage, data: st.DataObject) -> None:
+    raw = codec.encode(message)
+    cut = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
+    with pytest.raises(DecodeError):
+        codec.decode(raw[:cut])
+
+
+def test_every_prefix_of_sample_raises() -> None:
+    raw = codec.encode(_sample())
+    for cut in range(len(raw)):
+        with pytest.raises(DecodeError):
+            codec.decode(raw[:cut])
+
+
+@settings(max_examples=80, deadline=None)
+@given(message=MESSAGES, garbage=st.binary(min_size=1, max_size=16))
+def test_trailing_garbage_raises(message: DelayMessage, garbage: bytes) -> None:
+    with pytest.raises(DecodeError, match="trailing"):
+        codec.decode(codec.encode(message) + garbage)
+
+
+def test_unknown_version_raises() -> None:
+    raw = bytearray(codec.encode(_sample()))
+    raw[0] = 2
+    with pytest.raises(DecodeError, match="version 2"):
+        codec.decode(bytes(raw))
+
+
+def test_unknown_repeat_kind_raises() -> None:
+    raw = bytearray(codec.encode(_sample()))
+    # repeat kind is the first byte after the 14-byte head
+    assert raw[14] == RepeatKind.EXPONENTIAL
+    raw[14] = 9
+    with pytest.raises(DecodeError):
+        codec.decode(bytes(raw))
+
+
+def test_invalid_utf8_topic_raises() -> None:
+    message = DelayMessage("id", "ab", None, None)
+    raw = codec.encode(message)
+    bad = raw.replace(b"\x00\x02ab", b"\x00\x02\xff\xfe")
+    assert bad != raw
+    with pytest.raises(DecodeError):
+        codec.decode(bad)
+
+
+def test_empty_input_raises() -> None:
+    with pytest.raises(DecodeError):
+        codec.decode(b"")

@@ -1,0 +1,301 @@
+"""Ledger on a real RocksDB store: idempotent adds, cancels, progress, purge, tombstones."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from chronos.clock import FakeClock
+from chronos.model import CancelRequest, DelayMessage
+from chronos.node.frontier import Frontier
+from chronos.node.ledger import Ledger, next_occurrence
+from chronos.repeat import Repeat, RepeatKind
+from chronos.settings import DeleteSettings, StoreSettings
+from chronos.store import codec, keys
+from chronos.store.rocks import RocksStore
+
+T0 = 1_700_000_000_000
+TOMBSTONE_S = 60
+ALL = b"\xff" * 16  # above every messages key
+
+
+@dataclass
+class Env:
+    path: Path
+    store: RocksStore
+    frontier: Frontier
+    clock: FakeClock
+    ledger: Ledger
+
+    def messages(self) -> dict[bytes, DelayMessage]:
+        return {k: codec.decode(v) for k, v in self.store.scan(b"", ALL, 1_000_000)}
+
+    def slots(self) -> list[tuple[int, str]]:
+        return [keys.split_message_key(k) for k, _ in self.store.scan(b"", ALL, 1_000_000)]
+
+    def index(self, message_id: str) -> bytes | None:
+        return self.store.get_index([message_id])[0]
+
+    def reopen(self) -> None:
+        self.store.close()
+        # Drop every reference so RocksDB's LOCK is released (see test_rocks.py: close() alone
+        # does not release it while the RocksStore object is alive).
+        fresh = _open_env_after_release(self)
+        self.store, self.frontier, self.ledger = fresh.store, fresh.frontier, fresh.ledger
+
+
+def _open_env_after_release(env: Env) -> Env:
+    path, clock = env.path, env.clock
+    env.store = env.ledger = None  # type: ignore[assignment]
+    gc.collect()
+    return _open_env(path, clock)
+
+
+def _open_env(path: Path, clock: FakeClock) -> Env:
+    store = RocksStore(path, StoreSettings(sync_writes=False))
+    frontier = Frontier(store.read_seek() or 0)
+    ledger = Ledger(store, frontier, clock, DeleteSettings(tombstone_retention_s=TOMBSTONE_S))
+    return Env(path, store, frontier, clock, ledger)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = _open_env(tmp_path / "store", FakeClock(T0))
+    yield e
+    e.store.close()
+
+
+def _msg(message_id: str, due: int, repeat: Repeat | None = None, value: bytes = b"v") -> DelayMessage:
+    return DelayMessage(message_id, "orders", b"k", value, [("h", b"1")], due, repeat)
+
+
+def test_add_stores_message_and_index(env: Env) -> None:
+    message = _msg("a", T0 + 1000)
+    outcome = env.ledger.apply([message])
+    assert outcome.added == 1 and outcome.late == 0 and outcome.duplicates == 0
+    key = keys.message_key(T0 + 1000, "a")
+    assert env.messages() == {key: message}
+    assert env.index("a") == keys.index_pending(key)
+
+
+def test_duplicate_add_keeps_first(env: Env) -> None:
+    env.ledger.apply([_msg("a", T0 + 1000, value=b"first")])
+    outcome = env.ledger.apply([_msg("a", T0 + 5000, value=b"second")])
+    assert outcome.duplicates == 1 and outcome.added == 0
+    assert env.slots() == [(T0 + 1000, "a")]
+    (stored,) = env.messages().values()
+    assert stored.value == b"first"
+
+
+def test_duplicate_add_in_same_batch_keeps_first(env: Env) -> None:
+    outcome = env.ledger.apply([_msg("a", T0 + 2000, value=b"first"), _msg("a", T0 + 1000)])
+    assert (outcome.added, outcome.duplicates) == (1, 1)
+    assert env.slots() == [(T0 + 2000, "a")]
+
+
+def test_cancel_before_add_stays_cancelled(env: Env) -> None:
+    outcome = env.ledger.apply([CancelRequest("a")])
+    assert outcome.cancel_unknown == 1
+    assert env.index("a") == keys.index_cancelled(T0)
+    outcome = env.ledger.apply([_msg("a", T0 + 1000)])
+    assert outcome.duplicates == 1 and outcome.added == 0
+    assert env.slots() == []
+    assert env.index("a") == keys.index_cancelled(T0)
+
+
+def test_cancel_pending_removes_it_from_scans(env: Env) -> None:
+    env.ledger.apply([_msg("a", T0 + 1000), _msg("b", T0 + 2000)])
+    env.clock.advance(5)
+    outcome = env.ledger.apply([CancelRequest("a")])
+    assert outcome.cancelled == 1 and outcome.cancel_raced == 0
+    assert env.slots() == [(T0 + 2000, "b")]
+    assert env.index("a") == keys.index_cancelled(T0 + 5)
+    # cancelling again is a no-op
+    outcome = env.ledger.apply([CancelRequest("a")])
+    assert outcome.cancelled == 0 and outcome.cancel_unknown == 0
+    assert env.index("a") == keys.index_cancelled(T0 + 5)
+
+
+def test_add_then_cancel_in_same_batch(env: Env) -> None:
+    outcome = env.ledger.apply([_msg("a", T0 + 1000), CancelRequest("a")])
+    assert outcome.added == 1 and outcome.cancelled == 1
+    assert env.slots() == []
+    assert env.index("a") == keys.index_cancelled(T0)
+
+
+def test_cancel_after_frontier_passed_is_raced(env: Env) -> None:
+    env.ledger.apply([_msg("a", T0 + 1000)])
+    env.frontier.advance(T0 + 1500)  # handed to a sender, not yet acknowledged
+    outcome = env.ledger.apply([CancelRequest("a")])
+    assert outcome.cancel_raced == 1 and outcome.cancelled == 0
+    assert env.slots() == []
+
+
+def test_cancel_after_seek_is_too_late(env: Env) -> None:
+    env.ledger.apply([_msg("a", T0 + 1000)])
+    env.frontier.advance(T0 + 1000)
+    env.ledger.commit_progress(T0 + 1000, [])
+    outcome = env.ledger.apply([CancelRequest("a")])
+    assert outcome.cancel_too_late == 1
+    assert outcome.cancelled == outcome.cancel_raced == 0
+    key = keys.message_key(T0 + 1000, "a")
+    assert env.index("a") == keys.index_pending(key)  # not turned into a tombstone
+    assert env.slots() == [(T0 + 1000, "a")]
+
+
+def test_late_arrival_goes_after_frontier(env: Env) -> None:
+    env.frontier.advance(T0 + 5000)
+    outcome = env.ledger.apply([_msg("late", T0 + 3000), _msg("edge", T0 + 5000),
+                                _msg("ok", T0 + 5001)])
+    assert outcome.late == 2 and outcome.added == 3
+    assert env.slots() == [(T0 + 5001, "edge"), (T0 + 5001, "late"), (T0 + 5001, "ok")]
+    stored = {m.id: m for m in env.messages().values()}
+    assert stored["late"].first_due_ms == T0 + 3000  # the due time itself is kept
+    assert env.index("late") == keys.index_pending(keys.message_key(T0 + 5001, "late"))
+
+
+def test_commit_progress_persists_seek(env: Env) -> None:
+    assert env.ledger.seek_ms == 0
+    env.ledger.commit_progress(T0 + 1234, [])
+    assert env.ledger.seek_ms == T0 + 1234
+    env.ledger.commit_progress(T0 + 1000, [])  # never back
+    assert env.ledger.seek_ms == T0 + 1234
+    env.reopen()
+    assert env.store.read_seek() == T0 + 1234
+    assert env.ledger.seek_ms == T0 + 1234
+    assert env.frontier.value == T0 + 1234
+
+
+def test_commit_progress_writes_followup(env: Env) -> None:
+    repeat = Repeat(RepeatKind.FIXED, 1000, 3)
+    first = _msg("r", T0 + 1000, repeat)
+    env.ledger.apply([first])
+    k1 = keys.message_key(T0 + 1000, "r")
+    env.frontier.advance(T0 + 1000)
+    nxt = next_occurrence(first)
+    assert nxt is not None and nxt.occurrence == 2
+    env.ledger.commit_progress(T0 + 1000, [(k1, nxt)])
+    k2 = keys.message_key(T0 + 2000, "r")
+    assert env.index("r") == keys.index_pending(k2)
+    assert env.messages()[k2] == nxt
+    assert env.store.read_seek() == T0 + 1000
+
+    # a replayed follow-up of the old key is ignored: the index moved on
+    third = next_occurrence(nxt)
+    assert third is not None
+    env.ledger.commit_progress(T0 + 1000, [(k1, third)])
+    assert keys.message_key(T0 + 3000, "r") not in env.messages()
+    assert env.index("r") == keys.index_pending(k2)
+
+
+def test_followup_not_written_after_cancel(env: Env) -> None:
+    repeat = Repeat(RepeatKind.FIXED, 1000, 3)
+    first = _msg("r", T0 + 1000, repeat)
+    env.ledger.apply([first])
+    env.frontier.advance(T0 + 1000)
+    env.ledger.apply([CancelRequest("r")])  # raced: already handed to a sender
+    nxt = next_occurrence(first)
+    assert nxt is not None
+    env.ledger.commit_progress(T0 + 1000, [(keys.message_key(T0 + 1000, "r"), nxt)])
+    assert env.slots() == []
+    assert env.index("r") == keys.index_cancelled(T0)
+    assert env.store.read_seek() == T0 + 1000
+
+
+def test_overdue_followup_goes_after_frontier(env: Env) -> None:
+    repeat = Repeat(RepeatKind.FIXED, 1000, 3)
+    first = _msg("r", T0 + 1000, repeat)
+    env.ledger.apply([first])
+    env.frontier.advance(T0 + 9000)
+    nxt = next_occurrence(first)
+    assert nxt is not None
+    env.ledger.commit_progress(T0 + 1000, [(keys.message_key(T0 + 1000, "r"), nxt)])
+    assert (T0 + 9001, "r") in env.slots()
+
+
+def test_purge_delivered(env: Env) -> None:
+    repeat = Repeat(RepeatKind.FIXED, 10_000, 2)
+    r = _msg("r", T0 + 1500, repeat)
+    env.ledger.apply([_msg("a", T0 + 1000), _msg("b", T0 + 2000), r, _msg("c", T0 + 3000)])
+    env.frontier.advance(T0 + 2500)
+    nxt = next_occurrence(r)
+    assert nxt is not None
+    env.ledger.commit_progress(T0 + 2500, [(keys.message_key(T0 + 1500, "r"), nxt)])
+
+    dropped = env.ledger.purge_delivered(T0 + 2000)
+    assert dropped == 3  # a, r@1500, b
+    assert env.slots() == [(T0 + 3000, "c"), (T0 + 11_500, "r")]
+    assert env.index("a") is None and env.index("b") is None
+    assert env.index("r") == keys.index_pending(keys.message_key(T0 + 11_500, "r"))
+    assert env.index("c") is not None
+    assert env.ledger.purge_delivered(T0 + 2000) == 0
+
+
+def test_purge_is_clamped_to_seek(env: Env) -> None:
+    env.ledger.apply([_msg("a", T0 + 1000), _msg("c", T0 + 3000)])
+    env.frontier.advance(T0 + 2000)
+    env.ledger.commit_progress(T0 + 2000, [])
+    assert env.ledger.purge_delivered(T0 + 10**9) == 1
+    assert env.slots() == [(T0 + 3000, "c")]
+    assert env.index("c") is not None and env.index("a") is None
+
+
+def test_purge_keeps_tombstones(env: Env) -> None:
+    env.ledger.apply([_msg("a", T0 + 1000)])
+    env.frontier.advance(T0 + 1000)
+    env.ledger.apply([CancelRequest("a")])  # raced
+    env.ledger.commit_progress(T0 + 1000, [])
+    env.ledger.purge_delivered(T0 + 1000)
+    assert env.index("a") == keys.index_cancelled(T0)
+
+
+def test_expire_tombstones(env: Env) -> None:
+    env.ledger.apply([CancelRequest("x")])
+    assert env.ledger.expire_tombstones() == 0
+    env.clock.advance(TOMBSTONE_S * 1000 - 1)
+    assert env.ledger.expire_tombstones() == 0
+    assert env.index("x") == keys.index_cancelled(T0)
+    assert env.ledger.apply([_msg("x", T0 + 10**6)]).duplicates == 1
+
+    env.clock.advance(1)
+    assert env.ledger.expire_tombstones() == 1
+    assert env.index("x") is None
+    assert env.ledger.expire_tombstones() == 0
+    # forgotten: a new add of the id is accepted
+    assert env.ledger.apply([_msg("x", T0 + 10**6)]).added == 1
+
+
+def test_expire_keeps_pending_index(env: Env) -> None:
+    env.ledger.apply([_msg("a", T0 + 1000), CancelRequest("b")])
+    env.clock.advance(TOMBSTONE_S * 1000 + 1)
+    assert env.ledger.expire_tombstones() == 1
+    assert env.index("a") == keys.index_pending(keys.message_key(T0 + 1000, "a"))
+    assert env.index("b") is None
+
+
+def test_is_current(env: Env) -> None:
+    env.ledger.apply([_msg("a", T0 + 1000)])
+    k = keys.message_key(T0 + 1000, "a")
+    assert env.ledger.is_current([("a", k), ("a", keys.message_key(T0, "a")), ("z", k)]) == [
+        True, False, False,
+    ]
+
+
+def test_apply_notifies_frontier_of_earliest_slot(env: Env) -> None:
+    env.ledger.apply([_msg("a", T0 + 5000), _msg("b", T0 - 10)])  # b: due in the past
+    t = time.monotonic()
+    env.frontier.wait(None, T0, 5.0)  # pending notification at T0-10 <= now
+    assert time.monotonic() - t < 1.0
+
+
+def test_next_occurrence() -> None:
+    assert next_occurrence(_msg("a", 0)) is None
+    m = _msg("r", 0, Repeat(RepeatKind.FIXED, 10, 2))
+    n = next_occurrence(m)
+    assert n is not None and n.occurrence == 2 and m.occurrence == 1
+    assert next_occurrence(n) is None

@@ -1,0 +1,108 @@
+"""ProgressTracker: the seek may only pass the acknowledged prefix of dispatched jobs."""
+
+from __future__ import annotations
+
+from chronos.model import DelayMessage
+from chronos.node.job import DeliveryJob
+from chronos.node.progress import ProgressTracker
+from chronos.repeat import Repeat, RepeatKind
+from chronos.store import keys
+
+
+def _job(slot: int, message_id: str, followup: bool = False) -> DeliveryJob:
+    message = DelayMessage(message_id, "t", None, None, first_due_ms=slot,
+                           repeat=Repeat(RepeatKind.FIXED, 1000, 5) if followup else None)
+    nxt = DelayMessage(message_id, "t", None, None, first_due_ms=slot,
+                       repeat=message.repeat, occurrence=2) if followup else None
+    return DeliveryJob(key=keys.message_key(slot, message_id), message=message, due_ms=slot,
+                       followup=nxt)
+
+
+def test_nothing_dispatched_seek_is_scanned() -> None:
+    tracker = ProgressTracker(50)
+    assert tracker.collect() == (50, [])
+    tracker.scanned_through(80)
+    assert tracker.collect() == (80, [])
+    tracker.scanned_through(70)  # never back
+    assert tracker.collect() == (80, [])
+
+
+def test_unacked_job_holds_seek_before_its_slot() -> None:
+    tracker = ProgressTracker(0)
+    a, b, c = _job(100, "a"), _job(200, "b"), _job(300, "c")
+    tracker.dispatched([a, b, c])
+    tracker.scanned_through(300)
+    assert tracker.collect() == (99, [])
+    assert tracker.in_flight() == 3
+
+    tracker.completed(a)
+    assert tracker.collect() == (199, [])
+    assert tracker.in_flight() == 2
+
+    tracker.completed(c)  # out of order: b still holds the seek
+    assert tracker.collect() == (199, [])
+    assert tracker.in_flight() == 2
+
+    tracker.completed(b)
+    assert tracker.collect() == (300, [])
+    assert tracker.in_flight() == 0
+
+
+def test_scanned_through_bounds_seek() -> None:
+    tracker = ProgressTracker(0)
+    a, b = _job(100, "a"), _job(500, "b")
+    tracker.dispatched([a, b])
+    tracker.scanned_through(150)  # scanned less than b's slot
+    tracker.completed(a)
+    assert tracker.collect()[0] == 150  # min(scanned, 499)
+    tracker.completed(b)
+    assert tracker.collect()[0] == 150  # all acked, still only scanned through 150
+    tracker.scanned_through(600)
+    assert tracker.collect()[0] == 600
+
+
+def test_same_slot_jobs() -> None:
+    tracker = ProgressTracker(0)
+    a, b = _job(100, "a"), _job(100, "b")
+    tracker.dispatched([a, b])
+    tracker.scanned_through(100)
+    tracker.completed(a)
+    assert tracker.collect()[0] == 99
+    tracker.completed(b)
+    assert tracker.collect()[0] == 100
+
+
+def test_followups_only_when_job_leaves_prefix() -> None:
+    tracker = ProgressTracker(0)
+    a, b, c = _job(100, "a", followup=True), _job(200, "b", followup=True), _job(300, "c")
+    tracker.dispatched([a, b, c])
+    tracker.scanned_through(300)
+
+    tracker.completed(b)
+    seek, followups = tracker.collect()
+    assert seek == 99 and followups == []  # b acked but a is not: no follow-up yet
+
+    tracker.completed(a)
+    seek, followups = tracker.collect()
+    assert seek == 299
+    assert [(k, m.id, m.occurrence) for k, m in followups] == [
+        (a.key, "a", 2), (b.key, "b", 2),
+    ]
+    # returned once only
+    assert tracker.collect() == (299, [])
+
+    tracker.completed(c)
+    assert tracker.collect() == (300, [])
+
+
+def test_later_dispatch_after_collect() -> None:
+    tracker = ProgressTracker(0)
+    a = _job(100, "a")
+    tracker.dispatched([a])
+    tracker.scanned_through(100)
+    tracker.completed(a)
+    assert tracker.collect() == (100, [])
+    d = _job(400, "d")
+    tracker.dispatched([d])
+    tracker.scanned_through(450)
+    assert tracker.collect() == (399, [])

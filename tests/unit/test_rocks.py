@@ -1,0 +1,109 @@
+"""RocksStore on a real database in tmp_path."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+
+from chronos.errors import StoreError
+from chronos.settings import StoreSettings
+from chronos.store import keys
+from chronos.store.rocks import FORMAT_VERSION, RocksStore
+
+FAST = StoreSettings(sync_writes=False)
+
+
+def _open(path: Path) -> RocksStore:
+    return RocksStore(path, FAST)
+
+
+def test_scan_bounds_and_limit(tmp_path: Path) -> None:
+    store = _open(tmp_path / "s")
+    batch = store.batch()
+    for slot in (5, 10, 10, 20):
+        batch.put_message(keys.message_key(slot, f"id{slot}-{len(batch)}"), b"v%d" % slot)
+    store.write(batch)
+    got = [keys.split_message_key(k) for k, _ in store.scan(b"", keys.slot_bound(20), 100)]
+    assert got == [(5, "id5-0"), (10, "id10-1"), (10, "id10-2")]
+    assert len(store.scan(keys.slot_bound(6), keys.slot_bound(100), 1)) == 1
+    assert store.scan(keys.slot_bound(21), keys.slot_bound(100), 10) == []
+    first = store.first_key_from(keys.slot_bound(11))
+    assert first is not None and keys.slot_of(first) == 20
+    assert store.first_key_from(keys.slot_bound(21)) is None
+    store.close()
+
+
+def test_delete_messages_before(tmp_path: Path) -> None:
+    store = _open(tmp_path / "s")
+    batch = store.batch()
+    for slot in (1, 2, 3):
+        batch.put_message(keys.message_key(slot, "x"), b"")
+    store.write(batch)
+    store.delete_messages_before(keys.slot_bound(3))
+    assert [keys.slot_of(k) for k, _ in store.scan(b"", b"\xff" * 9, 10)] == [3]
+    store.close()
+
+
+def test_scan_expiry(tmp_path: Path) -> None:
+    store = _open(tmp_path / "s")
+    batch = store.batch()
+    batch.put_expiry(keys.expiry_key(100, "a"))
+    batch.put_expiry(keys.expiry_key(200, "b"))
+    store.write(batch)
+    assert store.scan_expiry(keys.slot_bound(200), 10) == [keys.expiry_key(100, "a")]
+    assert len(store.scan_expiry(keys.slot_bound(201), 10)) == 2
+    store.close()
+
+
+def test_empty_batch_is_not_written(tmp_path: Path) -> None:
+    store = _open(tmp_path / "s")
+    batch = store.batch()
+    assert len(batch) == 0
+    store.write(batch)
+    assert store.read_seek() is None
+    store.close()
+
+
+def test_seek_and_index_survive_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    store = _open(path)
+    assert store.read_seek() is None
+    batch = store.batch()
+    batch.set_seek(123_456)
+    batch.put_index("a", keys.index_cancelled(7))
+    store.write(batch)
+    store.close()
+    del store, batch  # a RocksBatch references its store
+    gc.collect()
+    again = _open(path)
+    assert again.read_seek() == 123_456
+    assert again.get_index(["a", "missing"]) == [keys.index_cancelled(7), None]
+    again.close()
+
+
+def test_wrong_format_version_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    store = _open(path)
+    store._meta.put(keys.META_FORMAT_VERSION, str(FORMAT_VERSION + 1).encode())
+    store.close()
+    del store
+    gc.collect()
+    with pytest.raises(StoreError, match="format version"):
+        _open(path)
+
+
+def test_bug_close_releases_database_lock(tmp_path: Path) -> None:
+    """BUG: chronos/store/rocks.py RocksStore.close() closes the Rdict objects but the
+    column-family handles (h_messages, h_index, h_expiry, h_meta) keep the database alive,
+    so RocksDB's LOCK is held until the RocksStore object is garbage-collected. Node.stop()
+    keeps ``context.store`` referenced, so reopening the same data_dir in-process fails."""
+    path = tmp_path / "s"
+    store = _open(path)
+    store.close()
+    try:
+        again = _open(path)  # `store` is still referenced, as in Node.context
+    except StoreError as exc:
+        pytest.fail(f"store still locked after close(): {exc}")
+    again.close()

@@ -1,0 +1,193 @@
+"""Settings: TOML file, CHRONOS_* environment overrides, strict keys, Kafka configs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from chronos.errors import ConfigError
+from chronos.settings import ChronosSettings, KafkaSettings, load_settings
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.upper().startswith("CHRONOS_"):
+            monkeypatch.delenv(name)
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "chronos.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_file() -> None:
+    loaded = load_settings()
+    assert isinstance(loaded, ChronosSettings)
+    assert loaded.node.ingest_threads == 2
+    assert loaded.topics.names.inner == "chronos.inner"
+
+
+def test_load_from_toml(tmp_path: Path) -> None:
+    path = _toml(tmp_path, """
+[kafka]
+bootstrap_servers = "broker:9093"
+[kafka.producer_config]
+"linger.ms" = 50
+[topics]
+namespace = "prod"
+[node]
+node_id = "n7"
+ingest_threads = 4
+data_dir = "/var/lib/chronos"
+[limits]
+max_delay_s = 60
+""")
+    loaded = load_settings(path)
+    assert loaded.kafka.bootstrap_servers == "broker:9093"
+    assert loaded.kafka.producer_config == {"linger.ms": 50}
+    assert loaded.topics.names.inner == "prod.inner"
+    assert loaded.node.node_id == "n7"
+    assert loaded.node.ingest_threads == 4
+    assert loaded.node.data_dir == Path("/var/lib/chronos")
+    assert loaded.limits.max_delay_s == 60
+    assert loaded.node.sender_threads == 2  # untouched default
+
+
+def test_env_overrides_file_and_keeps_other_file_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _toml(tmp_path, '[node]\nnode_id = "n7"\ningest_threads = 4\n')
+    monkeypatch.setenv("CHRONOS_NODE__INGEST_THREADS", "9")
+    loaded = load_settings(path)
+    assert loaded.node.ingest_threads == 9
+    assert loaded.node.node_id == "n7"
+
+
+def test_env_without_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHRONOS_NODE__INGEST_THREADS", "5")
+    monkeypatch.setenv("CHRONOS_KAFKA__BOOTSTRAP_SERVERS", "b:1")
+    loaded = load_settings()
+    assert loaded.node.ingest_threads == 5
+    assert loaded.kafka.bootstrap_servers == "b:1"
+
+
+def test_overrides_beat_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHRONOS_NODE__INGEST_THREADS", "5")
+    loaded = load_settings(node={"ingest_threads": 3})
+    assert loaded.node.ingest_threads == 3
+
+
+def test_unknown_key_in_file_section(tmp_path: Path) -> None:
+    path = _toml(tmp_path, "[node]\ningest_thread = 4\n")
+    with pytest.raises(ConfigError, match=r"node\.ingest_thread"):
+        load_settings(path)
+
+
+def test_unknown_section_in_file(tmp_path: Path) -> None:
+    path = _toml(tmp_path, "[nodes]\ningest_threads = 4\n")
+    with pytest.raises(ConfigError, match="nodes"):
+        load_settings(path)
+
+
+def test_unknown_key_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHRONOS_NODE__INGEST_THREAD", "4")
+    with pytest.raises(ConfigError, match=r"node\.ingest_thread"):
+        load_settings()
+
+
+def test_bug_unknown_top_level_env_key_is_silently_ignored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """BUG (contract): load_settings promises "a typo never silently falls back to a default",
+    but a mistyped variable with a single underscore is ignored without error."""
+    monkeypatch.setenv("CHRONOS_NODE_INGEST_THREADS", "4")
+    with pytest.raises(ConfigError, match="(?i)node_ingest_threads"):
+        load_settings()
+
+
+def test_invalid_value_in_env_names_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHRONOS_NODE__INGEST_THREADS", "0")
+    with pytest.raises(ConfigError, match=r"node\.ingest_threads"):
+        load_settings()
+
+
+def test_invalid_value_in_file_names_key(tmp_path: Path) -> None:
+    path = _toml(tmp_path, '[store]\ncompression = "gzip"\n')
+    with pytest.raises(ConfigError, match=r"store\.compression"):
+        load_settings(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "nope.toml")
+
+
+def test_malformed_toml(tmp_path: Path) -> None:
+    path = _toml(tmp_path, "[node\ningest_threads = \n")
+    with pytest.raises(ConfigError):
+        load_settings(path)
+
+
+def test_settings_are_frozen() -> None:
+    loaded = load_settings()
+    with pytest.raises(Exception):
+        loaded.node.ingest_threads = 7  # type: ignore[misc]
+
+
+# --- Kafka configs --------------------------------------------------------------------------
+
+def test_producer_config_is_durable() -> None:
+    config = KafkaSettings(bootstrap_servers="k:9092").producer()
+    assert config["bootstrap.servers"] == "k:9092"
+    assert config["acks"] == "all"
+    assert config["enable.idempotence"] is True
+    assert config["partitioner"] == "murmur2_random"
+
+
+def test_librdkafka_passthrough(tmp_path: Path) -> None:
+    path = _toml(tmp_path, """
+[kafka]
+sasl_password = "s3cret"
+[kafka.client_config]
+"security.protocol" = "SASL_SSL"
+"sasl.mechanism" = "PLAIN"
+[kafka.producer_config]
+"linger.ms" = 25
+"compression.type" = "zstd"
+[kafka.consumer_config]
+"fetch.min.bytes" = 1024
+"auto.offset.reset" = "latest"
+""")
+    kafka = load_settings(path).kafka
+    producer = kafka.producer(**{"linger.ms": 5, "transactional.id": "tx-1"})
+    assert producer["security.protocol"] == "SASL_SSL"
+    assert producer["sasl.password"] == "s3cret"
+    assert producer["linger.ms"] == 25  # producer_config beats call overrides and defaults
+    assert producer["compression.type"] == "zstd"
+    assert producer["transactional.id"] == "tx-1"
+    assert producer["acks"] == "all"
+    assert "fetch.min.bytes" not in producer
+
+    consumer = kafka.consumer("chronos.node.n1", **{"session.timeout.ms": 6000})
+    assert consumer["group.id"] == "chronos.node.n1"
+    assert consumer["security.protocol"] == "SASL_SSL"
+    assert consumer["fetch.min.bytes"] == 1024
+    assert consumer["auto.offset.reset"] == "latest"
+    assert consumer["enable.auto.offset.store"] is False
+    assert consumer["session.timeout.ms"] == 6000
+    assert "linger.ms" not in consumer and "acks" not in consumer
+
+    admin = kafka.admin()
+    assert admin["security.protocol"] == "SASL_SSL"
+    assert "acks" not in admin and "group.id" not in admin
+    assert "s3cret" not in repr(kafka)
+
+
+def test_client_config_cannot_weaken_producer_durability() -> None:
+    kafka = KafkaSettings(client_config={"acks": "1", "enable.idempotence": False})
+    config = kafka.producer()
+    assert config["acks"] == "all" and config["enable.idempotence"] is True

@@ -1,0 +1,245 @@
+"""Inner-topic wire format: round trip and decode errors with their reasons."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chronos import wire
+from chronos.errors import DecodeError
+from chronos.model import CancelRequest, DelayMessage
+from chronos.repeat import Repeat, RepeatKind
+from chronos.types import Headers
+
+TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
+USER_HEADER_NAMES = TEXT.filter(lambda n: not n.startswith("chronos-"))
+NUM = st.integers(min_value=0, max_value=2**62)
+
+REPEATS = st.one_of(
+    st.builds(Repeat, kind=st.just(RepeatKind.FIXED), interval_ms=NUM, times=NUM),
+    st.builds(
+        Repeat,
+        kind=st.just(RepeatKind.EXPONENTIAL),
+        interval_ms=NUM,
+        times=NUM,
+        multiplier=NUM,
+        max_interval_ms=NUM,
+    ),
+)
+
+MESSAGES = st.builds(
+    DelayMessage,
+    id=TEXT,
+    topic=TEXT,
+    key=st.none() | st.binary(max_size=64),
+    value=st.none() | st.binary(max_size=256),
+    headers=st.lists(st.tuples(USER_HEADER_NAMES, st.none() | st.binary(max_size=32)), max_size=6),
+    first_due_ms=NUM,
+    repeat=st.none() | REPEATS,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(message=MESSAGES)
+def test_add_round_trip(message: DelayMessage) -> None:
+    record_key, value, headers = wire.encode_add(message)
+    assert record_key == message.id.encode()
+    assert value is message.value or value == message.value
+    decoded = wire.decode(value, headers)
+    assert decoded == message
+    assert isinstance(decoded, DelayMessage)
+    assert decoded.headers == message.headers  # user headers, order kept
+    assert (decoded.key is None) == (message.key is None)
+    assert (decoded.value is None) == (message.value is None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(message_id=TEXT)
+def test_cancel_round_trip(message_id: str) -> None:
+    record_key, value, headers = wire.encode_cancel(message_id)
+    assert record_key == message_id.encode()
+    assert value is None
+    assert wire.decode(value, headers) == CancelRequest(message_id)
+
+
+def test_binary_key_and_header_values_preserved() -> None:
+    message = DelayMessage(
+        id="m1",
+        topic="orders",
+        key=b"\x00\xff\x80",
+        value=b"",
+        headers=[("z", b"\xff"), ("a", None), ("z", b"")],
+        first_due_ms=5,
+    )
+    _, value, headers = wire.encode_add(message)
+    decoded = wire.decode(value, headers)
+    assert isinstance(decoded, DelayMessage)
+    assert decoded.key == b"\x00\xff\x80"
+    assert decoded.value == b""
+    assert decoded.headers == [("z", b"\xff"), ("a", None), ("z", b"")]
+
+
+def test_user_headers_interleaved_with_chronos_headers_keep_order() -> None:
+    headers: Headers = [
+        ("first", b"1"),
+        ("chronos-version", b"1"),
+        ("second", b"2"),
+        ("chronos-op", b"add"),
+        ("chronos-id", b"x"),
+        ("third", None),
+        ("chronos-topic", b"t"),
+        ("chronos-due-ms", b"42"),
+    ]
+    decoded = wire.decode(b"v", headers)
+    assert isinstance(decoded, DelayMessage)
+    assert decoded.headers == [("first", b"1"), ("second", b"2"), ("third", None)]
+    assert decoded.first_due_ms == 42
+    assert decoded.key is None
+    assert decoded.repeat is None
+
+
+def _add_headers(**changes: bytes | None) -> Headers:
+    fields: dict[str, bytes | None] = {
+        "chronos-version": b"1",
+        "chronos-op": b"add",
+        "chronos-id": b"m1",
+        "chronos-topic": b"orders",
+        "chronos-due-ms": b"1000",
+    }
+    for name, value in changes.items():
+        header = "chronos-" + name.replace("_", "-")
+        if value is None:
+            fields.pop(header, None)
+        else:
+            fields[header] = value
+    return list(fields.items())
+
+
+def _reason(headers: Headers) -> str:
+    with pytest.raises(DecodeError) as info:
+        wire.decode(b"payload", headers, origin="inner/3@17")
+    assert info.value.origin == "inner/3@17"
+    assert "inner/3@17" in str(info.value)
+    return info.value.reason
+
+
+def test_valid_base_headers_decode() -> None:
+    decoded = wire.decode(b"payload", _add_headers())
+    assert isinstance(decoded, DelayMessage)
+    assert (decoded.id, decoded.topic, decoded.first_due_ms) == ("m1", "orders", 1000)
+
+
+def test_missing_version() -> None:
+    assert "chronos-version" in _reason(_add_headers(version=None))
+
+
+def test_wrong_version() -> None:
+    reason = _reason(_add_headers(version=b"2"))
+    assert "chronos-version" in reason and "b'2'" in reason
+
+
+def test_missing_op() -> None:
+    assert "chronos-op" in _reason(_add_headers(op=None))
+
+
+def test_unknown_op() -> None:
+    reason = _reason(_add_headers(op=b"delete"))
+    assert "chronos-op" in reason and "delete" in reason
+
+
+def test_missing_id() -> None:
+    assert _reason(_add_headers(id=None)) == "missing header chronos-id"
+
+
+def test_missing_id_on_cancel() -> None:
+    headers = [("chronos-version", b"1"), ("chronos-op", b"cancel")]
+    assert _reason(headers) == "missing header chronos-id"
+
+
+def test_missing_topic() -> None:
+    assert _reason(_add_headers(topic=None)) == "missing header chronos-topic"
+
+
+def test_missing_due() -> None:
+    assert _reason(_add_headers(due_ms=None)) == "missing header chronos-due-ms"
+
+
+@pytest.mark.parametrize("due", [b"soon", b"12.5", b"", b"+5", b"1e3", b" 5", b"12345678901234567890",
+                                 "\u0665".encode()])
+def test_non_numeric_due(due: bytes) -> None:
+    reason = _reason(_add_headers(due_ms=due))
+    assert "chronos-due-ms" in reason and "not a decimal integer" in reason
+
+
+def test_non_utf8_id() -> None:
+    assert "not UTF-8" in _reason(_add_headers(id=b"\xff\xfe"))
+
+
+def test_duplicated_chronos_header() -> None:
+    headers = _add_headers() + [("chronos-due-ms", b"2000")]
+    assert _reason(headers) == "header chronos-due-ms appears twice"
+
+
+def test_duplicated_user_header_is_fine() -> None:
+    headers = [("x", b"1"), ("x", b"2")] + _add_headers()
+    decoded = wire.decode(None, headers)
+    assert isinstance(decoded, DelayMessage)
+    assert decoded.headers == [("x", b"1"), ("x", b"2")]
+    assert decoded.value is None
+
+
+def test_unknown_repeat_kind() -> None:
+    headers = _add_headers(repeat=b"linear", repeat_interval_ms=b"1000", repeat_times=b"3")
+    reason = _reason(headers)
+    assert "chronos-repeat" in reason and "linear" in reason
+
+
+def test_repeat_missing_times() -> None:
+    headers = _add_headers(repeat=b"fixed", repeat_interval_ms=b"1000")
+    assert _reason(headers) == "missing header chronos-repeat-times"
+
+
+def test_exponential_repeat_needs_multiplier() -> None:
+    headers = _add_headers(
+        repeat=b"exponential", repeat_interval_ms=b"1000", repeat_times=b"3",
+        repeat_max_interval_ms=b"9000",
+    )
+    assert _reason(headers) == "missing header chronos-repeat-multiplier"
+
+
+def test_decode_repeat_headers() -> None:
+    headers = _add_headers(
+        repeat=b"exponential", repeat_interval_ms=b"1000", repeat_times=b"4",
+        repeat_multiplier=b"3", repeat_max_interval_ms=b"9000",
+    )
+    decoded = wire.decode(None, headers)
+    assert isinstance(decoded, DelayMessage)
+    assert decoded.repeat == Repeat(RepeatKind.EXPONENTIAL, 1000, 4, 3, 9000)
+
+
+def test_null_headers_is_missing_version() -> None:
+    with pytest.raises(DecodeError, match="chronos-version"):
+        wire.decode(b"x", None)
+
+
+@pytest.mark.parametrize("header", ["due_ms", "repeat_times"])
+def test_bug_double_minus_integer_raises_decode_error(header: str) -> None:
+    """BUG: chronos/wire.py _int: ``text.lstrip("-").isdigit()`` accepts ``--5``, then
+    ``int("--5")`` raises a bare ValueError instead of DecodeError, escaping the
+    decoder's error contract (the record would not be dead-lettered with a reason)."""
+    headers = _add_headers(repeat=b"fixed", repeat_interval_ms=b"1000", repeat_times=b"3")
+    headers = [(n, b"--5" if n == "chronos-" + header.replace("_", "-") else v) for n, v in headers]
+    with pytest.raises(DecodeError):
+        wire.decode(b"payload", headers)
+
+
+def test_delivery_headers() -> None:
+    message = DelayMessage("m1", "t", None, None, [("u", b"1")], 100,
+                           Repeat(RepeatKind.FIXED, 10, 3), occurrence=3)
+    assert wire.delivery_headers(message, 120, 0) == [
+        ("u", b"1"), ("chronos-id", b"m1"), ("chronos-due-ms", b"120"),
+        ("chronos-occurrence", b"3"),
+    ]
+    assert wire.delivery_headers(message, 120, 2)[-1] == ("chronos-skipped", b"2")
+    assert message.headers == [("u", b"1")]  # not mutated
