@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -142,7 +144,9 @@ class NodeSettings(_Section):
     node_id: str = Field("node-1", pattern=r"^[A-Za-z0-9._-]{1,64}$", description="Node name.")
     data_dir: Path = Field(Path("data/node-1"), description="Directory of the RocksDB store.")
     ingest_threads: int = Field(2, ge=1, le=64, description="Inner-topic consumer threads.")
-    ingest_batch_max: int = Field(2000, ge=1, description="Most records per store write batch.")
+    ingest_batch_max: int = Field(
+        500, ge=1, description="Most records per store write batch (bounds the frontier lock hold)."
+    )
     ingest_poll_timeout_ms: int = Field(100, ge=1, description="Consumer poll timeout, ms.")
     sender_threads: int = Field(2, ge=1, le=64, description="Threads producing to targets.")
     queue_batches: int = Field(64, ge=1, description="Bound of the push->sender queue, batches.")
@@ -223,6 +227,26 @@ class ChronosSettings(BaseSettings):
     log: LogSettings = Field(default_factory=LogSettings)
 
 
+#: Environment variables with the CHRONOS_ prefix that are not settings (test harness).
+_NOT_SETTINGS_PREFIX = "CHRONOS_TEST_"
+
+
+def _check_environment(environ: Mapping[str, str]) -> None:
+    """Reject CHRONOS_* variables that name no settings section (e.g. one underscore short),
+    which pydantic-settings would otherwise ignore silently."""
+    sections = set(ChronosSettings.model_fields)
+    for name in environ:
+        upper = name.upper()
+        if not upper.startswith("CHRONOS_") or upper.startswith(_NOT_SETTINGS_PREFIX):
+            continue
+        section, sep, _field = upper.removeprefix("CHRONOS_").partition("__")
+        if section.lower() not in sections or not sep:
+            raise ConfigError(
+                f"environment variable {name} names no setting; expected "
+                f"CHRONOS_<SECTION>__<FIELD> with SECTION one of {sorted(sections)}"
+            )
+
+
 def load_settings(path: Path | None = None, **overrides: Any) -> ChronosSettings:
     """Build the settings tree from an optional TOML file, the environment and ``overrides``.
 
@@ -230,6 +254,7 @@ def load_settings(path: Path | None = None, **overrides: Any) -> ChronosSettings
     """
     if path is not None and not path.is_file():
         raise ConfigError(f"config file not found: {path}")
+    _check_environment(os.environ)
 
     class _FromFile(ChronosSettings):
         @classmethod

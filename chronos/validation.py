@@ -11,14 +11,14 @@ from chronos.repeat import Repeat, RepeatKind
 from chronos.settings import LimitSettings
 from chronos.types import EpochMs
 
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_ID_RE = re.compile(r"^[A-Za-z0-9._:-]+$")
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_ID_RE = re.compile(r"[A-Za-z0-9._:-]+")
 _MAX_MULTIPLIER = 1000
 
 
 def validate_topic(topic: str, names: TopicNames, field: str = "topic") -> None:
     """Kafka's topic-name rules, and never one of chronos' or Kafka's internal topics."""
-    if not _TOPIC_RE.match(topic) or topic in (".", ".."):
+    if not _TOPIC_RE.fullmatch(topic) or topic in (".", ".."):
         raise ValidationError(
             field, f"{topic!r} is not a valid Kafka topic name (1-249 of [A-Za-z0-9._-])"
         )
@@ -32,7 +32,7 @@ def validate_id(message_id: str, limits: LimitSettings, field: str = "id") -> No
         raise ValidationError(field, "must not be empty")
     if len(message_id.encode()) > limits.max_id_bytes:
         raise ValidationError(field, f"longer than {limits.max_id_bytes} bytes")
-    if not _ID_RE.match(message_id):
+    if not _ID_RE.fullmatch(message_id):
         raise ValidationError(field, "may contain only letters, digits and . _ : -")
 
 

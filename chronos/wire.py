@@ -30,6 +30,8 @@ occurrences were collapsed).
 
 from __future__ import annotations
 
+import re
+
 from chronos.errors import DecodeError
 from chronos.model import CancelRequest, DelayMessage, InnerRequest
 from chronos.names import HEADER_PREFIX
@@ -54,6 +56,8 @@ H_SKIPPED = "chronos-skipped"
 H_DLQ_REASON = "chronos-dlq-reason"
 H_DLQ_SOURCE = "chronos-dlq-source"
 H_DLQ_TARGET = "chronos-dlq-target"
+
+_INT_RE = re.compile(r"-?[0-9]{1,19}")
 
 OP_ADD = b"add"
 OP_CANCEL = b"cancel"
@@ -114,7 +118,7 @@ def _text(fields: dict[str, bytes | None], name: str, origin: str) -> str:
 
 def _int(fields: dict[str, bytes | None], name: str, origin: str) -> int:
     text = _text(fields, name, origin)
-    if not text.isascii() or not text.lstrip("-").isdigit() or len(text) > 19:
+    if not _INT_RE.fullmatch(text):
         raise DecodeError(f"header {name}={text!r} is not a decimal integer", origin=origin)
     return int(text)
 

@@ -203,9 +203,19 @@ class DelayClient:
 
     def cancel(self, id: str) -> CancelReceipt:
         """Cancel every remaining occurrence of message ``id``."""
-        validate_id(id, self._settings.limits)
-        acks = _Acks(1)
-        key, value, headers = wire.encode_cancel(id)
-        self._delivery.send(self._names.inner, key, value, headers, acks)
+        return self.cancel_batch([id])[0]
+
+    def cancel_batch(self, ids: Sequence[str]) -> list[CancelReceipt]:
+        """Cancel several messages; validated all or nothing, answered after every ack."""
+        for index, message_id in enumerate(ids):
+            try:
+                validate_id(message_id, self._settings.limits)
+            except ValidationError as exc:
+                field_name = f"ids[{index}]" if len(ids) > 1 else exc.field
+                raise ValidationError(field_name, exc.message) from exc
+        acks = _Acks(len(ids))
+        for message_id in ids:
+            key, value, headers = wire.encode_cancel(message_id)
+            self._delivery.send(self._names.inner, key, value, headers, acks)
         acks.wait(self._timeout_s)
-        return CancelReceipt(id)
+        return [CancelReceipt(message_id) for message_id in ids]

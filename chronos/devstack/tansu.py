@@ -89,7 +89,9 @@ class TansuBroker:
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
             try:
-                self._process.wait(10)
+                # Tansu waits up to 5 s for clients to hang up; storage is memory-only, so
+                # there is nothing to flush and a short grace period is enough.
+                self._process.wait(0.5)
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait(10)

@@ -31,14 +31,19 @@ def decode_record(
     record: Message, limits: LimitSettings, names: TopicNames, now_ms: int
 ) -> InnerRequest:
     """Decode and validate one inner record with the proxy's rules; raises DecodeError."""
-    origin = f"{record.topic()}[{record.partition()}]@{record.offset()}"
-    request = wire.decode(record.value(), record.headers(), origin)
-    if isinstance(request, DelayMessage):
-        try:
+    try:
+        request = wire.decode(record.value(), record.headers())
+        if isinstance(request, DelayMessage):
             validate_message(request, limits, names, now_ms)
-        except ValidationError as exc:
-            raise DecodeError(f"invalid {exc.field}: {exc.message}", origin=origin) from exc
-    return request
+        return request
+    except DecodeError as exc:
+        reason = exc.reason
+    except ValidationError as exc:
+        reason = f"invalid {exc.field}: {exc.message}"
+    except Exception as exc:  # bad input must never stop ingest, whatever breaks on it
+        reason = f"undecodable: {type(exc).__name__}: {exc}"
+    # The origin is built only for rejected records: it is on no hot path.
+    raise DecodeError(reason, origin=f"{record.topic()}[{record.partition()}]@{record.offset()}")
 
 
 class IngestWorker(LoopWorker):
@@ -151,6 +156,7 @@ class IngestWorker(LoopWorker):
                 log.warning("ingest_consumer_error", error=str(record.error()))
                 continue
             offsets[(record.topic(), record.partition())] = record.offset() + 1
+            self._metrics.observe("ingest_lag_ms", now - record.timestamp()[1])
             try:
                 requests.append(decode_record(record, self._limits, self._names, now))
             except DecodeError as exc:

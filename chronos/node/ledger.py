@@ -62,11 +62,14 @@ class Ledger:
         return self._seek
 
     def apply(self, requests: list[InnerRequest]) -> ApplyOutcome:
-        """Apply decoded inner requests in order, as one durable batch."""
+        """Apply decoded inner requests in order as one atomic batch; durable on return."""
         outcome = ApplyOutcome()
         if not requests:
             return outcome
         ids = list(dict.fromkeys(r.id for r in requests))
+        # Encoding does not depend on the frontier: do it before taking the lock, which the
+        # push worker needs to move on.
+        encoded = {id(r): codec.encode(r) for r in requests if isinstance(r, DelayMessage)}
         earliest: EpochMs | None = None
         with self._frontier.held() as frontier:
             state = dict(zip(ids, self._store.get_index(ids), strict=True))
@@ -81,7 +84,7 @@ class Ledger:
                     slot = self._frontier.slot_for(frontier, request.due_ms)
                     outcome.late += slot != request.due_ms
                     key = keys.message_key(slot, request.id)
-                    batch.put_message(key, codec.encode(request))
+                    batch.put_message(key, encoded[id(request)])
                     state[request.id] = keys.index_pending(key)
                     batch.put_index(request.id, state[request.id])
                     outcome.added += 1
@@ -89,6 +92,9 @@ class Ledger:
                 else:
                     state[request.id] = self._cancel(batch, request, current, frontier, now, outcome)
             self._store.write(batch)
+        # Durable before the caller stores offsets; the fsync runs outside the lock so the
+        # push worker never waits for the disk.
+        self._store.sync()
         if earliest is not None:
             self._frontier.notify(earliest)
         return outcome

@@ -123,6 +123,8 @@ class Sender(LoopWorker):
             self._dead_letter(job, job.dead_reason or "undecodable stored message")
             return
         headers = delivery_headers(message, job.due_ms, job.skipped)
+        if job.attempts == 1:
+            self._metrics.observe("send_lateness_ms", job.first_attempt_ms - job.due_ms)
         self._delivery.send(
             message.topic, message.key, message.value, headers,
             lambda error: self._on_result(job, error),
@@ -131,7 +133,7 @@ class Sender(LoopWorker):
     def _on_result(self, job: DeliveryJob, error: KafkaError | None) -> None:
         if error is None:
             self._metrics.incr("delivered")
-            self._metrics.observe_lateness(self._clock.now_ms() - job.due_ms)
+            self._metrics.observe("ack_lateness_ms", self._clock.now_ms() - job.due_ms)
             self._tracker.completed(job)
             return
         reason = describe(error)

@@ -103,8 +103,11 @@ class RocksStore:
         self._index = self._db.get_column_family(CF_INDEX)
         self._expiry = self._db.get_column_family(CF_EXPIRY)
         self._meta = self._db.get_column_family(CF_META)
+        # Writes are made visible under the frontier lock without waiting for the disk;
+        # ``sync`` makes them durable afterwards, outside the lock (see ``Ledger.apply``).
         self._write_opts = WriteOptions()
-        self._write_opts.sync = settings.sync_writes
+        self._write_opts.sync = False
+        self._sync_writes = settings.sync_writes
         self._check_format()
 
     @staticmethod
@@ -136,9 +139,14 @@ class RocksStore:
         return RocksBatch(self)
 
     def write(self, batch: RocksBatch) -> None:  # type: ignore[override]
-        """Apply ``batch`` atomically; with sync_writes the WAL is fsynced before returning."""
+        """Apply ``batch`` atomically (visible at once, durable after ``sync``)."""
         if len(batch):
             self._db.write(batch.raw, self._write_opts)
+
+    def sync(self) -> None:
+        """Make every write so far durable (fsync the WAL) when sync_writes is on."""
+        if self._sync_writes:
+            self._db.flush_wal(True)
 
     def get_index(self, message_ids: list[str]) -> list[bytes | None]:
         """Index values of ``message_ids`` (None where unknown), in one multi-get."""
@@ -203,7 +211,14 @@ class RocksStore:
         }
 
     def close(self) -> None:
-        """Flush memtables and close the database."""
+        """Flush memtables and close the database; the directory can be reopened at once.
+
+        Every column-family object and handle keeps RocksDB alive (and its LOCK held), so all
+        of them are dropped, not only the database object.
+        """
         for cf in (self._messages, self._index, self._expiry, self._meta):
             cf.close()
         self._db.close()
+        del self._messages, self._index, self._expiry, self._meta
+        del self.h_messages, self.h_index, self.h_expiry, self.h_meta
+        del self._db

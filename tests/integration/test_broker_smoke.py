@@ -1,7 +1,8 @@
 """Smoke test: the test broker round-trips keys, binary values and binary headers exactly.
 
-Chronos stores routing metadata in headers and relies on idempotent, acks=all produces; if
-the broker under test could not do this, every other integration test would be meaningless.
+Chronos passes user headers through byte for byte and produces with enable.idempotence and
+acks=all; if the broker under test could not do this, every other integration test would be
+meaningless.
 """
 
 from __future__ import annotations
@@ -9,16 +10,24 @@ from __future__ import annotations
 import hashlib
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 N_RECORDS = 100
+Headers = list[tuple[str, str | bytes | None]]  # what Producer.produce accepts
 
 
-def record(i: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+def record(i: int) -> tuple[bytes, bytes, Headers]:
     """Key, value and headers of record ``i``: every byte value, NULs, duplicate header keys."""
     value = hashlib.sha256(i.to_bytes(4, "big")).digest() * 8 + b"\x00\xff\x00"
-    headers = [
+    headers: Headers = [
         ("bin", bytes(range(256))),
         ("idx", i.to_bytes(8, "big")),
         ("dup", b"\x00"),

@@ -73,7 +73,9 @@ def test_held_blocks_advance() -> None:
     assert f.value == 10
 
 
-def _timed_wait(f: Frontier, until_ms: int | None, max_wait_s: float) -> tuple[threading.Thread, list[float]]:
+def _timed_wait(
+    f: Frontier, until_ms: int | None, max_wait_s: float
+) -> tuple[threading.Thread, list[float]]:
     elapsed: list[float] = []
     started = threading.Event()
 

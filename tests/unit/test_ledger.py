@@ -70,7 +70,9 @@ def env(tmp_path: Path) -> Iterator[Env]:
     e.store.close()
 
 
-def _msg(message_id: str, due: int, repeat: Repeat | None = None, value: bytes = b"v") -> DelayMessage:
+def _msg(
+    message_id: str, due: int, repeat: Repeat | None = None, value: bytes = b"v"
+) -> DelayMessage:
     return DelayMessage(message_id, "orders", b"k", value, [("h", b"1")], due, repeat)
 
 

@@ -94,7 +94,7 @@ def test_wrong_format_version_refused(tmp_path: Path) -> None:
         _open(path)
 
 
-def test_bug_close_releases_database_lock(tmp_path: Path) -> None:
+def test_close_releases_database_lock(tmp_path: Path) -> None:
     """BUG: chronos/store/rocks.py RocksStore.close() closes the Rdict objects but the
     column-family handles (h_messages, h_index, h_expiry, h_meta) keep the database alive,
     so RocksDB's LOCK is held until the RocksStore object is garbage-collected. Node.stop()

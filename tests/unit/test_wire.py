@@ -165,8 +165,11 @@ def test_missing_due() -> None:
     assert _reason(_add_headers(due_ms=None)) == "missing header chronos-due-ms"
 
 
-@pytest.mark.parametrize("due", [b"soon", b"12.5", b"", b"+5", b"1e3", b" 5", b"12345678901234567890",
-                                 "\u0665".encode()])
+@pytest.mark.parametrize(
+    "due",
+    [b"soon", b"12.5", b"", b"+5", b"1e3", b" 5", b"-", b"12345678901234567890",
+     "\u0665".encode()],
+)
 def test_non_numeric_due(due: bytes) -> None:
     reason = _reason(_add_headers(due_ms=due))
     assert "chronos-due-ms" in reason and "not a decimal integer" in reason
@@ -224,7 +227,7 @@ def test_null_headers_is_missing_version() -> None:
 
 
 @pytest.mark.parametrize("header", ["due_ms", "repeat_times"])
-def test_bug_double_minus_integer_raises_decode_error(header: str) -> None:
+def test_double_minus_integer_raises_decode_error(header: str) -> None:
     """BUG: chronos/wire.py _int: ``text.lstrip("-").isdigit()`` accepts ``--5``, then
     ``int("--5")`` raises a bare ValueError instead of DecodeError, escaping the
     decoder's error contract (the record would not be dead-lettered with a reason)."""
