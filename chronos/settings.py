@@ -1,4 +1,4 @@
-"""The one settings tree: TOML file + ``CHRONOS_…`` environment overrides, built at the entry point."""
+"""The one settings tree: TOML file + ``CHRONOS_…`` environment overrides, built at entry."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class _Section(BaseModel):
 
 
 class KafkaSettings(_Section):
-    """How to reach Kafka; the three ``*_config`` tables pass librdkafka options through verbatim."""
+    """How to reach Kafka; the ``*_config`` tables pass librdkafka options through verbatim."""
 
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
     sasl_password: SecretStr | None = Field(
@@ -158,9 +158,6 @@ class NodeSettings(_Section):
     catch_up_timeout_s: float = Field(
         60.0, ge=0, description="At start, deliver only after ingest reached the inner topic's "
         "end offsets, or after this many seconds."
-    )
-    session_timeout_ms: int = Field(
-        10_000, ge=1000, description="Inner consumer session timeout (group join waits on it)."
     )
 
 

@@ -11,6 +11,7 @@ from types import TracebackType
 
 from confluent_kafka import KafkaError
 
+from chronos import wire
 from chronos.clock import Clock, SystemClock
 from chronos.errors import KafkaDeliveryError, ValidationError
 from chronos.kafka.errors import describe
@@ -20,7 +21,6 @@ from chronos.repeat import Repeat
 from chronos.settings import ChronosSettings
 from chronos.types import EpochMs, Headers
 from chronos.validation import resolve_due, validate_id, validate_message
-from chronos import wire
 
 HeaderInput = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]]
 

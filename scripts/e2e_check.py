@@ -118,7 +118,8 @@ class NodeProcess:
             if self._count_ready() - self._ready_seen >= INGEST_THREADS:
                 return True
             if self._process is not None and self._process.poll() is not None:
-                raise RuntimeError(f"node exited with {self._process.returncode}, see {self._log_path}")
+                code = self._process.returncode
+                raise RuntimeError(f"node exited with {code}, see {self._log_path}")
             time.sleep(0.05)
         return False
 
@@ -143,7 +144,6 @@ inner_partitions = 8
 [node]
 data_dir = "{data_dir}"
 ingest_threads = {INGEST_THREADS}
-session_timeout_ms = 6000
 [log]
 format = "json"
 """
@@ -151,7 +151,7 @@ format = "json"
 
 
 def run_check(bootstrap: str, messages: int, max_delay_s: float, cancel_ratio: float,
-              kills: int, seed: int, workdir: Path) -> Report:
+              kills: int, seed: int, workdir: Path, schedule_over_s: float = 0.0) -> Report:
     rng = random.Random(seed)
     namespace = f"e2e{uuid.uuid4().hex[:8]}"
     config = workdir / "chronos.toml"
@@ -175,34 +175,47 @@ def run_check(bootstrap: str, messages: int, max_delay_s: float, cancel_ratio: f
     watcher = DeliveryWatcher(bootstrap, [topic], on_delivered).start()
     expected: dict[str, Expected] = {}
     report = Report()
+    def killer() -> None:
+        # SIGKILL at random moments while requests are being sent and delivered.
+        kill_rng = random.Random(seed + 1)
+        for _ in range(kills):
+            time.sleep(kill_rng.uniform(0.3, 2.0))
+            node.kill()
+            report.kills += 1
+            node.start()
+            node.wait_ready(60)
+
+    killing = threading.Thread(target=killer, name="killer", daemon=True)
     with DelayClient(settings) as client:
         client.send_delay(topic, b"warm-up", delay=0, id=f"warm-{namespace}")
+        killing.start()
         pairs = [_request(rng, topic, max_delay_s) for _ in range(messages)]
-        for start in range(0, messages, 1000):
-            chunk = pairs[start:start + 1000]
+        # Batches go out evenly over schedule_over_s (0: all at once, a burst).
+        batch = 250
+        started = time.monotonic()
+        for start in range(0, messages, batch):
+            pause = started + schedule_over_s * start / messages - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            chunk = pairs[start:start + batch]
             receipts = client.send_batch([r for r, _ in chunk])
             acked_ms = int(time.time() * 1000)
             for (_, exp), receipt in zip(chunk, receipts, strict=True):
                 exp.due_ms = receipt.deliver_at_ms
                 exp.acked_ms = acked_ms
                 expected[receipt.id] = exp
+            # Cancel a share of this batch among those still >= 1.5 s from due ("before due").
+            now_ms = int(time.time() * 1000)
+            candidates = [r.id for r, e in chunk if e.due_ms - now_ms >= 1500 and r.id]
+            chosen = rng.sample(candidates, min(len(candidates), round(len(chunk) * cancel_ratio)))
+            client.cancel_batch(chosen)
+            for message_id in chosen:
+                expected[message_id].cancelled = True
         report.scheduled = len(expected)
-        # Cancel a share of the messages that are still >= 1.5 s from due: "before due".
-        now_ms = int(time.time() * 1000)
-        candidates = [i for i, e in expected.items() if e.due_ms - now_ms >= 1500]
-        chosen = rng.sample(candidates, min(len(candidates), int(messages * cancel_ratio)))
-        client.cancel_batch(chosen)
-        for message_id in chosen:
-            expected[message_id].cancelled = True
         report.cancelled = sum(e.cancelled for e in expected.values())
 
-    for _ in range(kills):
-        time.sleep(rng.uniform(0.2, 1.5))
-        node.kill()
-        report.kills += 1
-        node.start()
-        node.wait_ready(60)
 
+    killing.join()
     wanted = {i for i, e in expected.items() if not e.cancelled}
     deadline = time.monotonic() + max_delay_s + 60
     while time.monotonic() < deadline:
@@ -228,7 +241,8 @@ def run_check(bootstrap: str, messages: int, max_delay_s: float, cancel_ratio: f
         report.duplicates += len(got) - 1
         for d in got:
             user_headers = [(n, v) for n, v in d.headers if not n.startswith(HEADER_PREFIX)]
-            if (d.key, d.value, user_headers, d.due_ms) != (exp.key, exp.value, exp.headers, exp.due_ms):
+            got_fields = (d.key, d.value, user_headers, d.due_ms)
+            if got_fields != (exp.key, exp.value, exp.headers, exp.due_ms):
                 report.corrupted += 1
             if d.produced_ms < exp.due_ms:
                 report.early += 1
@@ -250,10 +264,14 @@ def run_check(bootstrap: str, messages: int, max_delay_s: float, cancel_ratio: f
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--max-delay", type=float, default=5.0, help="seconds")
     parser.add_argument("--cancel-ratio", type=float, default=0.1)
+    parser.add_argument("--schedule-over", type=float, default=5.0,
+                        help="seconds over which the requests are sent (0: one burst)")
     parser.add_argument("--kills", type=int, default=0, help="SIGKILL the node this many times")
     parser.add_argument("--bootstrap", default=os.environ.get("CHRONOS_TEST_BOOTSTRAP"),
                         help="existing Kafka (default: start a local Tansu broker)")
@@ -269,7 +287,7 @@ def main() -> int:
             workdir = Path(args.keep) if args.keep else Path(tmp)
             workdir.mkdir(parents=True, exist_ok=True)
             report = run_check(bootstrap, args.messages, args.max_delay, args.cancel_ratio,
-                               args.kills, args.seed, workdir)
+                               args.kills, args.seed, workdir, args.schedule_over)
     finally:
         if broker is not None:
             broker.stop()

@@ -59,8 +59,7 @@ def main(args: argparse.Namespace) -> int:
     if not _kafka_configured(args):
         broker = TansuBroker(port=args.kafka_port).start()
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="chronos-dev-"))
-    overrides = {"node": {**base.node.model_dump(), "data_dir": data_dir,
-                          "session_timeout_ms": 6000}}
+    overrides = {"node": {**base.node.model_dump(), "data_dir": data_dir}}
     if broker is not None:
         overrides["kafka"] = {**base.kafka.model_dump(), "bootstrap_servers": broker.bootstrap}
     settings = ChronosSettings.model_validate({**base.model_dump(), **overrides})

@@ -49,3 +49,12 @@ def create_topic(settings: ChronosSettings, topic: str, partitions: int = 1,
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise ConfigError(f"cannot create topic {name}: {exc.args[0]}") from exc
+
+
+def partition_count(settings: ChronosSettings, topic: str, timeout_s: float = 30.0) -> int:
+    """Number of partitions of ``topic``; ConfigError when it does not exist."""
+    admin = AdminClient(settings.kafka.admin())
+    meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise ConfigError(f"topic {topic} does not exist (run with topics.create = true)")
+    return len(meta.partitions)

@@ -8,18 +8,18 @@ import threading
 import structlog
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
+from chronos import wire
 from chronos.clock import Clock
 from chronos.errors import DecodeError, ValidationError
 from chronos.metrics import Metrics
 from chronos.model import DelayMessage, InnerRequest
+from chronos.names import TopicNames
 from chronos.node.component import LoopWorker
 from chronos.node.deadletter import DeadLetters
 from chronos.node.ledger import Ledger
 from chronos.settings import LimitSettings
-from chronos.names import TopicNames
 from chronos.types import Headers, KafkaConfig
 from chronos.validation import validate_message
-from chronos import wire
 
 log = structlog.get_logger(__name__)
 _librdkafka_log = logging.getLogger("librdkafka")
@@ -47,7 +47,11 @@ def decode_record(
 
 
 class IngestWorker(LoopWorker):
-    """One consumer thread of the node's own consumer group on the inner topic.
+    """One consumer thread of the node on a fixed share of the inner topic's partitions.
+
+    Each node reads the whole inner topic alone, so partitions are assigned directly (no
+    group membership, no rebalance wait at start); the node's own group id only keeps the
+    committed offsets.
 
     Offsets are stored for commit only after the batch is durable in the store (and bad
     records are acknowledged on the dead-letter topic), so a crash replays, never skips.
@@ -56,6 +60,7 @@ class IngestWorker(LoopWorker):
         index: thread number.
         consumer_config: librdkafka config with the node's group id.
         topic: the inner topic.
+        partitions: the inner partitions this worker owns.
         ledger: applies decoded requests.
         dead_letters: where undecodable records go.
         clock: time source for validation.
@@ -71,6 +76,7 @@ class IngestWorker(LoopWorker):
         index: int,
         consumer_config: KafkaConfig,
         topic: str,
+        partitions: list[int],
         ledger: Ledger,
         dead_letters: DeadLetters,
         clock: Clock,
@@ -83,6 +89,7 @@ class IngestWorker(LoopWorker):
         super().__init__(f"ingest-{index}")
         self._config = consumer_config
         self._topic = topic
+        self._partitions = partitions
         self._ledger = ledger
         self._dead = dead_letters
         self._clock = clock
@@ -92,7 +99,6 @@ class IngestWorker(LoopWorker):
         self._timeout_s = poll_timeout_ms / 1000.0
         self._metrics = metrics
         self._consumer: Consumer | None = None
-        self.assigned = threading.Event()
         #: Set once this worker has applied its partitions up to their end offsets as of its
         #: first assignment: the push worker waits for it after a restart, so cancels that
         #: Kafka accepted before a crash are applied before anything is delivered.
@@ -101,18 +107,15 @@ class IngestWorker(LoopWorker):
 
     def _open(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer({**self._config, "logger": _librdkafka_log})
-            self._consumer.subscribe([self._topic], on_assign=self._on_assign)
-        return self._consumer
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.info("ingest_assigned", worker=self.name,
-                 partitions=sorted(tp.partition for tp in partitions))
-        if not self.caught_up.is_set() and not self.assigned.is_set():
-            self._catch_up_targets = self._end_offsets(consumer, partitions)
-            log.info("ingest_catch_up", worker=self.name, targets=self._catch_up_targets)
+            consumer = Consumer({**self._config, "logger": _librdkafka_log})
+            assignment = [TopicPartition(self._topic, p) for p in self._partitions]
+            self._catch_up_targets = self._end_offsets(consumer, assignment)
+            log.info("ingest_assigned", worker=self.name, partitions=self._partitions,
+                     catch_up=self._catch_up_targets)
+            consumer.assign(assignment)
+            self._consumer = consumer
             self._check_caught_up({})
-        self.assigned.set()
+        return self._consumer
 
     @staticmethod
     def _end_offsets(consumer: Consumer, partitions: list[TopicPartition]) -> dict[int, int]:
@@ -142,7 +145,9 @@ class IngestWorker(LoopWorker):
         first = consumer.poll(self._timeout_s)
         if first is None:
             return
-        records = [first, *consumer.consume(self._batch_max - 1, 0)] if self._batch_max > 1 else [first]
+        records = [first]
+        if self._batch_max > 1:
+            records += consumer.consume(self._batch_max - 1, 0)
         self.ingest(consumer, records)
 
     def ingest(self, consumer: Consumer, records: list[Message]) -> None:

@@ -90,7 +90,9 @@ class Ledger:
                     outcome.added += 1
                     earliest = slot if earliest is None else min(earliest, slot)
                 else:
-                    state[request.id] = self._cancel(batch, request, current, frontier, now, outcome)
+                    state[request.id] = self._cancel(
+                        batch, request, current, frontier, now, outcome
+                    )
             self._store.write(batch)
         # Durable before the caller stores offsets; the fsync runs outside the lock so the
         # push worker never waits for the disk.
@@ -163,7 +165,10 @@ class Ledger:
     def is_current(self, pairs: list[tuple[str, bytes]]) -> list[bool]:
         """Whether each (id, key) is still what the index schedules (false when superseded)."""
         states = self._store.get_index([message_id for message_id, _ in pairs])
-        return [state == keys.index_pending(key) for (_, key), state in zip(pairs, states, strict=True)]
+        return [
+            state == keys.index_pending(key)
+            for (_, key), state in zip(pairs, states, strict=True)
+        ]
 
     def purge_delivered(self, cutoff_ms: EpochMs) -> int:
         """Drop messages with slot <= cutoff (must be <= seek) and the index entries of those ids.

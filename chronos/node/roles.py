@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from chronos.kafka.admin import partition_count
 from chronos.node.component import Component
 from chronos.node.context import NodeContext
 from chronos.node.delete import DeleteWorker
@@ -24,13 +25,14 @@ Role = Callable[[NodeContext], list[Component]]
 def _ingest(ctx: NodeContext) -> list[IngestWorker]:
     s = ctx.settings
     names = s.topics.names
-    config = s.kafka.consumer(
-        names.node_group(s.node.node_id), **{"session.timeout.ms": s.node.session_timeout_ms}
-    )
+    config = s.kafka.consumer(names.node_group(s.node.node_id))
+    partitions = partition_count(s, names.inner)
+    threads = min(s.node.ingest_threads, partitions)
     return [
-        IngestWorker(i, config, names.inner, ctx.ledger, ctx.dead_letters, ctx.clock, s.limits,
-                     names, s.node.ingest_batch_max, s.node.ingest_poll_timeout_ms, ctx.metrics)
-        for i in range(s.node.ingest_threads)
+        IngestWorker(i, config, names.inner, list(range(i, partitions, threads)), ctx.ledger,
+                     ctx.dead_letters, ctx.clock, s.limits, names, s.node.ingest_batch_max,
+                     s.node.ingest_poll_timeout_ms, ctx.metrics)
+        for i in range(threads)
     ]
 
 

@@ -90,7 +90,10 @@ class RocksStore:
         path.mkdir(parents=True, exist_ok=True)
         self._settings = settings
         options = self._options(settings)
-        families = {name: self._options(settings) for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META)}
+        families = {
+            name: self._options(settings)
+            for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META)
+        }
         try:
             self._db = Rdict(str(path), options, column_families=families)
         except Exception as exc:  # rocksdict raises plain Exceptions for open failures

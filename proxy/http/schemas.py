@@ -73,7 +73,9 @@ class ScheduleIn(_Body):
         """The client-library request this body stands for."""
         given = [v is not None for v in (self.delay_ms, self.deliver_at_ms, self.deliver_at)]
         if sum(given) != 1:
-            raise ValidationError("delay_ms", "give exactly one of delay_ms, deliver_at_ms, deliver_at")
+            raise ValidationError(
+                "delay_ms", "give exactly one of delay_ms, deliver_at_ms, deliver_at"
+            )
         deliver_at: datetime | int | None = self.deliver_at_ms
         if self.deliver_at is not None:
             if self.deliver_at.tzinfo is None:
