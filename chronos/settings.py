@@ -21,6 +21,7 @@ from chronos.names import TopicNames
 from chronos.types import KafkaConfig
 
 KafkaValue = str | int | float | bool
+_RECORD_OVERHEAD_BYTES = 64 * 1024
 
 
 class _Section(BaseModel):
@@ -57,7 +58,7 @@ class KafkaSettings(_Section):
         """Config for an AdminClient."""
         return self._common()
 
-    def producer(self, **overrides: KafkaValue) -> KafkaConfig:
+    def producer(self, max_message_bytes: int | None = None, **overrides: KafkaValue) -> KafkaConfig:
         """Config for a durable producer: idempotent, acks=all, Java-compatible partitioning."""
         config = self._common()
         config.update(
@@ -70,6 +71,9 @@ class KafkaSettings(_Section):
                 "linger.ms": 2,
             }
         )
+        if max_message_bytes is not None:
+            # Room for chronos' own headers and the record framing around the user's bytes.
+            config["message.max.bytes"] = max_message_bytes + _RECORD_OVERHEAD_BYTES
         config.update(overrides)
         config.update(self.producer_config)
         return config

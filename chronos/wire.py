@@ -56,6 +56,7 @@ H_SKIPPED = "chronos-skipped"
 H_DLQ_REASON = "chronos-dlq-reason"
 H_DLQ_SOURCE = "chronos-dlq-source"
 H_DLQ_TARGET = "chronos-dlq-target"
+H_DLQ_TRUNCATED = "chronos-dlq-truncated"
 
 _INT_RE = re.compile(r"-?[0-9]{1,19}")
 

@@ -8,7 +8,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
-tag="${CHRONOS_TANSU_IMAGE:-chronos-tansu:local}"
+tag="${CHRONOS_TEST_TANSU_IMAGE:-chronos-tansu:local}"
 
 python="${PYTHON:-}"
 if [[ -z "$python" ]]; then

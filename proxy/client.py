@@ -109,7 +109,11 @@ class _Acks:
         if not self._done.wait(timeout_s):
             raise KafkaDeliveryError(f"Kafka did not acknowledge within {timeout_s} s")
         if self.errors:
-            raise KafkaDeliveryError(f"Kafka refused the request: {describe(self.errors[0])}")
+            error = self.errors[0]
+            if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                raise ValidationError("value", f"Kafka refused the size: {describe(error)}",
+                                      status=413)
+            raise KafkaDeliveryError(f"Kafka refused the request: {describe(error)}")
 
 
 class DelayClient:
@@ -127,7 +131,10 @@ class DelayClient:
         self._settings = settings or ChronosSettings()
         self._clock = clock or SystemClock()
         self._names = self._settings.topics.names
-        self._delivery = Delivery(self._settings.kafka.producer(), name="proxy-producer")
+        self._delivery = Delivery(
+            self._settings.kafka.producer(self._settings.limits.max_message_bytes),
+            name="proxy-producer",
+        )
         self._delivery.start()
         self._timeout_s = self._settings.proxy.ack_timeout_s
 

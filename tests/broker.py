@@ -35,7 +35,7 @@ from chronos.devstack.tansu import TansuBroker, free_port, tansu_binary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO_ROOT / "docker" / "Dockerfile"
-IMAGE = os.environ.get("CHRONOS_TANSU_IMAGE", "chronos-tansu:local")
+IMAGE = os.environ.get("CHRONOS_TEST_TANSU_IMAGE", "chronos-tansu:local")
 BUILD_KEY_LABEL = "org.chronos.build-key"  # docker/build.sh sets the same label
 READY_TIMEOUT_S = 60.0
 

@@ -16,9 +16,12 @@ def ensure_topics(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
     """Create the inner and dead-letter topics when missing (idempotent)."""
     names = settings.topics.names
     admin = AdminClient(settings.kafka.admin())
+    # Internal topics must take the largest request the proxy accepts, with chronos' headers.
+    config = {"max.message.bytes": str(settings.limits.max_message_bytes + 64 * 1024)}
     wanted = [
-        NewTopic(names.inner, settings.topics.inner_partitions, settings.topics.replication_factor),
-        NewTopic(names.dead_letter, 1, settings.topics.replication_factor),
+        NewTopic(names.inner, settings.topics.inner_partitions,
+                 settings.topics.replication_factor, config=config),
+        NewTopic(names.dead_letter, 1, settings.topics.replication_factor, config=config),
     ]
     try:
         existing = admin.list_topics(timeout=timeout_s).topics

@@ -42,7 +42,10 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
     frontier = Frontier(seek)
     metrics = CountingMetrics()
     delivery = Delivery(
-        settings.kafka.producer(**{"message.timeout.ms": settings.delivery.message_timeout_ms}),
+        settings.kafka.producer(
+            settings.limits.max_message_bytes,
+            **{"message.timeout.ms": settings.delivery.message_timeout_ms},
+        ),
         name="delivery",
     )
     return NodeContext(

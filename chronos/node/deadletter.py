@@ -9,11 +9,11 @@ from collections.abc import Callable
 import structlog
 from confluent_kafka import KafkaError
 
-from chronos.kafka.errors import describe
+from chronos.kafka.errors import describe, is_permanent
 from chronos.kafka.producer import Delivery
 from chronos.metrics import Metrics
 from chronos.types import Headers
-from chronos.wire import H_DLQ_REASON, H_DLQ_SOURCE, H_DLQ_TARGET
+from chronos.wire import H_DLQ_REASON, H_DLQ_SOURCE, H_DLQ_TARGET, H_DLQ_TRUNCATED
 
 log = structlog.get_logger(__name__)
 
@@ -49,22 +49,34 @@ class DeadLetters:
             extra.append((H_DLQ_TARGET, target.encode()))
         all_headers = [*headers, *extra]
         attempt = 0
+        body = value
 
         def done(error: KafkaError | None) -> None:
-            nonlocal attempt
+            nonlocal attempt, body, all_headers
             if error is None:
                 self._metrics.incr("dead_lettered")
                 on_done()
                 return
             attempt += 1
             log.error("dead_letter_failed", error=describe(error), attempt=attempt, source=source)
+            if is_permanent(error):
+                if body is None:
+                    # Nothing smaller to try: waiting would wedge the seek timestamp forever.
+                    self._metrics.incr("dead_letter_dropped")
+                    log.critical("dead_letter_dropped", source=source, error=describe(error))
+                    on_done()
+                    return
+                # Most likely too large for the dead-letter topic too: keep the evidence
+                # (key, headers, reason) and the original size instead of the value.
+                all_headers = [*all_headers, (H_DLQ_TRUNCATED, str(len(body)).encode())]
+                body = None
             # Retry from a timer so the producer's poll thread is never blocked by a sleep.
             timer = threading.Timer(min(0.1 * 2**attempt, 5.0), produce)
             timer.daemon = True
             timer.start()
 
         def produce() -> None:
-            self._delivery.send(self._topic, key, value, all_headers, done)
+            self._delivery.send(self._topic, key, body, all_headers, done)
 
         produce()
 

@@ -1,0 +1,81 @@
+"""Helpers to run a real node (and proxy) against the session broker and watch deliveries."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from chronos.devstack.watch import Delivered, DeliveryWatcher
+from chronos.kafka.admin import create_topic
+from chronos.node.node import Node
+from chronos.settings import ChronosSettings
+
+
+def make_settings(bootstrap: str, namespace: str, data_dir: Path,
+                  **sections: dict[str, Any]) -> ChronosSettings:
+    """Settings for one test: its own topic namespace, store and node id; sections override."""
+    base: dict[str, dict[str, Any]] = {
+        "kafka": {"bootstrap_servers": bootstrap},
+        "topics": {"namespace": namespace, "inner_partitions": 4},
+        "node": {"node_id": "n1", "data_dir": data_dir, "ingest_threads": 2},
+        "proxy": {"port": 0, "ack_timeout_s": 15},
+    }
+    for name, values in sections.items():
+        base[name] = {**base.get(name, {}), **values}
+    return ChronosSettings.model_validate(base)
+
+
+@contextmanager
+def running_node(settings: ChronosSettings) -> Iterator[Node]:
+    """A started, caught-up node; stopped (drained) on exit."""
+    node = Node(settings)
+    node.start()
+    try:
+        assert node.wait_ready(30), "node did not catch up with the inner topic"
+        yield node
+    finally:
+        node.stop()
+
+
+class Inbox:
+    """Everything delivered to some target topics, by message id."""
+
+    def __init__(self, settings: ChronosSettings, topics: list[str], partitions: int = 2) -> None:
+        for topic in topics:
+            create_topic(settings, topic, partitions)
+        self._lock = threading.Lock()
+        self.by_id: dict[str, list[Delivered]] = {}
+        self._watcher = DeliveryWatcher(settings.kafka.bootstrap_servers, topics, self._add)
+
+    def _add(self, delivered: Delivered) -> None:
+        with self._lock:
+            self.by_id.setdefault(delivered.id, []).append(delivered)
+
+    def __enter__(self) -> Inbox:
+        self._watcher.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._watcher.stop()
+
+    def wait_for(self, ids: set[str], timeout_s: float = 20.0) -> bool:
+        """True once every id in ``ids`` was delivered at least once."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if ids <= self.by_id.keys():
+                    return True
+            time.sleep(0.05)
+        return False
+
+    def count(self, message_id: str) -> int:
+        with self._lock:
+            return len(self.by_id.get(message_id, []))
+
+    def first(self, message_id: str) -> Delivered:
+        with self._lock:
+            return self.by_id[message_id][0]

@@ -1,0 +1,109 @@
+"""Malformed inner records and undeliverable messages are dead-lettered; valid ones flow on."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from chronos import wire
+from chronos.model import DelayMessage
+from chronos.settings import ChronosSettings
+from chronos.types import Headers
+from proxy.client import DelayClient
+from tests.integration.harness import Inbox, make_settings, running_node
+
+
+def read_dead_letters(settings: ChronosSettings, expected: int, timeout_s: float = 20) -> list[dict[str, bytes | None]]:
+    consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": "dlq-reader"})
+    consumer.assign([TopicPartition(settings.topics.names.dead_letter, 0, OFFSET_BEGINNING)])
+    found: list[dict[str, bytes | None]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(found) < expected and time.monotonic() < deadline:
+        for record in consumer.consume(100, 0.2):
+            if record.error() is None:
+                headers = dict(record.headers() or [])
+                headers["__value__"] = record.value()
+                found.append(headers)
+    consumer.close()
+    return found
+
+
+def valid(namespace: str, topic: str, index: int) -> tuple[bytes, bytes | None, Headers]:
+    message = DelayMessage(f"ok-{namespace}-{index}", topic, b"k", f"ok {index}".encode(), [],
+                           int(time.time() * 1000) + 300)
+    return wire.encode_add(message)
+
+
+def test_malformed_inner_records_are_dead_lettered_and_do_not_block(
+        kafka_bootstrap: str, namespace: str, tmp_path: Path) -> None:
+    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
+    topic = f"{namespace}-target"
+    now = int(time.time() * 1000)
+    good_add = valid(namespace, topic, 0)[2]
+    without = lambda name: [h for h in good_add if h[0] != name]  # noqa: E731
+    replaced = lambda name, value: [(n, value if n == name else v) for n, v in good_add]  # noqa: E731
+    malformed: list[tuple[str, Headers | None, bytes | None]] = [
+        ("random bytes, no headers", None, bytes(range(200))),
+        ("no version", without(wire.H_VERSION), b"x"),
+        ("wrong version", replaced(wire.H_VERSION, b"9"), b"x"),
+        ("unknown op", replaced(wire.H_OP, b"explode"), b"x"),
+        ("no topic", without(wire.H_TOPIC), b"x"),
+        ("no due", without(wire.H_DUE), b"x"),
+        ("text due", replaced(wire.H_DUE, b"soon"), b"x"),
+        ("double minus due", replaced(wire.H_DUE, b"--5"), b"x"),
+        ("absurd due", replaced(wire.H_DUE, str(now + 10**15).encode()), b"x"),
+        ("negative due", replaced(wire.H_DUE, b"-1000"), b"x"),
+        ("internal target", replaced(wire.H_TOPIC, settings.topics.names.inner.encode()), b"x"),
+        ("invalid target", replaced(wire.H_TOPIC, b"no spaces allowed"), b"x"),
+        ("non-utf8 id", replaced(wire.H_ID, b"\xff\xfe"), b"x"),
+    ]
+    with running_node(settings) as node, Inbox(settings, [topic]) as inbox:
+        producer = Producer(settings.kafka.producer())
+        inner = settings.topics.names.inner
+        expected_ok: set[str] = set()
+        for index, (_name, headers, value) in enumerate(malformed):
+            key, good_value, good_headers = valid(namespace, topic, index)
+            producer.produce(inner, key=key, value=good_value, headers=good_headers, partition=0)
+            expected_ok.add(key.decode())
+            producer.produce(inner, key=b"bad", value=value, headers=headers, partition=0)
+        producer.flush(10)
+        assert inbox.wait_for(expected_ok), "valid records around malformed ones were not delivered"
+        dead = read_dead_letters(settings, len(malformed))
+        assert node.context is not None
+        assert node.context.metrics.totals().get("inner_rejected") == len(malformed)
+    assert len(dead) == len(malformed)
+    for headers in dead:
+        assert headers[wire.H_DLQ_REASON], "dead letter without a reason"
+        assert headers[wire.H_DLQ_SOURCE].decode().startswith(f"{inner}[0]@")  # type: ignore[union-attr]
+    reasons = b" | ".join(h[wire.H_DLQ_REASON] or b"" for h in dead).decode()
+    for needle in ("chronos-version", "chronos-op", "chronos-topic", "chronos-due-ms",
+                   "not a decimal integer", "deliver_at", "internal topic", "not a valid Kafka topic",
+                   "not UTF-8"):
+        assert needle in reasons, f"no dead letter mentions {needle!r}: {reasons}"
+    assert bytes(range(200)) in [h["__value__"] for h in dead], "raw bytes not kept"
+
+
+def test_permanent_delivery_error_goes_to_dead_letter_topic(
+        kafka_bootstrap: str, namespace: str, tmp_path: Path) -> None:
+    # The node's producer refuses records over 20 kB: a permanent error for that message only.
+    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store",
+                             kafka={"producer_config": {"message.max.bytes": 20_000}})
+    client_settings = make_settings(kafka_bootstrap, namespace, tmp_path / "unused")
+    topic = f"{namespace}-target"
+    with running_node(settings), Inbox(settings, [topic]) as inbox, \
+            DelayClient(client_settings) as client:
+        big = client.send_delay(topic, b"x" * 50_000, delay=0.2, id=f"{namespace}-big")
+        small = [client.send_delay(topic, b"fine", delay=0.2).id for _ in range(5)]
+        assert inbox.wait_for(set(small))
+        dead = read_dead_letters(settings, 1)
+        assert inbox.count(big.id) == 0
+    assert len(dead) == 1
+    assert dead[0][wire.H_ID] == big.id.encode()
+    assert dead[0][wire.H_DLQ_TARGET] == topic.encode()
+    assert b"MSG_SIZE_TOO_LARGE" in (dead[0][wire.H_DLQ_REASON] or b"")
+    # The dead-letter record is refused at full size by the same producer: the value is
+    # dropped and its size recorded, the rest kept.
+    assert dead[0]["__value__"] is None
+    assert dead[0][wire.H_DLQ_TRUNCATED] == b"50000"

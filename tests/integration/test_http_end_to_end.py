@@ -1,0 +1,150 @@
+"""End to end through the HTTP proxy: schedule, deliver, cancel, idempotency, errors."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from chronos.settings import ChronosSettings
+from proxy.http.server import ProxyServer
+from tests.integration.harness import Inbox, make_settings, running_node
+
+
+@pytest.fixture
+def stack(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Iterator[tuple[ChronosSettings, httpx.Client]]:
+    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
+    with running_node(settings):
+        server = ProxyServer(settings)
+        server.start()
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=20) as http:
+                yield settings, http
+        finally:
+            server.stop()
+            server.join(10)
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def test_binary_message_is_delivered_intact_and_not_early(stack: tuple[ChronosSettings, httpx.Client], namespace: str) -> None:
+    settings, http = stack
+    topic = f"{namespace}-orders"
+    value, key, header = bytes(range(256)) * 4, b"\x00key\xff", b"\x00\x01\xfe"
+    with Inbox(settings, [topic]) as inbox:
+        answer = http.post("/v1/messages", json={
+            "topic": topic, "encoding": "base64", "value": b64(value), "key": b64(key),
+            "headers": [{"name": "trace", "value": b64(header)}, {"name": "empty", "value": None}],
+            "delay_ms": 700,
+        })
+        assert answer.status_code == 201, answer.text
+        receipt = answer.json()
+        assert inbox.wait_for({receipt["id"]})
+        got = inbox.first(receipt["id"])
+    assert (got.key, got.value) == (key, value)
+    assert [h for h in got.headers if not h[0].startswith("chronos-")] == [
+        ("trace", header), ("empty", None)]
+    assert got.due_ms == receipt["deliver_at_ms"]
+    assert got.produced_ms >= receipt["deliver_at_ms"], "delivered before its due time"
+    assert got.occurrence == 1
+
+
+def test_batch_cancel_and_idempotent_resend(stack: tuple[ChronosSettings, httpx.Client], namespace: str) -> None:
+    settings, http = stack
+    topic = f"{namespace}-jobs"
+    with Inbox(settings, [topic]) as inbox:
+        batch = http.post("/v1/messages/batch", json={"messages": [
+            {"topic": topic, "value": f"m{i}", "delay_ms": 1500, "id": f"{namespace}-{i}"}
+            for i in range(20)
+        ]})
+        assert batch.status_code == 201, batch.text
+        ids = [r["id"] for r in batch.json()["receipts"]]
+        assert ids == [f"{namespace}-{i}" for i in range(20)]
+        # Re-sending the same ids (another delay) must not schedule second deliveries.
+        again = http.post("/v1/messages/batch", json={"messages": [
+            {"topic": topic, "value": f"m{i}", "delay_ms": 300, "id": f"{namespace}-{i}"}
+            for i in range(20)
+        ]})
+        assert again.status_code == 201
+        cancelled = ids[:5]
+        for message_id in cancelled:
+            answer = http.delete(f"/v1/messages/{message_id}")
+            assert answer.status_code == 202
+            assert answer.json() == {"id": message_id, "status": "cancel_accepted"}
+        assert inbox.wait_for(set(ids[5:]))
+        time.sleep(1.0)  # room for a wrong second delivery or a cancelled one to show up
+        assert all(inbox.count(i) == 1 for i in ids[5:])
+        assert all(inbox.count(i) == 0 for i in cancelled)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"topic": "bad topic", "value": "x", "delay_ms": 1}, 422, "topic"),
+        ({"topic": "{ns}.inner", "value": "x", "delay_ms": 1}, 422, "topic"),
+        ({"topic": "__consumer_offsets", "value": "x", "delay_ms": 1}, 422, "topic"),
+        ({"topic": "ok", "value": "x"}, 422, "delay_ms"),
+        ({"topic": "ok", "value": "x", "delay_ms": 1, "deliver_at_ms": 5}, 422, "delay_ms"),
+        ({"topic": "ok", "value": "x", "delay_ms": -5}, 422, "delay"),
+        ({"topic": "ok", "value": "x", "delay_ms": 400 * 86_400_000}, 422, "deliver_at"),
+        ({"topic": "ok", "value": "x", "deliver_at": "2030-01-01T00:00:00"}, 422, "deliver_at"),
+        ({"topic": "ok", "value": "x", "delay_ms": 1,
+          "headers": [{"name": "chronos-id", "value": "x"}]}, 422, "headers[0]"),
+        ({"topic": "ok", "value": "x" * ((1 << 20) + 1), "delay_ms": 1}, 413, "value"),
+        ({"topic": "ok", "value": "!!", "encoding": "base64", "delay_ms": 1}, 422, "value"),
+        ({"topic": "ok", "value": "x", "delay_ms": 1, "id": "a b"}, 422, "id"),
+        ({"topic": "ok", "value": "x", "delay_ms": 1,
+          "repeat": {"kind": "fixed", "interval_ms": 10, "times": 3}}, 422, "repeat.interval_ms"),
+        ({"topic": "ok", "value": "x", "delay_ms": 1, "unknown": 1}, 422, "unknown"),
+        ({"value": "x", "delay_ms": 1}, 422, "topic"),
+    ],
+)
+def test_bad_requests_name_the_field(stack: tuple[ChronosSettings, httpx.Client], namespace: str,
+                                     body: dict[str, object], status: int, field: str) -> None:
+    _settings, http = stack
+    if isinstance(body.get("topic"), str):
+        body = {**body, "topic": str(body["topic"]).replace("{ns}", namespace)}
+    answer = http.post("/v1/messages", json=body)
+    assert answer.status_code == status, answer.text
+    assert answer.json()["field"] == field
+
+
+def test_batch_error_names_the_item(stack: tuple[ChronosSettings, httpx.Client]) -> None:
+    _settings, http = stack
+    answer = http.post("/v1/messages/batch", json={"messages": [
+        {"topic": "ok", "value": "x", "delay_ms": 1},
+        {"topic": "bad topic", "value": "x", "delay_ms": 1},
+    ]})
+    assert answer.status_code == 422
+    assert answer.json()["field"] == "messages[1].topic"
+
+
+def test_health_and_openapi(stack: tuple[ChronosSettings, httpx.Client]) -> None:
+    _settings, http = stack
+    health = http.get("/healthz")
+    assert health.status_code == 200 and health.json() == {"status": "ok", "kafka": True}
+    spec = http.get("/openapi.json").json()
+    assert {"/v1/messages", "/v1/messages/batch", "/v1/messages/{message_id}", "/healthz"} <= set(spec["paths"])
+
+
+def test_largest_allowed_message_is_delivered(stack: tuple[ChronosSettings, httpx.Client],
+                                              namespace: str) -> None:
+    settings, http = stack
+    topic = f"{namespace}-big"
+    value = "v" * ((1 << 20) - 10)
+    with Inbox(settings, [topic]) as inbox:
+        answer = http.post("/v1/messages", json={"topic": topic, "value": value, "key": "k" * 10,
+                                                 "delay_ms": 10})
+        assert answer.status_code == 201, answer.text
+        message_id = answer.json()["id"]
+        assert inbox.wait_for({message_id})
+        assert inbox.first(message_id).value == value.encode()
