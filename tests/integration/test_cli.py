@@ -1,0 +1,49 @@
+"""The README's first command: `chronos dev` brings up the stack and delivers `chronos send`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from chronos.devstack.tansu import free_port
+
+
+def chronos(*args: str) -> list[str]:
+    return [sys.executable, "-m", "chronos.cli.main", *args]
+
+
+def test_dev_stack_delivers_a_message_sent_from_the_shell(tmp_path: Path) -> None:
+    kafka_port, http_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHRONOS_")}
+    env["CHRONOS_PROXY__PORT"] = str(http_port)
+    log = tmp_path / "dev.log"
+    with open(log, "wb") as out:
+        dev = subprocess.Popen(chronos("dev", "--kafka-port", str(kafka_port)), stdout=out,
+                               stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while "chronos dev stack is up" not in log.read_text(errors="replace"):
+            assert dev.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        client_env = {**env, "CHRONOS_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{kafka_port}"}
+        sent = subprocess.run(chronos("send", "--topic", "hello", "--value", "hi there",
+                                      "--delay", "1s", "--header", "who=cli"),
+                              capture_output=True, text=True, env=client_env, timeout=60)
+        assert sent.returncode == 0, sent.stderr
+        assert '"deliver_at_ms"' in sent.stdout
+        tail = subprocess.run(chronos("tail", "--topic", "hello", "--count", "1", "--timeout", "20"),
+                              capture_output=True, text=True, env=client_env, timeout=60)
+        assert tail.returncode == 0, tail.stderr
+        assert "value='hi there'" in tail.stdout
+        bad = subprocess.run(chronos("send", "--topic", "bad topic", "--value", "x", "--delay", "1s"),
+                             capture_output=True, text=True, env=client_env, timeout=60)
+        assert bad.returncode == 2 and "topic" in bad.stderr
+    finally:
+        dev.send_signal(signal.SIGTERM)
+        dev.wait(30)
+    assert dev.returncode == 0, log.read_text()[-2000:]
