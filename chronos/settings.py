@@ -58,7 +58,9 @@ class KafkaSettings(_Section):
         """Config for an AdminClient."""
         return self._common()
 
-    def producer(self, max_message_bytes: int | None = None, **overrides: KafkaValue) -> KafkaConfig:
+    def producer(
+        self, max_message_bytes: int | None = None, **overrides: KafkaValue
+    ) -> KafkaConfig:
         """Config for a durable producer: idempotent, acks=all, Java-compatible partitioning."""
         config = self._common()
         config.update(
@@ -160,8 +162,10 @@ class NodeSettings(_Section):
     )
     shutdown_timeout_s: float = Field(30.0, gt=0, description="Drain time on SIGTERM.")
     catch_up_timeout_s: float = Field(
-        60.0, ge=0, description="At start, deliver only after ingest reached the inner topic's "
-        "end offsets, or after this many seconds."
+        60.0,
+        ge=0,
+        description="At start, deliver only after ingest reached the inner topic's "
+        "end offsets, or after this many seconds.",
     )
 
 

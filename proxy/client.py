@@ -111,8 +111,9 @@ class _Acks:
         if self.errors:
             error = self.errors[0]
             if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
-                raise ValidationError("value", f"Kafka refused the size: {describe(error)}",
-                                      status=413)
+                raise ValidationError(
+                    "value", f"Kafka refused the size: {describe(error)}", status=413
+                )
             raise KafkaDeliveryError(f"Kafka refused the request: {describe(error)}")
 
 
@@ -131,26 +132,41 @@ class DelayClient:
         self._settings = settings or ChronosSettings()
         self._clock = clock or SystemClock()
         self._names = self._settings.topics.names
-        self._delivery = Delivery(
-            self._settings.kafka.producer(self._settings.limits.max_message_bytes),
-            name="proxy-producer",
-        )
-        self._delivery.start()
+        self._delivery_lock = threading.Lock()
+        self._started: Delivery | None = None
         self._timeout_s = self._settings.proxy.ack_timeout_s
 
     def __enter__(self) -> DelayClient:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()
 
     def close(self) -> None:
         """Flush and stop the producer."""
-        self._delivery.stop()
-        self._delivery.join(5.0)
+        with self._delivery_lock:
+            if self._started is not None:
+                self._started.stop()
+                self._started.join(5.0)
+                self._started = None
+
+    @property
+    def _delivery(self) -> Delivery:
+        """The producer, started on first use (constructing a client never connects)."""
+        with self._delivery_lock:
+            if self._started is None:
+                delivery = Delivery(
+                    self._settings.kafka.producer(self._settings.limits.max_message_bytes),
+                    name="proxy-producer",
+                )
+                delivery.start()
+                self._started = delivery
+            return self._started
 
     def healthy(self, timeout_s: float = 2.0) -> bool:
         """True when Kafka answers."""

@@ -85,8 +85,14 @@ def _request(rng: random.Random, topic: str, max_delay_s: float) -> tuple[DelayR
         (f"h{i}-{rng.randint(0, 9)}", None if rng.random() < 0.1 else _random_bytes(rng, 0, 24))
         for i in range(rng.randint(0, 3))
     ]
-    request = DelayRequest(topic, value, key=key, headers=headers,
-                           delay=rng.uniform(0, max_delay_s), id=uuid.uuid4().hex)
+    request = DelayRequest(
+        topic,
+        value,
+        key=key,
+        headers=headers,
+        delay=rng.uniform(0, max_delay_s),
+        id=uuid.uuid4().hex,
+    )
     return request, Expected(key, value, headers, 0)
 
 
@@ -104,7 +110,8 @@ class NodeProcess:
         log = open(self._log_path, "ab")  # noqa: SIM115 - owned by the child
         self._process = subprocess.Popen(
             [sys.executable, "-m", "chronos.cli.main", "run", "--config", str(self._config)],
-            stdout=log, stderr=subprocess.STDOUT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
 
     def _count_ready(self) -> int:
@@ -150,8 +157,16 @@ format = "json"
     )
 
 
-def run_check(bootstrap: str, messages: int, max_delay_s: float, cancel_ratio: float,
-              kills: int, seed: int, workdir: Path, schedule_over_s: float = 0.0) -> Report:
+def run_check(
+    bootstrap: str,
+    messages: int,
+    max_delay_s: float,
+    cancel_ratio: float,
+    kills: int,
+    seed: int,
+    workdir: Path,
+    schedule_over_s: float = 0.0,
+) -> Report:
     rng = random.Random(seed)
     namespace = f"e2e{uuid.uuid4().hex[:8]}"
     config = workdir / "chronos.toml"
@@ -175,6 +190,7 @@ def run_check(bootstrap: str, messages: int, max_delay_s: float, cancel_ratio: f
     watcher = DeliveryWatcher(bootstrap, [topic], on_delivered).start()
     expected: dict[str, Expected] = {}
     report = Report()
+
     def killer() -> None:
         # SIGKILL at random moments while requests are being sent and delivered.
         kill_rng = random.Random(seed + 1)
@@ -197,7 +213,7 @@ def run_check(bootstrap: str, messages: int, max_delay_s: float, cancel_ratio: f
             pause = started + schedule_over_s * start / messages - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-            chunk = pairs[start:start + batch]
+            chunk = pairs[start : start + batch]
             receipts = client.send_batch([r for r, _ in chunk])
             acked_ms = int(time.time() * 1000)
             for (_, exp), receipt in zip(chunk, receipts, strict=True):
@@ -213,7 +229,6 @@ def run_check(bootstrap: str, messages: int, max_delay_s: float, cancel_ratio: f
                 expected[message_id].cancelled = True
         report.scheduled = len(expected)
         report.cancelled = sum(e.cancelled for e in expected.values())
-
 
     killing.join()
     wanted = {i for i, e in expected.items() if not e.cancelled}
@@ -251,9 +266,14 @@ def run_check(bootstrap: str, messages: int, max_delay_s: float, cancel_ratio: f
             scheduled_ahead.append(got[0].lateness_ms)
     if os.environ.get("E2E_DEBUG"):
         t0 = min(e.acked_ms for e in expected.values())
-        worst = sorted(((deliveries[i][0].lateness_ms, e.due_ms - t0, e.due_ms - e.acked_ms)
-                        for i, e in expected.items() if i in deliveries and not e.cancelled),
-                       reverse=True)[:40]
+        worst = sorted(
+            (
+                (deliveries[i][0].lateness_ms, e.due_ms - t0, e.due_ms - e.acked_ms)
+                for i, e in expected.items()
+                if i in deliveries and not e.cancelled
+            ),
+            reverse=True,
+        )[:40]
         print("lateness, due since start, due after ack:", worst, file=sys.stderr)
     report.lateness_p50_ms = percentile(lateness, 0.50)
     report.lateness_p99_ms = percentile(lateness, 0.99)
@@ -270,11 +290,18 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--max-delay", type=float, default=5.0, help="seconds")
     parser.add_argument("--cancel-ratio", type=float, default=0.1)
-    parser.add_argument("--schedule-over", type=float, default=5.0,
-                        help="seconds over which the requests are sent (0: one burst)")
+    parser.add_argument(
+        "--schedule-over",
+        type=float,
+        default=5.0,
+        help="seconds over which the requests are sent (0: one burst)",
+    )
     parser.add_argument("--kills", type=int, default=0, help="SIGKILL the node this many times")
-    parser.add_argument("--bootstrap", default=os.environ.get("CHRONOS_TEST_BOOTSTRAP"),
-                        help="existing Kafka (default: start a local Tansu broker)")
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("CHRONOS_TEST_BOOTSTRAP"),
+        help="existing Kafka (default: start a local Tansu broker)",
+    )
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--keep", default=None, help="work directory to keep (logs, store)")
@@ -286,8 +313,16 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="chronos-e2e-") as tmp:
             workdir = Path(args.keep) if args.keep else Path(tmp)
             workdir.mkdir(parents=True, exist_ok=True)
-            report = run_check(bootstrap, args.messages, args.max_delay, args.cancel_ratio,
-                               args.kills, args.seed, workdir, args.schedule_over)
+            report = run_check(
+                bootstrap,
+                args.messages,
+                args.max_delay,
+                args.cancel_ratio,
+                args.kills,
+                args.seed,
+                workdir,
+                args.schedule_over,
+            )
     finally:
         if broker is not None:
             broker.stop()

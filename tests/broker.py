@@ -57,8 +57,9 @@ def wait_until_ready(bootstrap: str, timeout_s: float = READY_TIMEOUT_S) -> None
         except Exception as exc:  # KafkaException while the broker is still starting
             last_error = exc
             time.sleep(0.2)
-    raise TimeoutError(f"no Kafka broker answered on {bootstrap} within {timeout_s:.0f} s: "
-                       f"{last_error}")
+    raise TimeoutError(
+        f"no Kafka broker answered on {bootstrap} within {timeout_s:.0f} s: {last_error}"
+    )
 
 
 def docker_available() -> bool:
@@ -149,8 +150,7 @@ def start_docker(stack: contextlib.ExitStack) -> str:
         except TimeoutError as exc:
             logs = b"".join(container.get_logs()).decode(errors="replace")
             raise TimeoutError(f"{exc}\ncontainer output:\n{logs}") from exc
-        log(f"docker: container {image} ready at {bootstrap} "
-            f"in {time.monotonic() - started:.1f} s")
+        log(f"docker: container {image} ready at {bootstrap} in {time.monotonic() - started:.1f} s")
         stack.push(attempt.pop_all())  # success: keep it running until the session ends
     return bootstrap
 
@@ -162,8 +162,10 @@ def start_subprocess(stack: contextlib.ExitStack) -> str:
     started = time.monotonic()
     broker.start(timeout_s=READY_TIMEOUT_S)
     stack.callback(broker.stop)
-    log(f"subprocess: Tansu ready at {broker.bootstrap} in {time.monotonic() - started:.1f} s "
-        f"(log: {log_path})")
+    log(
+        f"subprocess: Tansu ready at {broker.bootstrap} in {time.monotonic() - started:.1f} s "
+        f"(log: {log_path})"
+    )
     return broker.bootstrap
 
 
@@ -185,8 +187,10 @@ def start_broker(stack: contextlib.ExitStack) -> str:
             try:
                 return start_docker(stack)
             except Exception as exc:
-                log(f"WARNING: Docker broker failed, falling back to subprocess: "
-                    f"{type(exc).__name__}: {exc}")
+                log(
+                    f"WARNING: Docker broker failed, falling back to subprocess: "
+                    f"{type(exc).__name__}: {exc}"
+                )
         else:
             log("no Docker daemon reachable; using the subprocess broker")
     return start_subprocess(stack)

@@ -38,8 +38,9 @@ def repeat(text: str) -> Repeat:
         if parts[0] == "exponential" and 3 <= len(parts) <= 5:
             multiplier = int(parts[3]) if len(parts) > 3 else 2
             cap = duration_ms(parts[4]) if len(parts) > 4 else 86_400_000
-            return Repeat(RepeatKind.EXPONENTIAL, duration_ms(parts[1]), int(parts[2]),
-                          multiplier, cap)
+            return Repeat(
+                RepeatKind.EXPONENTIAL, duration_ms(parts[1]), int(parts[2]), multiplier, cap
+            )
     except ValueError:
         pass
     raise argparse.ArgumentTypeError(
@@ -49,8 +50,12 @@ def repeat(text: str) -> Repeat:
 
 def add_config(parser: argparse.ArgumentParser) -> None:
     """The ``--config`` option every subcommand shares."""
-    parser.add_argument("--config", type=Path, default=None,
-                        help="TOML settings file (CHRONOS_* environment variables override it)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="TOML settings file (CHRONOS_* environment variables override it)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> ChronosSettings:

@@ -44,8 +44,12 @@ def run_demo(settings: ChronosSettings, count: int, max_delay_ms: int) -> int:
     watcher.start()
     rng = random.Random()
     requests = [
-        DelayRequest(topic, f"demo message {i}", delay=rng.uniform(0, max_delay_ms) / 1000.0,
-                     id=f"demo-{uuid.uuid4().hex[:12]}")
+        DelayRequest(
+            topic,
+            f"demo message {i}",
+            delay=rng.uniform(0, max_delay_ms) / 1000.0,
+            id=f"demo-{uuid.uuid4().hex[:12]}",
+        )
         for i in range(count)
     ]
     with DelayClient(settings) as client:
@@ -66,9 +70,11 @@ def run_demo(settings: ChronosSettings, count: int, max_delay_ms: int) -> int:
     watcher.stop()
     lateness = [d.lateness_ms for d in arrived.values()]
     early = sum(1 for v in lateness if v < 0)
-    print(f"delivered {len(arrived)}/{count}, early {early}, lateness ms: "
-          f"p50={percentile(lateness, 0.5)} p99={percentile(lateness, 0.99)} "
-          f"max={max(lateness, default=0)}")
+    print(
+        f"delivered {len(arrived)}/{count}, early {early}, lateness ms: "
+        f"p50={percentile(lateness, 0.5)} p99={percentile(lateness, 0.99)} "
+        f"max={max(lateness, default=0)}"
+    )
     return 0 if len(arrived) == count and early == 0 else 1
 
 

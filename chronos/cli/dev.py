@@ -37,10 +37,15 @@ Stop with Ctrl-C.
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("dev", help="run broker + node + HTTP proxy locally")
     add_config(parser)
-    parser.add_argument("--kafka-port", type=int, default=9092,
-                        help="port of the embedded broker (default 9092)")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="node store (default: a fresh temporary directory)")
+    parser.add_argument(
+        "--kafka-port", type=int, default=9092, help="port of the embedded broker (default 9092)"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="node store (default: a fresh temporary directory)",
+    )
     parser.add_argument("--demo", action="store_true", help="run the demo, then exit")
     parser.set_defaults(func=main)
 
@@ -75,9 +80,16 @@ def main(args: argparse.Namespace) -> int:
         if not node.wait_ready(60.0):
             print("chronos: the node did not join its consumer group within 60 s", file=sys.stderr)
             return 1
-        print(_BANNER.format(bootstrap=settings.kafka.bootstrap_servers,
-                             host=settings.proxy.host, port=settings.proxy.port,
-                             data_dir=data_dir), file=sys.stderr, flush=True)
+        print(
+            _BANNER.format(
+                bootstrap=settings.kafka.bootstrap_servers,
+                host=settings.proxy.host,
+                port=settings.proxy.port,
+                data_dir=data_dir,
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
         if args.demo:
             code = run_demo(settings, 300, 5000)
         else:

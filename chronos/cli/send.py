@@ -16,14 +16,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     send.add_argument("--topic", required=True)
     send.add_argument("--value", default=None, help="UTF-8 value (default: read stdin if -)")
     send.add_argument("--key", default=None)
-    send.add_argument("--header", type=header, action="append", default=[],
-                      metavar="NAME=VALUE")
+    send.add_argument("--header", type=header, action="append", default=[], metavar="NAME=VALUE")
     when = send.add_mutually_exclusive_group(required=True)
     when.add_argument("--delay", type=duration_ms, help="e.g. 250ms, 5s, 2m")
     when.add_argument("--at", type=int, help="epoch milliseconds")
     send.add_argument("--id", default=None, help="idempotency key")
-    send.add_argument("--repeat", type=repeat, default=None,
-                      help="fixed:INTERVAL:TIMES or exponential:INTERVAL:TIMES[:MULT[:CAP]]")
+    send.add_argument(
+        "--repeat",
+        type=repeat,
+        default=None,
+        help="fixed:INTERVAL:TIMES or exponential:INTERVAL:TIMES[:MULT[:CAP]]",
+    )
     send.set_defaults(func=send_main)
 
     cancel = sub.add_parser("cancel", help="cancel a message by id")
@@ -36,12 +39,24 @@ def send_main(args: argparse.Namespace) -> int:
     value = sys.stdin.buffer.read() if args.value == "-" else args.value
     with DelayClient(settings_from(args)) as client:
         receipt = client.send_delay(
-            args.topic, value, key=args.key, headers=args.header,
+            args.topic,
+            value,
+            key=args.key,
+            headers=args.header,
             delay=None if args.delay is None else args.delay / 1000.0,
-            deliver_at=args.at, id=args.id, repeat=args.repeat,
+            deliver_at=args.at,
+            id=args.id,
+            repeat=args.repeat,
         )
-    print(json.dumps({"id": receipt.id, "deliver_at_ms": receipt.deliver_at_ms,
-                      "deliver_at": receipt.deliver_at.isoformat()}))
+    print(
+        json.dumps(
+            {
+                "id": receipt.id,
+                "deliver_at_ms": receipt.deliver_at_ms,
+                "deliver_at": receipt.deliver_at.isoformat(),
+            }
+        )
+    )
     return 0
 
 

@@ -27,8 +27,11 @@ def main(args: argparse.Namespace) -> int:
         nonlocal seen
         seen += 1
         value = (record.value or b"").decode(errors="replace")
-        print(f"{record.topic} id={record.id} occurrence={record.occurrence} "
-              f"late={record.lateness_ms}ms value={value!r}", flush=True)
+        print(
+            f"{record.topic} id={record.id} occurrence={record.occurrence} "
+            f"late={record.lateness_ms}ms value={value!r}",
+            flush=True,
+        )
         if args.count and seen >= args.count:
             enough.set()
 

@@ -48,8 +48,9 @@ class TansuBroker:
         log_path: where the broker's output goes (discarded when None).
     """
 
-    def __init__(self, port: int | None = None, host: str = "127.0.0.1",
-                 log_path: Path | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, host: str = "127.0.0.1", log_path: Path | None = None
+    ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self._log_path = log_path
@@ -67,9 +68,19 @@ class TansuBroker:
         url = f"tcp://{self.host}:{self.port}"
         out = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL  # noqa: SIM115
         self._process = subprocess.Popen(
-            [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout_s
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
@@ -100,6 +111,10 @@ class TansuBroker:
     def __enter__(self) -> TansuBroker:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()

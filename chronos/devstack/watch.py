@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -64,16 +65,24 @@ class DeliveryWatcher:
         on_delivered: called for every record that carries chronos headers.
     """
 
-    def __init__(self, bootstrap: str, topics: list[str],
-                 on_delivered: Callable[[Delivered], None]) -> None:
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": "chronos-watch",
-            "enable.auto.commit": False, "isolation.level": "read_committed",
-        })
-        self._consumer.assign([
-            TopicPartition(topic, p, OFFSET_BEGINNING)
-            for topic in topics for p in topic_partitions(bootstrap, topic)
-        ])
+    def __init__(
+        self, bootstrap: str, topics: list[str], on_delivered: Callable[[Delivered], None]
+    ) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "chronos-watch",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        self._consumer.assign(
+            [
+                TopicPartition(topic, p, OFFSET_BEGINNING)
+                for topic in topics
+                for p in topic_partitions(bootstrap, topic)
+            ]
+        )
         self._on_delivered = on_delivered
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="watch", daemon=True)
@@ -92,16 +101,28 @@ class DeliveryWatcher:
             for record in self._consumer.consume(1000, 0.1):
                 if record.error() is not None:
                     continue
-                headers = record.headers() or []
+                topic = record.topic()
+                if topic is None:  # librdkafka sets it on every record without an error
+                    continue
+                # Consumed records carry headers as a list of (str, bytes | None) pairs; the
+                # stub's union also covers the dict/str forms that produce() accepts.
+                headers = cast("Headers | None", record.headers()) or []
                 raw_id, raw_due = _header(headers, H_ID), _header(headers, H_DUE)
                 if raw_id is None or raw_due is None:
                     continue
                 occurrence = _header(headers, H_OCCURRENCE) or b"1"
-                self._on_delivered(Delivered(
-                    topic=record.topic(), id=raw_id.decode(), due_ms=int(raw_due),
-                    occurrence=int(occurrence), produced_ms=record.timestamp()[1],
-                    key=record.key(), value=record.value(), headers=headers,
-                ))
+                self._on_delivered(
+                    Delivered(
+                        topic=topic,
+                        id=raw_id.decode(),
+                        due_ms=int(raw_due),
+                        occurrence=int(occurrence),
+                        produced_ms=record.timestamp()[1],
+                        key=record.key(),
+                        value=record.value(),
+                        headers=headers,
+                    )
+                )
 
 
 def percentile(values: list[int], q: float) -> int:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+
+# Defined in cimpl; confluent_kafka.admin re-exports the same class only implicitly, which
+# strict mypy (no_implicit_reexport) rejects.
+from confluent_kafka.cimpl import NewTopic
 
 from chronos.errors import ConfigError
 from chronos.settings import ChronosSettings
@@ -19,8 +23,12 @@ def ensure_topics(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
     # Internal topics must take the largest request the proxy accepts, with chronos' headers.
     config = {"max.message.bytes": str(settings.limits.max_message_bytes + 64 * 1024)}
     wanted = [
-        NewTopic(names.inner, settings.topics.inner_partitions,
-                 settings.topics.replication_factor, config=config),
+        NewTopic(
+            names.inner,
+            settings.topics.inner_partitions,
+            settings.topics.replication_factor,
+            config=config,
+        ),
         NewTopic(names.dead_letter, 1, settings.topics.replication_factor, config=config),
     ]
     try:
@@ -41,8 +49,9 @@ def ensure_topics(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
                 raise ConfigError(f"cannot create topic {topic}: {exc.args[0]}") from exc
 
 
-def create_topic(settings: ChronosSettings, topic: str, partitions: int = 1,
-                 timeout_s: float = 30.0) -> None:
+def create_topic(
+    settings: ChronosSettings, topic: str, partitions: int = 1, timeout_s: float = 30.0
+) -> None:
     """Create a (target) topic; no error when it exists."""
     admin = AdminClient(settings.kafka.admin())
     new = NewTopic(topic, partitions, settings.topics.replication_factor)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -64,7 +65,13 @@ class Delivery:
         while True:
             try:
                 self._producer.produce(
-                    topic, value=value, key=key, headers=headers, on_delivery=callback
+                    topic,
+                    value=value,
+                    key=key,
+                    # Widening only: the stub's list is invariant in its value type, and
+                    # produce() just reads it.
+                    headers=cast("list[tuple[str, str | bytes | None]]", headers),
+                    on_delivery=callback,
                 )
                 return
             except BufferError:

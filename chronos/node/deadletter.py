@@ -100,7 +100,8 @@ class DeadLetters:
                     all_done.set()
 
         for key, value, headers, reason, source in records:
-            self.send(key, value, headers, reason=reason, source=source, target=None,
-                      on_done=one_done)
+            self.send(
+                key, value, headers, reason=reason, source=source, target=None, on_done=one_done
+            )
         deadline = time.monotonic() + timeout_s
         return all_done.wait(max(0.0, deadline - time.monotonic()))

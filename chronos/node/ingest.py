@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import cast
 
 import structlog
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
@@ -32,7 +33,9 @@ def decode_record(
 ) -> InnerRequest:
     """Decode and validate one inner record with the proxy's rules; raises DecodeError."""
     try:
-        request = wire.decode(record.value(), record.headers())
+        # Consumed records carry headers as a list of (str, bytes | None) pairs; the stub's
+        # union also covers the dict/str forms that produce() accepts.
+        request = wire.decode(record.value(), cast("Headers | None", record.headers()))
         if isinstance(request, DelayMessage):
             validate_message(request, limits, names, now_ms)
         return request
@@ -110,8 +113,12 @@ class IngestWorker(LoopWorker):
             consumer = Consumer({**self._config, "logger": _librdkafka_log})
             assignment = [TopicPartition(self._topic, p) for p in self._partitions]
             self._catch_up_targets = self._end_offsets(consumer, assignment)
-            log.info("ingest_assigned", worker=self.name, partitions=self._partitions,
-                     catch_up=self._catch_up_targets)
+            log.info(
+                "ingest_assigned",
+                worker=self.name,
+                partitions=self._partitions,
+                catch_up=self._catch_up_targets,
+            )
             consumer.assign(assignment)
             self._consumer = consumer
             self._check_caught_up({})
@@ -160,15 +167,21 @@ class IngestWorker(LoopWorker):
             if record.error() is not None:
                 log.warning("ingest_consumer_error", error=str(record.error()))
                 continue
-            offsets[(record.topic(), record.partition())] = record.offset() + 1
+            topic, partition, offset = record.topic(), record.partition(), record.offset()
+            if topic is None or partition is None or offset is None:
+                # librdkafka sets all three on every consumed record without an error.
+                raise RuntimeError(
+                    f"consumed record without a position: {topic}[{partition}]@{offset}"
+                )
+            offsets[(topic, partition)] = offset + 1
             self._metrics.observe("ingest_lag_ms", now - record.timestamp()[1])
             try:
                 requests.append(decode_record(record, self._limits, self._names, now))
             except DecodeError as exc:
                 self._metrics.incr("inner_rejected")
                 log.warning("inner_record_rejected", origin=exc.origin, reason=exc.reason)
-                bad.append((record.key(), record.value(), record.headers() or [],
-                            exc.reason, exc.origin))
+                headers = cast("Headers | None", record.headers())  # see decode_record
+                bad.append((record.key(), record.value(), headers or [], exc.reason, exc.origin))
         outcome = self._ledger.apply(requests)
         self._metrics.incr("ingested", outcome.added)
         self._metrics.incr("duplicates", outcome.duplicates)

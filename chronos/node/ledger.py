@@ -85,8 +85,9 @@ class Ledger:
                     outcome.late += slot != request.due_ms
                     key = keys.message_key(slot, request.id)
                     batch.put_message(key, encoded[id(request)])
-                    state[request.id] = keys.index_pending(key)
-                    batch.put_index(request.id, state[request.id])
+                    pending = keys.index_pending(key)
+                    state[request.id] = pending
+                    batch.put_index(request.id, pending)
                     outcome.added += 1
                     earliest = slot if earliest is None else min(earliest, slot)
                 else:
@@ -166,8 +167,7 @@ class Ledger:
         """Whether each (id, key) is still what the index schedules (false when superseded)."""
         states = self._store.get_index([message_id for message_id, _ in pairs])
         return [
-            state == keys.index_pending(key)
-            for (_, key), state in zip(pairs, states, strict=True)
+            state == keys.index_pending(key) for (_, key), state in zip(pairs, states, strict=True)
         ]
 
     def purge_delivered(self, cutoff_ms: EpochMs) -> int:
@@ -207,7 +207,7 @@ class Ledger:
             if not rows:
                 return expired
             with self._frontier.held():
-                ids = [row[keys.MS_WIDTH:].decode() for row in rows]
+                ids = [row[keys.MS_WIDTH :].decode() for row in rows]
                 states = self._store.get_index(ids)
                 batch = self._store.batch()
                 for row, message_id, state in zip(rows, ids, states, strict=True):

@@ -50,8 +50,13 @@ class Node:
         self._components = ROLES[self._role](self.context)
         for component in self._components:
             component.start()
-        log.info("node_started", node=self.settings.node.node_id, role=self._role,
-                 seek_ms=self.context.ledger.seek_ms, data_dir=str(self.settings.node.data_dir))
+        log.info(
+            "node_started",
+            node=self.settings.node.node_id,
+            role=self._role,
+            seek_ms=self.context.ledger.seek_ms,
+            data_dir=str(self.settings.node.data_dir),
+        )
 
     def wait_ready(self, timeout_s: float) -> bool:
         """True once every ingest consumer joined its group and caught up with the inner topic."""

@@ -12,6 +12,8 @@ from chronos.node.ledger import Ledger
 from chronos.store import keys
 from chronos.types import EpochMs
 
+_IDLE_WAIT_S = 1.0
+
 
 class ProgressTracker:
     """Jobs in dispatch order (which is key order); the seek may pass only acknowledged ones.
@@ -24,6 +26,7 @@ class ProgressTracker:
         self._lock = threading.Lock()
         self._jobs: deque[DeliveryJob] = deque()
         self._scanned = start_ms
+        self._changed = threading.Event()
 
     def dispatched(self, jobs: list[DeliveryJob]) -> None:
         """Jobs handed to the senders, in key order, before any of them can complete."""
@@ -33,11 +36,24 @@ class ProgressTracker:
     def completed(self, job: DeliveryJob) -> None:
         """Kafka acknowledged the job (on its target or the dead-letter topic)."""
         job.done = True
+        self._changed.set()
 
     def scanned_through(self, ms: EpochMs) -> None:
         """Every message with slot <= ``ms`` has been dispatched."""
         with self._lock:
-            self._scanned = max(self._scanned, ms)
+            if ms > self._scanned:
+                self._scanned = ms
+                self._changed.set()
+
+    def wake(self) -> None:
+        """Wake a waiting progress worker (shutdown)."""
+        self._changed.set()
+
+    def wait_for_change(self, timeout_s: float) -> bool:
+        """Block until a job completed or the scan moved on (or the timeout); resets the flag."""
+        changed = self._changed.wait(timeout_s)
+        self._changed.clear()
+        return changed
 
     def in_flight(self) -> int:
         """Jobs dispatched and not yet collected."""
@@ -74,8 +90,15 @@ class ProgressWorker(LoopWorker):
         self._unwritten: list[tuple[bytes, DelayMessage]] = []
 
     def step(self) -> None:
-        self.commit()
-        self._stop.wait(self._interval_s)
+        # Sleep while nothing happens (an idle node stays idle); once something did, wait the
+        # interval so one write covers many acknowledgements.
+        if self._tracker.wait_for_change(_IDLE_WAIT_S):
+            self._stop.wait(self._interval_s)
+            self.commit()
+
+    def stop(self) -> None:
+        super().stop()
+        self._tracker.wake()
 
     def finish(self) -> None:
         self.commit()

@@ -132,8 +132,9 @@ class PushWorker(LoopWorker):
             occurrence, due = message.repeat.latest_due(message.first_due_ms, first, now)
             current = replace(message, occurrence=occurrence)
             jobs.append(
-                DeliveryJob(key, current, due, skipped=occurrence - first,
-                            followup=next_occurrence(current))
+                DeliveryJob(
+                    key, current, due, skipped=occurrence - first, followup=next_occurrence(current)
+                )
             )
             repeats.append((len(jobs) - 1, message.id))
         if repeats:

@@ -41,5 +41,4 @@ class MetricsReporter(LoopWorker):
         if totals == self._last:
             return
         self._last = totals
-        log.info("node_stats", seek_ms=self._ledger.seek_ms, **self._metrics.summaries(),
-                 **totals)
+        log.info("node_stats", seek_ms=self._ledger.seek_ms, **self._metrics.summaries(), **totals)

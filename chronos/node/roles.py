@@ -29,9 +29,20 @@ def _ingest(ctx: NodeContext) -> list[IngestWorker]:
     partitions = partition_count(s, names.inner)
     threads = min(s.node.ingest_threads, partitions)
     return [
-        IngestWorker(i, config, names.inner, list(range(i, partitions, threads)), ctx.ledger,
-                     ctx.dead_letters, ctx.clock, s.limits, names, s.node.ingest_batch_max,
-                     s.node.ingest_poll_timeout_ms, ctx.metrics)
+        IngestWorker(
+            i,
+            config,
+            names.inner,
+            list(range(i, partitions, threads)),
+            ctx.ledger,
+            ctx.dead_letters,
+            ctx.clock,
+            s.limits,
+            names,
+            s.node.ingest_batch_max,
+            s.node.ingest_poll_timeout_ms,
+            ctx.metrics,
+        )
         for i in range(threads)
     ]
 
@@ -39,14 +50,31 @@ def _ingest(ctx: NodeContext) -> list[IngestWorker]:
 def _delivery(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:
     s = ctx.settings
     senders: list[Component] = [
-        Sender(i, ctx.jobs, ctx.retries, ctx.delivery, ctx.dead_letters, ctx.tracker, ctx.clock,
-               s.delivery, ctx.metrics)
+        Sender(
+            i,
+            ctx.jobs,
+            ctx.retries,
+            ctx.delivery,
+            ctx.dead_letters,
+            ctx.tracker,
+            ctx.clock,
+            s.delivery,
+            ctx.metrics,
+        )
         for i in range(s.node.sender_threads)
     ]
-    push = PushWorker(ctx.store, ctx.ledger, ctx.frontier, ctx.tracker, ctx.jobs, ctx.clock,
-                      s.node.push_batch_max, ctx.metrics,
-                      start_gate=lambda: all(w.caught_up.is_set() for w in ingest),
-                      gate_timeout_s=s.node.catch_up_timeout_s)
+    push = PushWorker(
+        ctx.store,
+        ctx.ledger,
+        ctx.frontier,
+        ctx.tracker,
+        ctx.jobs,
+        ctx.clock,
+        s.node.push_batch_max,
+        ctx.metrics,
+        start_gate=lambda: all(w.caught_up.is_set() for w in ingest),
+        gate_timeout_s=s.node.catch_up_timeout_s,
+    )
     return [ctx.delivery, *senders, push]
 
 

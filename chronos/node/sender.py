@@ -26,6 +26,8 @@ log = structlog.get_logger(__name__)
 
 JobQueue = queue.Queue[list[DeliveryJob]]
 
+_IDLE_WAIT_S = 0.5
+
 
 class RetrySchedule:
     """Jobs waiting to be produced again, earliest first; shared by all senders.
@@ -49,6 +51,11 @@ class RetrySchedule:
             while self._heap and self._heap[0][0] <= now_ms:
                 due.append(heapq.heappop(self._heap)[2])
         return due
+
+    def next_due_ms(self) -> EpochMs | None:
+        """When the earliest waiting retry is due, None when none waits."""
+        with self._lock:
+            return self._heap[0][0] if self._heap else None
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -92,10 +99,15 @@ class Sender(LoopWorker):
         self._metrics = metrics
 
     def step(self) -> None:
-        for job in self._retries.pop_due(self._clock.now_ms()):
+        now = self._clock.now_ms()
+        for job in self._retries.pop_due(now):
             self.send(job)
+        # Block on the queue until the next retry is due (at most _IDLE_WAIT_S): no busy polling
+        # when idle, and a retry never waits long behind an empty queue.
+        next_retry = self._retries.next_due_ms()
+        timeout = _IDLE_WAIT_S if next_retry is None else (next_retry - now) / 1000.0
         try:
-            batch = self._jobs.get(timeout=0.02)
+            batch = self._jobs.get(timeout=min(max(timeout, 0.001), _IDLE_WAIT_S))
         except queue.Empty:
             return
         for job in batch:
@@ -126,7 +138,10 @@ class Sender(LoopWorker):
         if job.attempts == 1:
             self._metrics.observe("send_lateness_ms", job.first_attempt_ms - job.due_ms)
         self._delivery.send(
-            message.topic, message.key, message.value, headers,
+            message.topic,
+            message.key,
+            message.value,
+            headers,
             lambda error: self._on_result(job, error),
         )
 
@@ -149,19 +164,35 @@ class Sender(LoopWorker):
             self._settings.retry_backoff_max_ms,
         )
         self._metrics.incr("retried")
-        log.warning("delivery_retry", id=job.message.id if job.message else None,
-                    error=reason, attempt=job.attempts, backoff_ms=backoff)
+        log.warning(
+            "delivery_retry",
+            id=job.message.id if job.message else None,
+            error=reason,
+            attempt=job.attempts,
+            backoff_ms=backoff,
+        )
         self._retries.add(job, now + backoff)
 
     def _dead_letter(self, job: DeliveryJob, reason: str) -> None:
         message = job.message
         log.error("delivery_dead_lettered", id=message.id if message else None, reason=reason)
         if message is None:
-            self._dead.send(None, job.raw, [], reason=reason, source="store:" + job.key.hex(),
-                            target=None, on_done=lambda: self._tracker.completed(job))
+            self._dead.send(
+                None,
+                job.raw,
+                [],
+                reason=reason,
+                source="store:" + job.key.hex(),
+                target=None,
+                on_done=lambda: self._tracker.completed(job),
+            )
             return
         self._dead.send(
-            message.key, message.value, delivery_headers(message, job.due_ms, job.skipped),
-            reason=reason, source="delivery", target=message.topic,
+            message.key,
+            message.value,
+            delivery_headers(message, job.due_ms, job.skipped),
+            reason=reason,
+            source="delivery",
+            target=message.topic,
             on_done=lambda: self._tracker.completed(job),
         )

@@ -44,7 +44,10 @@ def encode(message: DelayMessage) -> bytes:
     if repeat is not None:
         parts.append(
             _REPEAT.pack(
-                repeat.kind, repeat.interval_ms, repeat.times, repeat.multiplier,
+                repeat.kind,
+                repeat.interval_ms,
+                repeat.times,
+                repeat.multiplier,
                 repeat.max_interval_ms,
             )
         )

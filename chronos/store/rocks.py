@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from rocksdict import (
     BlockBasedOptions,
     Cache,
     Checkpoint,
+    ColumnFamily,
     DBCompressionType,
     Options,
     Rdict,
@@ -41,7 +43,7 @@ class RocksBatch:
         self._s = store
         self._count = 0
 
-    def _put(self, key: bytes, value: bytes, cf: object) -> None:
+    def _put(self, key: bytes, value: bytes, cf: ColumnFamily) -> None:
         self._wb.put(key, value, cf)
         self._count += 1
 
@@ -91,8 +93,7 @@ class RocksStore:
         self._settings = settings
         options = self._options(settings)
         families = {
-            name: self._options(settings)
-            for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META)
+            name: self._options(settings) for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META)
         }
         try:
             self._db = Rdict(str(path), options, column_families=families)
@@ -141,7 +142,7 @@ class RocksStore:
         """A new, empty batch."""
         return RocksBatch(self)
 
-    def write(self, batch: RocksBatch) -> None:  # type: ignore[override]
+    def write(self, batch: RocksBatch) -> None:
         """Apply ``batch`` atomically (visible at once, durable after ``sync``)."""
         if len(batch):
             self._db.write(batch.raw, self._write_opts)
@@ -155,8 +156,9 @@ class RocksStore:
         """Index values of ``message_ids`` (None where unknown), in one multi-get."""
         if not message_ids:
             return []
-        values: list[bytes | None] = self._index.get([m.encode() for m in message_ids])
-        return values
+        # A list key makes rocksdict return a list (raw mode: bytes or None per key); the stub
+        # types every get() as ``Any | None``.
+        return cast("list[bytes | None]", self._index.get([m.encode() for m in message_ids]))
 
     def read_seek(self) -> EpochMs | None:
         """The persisted seek timestamp, None for a new store."""

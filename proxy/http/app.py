@@ -27,8 +27,9 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 
 
 def _receipt(receipt: Receipt) -> ReceiptOut:
-    return ReceiptOut(id=receipt.id, deliver_at_ms=receipt.deliver_at_ms,
-                      deliver_at=receipt.deliver_at)
+    return ReceiptOut(
+        id=receipt.id, deliver_at_ms=receipt.deliver_at_ms, deliver_at=receipt.deliver_at
+    )
 
 
 def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
@@ -43,15 +44,17 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
 
     @app.exception_handler(ValidationError)
     def _invalid(_request: Request, exc: ValidationError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status,
-                            content={"error": exc.message, "field": exc.field})
+        return JSONResponse(
+            status_code=exc.status, content={"error": exc.message, "field": exc.field}
+        )
 
     @app.exception_handler(RequestValidationError)
     def _malformed(_request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        return JSONResponse(status_code=422,
-                            content={"error": first.get("msg", "invalid"), "field": ".".join(loc)})
+        return JSONResponse(
+            status_code=422, content={"error": first.get("msg", "invalid"), "field": ".".join(loc)}
+        )
 
     @app.exception_handler(KafkaDeliveryError)
     def _unavailable(_request: Request, exc: KafkaDeliveryError) -> JSONResponse:
@@ -75,8 +78,9 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
                 raise ValidationError(f"messages[{index}].{exc.field}", exc.message) from exc
         return BatchOut(receipts=[_receipt(r) for r in client.send_batch(requests)])
 
-    @app.delete("/v1/messages/{message_id}", response_model=CancelOut, status_code=202,
-                responses=_ERRORS)
+    @app.delete(
+        "/v1/messages/{message_id}", response_model=CancelOut, status_code=202, responses=_ERRORS
+    )
     def cancel(message_id: str) -> CancelOut:
         """Cancel every remaining occurrence of a message."""
         return CancelOut(id=client.cancel(message_id).id)

@@ -39,8 +39,13 @@ class RepeatIn(_Body):
     def to_repeat(self, default_cap_ms: int) -> Repeat:
         if self.kind == "fixed":
             return Repeat(RepeatKind.FIXED, self.interval_ms, self.times)
-        return Repeat(RepeatKind.EXPONENTIAL, self.interval_ms, self.times, self.multiplier,
-                      self.max_interval_ms or default_cap_ms)
+        return Repeat(
+            RepeatKind.EXPONENTIAL,
+            self.interval_ms,
+            self.times,
+            self.multiplier,
+            self.max_interval_ms or default_cap_ms,
+        )
 
 
 class ScheduleIn(_Body):
@@ -85,8 +90,10 @@ class ScheduleIn(_Body):
             topic=self.topic,
             value=self._decode(self.value, "value"),
             key=self._decode(self.key, "key"),
-            headers=[(h.name, self._decode(h.value, f"headers[{i}].value"))
-                     for i, h in enumerate(self.headers)],
+            headers=[
+                (h.name, self._decode(h.value, f"headers[{i}].value"))
+                for i, h in enumerate(self.headers)
+            ],
             delay=None if self.delay_ms is None else self.delay_ms / 1000.0,
             deliver_at=deliver_at,
             id=self.id,

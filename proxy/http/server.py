@@ -21,9 +21,14 @@ class ProxyServer:
     def __init__(self, settings: ChronosSettings) -> None:
         self.name = "proxy"
         self.client = DelayClient(settings)
-        config = uvicorn.Config(create_app(self.client, settings), host=settings.proxy.host,
-                                port=settings.proxy.port, log_level="warning",
-                                access_log=False, lifespan="off")
+        config = uvicorn.Config(
+            create_app(self.client, settings),
+            host=settings.proxy.host,
+            port=settings.proxy.port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="proxy", daemon=True)
 

@@ -15,8 +15,9 @@ from chronos.node.node import Node
 from chronos.settings import ChronosSettings
 
 
-def make_settings(bootstrap: str, namespace: str, data_dir: Path,
-                  **sections: dict[str, Any]) -> ChronosSettings:
+def make_settings(
+    bootstrap: str, namespace: str, data_dir: Path, **sections: dict[str, Any]
+) -> ChronosSettings:
     """Settings for one test: its own topic namespace, store and node id; sections override."""
     base: dict[str, dict[str, Any]] = {
         "kafka": {"bootstrap_servers": bootstrap},

@@ -15,8 +15,12 @@ from proxy.client import DelayClient
 from tests.integration.harness import Inbox, make_settings, running_node
 
 
-def read_dead_letters(settings: ChronosSettings, expected: int, timeout_s: float = 20) -> list[dict[str, bytes | None]]:
-    consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": "dlq-reader"})
+def read_dead_letters(
+    settings: ChronosSettings, expected: int, timeout_s: float = 20
+) -> list[dict[str, bytes | None]]:
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": "dlq-reader"}
+    )
     consumer.assign([TopicPartition(settings.topics.names.dead_letter, 0, OFFSET_BEGINNING)])
     found: list[dict[str, bytes | None]] = []
     deadline = time.monotonic() + timeout_s
@@ -31,13 +35,20 @@ def read_dead_letters(settings: ChronosSettings, expected: int, timeout_s: float
 
 
 def valid(namespace: str, topic: str, index: int) -> tuple[bytes, bytes | None, Headers]:
-    message = DelayMessage(f"ok-{namespace}-{index}", topic, b"k", f"ok {index}".encode(), [],
-                           int(time.time() * 1000) + 300)
+    message = DelayMessage(
+        f"ok-{namespace}-{index}",
+        topic,
+        b"k",
+        f"ok {index}".encode(),
+        [],
+        int(time.time() * 1000) + 300,
+    )
     return wire.encode_add(message)
 
 
 def test_malformed_inner_records_are_dead_lettered_and_do_not_block(
-        kafka_bootstrap: str, namespace: str, tmp_path: Path) -> None:
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
     settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
     topic = f"{namespace}-target"
     now = int(time.time() * 1000)
@@ -78,22 +89,38 @@ def test_malformed_inner_records_are_dead_lettered_and_do_not_block(
         assert headers[wire.H_DLQ_REASON], "dead letter without a reason"
         assert headers[wire.H_DLQ_SOURCE].decode().startswith(f"{inner}[0]@")  # type: ignore[union-attr]
     reasons = b" | ".join(h[wire.H_DLQ_REASON] or b"" for h in dead).decode()
-    for needle in ("chronos-version", "chronos-op", "chronos-topic", "chronos-due-ms",
-                   "not a decimal integer", "deliver_at", "internal topic", "not a valid Kafka topic",
-                   "not UTF-8"):
+    for needle in (
+        "chronos-version",
+        "chronos-op",
+        "chronos-topic",
+        "chronos-due-ms",
+        "not a decimal integer",
+        "deliver_at",
+        "internal topic",
+        "not a valid Kafka topic",
+        "not UTF-8",
+    ):
         assert needle in reasons, f"no dead letter mentions {needle!r}: {reasons}"
     assert bytes(range(200)) in [h["__value__"] for h in dead], "raw bytes not kept"
 
 
 def test_permanent_delivery_error_goes_to_dead_letter_topic(
-        kafka_bootstrap: str, namespace: str, tmp_path: Path) -> None:
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
     # The node's producer refuses records over 20 kB: a permanent error for that message only.
-    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store",
-                             kafka={"producer_config": {"message.max.bytes": 20_000}})
+    settings = make_settings(
+        kafka_bootstrap,
+        namespace,
+        tmp_path / "store",
+        kafka={"producer_config": {"message.max.bytes": 20_000}},
+    )
     client_settings = make_settings(kafka_bootstrap, namespace, tmp_path / "unused")
     topic = f"{namespace}-target"
-    with running_node(settings), Inbox(settings, [topic]) as inbox, \
-            DelayClient(client_settings) as client:
+    with (
+        running_node(settings),
+        Inbox(settings, [topic]) as inbox,
+        DelayClient(client_settings) as client,
+    ):
         big = client.send_delay(topic, b"x" * 50_000, delay=0.2, id=f"{namespace}-big")
         small = [client.send_delay(topic, b"fine", delay=0.2).id for _ in range(5)]
         assert inbox.wait_for(set(small))

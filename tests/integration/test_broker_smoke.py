@@ -44,12 +44,14 @@ def test_produce_and_read_back_binary_headers(
         timeout=30
     )
 
-    producer = Producer({
-        "bootstrap.servers": kafka_bootstrap,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-    })
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+        }
+    )
     failures: list[KafkaError] = []
 
     def on_delivery(err: KafkaError | None, _msg: Message) -> None:
@@ -62,11 +64,13 @@ def test_produce_and_read_back_binary_headers(
     assert producer.flush(30) == 0, "records still undelivered after 30 s"
     assert failures == []
 
-    consumer = Consumer({
-        "bootstrap.servers": kafka_bootstrap,
-        "group.id": f"{namespace}.reader",
-        "enable.auto.commit": False,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": f"{namespace}.reader",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         received: list[Message] = []

@@ -22,8 +22,12 @@ def test_dev_stack_delivers_a_message_sent_from_the_shell(tmp_path: Path) -> Non
     env["CHRONOS_PROXY__PORT"] = str(http_port)
     log = tmp_path / "dev.log"
     with open(log, "wb") as out:
-        dev = subprocess.Popen(chronos("dev", "--kafka-port", str(kafka_port)), stdout=out,
-                               stderr=subprocess.STDOUT, env=env)
+        dev = subprocess.Popen(
+            chronos("dev", "--kafka-port", str(kafka_port)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     try:
         deadline = time.monotonic() + 60
         while "chronos dev stack is up" not in log.read_text(errors="replace"):
@@ -31,17 +35,41 @@ def test_dev_stack_delivers_a_message_sent_from_the_shell(tmp_path: Path) -> Non
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
         client_env = {**env, "CHRONOS_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{kafka_port}"}
-        sent = subprocess.run(chronos("send", "--topic", "hello", "--value", "hi there",
-                                      "--delay", "1s", "--header", "who=cli"),
-                              capture_output=True, text=True, env=client_env, timeout=60)
+        sent = subprocess.run(
+            chronos(
+                "send",
+                "--topic",
+                "hello",
+                "--value",
+                "hi there",
+                "--delay",
+                "1s",
+                "--header",
+                "who=cli",
+            ),
+            capture_output=True,
+            text=True,
+            env=client_env,
+            timeout=60,
+        )
         assert sent.returncode == 0, sent.stderr
         assert '"deliver_at_ms"' in sent.stdout
-        tail = subprocess.run(chronos("tail", "--topic", "hello", "--count", "1", "--timeout", "20"),
-                              capture_output=True, text=True, env=client_env, timeout=60)
+        tail = subprocess.run(
+            chronos("tail", "--topic", "hello", "--count", "1", "--timeout", "20"),
+            capture_output=True,
+            text=True,
+            env=client_env,
+            timeout=60,
+        )
         assert tail.returncode == 0, tail.stderr
         assert "value='hi there'" in tail.stdout
-        bad = subprocess.run(chronos("send", "--topic", "bad topic", "--value", "x", "--delay", "1s"),
-                             capture_output=True, text=True, env=client_env, timeout=60)
+        bad = subprocess.run(
+            chronos("send", "--topic", "bad topic", "--value", "x", "--delay", "1s"),
+            capture_output=True,
+            text=True,
+            env=client_env,
+            timeout=60,
+        )
         assert bad.returncode == 2 and "topic" in bad.stderr
     finally:
         dev.send_signal(signal.SIGTERM)

@@ -16,7 +16,9 @@ from tests.integration.harness import Inbox, make_settings, running_node
 
 
 @pytest.fixture
-def stack(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Iterator[tuple[ChronosSettings, httpx.Client]]:
+def stack(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> Iterator[tuple[ChronosSettings, httpx.Client]]:
     settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
     with running_node(settings):
         server = ProxyServer(settings)
@@ -36,44 +38,69 @@ def b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
 
 
-def test_binary_message_is_delivered_intact_and_not_early(stack: tuple[ChronosSettings, httpx.Client], namespace: str) -> None:
+def test_binary_message_is_delivered_intact_and_not_early(
+    stack: tuple[ChronosSettings, httpx.Client], namespace: str
+) -> None:
     settings, http = stack
     topic = f"{namespace}-orders"
     value, key, header = bytes(range(256)) * 4, b"\x00key\xff", b"\x00\x01\xfe"
     with Inbox(settings, [topic]) as inbox:
-        answer = http.post("/v1/messages", json={
-            "topic": topic, "encoding": "base64", "value": b64(value), "key": b64(key),
-            "headers": [{"name": "trace", "value": b64(header)}, {"name": "empty", "value": None}],
-            "delay_ms": 700,
-        })
+        answer = http.post(
+            "/v1/messages",
+            json={
+                "topic": topic,
+                "encoding": "base64",
+                "value": b64(value),
+                "key": b64(key),
+                "headers": [
+                    {"name": "trace", "value": b64(header)},
+                    {"name": "empty", "value": None},
+                ],
+                "delay_ms": 700,
+            },
+        )
         assert answer.status_code == 201, answer.text
         receipt = answer.json()
         assert inbox.wait_for({receipt["id"]})
         got = inbox.first(receipt["id"])
     assert (got.key, got.value) == (key, value)
     assert [h for h in got.headers if not h[0].startswith("chronos-")] == [
-        ("trace", header), ("empty", None)]
+        ("trace", header),
+        ("empty", None),
+    ]
     assert got.due_ms == receipt["deliver_at_ms"]
     assert got.produced_ms >= receipt["deliver_at_ms"], "delivered before its due time"
     assert got.occurrence == 1
 
 
-def test_batch_cancel_and_idempotent_resend(stack: tuple[ChronosSettings, httpx.Client], namespace: str) -> None:
+def test_batch_cancel_and_idempotent_resend(
+    stack: tuple[ChronosSettings, httpx.Client], namespace: str
+) -> None:
     settings, http = stack
     topic = f"{namespace}-jobs"
     with Inbox(settings, [topic]) as inbox:
-        batch = http.post("/v1/messages/batch", json={"messages": [
-            {"topic": topic, "value": f"m{i}", "delay_ms": 1500, "id": f"{namespace}-{i}"}
-            for i in range(20)
-        ]})
+        batch = http.post(
+            "/v1/messages/batch",
+            json={
+                "messages": [
+                    {"topic": topic, "value": f"m{i}", "delay_ms": 1500, "id": f"{namespace}-{i}"}
+                    for i in range(20)
+                ]
+            },
+        )
         assert batch.status_code == 201, batch.text
         ids = [r["id"] for r in batch.json()["receipts"]]
         assert ids == [f"{namespace}-{i}" for i in range(20)]
         # Re-sending the same ids (another delay) must not schedule second deliveries.
-        again = http.post("/v1/messages/batch", json={"messages": [
-            {"topic": topic, "value": f"m{i}", "delay_ms": 300, "id": f"{namespace}-{i}"}
-            for i in range(20)
-        ]})
+        again = http.post(
+            "/v1/messages/batch",
+            json={
+                "messages": [
+                    {"topic": topic, "value": f"m{i}", "delay_ms": 300, "id": f"{namespace}-{i}"}
+                    for i in range(20)
+                ]
+            },
+        )
         assert again.status_code == 201
         cancelled = ids[:5]
         for message_id in cancelled:
@@ -97,19 +124,40 @@ def test_batch_cancel_and_idempotent_resend(stack: tuple[ChronosSettings, httpx.
         ({"topic": "ok", "value": "x", "delay_ms": -5}, 422, "delay"),
         ({"topic": "ok", "value": "x", "delay_ms": 400 * 86_400_000}, 422, "deliver_at"),
         ({"topic": "ok", "value": "x", "deliver_at": "2030-01-01T00:00:00"}, 422, "deliver_at"),
-        ({"topic": "ok", "value": "x", "delay_ms": 1,
-          "headers": [{"name": "chronos-id", "value": "x"}]}, 422, "headers[0]"),
+        (
+            {
+                "topic": "ok",
+                "value": "x",
+                "delay_ms": 1,
+                "headers": [{"name": "chronos-id", "value": "x"}],
+            },
+            422,
+            "headers[0]",
+        ),
         ({"topic": "ok", "value": "x" * ((1 << 20) + 1), "delay_ms": 1}, 413, "value"),
         ({"topic": "ok", "value": "!!", "encoding": "base64", "delay_ms": 1}, 422, "value"),
         ({"topic": "ok", "value": "x", "delay_ms": 1, "id": "a b"}, 422, "id"),
-        ({"topic": "ok", "value": "x", "delay_ms": 1,
-          "repeat": {"kind": "fixed", "interval_ms": 10, "times": 3}}, 422, "repeat.interval_ms"),
+        (
+            {
+                "topic": "ok",
+                "value": "x",
+                "delay_ms": 1,
+                "repeat": {"kind": "fixed", "interval_ms": 10, "times": 3},
+            },
+            422,
+            "repeat.interval_ms",
+        ),
         ({"topic": "ok", "value": "x", "delay_ms": 1, "unknown": 1}, 422, "unknown"),
         ({"value": "x", "delay_ms": 1}, 422, "topic"),
     ],
 )
-def test_bad_requests_name_the_field(stack: tuple[ChronosSettings, httpx.Client], namespace: str,
-                                     body: dict[str, object], status: int, field: str) -> None:
+def test_bad_requests_name_the_field(
+    stack: tuple[ChronosSettings, httpx.Client],
+    namespace: str,
+    body: dict[str, object],
+    status: int,
+    field: str,
+) -> None:
     _settings, http = stack
     if isinstance(body.get("topic"), str):
         body = {**body, "topic": str(body["topic"]).replace("{ns}", namespace)}
@@ -120,10 +168,15 @@ def test_bad_requests_name_the_field(stack: tuple[ChronosSettings, httpx.Client]
 
 def test_batch_error_names_the_item(stack: tuple[ChronosSettings, httpx.Client]) -> None:
     _settings, http = stack
-    answer = http.post("/v1/messages/batch", json={"messages": [
-        {"topic": "ok", "value": "x", "delay_ms": 1},
-        {"topic": "bad topic", "value": "x", "delay_ms": 1},
-    ]})
+    answer = http.post(
+        "/v1/messages/batch",
+        json={
+            "messages": [
+                {"topic": "ok", "value": "x", "delay_ms": 1},
+                {"topic": "bad topic", "value": "x", "delay_ms": 1},
+            ]
+        },
+    )
     assert answer.status_code == 422
     assert answer.json()["field"] == "messages[1].topic"
 
@@ -133,17 +186,21 @@ def test_health_and_openapi(stack: tuple[ChronosSettings, httpx.Client]) -> None
     health = http.get("/healthz")
     assert health.status_code == 200 and health.json() == {"status": "ok", "kafka": True}
     spec = http.get("/openapi.json").json()
-    assert {"/v1/messages", "/v1/messages/batch", "/v1/messages/{message_id}", "/healthz"} <= set(spec["paths"])
+    assert {"/v1/messages", "/v1/messages/batch", "/v1/messages/{message_id}", "/healthz"} <= set(
+        spec["paths"]
+    )
 
 
-def test_largest_allowed_message_is_delivered(stack: tuple[ChronosSettings, httpx.Client],
-                                              namespace: str) -> None:
+def test_largest_allowed_message_is_delivered(
+    stack: tuple[ChronosSettings, httpx.Client], namespace: str
+) -> None:
     settings, http = stack
     topic = f"{namespace}-big"
     value = "v" * ((1 << 20) - 10)
     with Inbox(settings, [topic]) as inbox:
-        answer = http.post("/v1/messages", json={"topic": topic, "value": value, "key": "k" * 10,
-                                                 "delay_ms": 10})
+        answer = http.post(
+            "/v1/messages", json={"topic": topic, "value": value, "key": "k" * 10, "delay_ms": 10}
+        )
         assert answer.status_code == 201, answer.text
         message_id = answer.json()["id"]
         assert inbox.wait_for({message_id})

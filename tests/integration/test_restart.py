@@ -14,8 +14,9 @@ from tests.integration.harness import Inbox, make_settings, running_node
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_graceful_stop_and_restart_delivers_everything_once(kafka_bootstrap: str, namespace: str,
-                                                           tmp_path: Path) -> None:
+def test_graceful_stop_and_restart_delivers_everything_once(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
     settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
     topic = f"{namespace}-restart"
     with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
@@ -37,10 +38,27 @@ def test_graceful_stop_and_restart_delivers_everything_once(kafka_bootstrap: str
 
 def test_sigkill_at_random_moments_loses_nothing(kafka_bootstrap: str) -> None:
     result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "e2e_check.py"), "--messages", "3000",
-         "--max-delay", "3", "--schedule-over", "2", "--kills", "3", "--seed", "7",
-         "--bootstrap", kafka_bootstrap, "--json"],
-        capture_output=True, text=True, timeout=240, cwd=REPO,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "e2e_check.py"),
+            "--messages",
+            "3000",
+            "--max-delay",
+            "3",
+            "--schedule-over",
+            "2",
+            "--kills",
+            "3",
+            "--seed",
+            "7",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
     )
     assert result.returncode in (0, 1), result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])

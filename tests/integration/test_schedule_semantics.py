@@ -12,13 +12,15 @@ from proxy.client import DelayClient
 from tests.integration.harness import Inbox, make_settings, running_node
 
 
-def test_fixed_repeat_delivers_each_occurrence_on_time(kafka_bootstrap: str, namespace: str,
-                                                       tmp_path: Path) -> None:
+def test_fixed_repeat_delivers_each_occurrence_on_time(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
     settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
     topic = f"{namespace}-ticks"
     with running_node(settings), Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
-        receipt = client.send_delay(topic, b"tick", delay=0.3,
-                                    repeat=Repeat(RepeatKind.FIXED, 1000, 3))
+        receipt = client.send_delay(
+            topic, b"tick", delay=0.3, repeat=Repeat(RepeatKind.FIXED, 1000, 3)
+        )
         deadline = time.monotonic() + 10
         while inbox.count(receipt.id) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -29,14 +31,16 @@ def test_fixed_repeat_delivers_each_occurrence_on_time(kafka_bootstrap: str, nam
     assert all(d.produced_ms >= d.due_ms for d in deliveries)
 
 
-def test_repeat_far_in_the_past_collapses_then_keeps_schedule(kafka_bootstrap: str, namespace: str,
-                                                              tmp_path: Path) -> None:
+def test_repeat_far_in_the_past_collapses_then_keeps_schedule(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
     settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
     topic = f"{namespace}-overdue"
     hour_ago = int(time.time() * 1000) - 3_600_000
     with running_node(settings), Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
-        receipt = client.send_delay(topic, b"beat", deliver_at=hour_ago,
-                                    repeat=Repeat(RepeatKind.FIXED, 1000, 5000))
+        receipt = client.send_delay(
+            topic, b"beat", deliver_at=hour_ago, repeat=Repeat(RepeatKind.FIXED, 1000, 5000)
+        )
         deadline = time.monotonic() + 10
         while inbox.count(receipt.id) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -54,8 +58,9 @@ def test_repeat_far_in_the_past_collapses_then_keeps_schedule(kafka_bootstrap: s
     assert after_cancel <= 3
 
 
-def test_past_due_time_means_deliver_now(kafka_bootstrap: str, namespace: str,
-                                         tmp_path: Path) -> None:
+def test_past_due_time_means_deliver_now(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
     settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
     topic = f"{namespace}-now"
     with running_node(settings), Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
@@ -67,13 +72,18 @@ def test_past_due_time_means_deliver_now(kafka_bootstrap: str, namespace: str,
     assert got.produced_ms - sent_ms < 2000
 
 
-def test_delete_worker_drops_delivered_data(kafka_bootstrap: str, namespace: str,
-                                            tmp_path: Path) -> None:
-    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store",
-                             delete={"interval_s": 0.2, "retention_s": 0})
+def test_delete_worker_drops_delivered_data(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
+    settings = make_settings(
+        kafka_bootstrap, namespace, tmp_path / "store", delete={"interval_s": 0.2, "retention_s": 0}
+    )
     topic = f"{namespace}-gone"
-    with running_node(settings) as node, Inbox(settings, [topic]) as inbox, \
-            DelayClient(settings) as client:
+    with (
+        running_node(settings) as node,
+        Inbox(settings, [topic]) as inbox,
+        DelayClient(settings) as client,
+    ):
         ids = {client.send_delay(topic, b"x", delay=0.1).id for _ in range(50)}
         later = client.send_delay(topic, b"later", delay=60).id
         assert inbox.wait_for(ids)

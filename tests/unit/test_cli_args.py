@@ -29,8 +29,9 @@ def test_duration_ms(text: str, ms: int) -> None:
     assert duration_ms(text) == ms
 
 
-@pytest.mark.parametrize("text", ["", "abc", "5x", "-5s", "5 s", "1.5.2s", "s", ".5s", "5S",
-                                  "1e3", "5sec"])
+@pytest.mark.parametrize(
+    "text", ["", "abc", "5x", "-5s", "5 s", "1.5.2s", "s", ".5s", "5S", "1e3", "5sec"]
+)
 def test_duration_ms_errors(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="not a duration"):
         duration_ms(text)

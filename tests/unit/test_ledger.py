@@ -152,8 +152,9 @@ def test_cancel_after_seek_is_too_late(env: Env) -> None:
 
 def test_late_arrival_goes_after_frontier(env: Env) -> None:
     env.frontier.advance(T0 + 5000)
-    outcome = env.ledger.apply([_msg("late", T0 + 3000), _msg("edge", T0 + 5000),
-                                _msg("ok", T0 + 5001)])
+    outcome = env.ledger.apply(
+        [_msg("late", T0 + 3000), _msg("edge", T0 + 5000), _msg("ok", T0 + 5001)]
+    )
     assert outcome.late == 2 and outcome.added == 3
     assert env.slots() == [(T0 + 5001, "edge"), (T0 + 5001, "late"), (T0 + 5001, "ok")]
     stored = {m.id: m for m in env.messages().values()}
@@ -284,7 +285,9 @@ def test_is_current(env: Env) -> None:
     env.ledger.apply([_msg("a", T0 + 1000)])
     k = keys.message_key(T0 + 1000, "a")
     assert env.ledger.is_current([("a", k), ("a", keys.message_key(T0, "a")), ("z", k)]) == [
-        True, False, False,
+        True,
+        False,
+        False,
     ]
 
 

@@ -10,12 +10,24 @@ from chronos.store import keys
 
 
 def _job(slot: int, message_id: str, followup: bool = False) -> DeliveryJob:
-    message = DelayMessage(message_id, "t", None, None, first_due_ms=slot,
-                           repeat=Repeat(RepeatKind.FIXED, 1000, 5) if followup else None)
-    nxt = DelayMessage(message_id, "t", None, None, first_due_ms=slot,
-                       repeat=message.repeat, occurrence=2) if followup else None
-    return DeliveryJob(key=keys.message_key(slot, message_id), message=message, due_ms=slot,
-                       followup=nxt)
+    message = DelayMessage(
+        message_id,
+        "t",
+        None,
+        None,
+        first_due_ms=slot,
+        repeat=Repeat(RepeatKind.FIXED, 1000, 5) if followup else None,
+    )
+    nxt = (
+        DelayMessage(
+            message_id, "t", None, None, first_due_ms=slot, repeat=message.repeat, occurrence=2
+        )
+        if followup
+        else None
+    )
+    return DeliveryJob(
+        key=keys.message_key(slot, message_id), message=message, due_ms=slot, followup=nxt
+    )
 
 
 def test_nothing_dispatched_seek_is_scanned() -> None:
@@ -86,7 +98,8 @@ def test_followups_only_when_job_leaves_prefix() -> None:
     seek, followups = tracker.collect()
     assert seek == 299
     assert [(k, m.id, m.occurrence) for k, m in followups] == [
-        (a.key, "a", 2), (b.key, "b", 2),
+        (a.key, "a", 2),
+        (b.key, "b", 2),
     ]
     # returned once only
     assert tracker.collect() == (299, [])

@@ -33,7 +33,10 @@ def _brute_latest(repeat: Repeat, first: int, occurrence: int, now: int) -> tupl
 def test_fixed_due_of() -> None:
     r = Repeat(RepeatKind.FIXED, 5000, 4)
     assert [r.due_of(FIRST, k) for k in (1, 2, 3, 4)] == [
-        FIRST, FIRST + 5000, FIRST + 10_000, FIRST + 15_000,
+        FIRST,
+        FIRST + 5000,
+        FIRST + 10_000,
+        FIRST + 15_000,
     ]
     assert r.gap_after(1) == r.gap_after(3) == 5000
 
@@ -42,7 +45,13 @@ def test_exponential_due_of_and_cap() -> None:
     r = Repeat(RepeatKind.EXPONENTIAL, 1000, 7, 2, 5000)
     assert [r.gap_after(k) for k in range(1, 7)] == [1000, 2000, 4000, 5000, 5000, 5000]
     assert [r.due_of(FIRST, k) - FIRST for k in range(1, 8)] == [
-        0, 1000, 3000, 7000, 12_000, 17_000, 22_000,
+        0,
+        1000,
+        3000,
+        7000,
+        12_000,
+        17_000,
+        22_000,
     ]
 
 

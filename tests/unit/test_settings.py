@@ -33,7 +33,9 @@ def test_defaults_without_file() -> None:
 
 
 def test_load_from_toml(tmp_path: Path) -> None:
-    path = _toml(tmp_path, """
+    path = _toml(
+        tmp_path,
+        """
 [kafka]
 bootstrap_servers = "broker:9093"
 [kafka.producer_config]
@@ -46,7 +48,8 @@ ingest_threads = 4
 data_dir = "/var/lib/chronos"
 [limits]
 max_delay_s = 60
-""")
+""",
+    )
     loaded = load_settings(path)
     assert loaded.kafka.bootstrap_servers == "broker:9093"
     assert loaded.kafka.producer_config == {"linger.ms": 50}
@@ -141,6 +144,7 @@ def test_settings_are_frozen() -> None:
 
 # --- Kafka configs --------------------------------------------------------------------------
 
+
 def test_producer_config_is_durable() -> None:
     config = KafkaSettings(bootstrap_servers="k:9092").producer()
     assert config["bootstrap.servers"] == "k:9092"
@@ -150,7 +154,9 @@ def test_producer_config_is_durable() -> None:
 
 
 def test_librdkafka_passthrough(tmp_path: Path) -> None:
-    path = _toml(tmp_path, """
+    path = _toml(
+        tmp_path,
+        """
 [kafka]
 sasl_password = "s3cret"
 [kafka.client_config]
@@ -162,7 +168,8 @@ sasl_password = "s3cret"
 [kafka.consumer_config]
 "fetch.min.bytes" = 1024
 "auto.offset.reset" = "latest"
-""")
+""",
+    )
     kafka = load_settings(path).kafka
     producer = kafka.producer(**{"linger.ms": 5, "transactional.id": "tx-1"})
     assert producer["security.protocol"] == "SASL_SSL"

@@ -36,14 +36,16 @@ def _field(call, *args, **kwargs) -> ValidationError:  # type: ignore[no-untyped
 
 
 def _msg(**changes: object) -> DelayMessage:
-    message = DelayMessage(id="m-1", topic="orders", key=b"k", value=b"v", headers=[],
-                           first_due_ms=NOW + 1000)
+    message = DelayMessage(
+        id="m-1", topic="orders", key=b"k", value=b"v", headers=[], first_due_ms=NOW + 1000
+    )
     for name, value in changes.items():
         setattr(message, name, value)
     return message
 
 
 # --- topics -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("topic", ["orders", "a", "A-b_c.9", "x" * 249, "...", "a..b"])
 def test_valid_topics(topic: str) -> None:
@@ -62,8 +64,14 @@ def test_invalid_topic_field_name_is_passed_through() -> None:
 
 
 @pytest.mark.parametrize(
-    "topic", ["chronos.inner", "chronos.deadletter", "chronos.anything", "__consumer_offsets",
-              "__transaction_state"]
+    "topic",
+    [
+        "chronos.inner",
+        "chronos.deadletter",
+        "chronos.anything",
+        "__consumer_offsets",
+        "__transaction_state",
+    ],
 )
 def test_internal_topics_rejected(topic: str) -> None:
     err = _field(validate_topic, topic, NAMES)
@@ -87,6 +95,7 @@ def test_topic_with_trailing_newline_rejected(topic: str) -> None:
 
 
 # --- ids ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("message_id", ["a", "A-z_0.9:x", "x" * 16])
 def test_valid_ids(message_id: str) -> None:
@@ -118,6 +127,7 @@ def test_id_with_trailing_newline_rejected() -> None:
 
 
 # --- headers, size, due --------------------------------------------------------------------
+
 
 def test_valid_message() -> None:
     validate_message(_msg(headers=[("trace", b"1"), ("x", None)]), LIMITS, NAMES, NOW)
@@ -174,6 +184,7 @@ def test_message_id_and_topic_checked() -> None:
 
 # --- resolve_due ---------------------------------------------------------------------------
 
+
 def test_resolve_due() -> None:
     assert resolve_due(NOW, delay_ms=0) == NOW
     assert resolve_due(NOW, delay_ms=250) == NOW + 250
@@ -197,6 +208,7 @@ def test_exactly_one_of_delay_and_deliver_at(kwargs: dict[str, int]) -> None:
 
 
 # --- repeat --------------------------------------------------------------------------------
+
 
 def _fixed(interval: int = 1000, times: int = 3) -> Repeat:
     return Repeat(RepeatKind.FIXED, interval, times)
@@ -247,8 +259,13 @@ def test_last_occurrence_beyond_horizon() -> None:
     start = NOW + 3600 * 1000 - 9 * 60_000
     validate_message(_msg(first_due_ms=start, repeat=_fixed(60_000, 10)), LIMITS, NAMES, NOW)
     # one ms later: the first occurrence is fine but the last is beyond the horizon
-    err = _field(validate_message, _msg(first_due_ms=start + 1, repeat=_fixed(60_000, 10)),
-                 LIMITS, NAMES, NOW)
+    err = _field(
+        validate_message,
+        _msg(first_due_ms=start + 1, repeat=_fixed(60_000, 10)),
+        LIMITS,
+        NAMES,
+        NOW,
+    )
     assert err.field == "repeat" and "last occurrence" in err.message
 
 

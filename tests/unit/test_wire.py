@@ -167,8 +167,7 @@ def test_missing_due() -> None:
 
 @pytest.mark.parametrize(
     "due",
-    [b"soon", b"12.5", b"", b"+5", b"1e3", b" 5", b"-", b"12345678901234567890",
-     "\u0665".encode()],
+    [b"soon", b"12.5", b"", b"+5", b"1e3", b" 5", b"-", b"12345678901234567890", "\u0665".encode()],
 )
 def test_non_numeric_due(due: bytes) -> None:
     reason = _reason(_add_headers(due_ms=due))
@@ -205,7 +204,9 @@ def test_repeat_missing_times() -> None:
 
 def test_exponential_repeat_needs_multiplier() -> None:
     headers = _add_headers(
-        repeat=b"exponential", repeat_interval_ms=b"1000", repeat_times=b"3",
+        repeat=b"exponential",
+        repeat_interval_ms=b"1000",
+        repeat_times=b"3",
         repeat_max_interval_ms=b"9000",
     )
     assert _reason(headers) == "missing header chronos-repeat-multiplier"
@@ -213,8 +214,11 @@ def test_exponential_repeat_needs_multiplier() -> None:
 
 def test_decode_repeat_headers() -> None:
     headers = _add_headers(
-        repeat=b"exponential", repeat_interval_ms=b"1000", repeat_times=b"4",
-        repeat_multiplier=b"3", repeat_max_interval_ms=b"9000",
+        repeat=b"exponential",
+        repeat_interval_ms=b"1000",
+        repeat_times=b"4",
+        repeat_multiplier=b"3",
+        repeat_max_interval_ms=b"9000",
     )
     decoded = wire.decode(None, headers)
     assert isinstance(decoded, DelayMessage)
@@ -238,10 +242,13 @@ def test_double_minus_integer_raises_decode_error(header: str) -> None:
 
 
 def test_delivery_headers() -> None:
-    message = DelayMessage("m1", "t", None, None, [("u", b"1")], 100,
-                           Repeat(RepeatKind.FIXED, 10, 3), occurrence=3)
+    message = DelayMessage(
+        "m1", "t", None, None, [("u", b"1")], 100, Repeat(RepeatKind.FIXED, 10, 3), occurrence=3
+    )
     assert wire.delivery_headers(message, 120, 0) == [
-        ("u", b"1"), ("chronos-id", b"m1"), ("chronos-due-ms", b"120"),
+        ("u", b"1"),
+        ("chronos-id", b"m1"),
+        ("chronos-due-ms", b"120"),
         ("chronos-occurrence", b"3"),
     ]
     assert wire.delivery_headers(message, 120, 2)[-1] == ("chronos-skipped", b"2")

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Measure the CPU an idle node uses: nothing due for an hour, the node just waits.
+
+Starts a local Tansu broker (or uses --bootstrap), a `chronos run` subprocess with one message
+due in an hour, lets it settle, then reads the node process's CPU time (user + system, from
+/proc) over --seconds and prints the share of one core. The broker's own CPU is not counted.
+
+    python scripts/idle_cpu.py --seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from chronos.devstack.tansu import TansuBroker
+from chronos.settings import load_settings
+from proxy.client import DelayClient
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--settle", type=float, default=5.0)
+    parser.add_argument("--bootstrap", default=None)
+    args = parser.parse_args()
+    broker = None if args.bootstrap else TansuBroker().start()
+    bootstrap = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
+    with tempfile.TemporaryDirectory(prefix="chronos-idle-") as tmp:
+        config = Path(tmp) / "chronos.toml"
+        config.write_text(
+            f'[kafka]\nbootstrap_servers = "{bootstrap}"\n'
+            f'[topics]\nnamespace = "idle{uuid.uuid4().hex[:6]}"\n'
+            f'[node]\ndata_dir = "{tmp}/store"\n'
+        )
+        node = subprocess.Popen(
+            [sys.executable, "-m", "chronos.cli.main", "run", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            with DelayClient(load_settings(config)) as client:
+                client.send_delay("idle-target", b"later", delay=3600)
+            time.sleep(args.settle)
+            start_cpu, start = cpu_seconds(node.pid), time.monotonic()
+            time.sleep(args.seconds)
+            used = cpu_seconds(node.pid) - start_cpu
+            elapsed = time.monotonic() - start
+        finally:
+            node.terminate()
+            node.wait(30)
+            if broker is not None:
+                broker.stop()
+    print(
+        f"idle node: {used:.2f} CPU s in {elapsed:.1f} s = {100 * used / elapsed:.2f} % of one core"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
