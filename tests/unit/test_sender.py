@@ -1,0 +1,146 @@
+"""Sender: acknowledgements, retries off the queue, dead letters, giving up (fake producer)."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from confluent_kafka import KafkaError
+
+from chronos.clock import FakeClock
+from chronos.metrics import CountingMetrics
+from chronos.model import DelayMessage
+from chronos.node.deadletter import DeadLetters
+from chronos.node.job import DeliveryJob
+from chronos.node.progress import ProgressTracker
+from chronos.node.sender import RetrySchedule, Sender
+from chronos.settings import DeliverySettings
+from chronos.store import keys
+from chronos.types import Headers
+from chronos.wire import H_DLQ_REASON, H_DLQ_TARGET, H_ID
+
+T0 = 1_700_000_000_000
+
+
+@dataclass
+class Sent:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    on_done: Callable[[KafkaError | None], None]
+
+
+@dataclass
+class FakeDelivery:
+    """Records what is produced; the test decides each outcome."""
+
+    sent: list[Sent] = field(default_factory=list)
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        on_done: Callable[[KafkaError | None], None],
+    ) -> None:
+        self.sent.append(Sent(topic, key, value, headers, on_done))
+
+
+@dataclass
+class Env:
+    clock: FakeClock
+    delivery: FakeDelivery
+    tracker: ProgressTracker
+    retries: RetrySchedule
+    jobs: queue.Queue[list[DeliveryJob]]
+    metrics: CountingMetrics
+    sender: Sender
+
+
+@pytest.fixture
+def env() -> Env:
+    clock, delivery, metrics = FakeClock(T0), FakeDelivery(), CountingMetrics()
+    tracker, retries = ProgressTracker(0), RetrySchedule()
+    jobs: queue.Queue[list[DeliveryJob]] = queue.Queue()
+    dead = DeadLetters(delivery, "ns.deadletter", metrics)  # type: ignore[arg-type]
+    settings = DeliverySettings(
+        retry_backoff_initial_ms=100, retry_backoff_max_ms=1000, give_up_after_s=5
+    )
+    sender = Sender(
+        0,
+        jobs,
+        retries,
+        delivery,
+        dead,
+        tracker,
+        clock,
+        settings,  # type: ignore[arg-type]
+        metrics,
+    )
+    return Env(clock, delivery, tracker, retries, jobs, metrics, sender)
+
+
+def job(message_id: str = "m1") -> DeliveryJob:
+    message = DelayMessage(message_id, "orders", b"k", b"v", [("h", b"1")], T0)
+    return DeliveryJob(keys.message_key(T0, message_id), message, T0)
+
+
+def test_acknowledged_job_completes(env: Env) -> None:
+    first = job()
+    env.tracker.dispatched([first])
+    env.jobs.put([first])
+    env.sender.step()
+    (sent,) = env.delivery.sent
+    assert (sent.topic, sent.key, sent.value) == ("orders", b"k", b"v")
+    assert ("h", b"1") in sent.headers and (H_ID, b"m1") in sent.headers
+    assert not first.done
+    sent.on_done(None)
+    assert first.done and env.metrics.totals()["delivered"] == 1
+
+
+def test_transient_error_retries_with_backoff_without_blocking_others(env: Env) -> None:
+    failing, other = job("fail"), job("other")
+    env.jobs.put([failing])
+    env.sender.step()
+    env.delivery.sent[0].on_done(KafkaError(KafkaError._MSG_TIMED_OUT))
+    assert not failing.done and len(env.retries) == 1
+    env.jobs.put([other])
+    env.sender.step()  # the retry is not due yet; the other message goes out
+    assert [dict(s.headers)[H_ID] for s in env.delivery.sent] == [b"fail", b"other"]
+    env.clock.advance(100)
+    env.sender.step()
+    assert len(env.delivery.sent) == 3 and env.delivery.sent[2].topic == "orders"
+    env.delivery.sent[2].on_done(None)
+    assert failing.done
+
+
+def test_permanent_error_is_dead_lettered_with_reason_and_target(env: Env) -> None:
+    doomed = job()
+    env.jobs.put([doomed])
+    env.sender.step()
+    env.delivery.sent[0].on_done(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    dead = env.delivery.sent[1]
+    assert dead.topic == "ns.deadletter" and dead.value == b"v"
+    headers = dict(dead.headers)
+    assert headers[H_DLQ_TARGET] == b"orders"
+    assert b"MSG_SIZE_TOO_LARGE" in (headers[H_DLQ_REASON] or b"")
+    assert not doomed.done  # done only once the dead-letter topic acknowledged
+    dead.on_done(None)
+    assert doomed.done and env.metrics.totals()["dead_lettered"] == 1
+
+
+def test_gives_up_after_the_configured_time(env: Env) -> None:
+    stuck = job()
+    env.jobs.put([stuck])
+    env.sender.step()
+    env.delivery.sent[-1].on_done(KafkaError(KafkaError._TRANSPORT))
+    env.clock.advance(6_000)
+    env.sender.step()  # retry is due: produced again, fails again, now past give-up
+    env.delivery.sent[-1].on_done(KafkaError(KafkaError._TRANSPORT))
+    dead = env.delivery.sent[-1]
+    assert dead.topic == "ns.deadletter"
+    assert (dict(dead.headers)[H_DLQ_REASON] or b"").startswith(b"gave up after 2 attempts")
