@@ -49,7 +49,7 @@ class _Histogram:
             for index, count in enumerate(self.buckets):
                 seen += count
                 if total and seen >= q * total:
-                    bound = _BOUNDS[index] if index < len(_BOUNDS) else self.max
+                    bound = min(_BOUNDS[index], self.max) if index < len(_BOUNDS) else self.max
                     break
             summary[label] = bound
         return summary
