@@ -157,6 +157,9 @@ class NodeSettings(_Section):
     sender_threads: int = Field(2, ge=1, le=64, description="Threads producing to targets.")
     queue_batches: int = Field(64, ge=1, description="Bound of the push->sender queue, batches.")
     push_batch_max: int = Field(500, ge=1, description="Most messages per queued batch.")
+    max_in_flight: int = Field(
+        200_000, ge=1, description="Most dispatched, not yet collected deliveries (memory bound)."
+    )
     progress_interval_ms: int = Field(
         20, ge=1, description="How often acknowledged deliveries advance the seek timestamp."
     )

@@ -107,14 +107,20 @@ class _Acks:
 
     def wait(self, timeout_s: float) -> None:
         if not self._done.wait(timeout_s):
-            raise KafkaDeliveryError(f"Kafka did not acknowledge within {timeout_s} s")
+            raise KafkaDeliveryError(
+                f"Kafka did not acknowledge within {timeout_s} s; the outcome is unknown: "
+                "retry with the same id (ids make scheduling idempotent)"
+            )
         if self.errors:
             error = self.errors[0]
             if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                 raise ValidationError(
                     "value", f"Kafka refused the size: {describe(error)}", status=413
                 )
-            raise KafkaDeliveryError(f"Kafka refused the request: {describe(error)}")
+            raise KafkaDeliveryError(
+                f"Kafka refused {len(self.errors)} record(s): {describe(error)}; others of the "
+                "same call may have been accepted: retry with the same ids"
+            )
 
 
 class DelayClient:
@@ -160,8 +166,14 @@ class DelayClient:
         """The producer, started on first use (constructing a client never connects)."""
         with self._delivery_lock:
             if self._started is None:
+                # librdkafka gives up no later than the caller does, so a timed-out request is
+                # not delivered minutes later behind the caller's back.
+                timeout_ms = int(self._timeout_s * 1000)
                 delivery = Delivery(
-                    self._settings.kafka.producer(self._settings.limits.max_message_bytes),
+                    self._settings.kafka.producer(
+                        self._settings.limits.max_message_bytes,
+                        **{"message.timeout.ms": timeout_ms},
+                    ),
                     name="proxy-producer",
                 )
                 delivery.start()

@@ -25,6 +25,29 @@ _PERMANENT = frozenset(
 )
 
 
+# Failures of the cluster or the connection, not of one record: retried for as long as they last.
+_OUTAGE = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._RESOLVE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    }
+)
+
+
+def is_outage(error: KafkaError) -> bool:
+    """True when the error is about reaching Kafka, not about this record."""
+    return error.code() in _OUTAGE
+
+
 def is_permanent(error: KafkaError) -> bool:
     """True when the record can never be delivered as it is (dead-letter it)."""
     return error.code() in _PERMANENT

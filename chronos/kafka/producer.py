@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import cast
 
+import structlog
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from chronos.types import Headers, KafkaConfig
@@ -14,6 +15,7 @@ from chronos.types import Headers, KafkaConfig
 DeliveryCallback = Callable[[KafkaError | None], None]
 
 _librdkafka_log = logging.getLogger("librdkafka")
+log = structlog.get_logger(__name__)
 
 
 class Delivery:
@@ -33,6 +35,8 @@ class Delivery:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll_loop, name=name, daemon=True)
         self._flush_timeout_s = 30.0
+        #: Set when librdkafka reports a fatal error: this producer can never deliver again.
+        self.fatal_error: KafkaError | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -45,9 +49,17 @@ class Delivery:
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _poll_loop(self) -> None:
         while not self._stop.is_set():
-            self._producer.poll(0.05)
+            try:
+                self._producer.poll(0.05)
+            except Exception:
+                # confluent-kafka re-raises callback exceptions here; the thread must live on or
+                # no acknowledgement would ever arrive again.
+                log.exception("delivery_callback_failed", producer=self.name)
 
     def send(
         self,
@@ -60,6 +72,9 @@ class Delivery:
         """Produce one record; ``on_done(None)`` after Kafka acknowledged it, else the error."""
 
         def callback(error: KafkaError | None, _msg: object) -> None:
+            if error is not None and error.fatal():
+                self.fatal_error = error
+                log.critical("producer_fatal_error", producer=self.name, error=str(error))
             on_done(error)
 
         while True:

@@ -18,6 +18,7 @@ class Component(Protocol):
     def start(self) -> None: ...
     def stop(self) -> None: ...
     def join(self, timeout: float) -> None: ...
+    def is_alive(self) -> bool: ...
 
 
 class LoopWorker:
@@ -36,7 +37,6 @@ class LoopWorker:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._backoff = error_backoff_s
-        self.failed = False
 
     @property
     def stopping(self) -> bool:
@@ -53,6 +53,9 @@ class LoopWorker:
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.warning("component_join_timeout", component=self.name, timeout_s=timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
 
     def step(self) -> None:
         """One bounded unit of work."""
@@ -74,5 +77,4 @@ class LoopWorker:
         try:
             self.finish()
         except Exception:
-            self.failed = True
             log.exception("component_finish_failed", component=self.name)

@@ -4,27 +4,45 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import structlog
 from confluent_kafka import KafkaError
 
 from chronos.kafka.errors import describe, is_permanent
-from chronos.kafka.producer import Delivery
+from chronos.kafka.producer import Delivery, DeliveryCallback
 from chronos.metrics import Metrics
 from chronos.types import Headers
 from chronos.wire import H_DLQ_REASON, H_DLQ_SOURCE, H_DLQ_TARGET, H_DLQ_TRUNCATED
 
 log = structlog.get_logger(__name__)
 
+#: (key, value, headers, reason, source) of a rejected inner record.
+Rejected = tuple[bytes | None, bytes | None, Headers, str, str]
+
+
+def dead_letter_headers(
+    headers: Headers, reason: str, source: str, target: str | None, truncated: int | None
+) -> Headers:
+    """The record's headers plus why it was dead-lettered, from where, and where it was going."""
+    extra: Headers = [(H_DLQ_REASON, reason.encode()), (H_DLQ_SOURCE, source.encode())]
+    if target is not None:
+        extra.append((H_DLQ_TARGET, target.encode()))
+    if truncated is not None:
+        extra.append((H_DLQ_TRUNCATED, str(truncated).encode()))
+    return [*headers, *extra]
+
 
 class DeadLetters:
-    """Produces to the dead-letter topic, retrying until Kafka acknowledges (it is our topic).
+    """Produces to the dead-letter topic. One attempt per call: callers own the retries, so no
+    produce ever runs inside a delivery callback and no thread is spawned per failure.
+
+    A record the dead-letter topic refuses permanently (too large, most likely) is sent again
+    without its value, with ``chronos-dlq-truncated: <size>``: the evidence survives.
 
     Parameters:
         delivery: the shared producer.
         topic: the dead-letter topic name.
-        metrics: counts dead letters by source.
+        metrics: counts dead letters.
     """
 
     def __init__(self, delivery: Delivery, topic: str, metrics: Metrics) -> None:
@@ -41,67 +59,83 @@ class DeadLetters:
         reason: str,
         source: str,
         target: str | None,
-        on_done: Callable[[], None],
+        truncate: bool,
+        on_result: DeliveryCallback,
     ) -> None:
-        """Dead-letter one record; ``on_done`` runs once it is acknowledged."""
-        extra: Headers = [(H_DLQ_REASON, reason.encode()), (H_DLQ_SOURCE, source.encode())]
-        if target is not None:
-            extra.append((H_DLQ_TARGET, target.encode()))
-        all_headers = [*headers, *extra]
-        attempt = 0
-        body = value
+        """Dead-letter one record (without its value when ``truncate``)."""
+        truncated = len(value or b"") if truncate else None
+        self._delivery.send(
+            self._topic,
+            key,
+            None if truncate else value,
+            dead_letter_headers(headers, reason, source, target, truncated),
+            self._counted(on_result),
+        )
 
+    def _counted(self, on_result: DeliveryCallback) -> DeliveryCallback:
         def done(error: KafkaError | None) -> None:
-            nonlocal attempt, body, all_headers
             if error is None:
                 self._metrics.incr("dead_lettered")
-                on_done()
-                return
-            attempt += 1
-            log.error("dead_letter_failed", error=describe(error), attempt=attempt, source=source)
-            if is_permanent(error):
-                if body is None:
-                    # Nothing smaller to try: waiting would wedge the seek timestamp forever.
-                    self._metrics.incr("dead_letter_dropped")
-                    log.critical("dead_letter_dropped", source=source, error=describe(error))
-                    on_done()
-                    return
-                # Most likely too large for the dead-letter topic too: keep the evidence
-                # (key, headers, reason) and the original size instead of the value.
-                all_headers = [*all_headers, (H_DLQ_TRUNCATED, str(len(body)).encode())]
-                body = None
-            # Retry from a timer so the producer's poll thread is never blocked by a sleep.
-            timer = threading.Timer(min(0.1 * 2**attempt, 5.0), produce)
-            timer.daemon = True
-            timer.start()
+            else:
+                log.error("dead_letter_failed", error=describe(error))
+            on_result(error)
 
-        def produce() -> None:
-            self._delivery.send(self._topic, key, body, all_headers, done)
+        return done
 
-        produce()
+    def send_and_wait(self, records: list[Rejected], timeout_s: float) -> bool:
+        """Dead-letter rejected inner records; True once every one is acknowledged.
 
-    def send_and_wait(
-        self,
-        records: list[tuple[bytes | None, bytes | None, Headers, str, str]],
-        timeout_s: float,
-    ) -> bool:
-        """Dead-letter (key, value, headers, reason, source) records; True once all are acked."""
-        if not records:
-            return True
-        remaining = len(records)
-        all_done = threading.Event()
-        lock = threading.Lock()
-
-        def one_done() -> None:
-            nonlocal remaining
-            with lock:
-                remaining -= 1
-                if remaining == 0:
-                    all_done.set()
-
-        for key, value, headers, reason, source in records:
-            self.send(
-                key, value, headers, reason=reason, source=source, target=None, on_done=one_done
-            )
+        Records refused permanently are tried once more without their value.
+        """
+        pending = [(record, False) for record in records]
         deadline = time.monotonic() + timeout_s
-        return all_done.wait(max(0.0, deadline - time.monotonic()))
+        while pending:
+            results = _Results(len(pending))
+            for index, ((key, value, headers, reason, source), truncate) in enumerate(pending):
+                self.send(
+                    key,
+                    value,
+                    headers,
+                    reason=reason,
+                    source=source,
+                    target=None,
+                    truncate=truncate,
+                    on_result=results.callback(index),
+                )
+            if not results.wait(deadline - time.monotonic()):
+                return False
+            errors = results.errors
+            retry = [
+                (record, True)
+                for (record, truncate), error in zip(pending, errors, strict=True)
+                if error is not None and is_permanent(error) and not truncate
+            ]
+            if len(retry) != sum(error is not None for error in errors):
+                return False  # a transient failure, or a truncated record refused again
+            pending = retry
+        return True
+
+
+class _Results:
+    """Collects the outcome of ``count`` sends."""
+
+    def __init__(self, count: int) -> None:
+        self.errors: list[KafkaError | None] = [None] * count
+        self._remaining = count
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        if count == 0:
+            self._done.set()
+
+    def callback(self, index: int) -> DeliveryCallback:
+        def done(error: KafkaError | None) -> None:
+            with self._lock:
+                self.errors[index] = error
+                self._remaining -= 1
+                if self._remaining == 0:
+                    self._done.set()
+
+        return done
+
+    def wait(self, timeout_s: float) -> bool:
+        return self._done.wait(max(0.0, timeout_s))

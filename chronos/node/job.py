@@ -21,6 +21,7 @@ class DeliveryJob:
         followup: the next occurrence to schedule once this one is acknowledged.
         raw: the stored bytes, kept only for undecodable values.
         dead_reason: set when the job must go to the dead-letter topic instead of its target.
+        dlq_truncated: the dead-letter topic refused the full record; send it without value.
     """
 
     key: bytes
@@ -30,6 +31,7 @@ class DeliveryJob:
     followup: DelayMessage | None = None
     raw: bytes | None = None
     dead_reason: str | None = None
+    dlq_truncated: bool = False
     attempts: int = 0
     first_attempt_ms: EpochMs = 0
     done: bool = False

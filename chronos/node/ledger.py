@@ -7,6 +7,7 @@ messages and the seek timestamp atomic with what it covers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import structlog
@@ -61,21 +62,36 @@ class Ledger:
         """The persisted seek timestamp: every message with slot <= seek was acknowledged."""
         return self._seek
 
-    def apply(self, requests: list[InnerRequest]) -> ApplyOutcome:
-        """Apply decoded inner requests in order as one atomic batch; durable on return."""
+    def inner_offsets(self, partitions: list[int]) -> dict[int, int]:
+        """Where ingest resumes: the next inner offset per partition the store has applied."""
+        return self._store.read_inner_offsets(partitions)
+
+    def apply(
+        self,
+        requests: Sequence[InnerRequest],
+        offsets: Mapping[int, int] | None = None,
+        encoded: Sequence[bytes | None] | None = None,
+    ) -> ApplyOutcome:
+        """Apply decoded inner requests in order as one atomic batch; durable on return.
+
+        ``offsets`` (inner partition -> next offset) are written in the same batch, so the
+        store alone says where ingest resumes and a replay never skips or re-applies.
+        ``encoded`` holds each add's stored value when the caller already encoded it.
+        """
         outcome = ApplyOutcome()
-        if not requests:
+        if not requests and not offsets:
             return outcome
         ids = list(dict.fromkeys(r.id for r in requests))
         # Encoding does not depend on the frontier: do it before taking the lock, which the
         # push worker needs to move on.
-        encoded = {id(r): codec.encode(r) for r in requests if isinstance(r, DelayMessage)}
+        if encoded is None:
+            encoded = [codec.encode(r) if isinstance(r, DelayMessage) else None for r in requests]
         earliest: EpochMs | None = None
         with self._frontier.held() as frontier:
             state = dict(zip(ids, self._store.get_index(ids), strict=True))
             batch = self._store.batch()
             now = self._clock.now_ms()
-            for request in requests:
+            for request, value in zip(requests, encoded, strict=True):
                 current = state[request.id]
                 if isinstance(request, DelayMessage):
                     if current is not None:
@@ -84,7 +100,8 @@ class Ledger:
                     slot = self._frontier.slot_for(frontier, request.due_ms)
                     outcome.late += slot != request.due_ms
                     key = keys.message_key(slot, request.id)
-                    batch.put_message(key, encoded[id(request)])
+                    assert value is not None, "an add without its encoded value"
+                    batch.put_message(key, value)
                     pending = keys.index_pending(key)
                     state[request.id] = pending
                     batch.put_index(request.id, pending)
@@ -94,6 +111,8 @@ class Ledger:
                     state[request.id] = self._cancel(
                         batch, request, current, frontier, now, outcome
                     )
+            for partition, offset in (offsets or {}).items():
+                batch.set_inner_offset(partition, offset)
             self._store.write(batch)
         # Durable before the caller stores offsets; the fsync runs outside the lock so the
         # push worker never waits for the disk.

@@ -76,9 +76,22 @@ class Node:
         for component in reversed(self._components):
             component.stop()
             component.join(max(0.1, deadline - time.monotonic()))
-        if self.context is not None:
-            self.context.store.close()
-            log.info("node_stopped", seek_ms=self.context.ledger.seek_ms)
+        stuck = [c.name for c in self._components if c.is_alive()]
+        if self.context is None:
+            return
+        if stuck:
+            # Closing the store under a running thread could crash it mid-write; the process is
+            # exiting anyway and RocksDB recovers from its WAL at the next start.
+            log.error("node_stop_incomplete", still_running=stuck)
+            return
+        self.context.store.close()
+        log.info("node_stopped", seek_ms=self.context.ledger.seek_ms)
+
+    def fatal_error(self) -> str | None:
+        """Why this node cannot go on (the producer failed fatally), or None."""
+        if self.context is not None and self.context.delivery.fatal_error is not None:
+            return str(self.context.delivery.fatal_error)
+        return None
 
     def run(self) -> int:
         """Run until SIGTERM or SIGINT; returns the process exit code."""
@@ -91,7 +104,13 @@ class Node:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         self.start()
+        fatal = None
         while not stop.wait(1.0):
-            pass
+            fatal = self.fatal_error()
+            if fatal is not None:
+                break
         self.stop()
+        if fatal is not None:
+            log.critical("node_exit_fatal", error=fatal, action="restart the process")
+            return 1
         return 0

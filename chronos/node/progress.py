@@ -36,6 +36,10 @@ class ProgressTracker:
     def completed(self, job: DeliveryJob) -> None:
         """Kafka acknowledged the job (on its target or the dead-letter topic)."""
         job.done = True
+        # Only key and follow-up are needed from here on: drop the payload so jobs held behind
+        # a slow one cost little memory.
+        job.message = None
+        job.raw = None
         self._changed.set()
 
     def scanned_through(self, ms: EpochMs) -> None:

@@ -57,8 +57,12 @@ class PushWorker(LoopWorker):
         metrics: Metrics,
         start_gate: Callable[[], bool] | None = None,
         gate_timeout_s: float = 60.0,
+        max_in_flight: int = 200_000,
     ) -> None:
         super().__init__("push")
+        self._max_in_flight = max_in_flight
+        # Resume point inside an interrupted scan, so a failed scan never dispatches twice.
+        self._cursor = b""
         self._gate = start_gate
         self._gate_deadline = time.monotonic() + gate_timeout_s
         self._store = store
@@ -90,22 +94,26 @@ class PushWorker(LoopWorker):
         """Dispatch everything due up to now; returns the next slot waiting, if any."""
         now = self._clock.now_ms()
         self._frontier.advance(now)
-        start, stop = keys.slot_bound(self._scanned + 1), keys.slot_bound(now + 1)
+        start = max(keys.slot_bound(self._scanned + 1), self._cursor)
+        stop = keys.slot_bound(now + 1)
         while True:
             rows = self._store.scan(start, stop, self._batch_max)
             if not rows:
                 break
             jobs = self._jobs_for(rows, now)
-            self._tracker.dispatched(jobs)
             if not self._put(jobs):
                 return None  # stopping: the scan did not complete, the seek will not pass it
-            start = rows[-1][0] + b"\x00"
+            start = self._cursor = rows[-1][0] + b"\x00"
         self._scanned = max(self._scanned, now)
         self._tracker.scanned_through(self._scanned)
         upcoming = self._store.first_key_from(stop)
         return None if upcoming is None else keys.slot_of(upcoming)
 
     def _put(self, jobs: list[DeliveryJob]) -> bool:
+        """Hand jobs to the senders; blocks while the queue is full or too much is in flight."""
+        while not self.stopping and self._tracker.in_flight() >= self._max_in_flight:
+            self._stop.wait(0.01)
+        self._tracker.dispatched(jobs)
         while not self.stopping:
             try:
                 self._jobs.put(jobs, timeout=0.1)

@@ -74,6 +74,7 @@ def _delivery(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:
         ctx.metrics,
         start_gate=lambda: all(w.caught_up.is_set() for w in ingest),
         gate_timeout_s=s.node.catch_up_timeout_s,
+        max_in_flight=s.node.max_in_flight,
     )
     return [ctx.delivery, *senders, push]
 

@@ -11,7 +11,7 @@ import structlog
 from confluent_kafka import KafkaError
 
 from chronos.clock import Clock
-from chronos.kafka.errors import describe, is_permanent
+from chronos.kafka.errors import describe, is_outage, is_permanent
 from chronos.kafka.producer import Delivery
 from chronos.metrics import Metrics
 from chronos.node.component import LoopWorker
@@ -26,7 +26,7 @@ log = structlog.get_logger(__name__)
 
 JobQueue = queue.Queue[list[DeliveryJob]]
 
-_IDLE_WAIT_S = 0.5
+_IDLE_WAIT_S = 0.2
 
 
 class RetrySchedule:
@@ -124,7 +124,7 @@ class Sender(LoopWorker):
                 self.send(job)
 
     def send(self, job: DeliveryJob) -> None:
-        """Produce one job (or dead-letter it when it is known to be undeliverable)."""
+        """Produce one job to its target, or to the dead-letter topic once it has a reason."""
         if job.done:
             return
         if job.first_attempt_ms == 0:
@@ -132,18 +132,20 @@ class Sender(LoopWorker):
         job.attempts += 1
         message = job.message
         if message is None or job.dead_reason is not None:
-            self._dead_letter(job, job.dead_reason or "undecodable stored message")
+            self._send_dead_letter(job)
             return
-        headers = delivery_headers(message, job.due_ms, job.skipped)
         if job.attempts == 1:
             self._metrics.observe("send_lateness_ms", job.first_attempt_ms - job.due_ms)
         self._delivery.send(
             message.topic,
             message.key,
             message.value,
-            headers,
+            delivery_headers(message, job.due_ms, job.skipped),
             lambda error: self._on_result(job, error),
         )
+
+    # Results arrive on the producer's poll thread: they only update state and schedule; every
+    # produce happens on a sender thread.
 
     def _on_result(self, job: DeliveryJob, error: KafkaError | None) -> None:
         if error is None:
@@ -152,47 +154,73 @@ class Sender(LoopWorker):
             self._tracker.completed(job)
             return
         reason = describe(error)
-        if is_permanent(error):
-            self._dead_letter(job, reason)
-            return
         now = self._clock.now_ms()
-        if now - job.first_attempt_ms > self._settings.give_up_after_s * 1000:
-            self._dead_letter(job, f"gave up after {job.attempts} attempts: {reason}")
-            return
-        backoff = min(
-            self._settings.retry_backoff_initial_ms * 2 ** min(job.attempts - 1, 20),
-            self._settings.retry_backoff_max_ms,
-        )
-        self._metrics.incr("retried")
-        log.warning(
-            "delivery_retry",
-            id=job.message.id if job.message else None,
-            error=reason,
-            attempt=job.attempts,
-            backoff_ms=backoff,
-        )
-        self._retries.add(job, now + backoff)
-
-    def _dead_letter(self, job: DeliveryJob, reason: str) -> None:
-        message = job.message
-        log.error("delivery_dead_lettered", id=message.id if message else None, reason=reason)
-        if message is None:
-            self._dead.send(
-                None,
-                job.raw,
-                [],
-                reason=reason,
-                source="store:" + job.key.hex(),
-                target=None,
-                on_done=lambda: self._tracker.completed(job),
+        if is_permanent(error):
+            self._to_dead_letters(job, reason, now)
+        elif (
+            not is_outage(error)
+            and now - job.first_attempt_ms > self._settings.give_up_after_s * 1000
+        ):
+            self._to_dead_letters(job, f"gave up after {job.attempts} attempts: {reason}", now)
+        else:
+            # Cluster-wide failures (Kafka unreachable, timeouts) are retried for as long as
+            # they last: they say nothing about this message, so it is not dead-lettered.
+            self._metrics.incr("retried")
+            log.warning(
+                "delivery_retry",
+                id=job.message.id if job.message else None,
+                error=reason,
+                attempt=job.attempts,
             )
-            return
-        self._dead.send(
-            message.key,
-            message.value,
-            delivery_headers(message, job.due_ms, job.skipped),
-            reason=reason,
-            source="delivery",
-            target=message.topic,
-            on_done=lambda: self._tracker.completed(job),
+            self._retries.add(job, now + self._retry_delay_ms(job.attempts))
+
+    def _retry_delay_ms(self, attempts: int) -> int:
+        doubled: int = self._settings.retry_backoff_initial_ms << min(max(attempts - 1, 0), 20)
+        return min(doubled, self._settings.retry_backoff_max_ms)
+
+    def _to_dead_letters(self, job: DeliveryJob, reason: str, now: EpochMs) -> None:
+        log.error(
+            "delivery_dead_lettered", id=job.message.id if job.message else None, reason=reason
         )
+        job.dead_reason = reason
+        job.attempts = 0
+        self._retries.add(job, now)
+
+    def _send_dead_letter(self, job: DeliveryJob) -> None:
+        reason = job.dead_reason or "undecodable stored message"
+        message = job.message
+        if message is None:
+            key, value, headers = None, job.raw, []
+            source, target = "store:" + job.key.hex(), None
+        else:
+            key, value = message.key, message.value
+            headers = delivery_headers(message, job.due_ms, job.skipped)
+            source, target = "delivery", message.topic
+        self._dead.send(
+            key,
+            value,
+            headers,
+            reason=reason,
+            source=source,
+            target=target,
+            truncate=job.dlq_truncated,
+            on_result=lambda error: self._on_dead_letter_result(job, error),
+        )
+
+    def _on_dead_letter_result(self, job: DeliveryJob, error: KafkaError | None) -> None:
+        if error is None:
+            self._tracker.completed(job)
+            return
+        if is_permanent(error) and not job.dlq_truncated:
+            job.dlq_truncated = True  # most likely too large: keep everything but the value
+            self._retries.add(job, self._clock.now_ms())
+            return
+        # Never complete without an acknowledgement: the seek waits (loudly) rather than pass
+        # a message that went nowhere.
+        log.critical(
+            "dead_letter_retry",
+            id=job.message.id if job.message else None,
+            error=describe(error),
+            attempt=job.attempts,
+        )
+        self._retries.add(job, self._clock.now_ms() + self._retry_delay_ms(job.attempts))

@@ -11,7 +11,7 @@ Layout of encoding version 1 (big-endian)::
     H  len(id) + id
     [key]   I len + bytes
     [value] I len + bytes
-    H  header count, then per header: H len(name) + name, i len(value) (-1 = null) + value
+    I  header count, then per header: I len(name) + name, i len(value) (-1 = null) + value
 """
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ def encode(message: DelayMessage) -> bytes:
         parts += [_U32.pack(len(message.key)), message.key]
     if message.value is not None:
         parts += [_U32.pack(len(message.value)), message.value]
-    parts.append(_U16.pack(len(message.headers)))
+    parts.append(_U32.pack(len(message.headers)))
     for name, value in message.headers:
         raw_name = name.encode()
-        parts += [_U16.pack(len(raw_name)), raw_name]
+        parts += [_U32.pack(len(raw_name)), raw_name]
         if value is None:
             parts.append(_I32.pack(-1))
         else:
@@ -114,8 +114,8 @@ def _decode(raw: bytes) -> DelayMessage:
     key = chunk(u32()) if flags & _F_KEY else None
     value = chunk(u32()) if flags & _F_VALUE else None
     headers: Headers = []
-    for _ in range(u16()):
-        name = chunk(u16()).decode()
+    for _ in range(u32()):
+        name = chunk(u32()).decode()
         length = u32(_I32)
         headers.append((name, None if length < 0 else chunk(length)))
     if pos != len(raw):

@@ -8,7 +8,9 @@ Layout (all integers fixed-width big-endian, so byte order is numeric order):
 * ``index``: ``id:utf8`` -> ``b"P" | messages key`` (scheduled or delivered) or
   ``b"C" | cancelled_ms:>Q`` (cancel tombstone).
 * ``expiry``: ``expire_ms:>Q | id:utf8`` -> ``b""``, when a tombstone may be forgotten.
-* ``meta``: ``b"format-version"`` -> ASCII decimal; ``b"seek"`` -> ``seek_ms:>Q``.
+* ``meta``: ``b"format-version"`` -> ASCII decimal; ``b"seek"`` -> ``seek_ms:>Q``;
+  ``b"inner-offset:" | partition:>I`` -> next inner offset to read ``:>Q``, written in the same
+  batch as the records it covers, so the store alone says where ingest resumes.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ MAX_MS = (1 << 64) - 1
 
 META_FORMAT_VERSION = b"format-version"
 META_SEEK = b"seek"
+_META_INNER_OFFSET = b"inner-offset:"
+_PARTITION = struct.Struct(">I")
 
 INDEX_PENDING = b"P"
 INDEX_CANCELLED = b"C"
@@ -72,3 +76,8 @@ def index_cancelled(cancelled_ms: EpochMs) -> bytes:
 def expiry_key(expire_ms: EpochMs, message_id: str) -> bytes:
     """Key of an expiry entry."""
     return _MS.pack(expire_ms) + message_id.encode()
+
+
+def inner_offset_key(partition: int) -> bytes:
+    """Meta key holding the next inner offset to read on ``partition``."""
+    return _META_INNER_OFFSET + _PARTITION.pack(partition)

@@ -8,7 +8,6 @@ from typing import cast
 from rocksdict import (
     BlockBasedOptions,
     Cache,
-    Checkpoint,
     ColumnFamily,
     DBCompressionType,
     Options,
@@ -70,6 +69,9 @@ class RocksBatch:
 
     def set_seek(self, seek_ms: EpochMs) -> None:
         self._put(keys.META_SEEK, keys.pack_ms(seek_ms), self._s.h_meta)
+
+    def set_inner_offset(self, partition: int, offset: int) -> None:
+        self._put(keys.inner_offset_key(partition), keys.pack_ms(offset), self._s.h_meta)
 
     def __len__(self) -> int:
         return self._count
@@ -160,6 +162,14 @@ class RocksStore:
         # types every get() as ``Any | None``.
         return cast("list[bytes | None]", self._index.get([m.encode() for m in message_ids]))
 
+    def read_inner_offsets(self, partitions: list[int]) -> dict[int, int]:
+        """Next inner offset to read per partition, for those the store has seen."""
+        raw = cast(
+            "list[bytes | None]",  # a list key always returns a list
+            self._meta.get([keys.inner_offset_key(p) for p in partitions]),
+        )
+        return {p: keys.unpack_ms(v) for p, v in zip(partitions, raw, strict=True) if v is not None}
+
     def read_seek(self) -> EpochMs | None:
         """The persisted seek timestamp, None for a new store."""
         raw = self._meta.get(keys.META_SEEK)
@@ -199,21 +209,6 @@ class RocksStore:
         """Range-delete every message key below ``stop`` and compact the range away."""
         self._messages.delete_range(b"", stop, self._write_opts)
         self._messages.compact_range(None, stop)
-
-    def checkpoint(self, dest: Path) -> None:
-        """A consistent on-disk copy of the whole store at ``dest`` (which must not exist)."""
-        self._db.flush_wal(True)
-        Checkpoint(self._db).create_checkpoint(str(dest))
-
-    def stats(self) -> dict[str, int]:
-        """Approximate sizes for logs and benchmarks."""
-        return {
-            "messages": int(self._messages.property_int_value("rocksdb.estimate-num-keys") or 0),
-            "index": int(self._index.property_int_value("rocksdb.estimate-num-keys") or 0),
-            "live_sst_bytes": int(
-                self._messages.property_int_value("rocksdb.live-sst-files-size") or 0
-            ),
-        }
 
     def close(self) -> None:
         """Flush memtables and close the database; the directory can be reopened at once.

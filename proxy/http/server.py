@@ -56,6 +56,9 @@ class ProxyServer:
         self._thread.join(timeout)
         self.client.close()
 
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
     def serve_forever(self) -> None:
         """Run in the calling thread until SIGINT/SIGTERM (uvicorn installs the handlers)."""
         try:

@@ -19,7 +19,7 @@ from chronos.node.sender import RetrySchedule, Sender
 from chronos.settings import DeliverySettings
 from chronos.store import keys
 from chronos.types import Headers
-from chronos.wire import H_DLQ_REASON, H_DLQ_TARGET, H_ID
+from chronos.wire import H_DLQ_REASON, H_DLQ_TARGET, H_DLQ_TRUNCATED, H_ID
 
 T0 = 1_700_000_000_000
 
@@ -123,6 +123,8 @@ def test_permanent_error_is_dead_lettered_with_reason_and_target(env: Env) -> No
     env.jobs.put([doomed])
     env.sender.step()
     env.delivery.sent[0].on_done(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    assert len(env.delivery.sent) == 1  # nothing is produced from inside a callback
+    env.sender.step()
     dead = env.delivery.sent[1]
     assert dead.topic == "ns.deadletter" and dead.value == b"v"
     headers = dict(dead.headers)
@@ -133,14 +135,46 @@ def test_permanent_error_is_dead_lettered_with_reason_and_target(env: Env) -> No
     assert doomed.done and env.metrics.totals()["dead_lettered"] == 1
 
 
-def test_gives_up_after_the_configured_time(env: Env) -> None:
+def test_dead_letter_refused_for_size_is_resent_without_value_and_never_dropped(env: Env) -> None:
+    doomed = job()
+    env.jobs.put([doomed])
+    env.sender.step()
+    env.delivery.sent[-1].on_done(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    env.sender.step()
+    env.delivery.sent[-1].on_done(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))  # DLQ refuses too
+    env.sender.step()
+    truncated = env.delivery.sent[-1]
+    assert truncated.value is None and dict(truncated.headers)[H_DLQ_TRUNCATED] == b"1"
+    truncated.on_done(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    assert not doomed.done, "completed without any acknowledgement"
+    env.clock.advance(1_000)
+    env.sender.step()
+    env.delivery.sent[-1].on_done(None)
+    assert doomed.done
+
+
+def test_outage_errors_are_retried_past_the_give_up_time(env: Env) -> None:
+    waiting = job()
+    env.jobs.put([waiting])
+    env.sender.step()
+    for _ in range(5):
+        env.delivery.sent[-1].on_done(KafkaError(KafkaError._TRANSPORT))
+        env.clock.advance(10_000)  # well past give_up_after_s=5
+        env.sender.step()
+    assert all(sent.topic == "orders" for sent in env.delivery.sent)
+    env.delivery.sent[-1].on_done(None)
+    assert waiting.done
+
+
+def test_gives_up_on_a_record_specific_error_after_the_configured_time(env: Env) -> None:
     stuck = job()
     env.jobs.put([stuck])
     env.sender.step()
-    env.delivery.sent[-1].on_done(KafkaError(KafkaError._TRANSPORT))
+    env.delivery.sent[-1].on_done(KafkaError(KafkaError.KAFKA_STORAGE_ERROR))
     env.clock.advance(6_000)
     env.sender.step()  # retry is due: produced again, fails again, now past give-up
-    env.delivery.sent[-1].on_done(KafkaError(KafkaError._TRANSPORT))
+    env.delivery.sent[-1].on_done(KafkaError(KafkaError.KAFKA_STORAGE_ERROR))
+    env.sender.step()
     dead = env.delivery.sent[-1]
     assert dead.topic == "ns.deadletter"
     assert (dict(dead.headers)[H_DLQ_REASON] or b"").startswith(b"gave up after 2 attempts")
