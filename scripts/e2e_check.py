@@ -20,8 +20,6 @@ import argparse
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -30,6 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chronos.devstack.process import NodeProcess
 from chronos.devstack.tansu import TansuBroker
 from chronos.devstack.watch import Delivered, DeliveryWatcher, percentile
 from chronos.kafka.admin import create_topic
@@ -94,51 +93,6 @@ def _request(rng: random.Random, topic: str, max_delay_s: float) -> tuple[DelayR
         id=uuid.uuid4().hex,
     )
     return request, Expected(key, value, headers, 0)
-
-
-class NodeProcess:
-    """A ``chronos run`` subprocess that can be killed and restarted."""
-
-    def __init__(self, config: Path, log_path: Path) -> None:
-        self._config = config
-        self._log_path = log_path
-        self._process: subprocess.Popen[bytes] | None = None
-        self._ready_seen = 0
-
-    def start(self) -> None:
-        self._ready_seen = self._count_ready()
-        log = open(self._log_path, "ab")  # noqa: SIM115 - owned by the child
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "chronos.cli.main", "run", "--config", str(self._config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def _count_ready(self) -> int:
-        if not self._log_path.exists():
-            return 0
-        return self._log_path.read_text(errors="replace").count("ingest_caught_up")
-
-    def wait_ready(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._count_ready() - self._ready_seen >= INGEST_THREADS:
-                return True
-            if self._process is not None and self._process.poll() is not None:
-                code = self._process.returncode
-                raise RuntimeError(f"node exited with {code}, see {self._log_path}")
-            time.sleep(0.05)
-        return False
-
-    def kill(self) -> None:
-        assert self._process is not None
-        self._process.send_signal(signal.SIGKILL)
-        self._process.wait()
-
-    def terminate(self) -> int:
-        assert self._process is not None
-        self._process.send_signal(signal.SIGTERM)
-        return self._process.wait(60)
 
 
 def _write_config(path: Path, bootstrap: str, namespace: str, data_dir: Path) -> None:

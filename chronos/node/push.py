@@ -84,8 +84,10 @@ class PushWorker(LoopWorker):
             if not self._gate() and time.monotonic() < self._gate_deadline:
                 self._stop.wait(0.02)
                 return
-            if not self._gate():
+            caught_up = self._gate()
+            if not caught_up:
                 log.warning("push_started_before_ingest_caught_up")
+            log.info("push_started", seek_ms=self._ledger.seek_ms, caught_up=caught_up)
             self._gate = None
         next_slot = self.scan_due()
         self._frontier.wait(next_slot, self._clock.now_ms(), _MAX_SLEEP_S)

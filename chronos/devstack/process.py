@@ -1,0 +1,74 @@
+"""A `chronos run` node as a child process: start, wait until it delivers, kill, restart."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: The log event a node writes once it has caught up with the inner topic and delivers.
+READY_EVENT = "push_started"
+
+
+class NodeProcess:
+    """A node subprocess whose output goes to ``log_path`` (appended across restarts).
+
+    Parameters:
+        config: the node's TOML settings file.
+        log_path: where stdout and stderr go.
+    """
+
+    def __init__(self, config: Path, log_path: Path) -> None:
+        self._config = config
+        self._log_path = log_path
+        self._process: subprocess.Popen[bytes] | None = None
+        self._ready_seen = 0
+        self.started_at = 0.0
+
+    @property
+    def pid(self) -> int:
+        """The running child's pid."""
+        assert self._process is not None, "not started"
+        return self._process.pid
+
+    def start(self) -> None:
+        """Spawn the node (``started_at`` is the wall-clock spawn time, seconds)."""
+        self._ready_seen = self._count_ready()
+        self.started_at = time.time()
+        with open(self._log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "chronos.cli.main", "run", "--config", str(self._config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def _count_ready(self) -> int:
+        if not self._log_path.exists():
+            return 0
+        return self._log_path.read_text(errors="replace").count(READY_EVENT)
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """True once this run caught up with the inner topic and started delivering."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._count_ready() > self._ready_seen:
+                return True
+            if self._process is not None and self._process.poll() is not None:
+                code = self._process.returncode
+                raise RuntimeError(f"node exited with {code}, see {self._log_path}")
+            time.sleep(0.05)
+        return False
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to flush or persist anything."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGKILL)
+        self._process.wait()
+
+    def terminate(self, timeout_s: float = 60.0) -> int:
+        """SIGTERM and wait for the graceful drain; returns the exit code."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGTERM)
+        return self._process.wait(timeout_s)
