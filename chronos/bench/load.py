@@ -1,0 +1,173 @@
+"""Load generation and delivery observation, each meant to run in a child process."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import cast
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from chronos import wire
+from chronos.devstack.watch import topic_partitions
+from chronos.model import DelayMessage
+from chronos.types import Headers
+
+_TICK_S = 0.005
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What to schedule.
+
+    Parameters:
+        bootstrap: Kafka bootstrap servers.
+        inner_topic: where requests go (the wire format of chronos.wire).
+        target: the topic messages are delivered to.
+        count: number of messages.
+        rate: messages per second (0: as fast as possible).
+        delay_min_ms, delay_max_ms: delays spread uniformly (by index) over this range.
+        due_at_ms: when set, every message is due at this instant instead (a burst).
+        payload_bytes: value size.
+        prefix: id prefix, unique per run.
+    """
+
+    bootstrap: str
+    inner_topic: str
+    target: str
+    count: int
+    rate: float
+    delay_min_ms: int = 1000
+    delay_max_ms: int = 10_000
+    due_at_ms: int | None = None
+    payload_bytes: int = 200
+    prefix: str = "b"
+
+
+def generate(spec: LoadSpec) -> dict[str, float]:
+    """Produce ``spec.count`` delay requests at ``spec.rate``; returns achieved numbers."""
+    producer = Producer(
+        {
+            "bootstrap.servers": spec.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
+    payload = os.urandom(spec.payload_bytes)
+    span = max(spec.delay_max_ms - spec.delay_min_ms, 1)
+    started = time.monotonic()
+    sent = 0
+    while sent < spec.count:
+        target_sent = (
+            spec.count
+            if spec.rate <= 0
+            else min(spec.count, int((time.monotonic() - started) * spec.rate) + 1)
+        )
+        now_ms = time.time_ns() // 1_000_000
+        while sent < target_sent:
+            due = (
+                spec.due_at_ms
+                if spec.due_at_ms is not None
+                else (now_ms + spec.delay_min_ms + (sent * 7919) % span)
+            )
+            message = DelayMessage(
+                f"{spec.prefix}-{sent}", spec.target, None, payload, [("bench", b"1")], due
+            )
+            key, value, headers = wire.encode_add(message)
+            while True:
+                try:
+                    producer.produce(
+                        spec.inner_topic,
+                        value=value,
+                        key=key,
+                        headers=cast("list[tuple[str, str | bytes | None]]", headers),
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            sent += 1
+        producer.poll(0)
+        if spec.rate > 0:
+            time.sleep(_TICK_S)
+    producer.flush(120)
+    elapsed = time.monotonic() - started
+    return {"sent": sent, "seconds": elapsed, "rate": sent / elapsed if elapsed else 0.0}
+
+
+@dataclass
+class Observation:
+    """What arrived on the target topic."""
+
+    unique: int = 0
+    duplicates: int = 0
+    early: int = 0
+    lateness_ms: list[int] = field(default_factory=list)
+    per_second: dict[int, int] = field(default_factory=dict)
+    first_ms: int = 0
+    last_ms: int = 0
+
+
+def observe(
+    bootstrap: str, topic: str, expected: int, timeout_s: float, idle_timeout_s: float = 30.0
+) -> Observation:
+    """Read ``topic`` from the beginning until ``expected`` distinct ids arrived (or time out).
+
+    Lateness is the delivered record's timestamp (set by the producing broker node) minus its
+    ``chronos-due-ms`` header: it measures the broker, not this consumer.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-observer",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 50,
+        }
+    )
+    consumer.assign(
+        [TopicPartition(topic, p, OFFSET_BEGINNING) for p in topic_partitions(bootstrap, topic)]
+    )
+    seen: set[bytes] = set()
+    result = Observation()
+    deadline = time.monotonic() + timeout_s
+    last_progress = time.monotonic()
+    while result.unique < expected and time.monotonic() < deadline:
+        records = consumer.consume(5000, 0.2)
+        if not records:
+            if time.monotonic() - last_progress > idle_timeout_s:
+                break
+            continue
+        last_progress = time.monotonic()
+        for record in records:
+            if record.error() is not None:
+                continue
+            message_id: bytes | None = None
+            due: bytes | None = None
+            # Consumed headers are always (str, bytes | None) pairs.
+            for name, value in cast("Headers", record.headers() or []):
+                if name == wire.H_ID:
+                    message_id = value
+                elif name == wire.H_DUE:
+                    due = value
+            if message_id is None or due is None:
+                continue
+            if message_id in seen:
+                result.duplicates += 1
+                continue
+            seen.add(message_id)
+            produced = record.timestamp()[1]
+            lateness = produced - int(due)
+            result.unique += 1
+            result.early += lateness < 0
+            result.lateness_ms.append(lateness)
+            second = produced // 1000
+            result.per_second[second] = result.per_second.get(second, 0) + 1
+            result.first_ms = produced if not result.first_ms else min(result.first_ms, produced)
+            result.last_ms = max(result.last_ms, produced)
+    consumer.close()
+    return result

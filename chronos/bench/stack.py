@@ -1,0 +1,84 @@
+"""The system under test: a broker (local Tansu unless given) and a chronos node process."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+from chronos.devstack.process import NodeProcess
+from chronos.devstack.tansu import TansuBroker
+from chronos.kafka.admin import create_topic, ensure_topics
+from chronos.settings import ChronosSettings, load_settings
+
+
+class BenchStack:
+    """A fresh namespace, store and node for one scenario.
+
+    Parameters:
+        bootstrap: an existing Kafka, or None to run a local Tansu broker.
+        node_settings: extra ``[node]`` TOML lines (e.g. thread counts).
+        partitions: partitions of the inner topic and of the target topic.
+    """
+
+    def __init__(self, bootstrap: str | None, node_settings: str = "", partitions: int = 8) -> None:
+        self._given = bootstrap
+        self._broker: TansuBroker | None = None
+        self._node_settings = node_settings
+        self._partitions = partitions
+        self.workdir = Path(tempfile.mkdtemp(prefix="chronos-bench-"))
+        self.namespace = f"bench{uuid.uuid4().hex[:8]}"
+        self.target = f"{self.namespace}-target"
+
+    @property
+    def bootstrap(self) -> str:
+        if self._given:
+            return self._given
+        assert self._broker is not None
+        return self._broker.bootstrap
+
+    def __enter__(self) -> BenchStack:
+        if not self._given:
+            self._broker = TansuBroker(log_path=self.workdir / "tansu.log").start()
+        config = self.workdir / "chronos.toml"
+        config.write_text(
+            f'[kafka]\nbootstrap_servers = "{self.bootstrap}"\n'
+            f'[topics]\nnamespace = "{self.namespace}"\ninner_partitions = {self._partitions}\n'
+            f'[node]\ndata_dir = "{self.workdir / "store"}"\n{self._node_settings}\n'
+            '[log]\nformat = "json"\n'
+        )
+        self.settings: ChronosSettings = load_settings(config)
+        ensure_topics(self.settings)
+        create_topic(self.settings, self.target, self._partitions)
+        self.node = NodeProcess(config, self.workdir / "node.log")
+        return self
+
+    def start_node(self) -> None:
+        self.node.start()
+        if not self.node.wait_ready(120):
+            raise RuntimeError(f"node not ready, see {self.workdir / 'node.log'}")
+
+    @property
+    def inner_topic(self) -> str:
+        return self.settings.topics.names.inner
+
+    def store_bytes(self) -> int:
+        """Bytes the node's store occupies on disk."""
+        return sum(p.stat().st_size for p in (self.workdir / "store").rglob("*") if p.is_file())
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.node.terminate()
+        except (AssertionError, OSError):
+            pass
+        if self._broker is not None:
+            self._broker.stop()
+        if exc is None:
+            shutil.rmtree(self.workdir, ignore_errors=True)

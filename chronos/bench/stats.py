@@ -1,0 +1,37 @@
+"""Summaries of latency samples and delivery series."""
+
+from __future__ import annotations
+
+from chronos.bench.load import Observation
+
+
+def percentiles(values: list[int]) -> dict[str, int]:
+    """p50/p99/p99.9/max (nearest rank) of ``values``, in their unit."""
+    if not values:
+        return {"p50": 0, "p99": 0, "p999": 0, "max": 0}
+    ordered = sorted(values)
+
+    def rank(q: float) -> int:
+        return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))]
+
+    return {"p50": rank(0.5), "p99": rank(0.99), "p999": rank(0.999), "max": ordered[-1]}
+
+
+def sustained_rate(observation: Observation) -> float:
+    """Median deliveries per second over the full seconds of the run (edges dropped)."""
+    seconds = sorted(observation.per_second)[1:-1]
+    counts = sorted(observation.per_second[s] for s in seconds)
+    return float(counts[len(counts) // 2]) if counts else float(observation.unique)
+
+
+def summarize(observation: Observation, expected: int) -> dict[str, object]:
+    """The numbers every delivery scenario reports."""
+    return {
+        "expected": expected,
+        "delivered": observation.unique,
+        "missing": expected - observation.unique,
+        "duplicates": observation.duplicates,
+        "early": observation.early,
+        "lateness_ms": percentiles(observation.lateness_ms),
+        "delivery_rate_sustained": sustained_rate(observation),
+    }

@@ -1,0 +1,100 @@
+"""``chronos bench``: run the benchmark scenarios and write docs/benchmarks/ results."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ALL = ("relay", "steady", "redis", "burst", "scale", "proxy")
+
+# (steady rates, seconds per rate, max delay ms, burst count, scale count, relay count, proxy s)
+_QUICK = ([5_000.0], 8.0, 3_000, 20_000, 50_000, 50_000, 3.0)
+_FULL = (
+    [5_000.0, 10_000.0, 20_000.0, 30_000.0, 40_000.0, 50_000.0],
+    60.0,
+    10_000,
+    500_000,
+    10_000_000,
+    500_000,
+    10.0,
+)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("bench", help="benchmarks beside a bare relay and a Redis queue")
+    parser.add_argument("--quick", action="store_true", help="small sizes, under 2 minutes")
+    parser.add_argument("--only", nargs="+", choices=ALL, default=list(ALL))
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    parser.add_argument("--bootstrap", default=None, help="existing Kafka (default: local Tansu)")
+    parser.add_argument("--rates", type=float, nargs="+", default=None, help="steady rates, /s")
+    parser.add_argument("--seconds", type=float, default=None, help="seconds per steady rate")
+    parser.add_argument(
+        "--scale",
+        type=int,
+        default=None,
+        help="pending messages to preload (default 10,000,000; try 100000000)",
+    )
+    parser.add_argument("--burst", type=int, default=None, help="messages due in one second")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from chronos.bench import baselines, report, scenarios
+
+    rates, seconds, max_delay, burst_n, scale_n, relay_n, proxy_s = _QUICK if args.quick else _FULL
+    rates, seconds = args.rates or rates, args.seconds or seconds
+    burst_n, scale_n = args.burst or burst_n, args.scale or scale_n
+
+    def log(line: str) -> None:
+        print(f"[bench] {line}", file=sys.stderr, flush=True)
+
+    results: dict[str, Any] = {
+        "mode": "quick" if args.quick else "full",
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "machine": report.machine(),
+        "scenarios": {},
+        "settings": {
+            "rates": rates,
+            "seconds": seconds,
+            "max_delay_ms": max_delay,
+            "payload_bytes": 200,
+        },
+    }
+    found = results["scenarios"]
+    workdir = Path(tempfile.mkdtemp(prefix="chronos-bench-"))
+    bootstrap, broker = baselines.local_broker(args.bootstrap, workdir)
+    try:
+        if "relay" in args.only:
+            found["relay"] = baselines.bare_relay(bootstrap, relay_n, 200, log)
+        if "steady" in args.only:
+            found["steady"] = scenarios.highest_rate(args.bootstrap, rates, seconds, log, max_delay)
+        if "redis" in args.only:
+            runs = []
+            for rate in rates:
+                run = baselines.redis_steady(bootstrap, rate, seconds, 200, log, max_delay)
+                runs.append(run)
+                if not run["sustained"]:
+                    break
+            found["redis_steady"] = {
+                "runs": runs,
+                "highest_sustained_rate": max(
+                    (r["rate_target"] for r in runs if r["sustained"]), default=0
+                ),
+            }
+            found["redis_memory"] = baselines.redis_memory(min(scale_n, 1_000_000), 200, log)
+        if "burst" in args.only:
+            found["burst"] = scenarios.burst(args.bootstrap, burst_n, log)
+        if "scale" in args.only:
+            found["scale"] = scenarios.scale(args.bootstrap, scale_n, log)
+        if "proxy" in args.only:
+            found["proxy"] = scenarios.proxy_http(args.bootstrap, proxy_s, 100, log)
+    finally:
+        if broker is not None:
+            broker.stop()
+    for path in report.write(results, args.out):
+        log(f"wrote {path}")
+    return 0

@@ -1,0 +1,54 @@
+"""`chronos bench --quick` keeps working end to end (numbers are judged in docs, not here)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.timeout(300)
+def test_quick_benchmark_writes_results(kafka_bootstrap: str, tmp_path: Path) -> None:
+    only = ["relay", "steady", "burst", "scale"]
+    if shutil.which("redis-server"):
+        only.append("redis")
+    if shutil.which("wrk"):
+        only.append("proxy")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chronos.cli.main",
+            "bench",
+            "--quick",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--out",
+            str(tmp_path),
+            "--only",
+            *only,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    results = json.loads((tmp_path / "results-quick.json").read_text())
+    found = results["scenarios"]
+    assert found["relay"]["records"] == 50_000 and found["relay"]["rate"] > 0
+    steady = found["steady"]["runs"][0]
+    assert steady["delivered"] == steady["expected"] and steady["early"] == 0
+    assert found["burst"]["missing"] == 0 and found["burst"]["early"] == 0
+    assert found["scale"]["restart_to_first_delivery_s"] is not None
+    assert found["scale"]["disk_bytes_per_message"] > 0
+    if "redis" in only:
+        assert found["redis_steady"]["runs"][0]["delivered"] > 0
+        assert found["redis_memory"]["bytes_per_pending"] > 0
+    if "proxy" in only:
+        assert found["proxy"]["batch"]["messages_per_s"] > 0
+    assert (tmp_path / "results-quick.md").read_text().startswith("# chronos benchmark")
+    assert (tmp_path / "results-quick-lateness.png").stat().st_size > 0
