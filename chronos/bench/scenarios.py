@@ -33,11 +33,16 @@ def spawn_pool(workers: int = 2) -> cf.ProcessPoolExecutor:
 
 
 def run_load(
-    stack: BenchStack, spec: LoadSpec, timeout_s: float
+    stack: BenchStack, spec: LoadSpec, timeout_s: float, quiet_s: float = 30.0
 ) -> tuple[dict[str, float], Observation, Result]:
-    """Generate ``spec`` and observe its deliveries in child processes, sampling the node."""
+    """Generate ``spec`` and observe its deliveries in child processes, sampling the node.
+
+    The observer gives up after ``quiet_s`` without a delivery (longer than any planned wait).
+    """
     with spawn_pool() as pool, ProcessSampler(stack.node.pid) as sampler:
-        watching = pool.submit(observe, stack.bootstrap, spec.target, spec.count, timeout_s)
+        watching = pool.submit(
+            observe, stack.bootstrap, spec.target, spec.count, timeout_s, quiet_s
+        )
         sent = pool.submit(generate, spec).result()
         seen = watching.result()
     return sent, seen, sampler.summary()
@@ -114,7 +119,7 @@ def burst(bootstrap: str | None, count: int, log: Callable[[str], None]) -> Resu
             due_at_ms=due,
             prefix=f"burst-{time.time_ns()}",
         )
-        sent, seen, node = run_load(stack, spec, lead_s + 180)
+        sent, seen, node = run_load(stack, spec, lead_s + 180, quiet_s=lead_s + 60)
     result: Result = {
         "count": count,
         "due_ms": due,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -95,6 +96,13 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if broker is not None:
             broker.stop()
+    previous = args.out / f"results-{results['mode']}.json"
+    if set(args.only) != set(ALL) and previous.exists():
+        # A partial run updates its scenarios in the existing results and keeps the others.
+        kept = json.loads(previous.read_text())
+        kept["scenarios"].update(found)
+        kept.setdefault("reruns", []).append({"started": results["started"], "only": args.only})
+        results = kept
     for path in report.write(results, args.out):
         log(f"wrote {path}")
     return 0

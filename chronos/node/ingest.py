@@ -210,7 +210,6 @@ class IngestWorker(LoopWorker):
                 # librdkafka sets both on every consumed record without an error.
                 raise RuntimeError(f"consumed record without a position: {partition}@{offset}")
             offsets[partition] = offset + 1
-            self._metrics.observe("ingest_lag_ms", now - record.timestamp()[1])
             try:
                 request, value = decode_record(record, self._limits, self._names, now)
             except DecodeError as exc:
@@ -221,6 +220,9 @@ class IngestWorker(LoopWorker):
                 continue
             requests.append(request)
             encoded.append(value)
+        # One lag sample per batch (its oldest record), not one per record: cheap under load.
+        if records and records[0].error() is None:
+            self._metrics.observe("ingest_lag_ms", now - records[0].timestamp()[1])
         # Dead letters are acknowledged before the offsets that pass them are stored.
         if not self._dead.send_and_wait(bad, _DEAD_LETTER_TIMEOUT_S):
             raise RuntimeError("dead-letter topic did not acknowledge rejected inner records")

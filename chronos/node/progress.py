@@ -40,7 +40,8 @@ class ProgressTracker:
         # a slow one cost little memory.
         job.message = None
         job.raw = None
-        self._changed.set()
+        if not self._changed.is_set():  # a lock-free read spares a lock per acknowledgement
+            self._changed.set()
 
     def scanned_through(self, ms: EpochMs) -> None:
         """Every message with slot <= ``ms`` has been dispatched."""

@@ -110,6 +110,8 @@ class Sender(LoopWorker):
             batch = self._jobs.get(timeout=min(max(timeout, 0.001), _IDLE_WAIT_S))
         except queue.Empty:
             return
+        # One sample per batch: its first job is the most overdue (batches are in key order).
+        self._metrics.observe("send_lateness_ms", self._clock.now_ms() - batch[0].due_ms)
         for job in batch:
             self.send(job)
 
@@ -134,8 +136,6 @@ class Sender(LoopWorker):
         if message is None or job.dead_reason is not None:
             self._send_dead_letter(job)
             return
-        if job.attempts == 1:
-            self._metrics.observe("send_lateness_ms", job.first_attempt_ms - job.due_ms)
         self._delivery.send(
             message.topic,
             message.key,
