@@ -181,11 +181,11 @@ def _decode_repeat(fields: dict[str, bytes | None], origin: str) -> Repeat | Non
 
 def delivery_headers(message: DelayMessage, due_ms: int, skipped: int) -> Headers:
     """Headers of the delivered record: the user's, then chronos' own."""
-    headers: Headers = list(message.headers)
-    headers += [
+    headers: Headers = [
+        *message.headers,
         (H_ID, message.id.encode()),
-        (H_DUE, _num(due_ms)),
-        (H_OCCURRENCE, _num(message.occurrence)),
+        (H_DUE, b"%d" % due_ms),
+        (H_OCCURRENCE, b"%d" % message.occurrence),
     ]
     if skipped:
         headers.append((H_SKIPPED, _num(skipped)))

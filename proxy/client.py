@@ -97,7 +97,7 @@ class _Acks:
         if expected == 0:
             self._done.set()
 
-    def __call__(self, error: KafkaError | None) -> None:
+    def __call__(self, error: KafkaError | None, _msg: object = None) -> None:
         with self._lock:
             if error is not None:
                 self.errors.append(error)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from chronos.types import Headers, KafkaConfig
 
-DeliveryCallback = Callable[[KafkaError | None], None]
+#: Called with (error or None, the confluent Message or None).
+DeliveryCallback = Callable[[KafkaError | None, Any], None]
 
 _librdkafka_log = logging.getLogger("librdkafka")
 log = structlog.get_logger(__name__)
@@ -31,12 +32,22 @@ class Delivery:
 
     def __init__(self, config: KafkaConfig, name: str = "delivery") -> None:
         self.name = name
-        self._producer = Producer({**config, "logger": _librdkafka_log})
+        self._producer = Producer(
+            {**config, "logger": _librdkafka_log, "error_cb": self._on_client_error}
+        )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll_loop, name=name, daemon=True)
         self._flush_timeout_s = 30.0
         #: Set when librdkafka reports a fatal error: this producer can never deliver again.
         self.fatal_error: KafkaError | None = None
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        """librdkafka's client-level errors; a fatal one means this producer is done for."""
+        if error.fatal():
+            self.fatal_error = error
+            log.critical("producer_fatal_error", producer=self.name, error=str(error))
+        else:
+            log.warning("producer_error", producer=self.name, error=str(error))
 
     def start(self) -> None:
         self._thread.start()
@@ -69,14 +80,9 @@ class Delivery:
         headers: Headers,
         on_done: DeliveryCallback,
     ) -> None:
-        """Produce one record; ``on_done(None)`` after Kafka acknowledged it, else the error."""
-
-        def callback(error: KafkaError | None, _msg: object) -> None:
-            if error is not None and error.fatal():
-                self.fatal_error = error
-                log.critical("producer_fatal_error", producer=self.name, error=str(error))
-            on_done(error)
-
+        """Produce one record; ``on_done(None, msg)`` after Kafka acknowledged it, else
+        ``on_done(error, msg)``. The callback goes to librdkafka as it is: no wrapper object is
+        built per record on this hot path."""
         while True:
             try:
                 self._producer.produce(
@@ -86,14 +92,14 @@ class Delivery:
                     # Widening only: the stub's list is invariant in its value type, and
                     # produce() just reads it.
                     headers=cast("list[tuple[str, str | bytes | None]]", headers),
-                    on_delivery=callback,
+                    on_delivery=on_done,
                 )
                 return
             except BufferError:
                 # librdkafka's queue is full: wait for acknowledgements to make room.
                 self._producer.poll(0.01)
             except KafkaException as exc:
-                on_done(exc.args[0])
+                on_done(exc.args[0], None)
                 return
 
     def flush(self, timeout_s: float) -> int:

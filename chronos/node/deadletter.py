@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError
@@ -73,12 +74,12 @@ class DeadLetters:
         )
 
     def _counted(self, on_result: DeliveryCallback) -> DeliveryCallback:
-        def done(error: KafkaError | None) -> None:
+        def done(error: KafkaError | None, message: Any = None) -> None:
             if error is None:
                 self._metrics.incr("dead_lettered")
             else:
                 log.error("dead_letter_failed", error=describe(error))
-            on_result(error)
+            on_result(error, message)
 
         return done
 
@@ -128,7 +129,7 @@ class _Results:
             self._done.set()
 
     def callback(self, index: int) -> DeliveryCallback:
-        def done(error: KafkaError | None) -> None:
+        def done(error: KafkaError | None, _message: Any = None) -> None:
             with self._lock:
                 self.errors[index] = error
                 self._remaining -= 1

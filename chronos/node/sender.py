@@ -6,6 +6,8 @@ import heapq
 import itertools
 import queue
 import threading
+from functools import partial
+from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError
@@ -141,13 +143,13 @@ class Sender(LoopWorker):
             message.key,
             message.value,
             delivery_headers(message, job.due_ms, job.skipped),
-            lambda error: self._on_result(job, error),
+            partial(self._on_result, job),
         )
 
     # Results arrive on the producer's poll thread: they only update state and schedule; every
     # produce happens on a sender thread.
 
-    def _on_result(self, job: DeliveryJob, error: KafkaError | None) -> None:
+    def _on_result(self, job: DeliveryJob, error: KafkaError | None, _msg: Any = None) -> None:
         if error is None:
             self._metrics.incr("delivered")
             self._metrics.observe("ack_lateness_ms", self._clock.now_ms() - job.due_ms)
@@ -204,10 +206,12 @@ class Sender(LoopWorker):
             source=source,
             target=target,
             truncate=job.dlq_truncated,
-            on_result=lambda error: self._on_dead_letter_result(job, error),
+            on_result=partial(self._on_dead_letter_result, job),
         )
 
-    def _on_dead_letter_result(self, job: DeliveryJob, error: KafkaError | None) -> None:
+    def _on_dead_letter_result(
+        self, job: DeliveryJob, error: KafkaError | None, _msg: Any = None
+    ) -> None:
         if error is None:
             self._tracker.completed(job)
             return

@@ -78,6 +78,7 @@ def decode(raw: bytes) -> DelayMessage:
 
 
 def _decode(raw: bytes) -> DelayMessage:
+    # Flat code on purpose: this runs for every delivery, and nested helpers cost a call each.
     version, flags, first_due, occurrence = _HEAD.unpack_from(raw, 0)
     if version != CODEC_VERSION:
         raise DecodeError(f"unknown stored message version {version}")
@@ -87,37 +88,39 @@ def _decode(raw: bytes) -> DelayMessage:
         kind, interval, times, multiplier, max_interval = _REPEAT.unpack_from(raw, pos)
         repeat = Repeat(RepeatKind(kind), interval, times, multiplier, max_interval)
         pos += _REPEAT.size
-
-    def chunk(length: int) -> bytes:
-        nonlocal pos
-        end = pos + length
-        if end > len(raw):
-            raise ValueError("truncated")
-        data = raw[pos:end]
+    size = len(raw)
+    (length,) = _U16.unpack_from(raw, pos)
+    end = pos + 2 + length
+    topic = raw[pos + 2 : end].decode()
+    (length,) = _U16.unpack_from(raw, end)
+    pos, end = end + 2, end + 2 + length
+    message_id = raw[pos:end].decode()
+    pos = end
+    key = value = None
+    if flags & _F_KEY:
+        (length,) = _U32.unpack_from(raw, pos)
+        pos, end = pos + 4, pos + 4 + length
+        key = raw[pos:end]
         pos = end
-        return data
-
-    def u16() -> int:
-        nonlocal pos
-        (value,) = _U16.unpack_from(raw, pos)
-        pos += 2
-        return int(value)
-
-    def u32(fmt: struct.Struct = _U32) -> int:
-        nonlocal pos
-        (value,) = fmt.unpack_from(raw, pos)
-        pos += 4
-        return int(value)
-
-    topic = chunk(u16()).decode()
-    message_id = chunk(u16()).decode()
-    key = chunk(u32()) if flags & _F_KEY else None
-    value = chunk(u32()) if flags & _F_VALUE else None
+    if flags & _F_VALUE:
+        (length,) = _U32.unpack_from(raw, pos)
+        pos, end = pos + 4, pos + 4 + length
+        value = raw[pos:end]
+        pos = end
+    (count,) = _U32.unpack_from(raw, pos)
+    pos += 4
     headers: Headers = []
-    for _ in range(u32()):
-        name = chunk(u32()).decode()
-        length = u32(_I32)
-        headers.append((name, None if length < 0 else chunk(length)))
-    if pos != len(raw):
-        raise ValueError(f"{len(raw) - pos} trailing bytes")
+    for _ in range(count):
+        (length,) = _U32.unpack_from(raw, pos)
+        pos, end = pos + 4, pos + 4 + length
+        name = raw[pos:end].decode()
+        (length,) = _I32.unpack_from(raw, end)
+        pos = end + 4
+        if length < 0:
+            headers.append((name, None))
+        else:
+            headers.append((name, raw[pos : pos + length]))
+            pos += length
+    if pos != size:
+        raise ValueError(f"truncated or {size - pos} trailing bytes")
     return DelayMessage(message_id, topic, key, value, headers, first_due, repeat, occurrence)
