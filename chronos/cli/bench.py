@@ -15,7 +15,7 @@ ALL = ("relay", "steady", "redis", "burst", "scale", "proxy")
 # (steady rates, seconds per rate, max delay ms, burst count, scale count, relay count, proxy s)
 _QUICK = ([5_000.0], 8.0, 3_000, 20_000, 50_000, 50_000, 3.0)
 _FULL = (
-    [5_000.0, 10_000.0, 20_000.0, 30_000.0, 40_000.0, 50_000.0],
+    [5_000.0, 7_500.0, 10_000.0, 15_000.0, 20_000.0, 30_000.0, 40_000.0, 50_000.0],
     60.0,
     10_000,
     500_000,
