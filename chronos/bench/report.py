@@ -63,6 +63,8 @@ def markdown(results: Result) -> str:
         f"librdkafka {results['machine']['librdkafka']}.",
         "",
     ]
+    for rerun in results.get("reruns", []):
+        lines += [f"Re-run {rerun['started']}: {', '.join(rerun['only'])} (these numbers).", ""]
     scenarios = results["scenarios"]
     if "relay" in scenarios:
         lines += [
