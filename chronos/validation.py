@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from chronos.errors import ValidationError
@@ -14,16 +15,39 @@ from chronos.types import EpochMs
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _ID_RE = re.compile(r"[A-Za-z0-9._:-]+")
 _MAX_MULTIPLIER = 1000
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1000}
+
+
+@functools.lru_cache(maxsize=1024)
+def _duration(text: str) -> int | None:
+    match = _DURATION_RE.fullmatch(text.strip())
+    return None if match is None else round(float(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
+def parse_duration_ms(text: str, field: str = "delay") -> int:
+    """``250ms``, ``5s``, ``2m``, ``1h``, ``1d``; a bare number is seconds."""
+    value = _duration(text)
+    if value is None:
+        raise ValidationError(field, f"{text!r} is not a duration like 250ms, 5s, 2m, 1h")
+    return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_problem(topic: str, names: TopicNames) -> str | None:
+    """Cached: a few topic names recur across millions of requests (bulk jobs, ingest)."""
+    if not _TOPIC_RE.fullmatch(topic) or topic in (".", ".."):
+        return f"{topic!r} is not a valid Kafka topic name (1-249 of [A-Za-z0-9._-])"
+    if names.is_internal(topic):
+        return f"{topic!r} is an internal topic and cannot be a target"
+    return None
 
 
 def validate_topic(topic: str, names: TopicNames, field: str = "topic") -> None:
     """Kafka's topic-name rules, and never one of chronos' or Kafka's internal topics."""
-    if not _TOPIC_RE.fullmatch(topic) or topic in (".", ".."):
-        raise ValidationError(
-            field, f"{topic!r} is not a valid Kafka topic name (1-249 of [A-Za-z0-9._-])"
-        )
-    if names.is_internal(topic):
-        raise ValidationError(field, f"{topic!r} is an internal topic and cannot be a target")
+    problem = _topic_problem(topic, names)
+    if problem is not None:
+        raise ValidationError(field, problem)
 
 
 def validate_id(message_id: str, limits: LimitSettings, field: str = "id") -> None:

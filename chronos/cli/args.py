@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
+from chronos.errors import ValidationError
 from chronos.repeat import Repeat, RepeatKind
 from chronos.settings import ChronosSettings, load_settings
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1000}
+from chronos.validation import parse_duration_ms
 
 
 def duration_ms(text: str) -> int:
     """``250ms``, ``5s``, ``2m``, ``1h``, ``1d``; a bare number is seconds."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 250ms, 5s, 2m, 1h")
-    return round(float(match.group(1)) * _UNIT_MS[match.group(2)])
+    try:
+        return parse_duration_ms(text)
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from exc
 
 
 def header(text: str) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from confluent_kafka import KafkaException
 
 from chronos import __version__
-from chronos.cli import bench, check, demo, dev, proxy_cmd, run, send, tail
+from chronos.cli import bench, check, checkpoint, demo, dev, pipeline, proxy_cmd, run, send, tail
 from chronos.errors import ChronosError, ConfigError, KafkaDeliveryError, ValidationError
 
 
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chronos", description="Delay-message broker for Kafka")
     parser.add_argument("--version", action="version", version=f"chronos {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, proxy_cmd, dev, send, tail, demo, check, bench):
+    for module in (run, proxy_cmd, dev, send, tail, demo, check, checkpoint, bench, pipeline):
         module.register(sub)
     return parser
 

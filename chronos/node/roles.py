@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from chronos.kafka.admin import partition_count
+from chronos.node.checkpointer import CheckpointWorker
 from chronos.node.component import Component
 from chronos.node.context import NodeContext
 from chronos.node.delete import DeleteWorker
@@ -88,6 +89,7 @@ def master(ctx: NodeContext) -> list[Component]:
         *_delivery(ctx, ingest),
         *ingest,
         DeleteWorker(ctx.ledger, ctx.settings.delete),
+        CheckpointWorker(ctx.store, ctx.settings.node.data_dir),
     ]
 
 

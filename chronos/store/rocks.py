@@ -8,6 +8,7 @@ from typing import cast
 from rocksdict import (
     BlockBasedOptions,
     Cache,
+    Checkpoint,
     ColumnFamily,
     DBCompressionType,
     Options,
@@ -209,6 +210,20 @@ class RocksStore:
         """Range-delete every message key below ``stop`` and compact the range away."""
         self._messages.delete_range(b"", stop, self._write_opts)
         self._messages.compact_range(None, stop)
+
+    def create_checkpoint(self, dest: Path) -> None:
+        """A consistent copy of the whole store at ``dest`` (hard links where possible).
+
+        ``dest`` must not exist yet; its parent must.
+        """
+        if dest.exists():
+            raise StoreError(f"checkpoint destination {dest} already exists")
+        if not dest.parent.is_dir():
+            raise StoreError(f"checkpoint destination's folder {dest.parent} does not exist")
+        try:
+            Checkpoint(self._db).create_checkpoint(str(dest))
+        except Exception as exc:  # rocksdict raises plain Exceptions
+            raise StoreError(f"cannot create checkpoint at {dest}: {exc}") from exc
 
     def close(self) -> None:
         """Flush memtables and close the database; the directory can be reopened at once.

@@ -10,6 +10,7 @@ import contextlib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -57,3 +58,14 @@ def namespace() -> str:
     Starts with a letter and uses only [a-z0-9] so it is valid in topic and group names.
     """
     return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark session for every pipeline test (starting one takes ~5-10 s)."""
+    from chronos.pipeline.session import spark_session
+
+    session = spark_session("local[2]", app_name="chronos-tests")
+    session.conf.set("spark.sql.shuffle.partitions", "4")
+    yield session
+    session.stop()

@@ -1,0 +1,50 @@
+"""The checkpoint worker: answers ``chronos checkpoint`` requests for the store this node owns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import structlog
+
+from chronos.errors import ChronosError
+from chronos.node.component import LoopWorker
+from chronos.store import checkpoint
+from chronos.store.rocks import RocksStore
+
+log = structlog.get_logger(__name__)
+
+
+class CheckpointWorker(LoopWorker):
+    """Looks for request files every ``poll_s`` (one directory stat: no measurable idle cost).
+
+    Parameters:
+        store: the node's open store (only its owner can checkpoint it consistently).
+        data_dir: the store directory, where requests arrive.
+        poll_s: how often to look for requests.
+    """
+
+    def __init__(self, store: RocksStore, data_dir: Path, poll_s: float = 0.5) -> None:
+        super().__init__("checkpoint")
+        self._store = store
+        self._data_dir = data_dir
+        self._poll_s = poll_s
+
+    def step(self) -> None:
+        if self._stop.wait(self._poll_s):
+            return
+        for request in checkpoint.pending_requests(self._data_dir):
+            self.answer(request)
+
+    def answer(self, request: Path) -> None:
+        """Create the requested checkpoint and write the answer file."""
+        try:
+            dest = checkpoint.requested_dest(request)
+            result = checkpoint.create(self._store, dest)
+        except (ChronosError, OSError, ValueError, KeyError) as exc:
+            log.warning("checkpoint_failed", request=request.name, error=str(exc))
+            checkpoint.answer_request(request, None, str(exc))
+            return
+        log.info(
+            "checkpoint_created", path=str(dest), seek_ms=result.seek_ms, took_ms=result.took_ms
+        )
+        checkpoint.answer_request(request, result, None)

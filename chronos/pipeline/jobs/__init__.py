@@ -1,0 +1,1 @@
+"""The pipeline's jobs: schedule, audit, backlog (one module each) and what they share."""

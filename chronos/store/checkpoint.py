@@ -1,0 +1,204 @@
+"""Consistent store checkpoints: creating one, asking a running node for one, reading one.
+
+RocksDB can only take a consistent checkpoint from the process that has the database open for
+writing: a read-only or secondary opener sees the flushed files but not the memtable, so it
+would miss the newest writes. A running node holds the store's lock, hence the handshake:
+``chronos checkpoint`` drops a request file into ``<data_dir>/checkpoint-requests/``; the
+node's checkpoint worker takes the checkpoint and answers with a result file next to it. With
+no node running the command opens the store itself (see ``take_checkpoint``).
+
+A checkpoint is hard links to the store's immutable files plus the write-ahead log needed to
+make all column families agree, so it is cheap on the same file system and consistent: the
+messages, the index and the seek timestamp are from one instant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocksdict import AccessType, Options, Rdict, ReadOptions
+
+from chronos.errors import ChronosError, StoreError
+from chronos.names import CF_MESSAGES, CF_META
+from chronos.settings import StoreSettings
+from chronos.store import keys
+from chronos.store.rocks import RocksStore
+from chronos.types import EpochMs
+
+REQUESTS_DIR = "checkpoint-requests"
+_REQUEST = ".request"
+_RESULT = ".result"
+
+
+@dataclass(frozen=True)
+class CheckpointResult:
+    """Where a checkpoint was written and the seek timestamp it holds."""
+
+    path: Path
+    seek_ms: EpochMs
+    took_ms: int
+
+
+def create(store: RocksStore, dest: Path) -> CheckpointResult:
+    """Checkpoint an open store at ``dest`` and read back the seek timestamp it holds."""
+    started = time.monotonic()
+    store.create_checkpoint(dest)
+    took = round((time.monotonic() - started) * 1000)
+    with CheckpointReader(dest) as reader:
+        return CheckpointResult(dest.resolve(), reader.seek_ms(), took)
+
+
+def take_checkpoint(
+    data_dir: Path, settings: StoreSettings, dest: Path, timeout_s: float
+) -> CheckpointResult:
+    """A checkpoint of the store at ``data_dir``: taken directly when no node has it open,
+    else requested from the node that does."""
+    if not (data_dir / "CURRENT").exists():
+        raise StoreError(f"no chronos store at {data_dir}")
+    try:
+        store = RocksStore(data_dir, settings)
+    except StoreError as exc:
+        if "lock" not in str(exc).lower():
+            raise
+        return request_checkpoint(data_dir, dest, timeout_s)
+    try:
+        return create(store, dest)
+    finally:
+        store.close()
+
+
+def requests_dir(data_dir: Path) -> Path:
+    """Where a running node looks for checkpoint requests."""
+    return data_dir / REQUESTS_DIR
+
+
+def _write_json(path: Path, payload: dict[str, object]) -> None:
+    """Write atomically: readers never see half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+
+
+def request_checkpoint(data_dir: Path, dest: Path, timeout_s: float) -> CheckpointResult:
+    """Ask the node that owns ``data_dir`` for a checkpoint at ``dest``; wait for its answer.
+
+    Raises ChronosError when the node refuses (e.g. ``dest`` exists) or does not answer in time.
+    """
+    folder = requests_dir(data_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = uuid.uuid4().hex
+    request, result = folder / (name + _REQUEST), folder / (name + _RESULT)
+    _write_json(request, {"dest": str(dest.resolve())})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if result.exists():
+            answer = json.loads(result.read_text())
+            result.unlink()
+            if not answer.get("ok"):
+                raise ChronosError(f"the node could not create the checkpoint: {answer['error']}")
+            return CheckpointResult(Path(answer["path"]), answer["seek_ms"], answer["took_ms"])
+        time.sleep(0.05)
+    request.unlink(missing_ok=True)
+    raise ChronosError(
+        f"no node answered the checkpoint request within {timeout_s} s "
+        f"(is the node owning {data_dir} running and up to date?)"
+    )
+
+
+def pending_requests(data_dir: Path) -> list[Path]:
+    """Request files waiting for the node, oldest first."""
+    folder = requests_dir(data_dir)
+    if not folder.is_dir():
+        return []
+    return sorted(folder.glob("*" + _REQUEST), key=lambda p: p.stat().st_mtime)
+
+
+def answer_request(request: Path, result: CheckpointResult | None, error: str | None) -> None:
+    """Write the result file the waiting command reads, then drop the request."""
+    if result is not None:
+        payload: dict[str, object] = {
+            "ok": True,
+            "path": str(result.path),
+            "seek_ms": result.seek_ms,
+            "took_ms": result.took_ms,
+        }
+    else:
+        payload = {"ok": False, "error": error}
+    _write_json(request.with_suffix(_RESULT), payload)
+    request.unlink(missing_ok=True)
+
+
+def requested_dest(request: Path) -> Path:
+    """The destination a request asks for."""
+    return Path(json.loads(request.read_text())["dest"])
+
+
+class CheckpointReader:
+    """Read-only view of a checkpoint: its seek timestamp and its messages in slot order.
+
+    Several readers (Spark tasks) may open one checkpoint at once.
+
+    Parameters:
+        path: a directory created by ``chronos checkpoint``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        if not (path / "CURRENT").exists():
+            raise StoreError(f"{path} is not a chronos store checkpoint (no RocksDB CURRENT file)")
+        options = Options(raw_mode=True)
+        try:
+            families = Rdict.list_cf(str(path), options)
+            self._db = Rdict(
+                str(path),
+                options,
+                column_families={name: Options(raw_mode=True) for name in families},
+                access_type=AccessType.read_only(),
+            )
+        except Exception as exc:  # rocksdict raises plain Exceptions for open failures
+            raise StoreError(f"cannot open checkpoint {path}: {exc}") from exc
+        self._messages = self._db.get_column_family(CF_MESSAGES)
+        self._meta = self._db.get_column_family(CF_META)
+
+    def seek_ms(self) -> EpochMs:
+        """Every message with slot <= seek was delivered when the checkpoint was taken."""
+        raw = self._meta.get(keys.META_SEEK)
+        return 0 if raw is None else keys.unpack_ms(raw)
+
+    def slot_range(self) -> tuple[EpochMs, EpochMs] | None:
+        """(first, last) slot of the stored messages, None when there are none."""
+        it = self._messages.iter(ReadOptions())
+        it.seek_to_first()
+        if not it.valid():
+            return None
+        first = keys.slot_of(it.key())
+        it.seek_to_last()
+        return first, keys.slot_of(it.key())
+
+    def messages(self, start_ms: EpochMs, stop_ms: EpochMs) -> Iterator[tuple[bytes, bytes]]:
+        """(key, encoded message) with ``start_ms <= slot < stop_ms``, in key order."""
+        read = ReadOptions()
+        read.set_iterate_upper_bound(keys.slot_bound(stop_ms))
+        it = self._messages.iter(read)
+        it.seek(keys.slot_bound(start_ms))
+        while it.valid():
+            yield it.key(), it.value()
+            it.next()
+
+    def close(self) -> None:
+        """Release the files (RocksDB keeps them open while any handle lives)."""
+        self._messages.close()
+        self._meta.close()
+        self._db.close()
+        del self._messages, self._meta, self._db
+
+    def __enter__(self) -> CheckpointReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,87 @@
+"""Store checkpoints: consistent copies, the request handshake with a running node, reading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chronos.errors import ChronosError, StoreError
+from chronos.node.checkpointer import CheckpointWorker
+from chronos.settings import StoreSettings
+from chronos.store import checkpoint, keys
+from chronos.store.rocks import RocksStore
+
+FAST = StoreSettings(sync_writes=False)
+
+
+def _filled(path: Path, slots: range, seek: int) -> RocksStore:
+    store = RocksStore(path, FAST)
+    batch = store.batch()
+    for slot in slots:
+        batch.put_message(keys.message_key(slot, f"m{slot}"), b"v%d" % slot)
+    batch.set_seek(seek)
+    store.write(batch)  # unflushed: only in the memtable and the WAL
+    return store
+
+
+def test_checkpoint_holds_unflushed_writes_and_later_writes_do_not_leak_in(tmp_path: Path) -> None:
+    store = _filled(tmp_path / "db", range(100, 200), seek=149)
+    result = checkpoint.create(store, tmp_path / "ckpt")
+    later = store.batch()
+    later.put_message(keys.message_key(500, "late"), b"x")
+    store.write(later)
+    store.close()
+    assert result.seek_ms == 149
+    with checkpoint.CheckpointReader(result.path) as reader:
+        assert reader.seek_ms() == 149
+        assert reader.slot_range() == (100, 199)
+        rows = list(reader.messages(150, 200))
+    assert [keys.split_message_key(k)[1] for k, _ in rows][:2] == ["m150", "m151"]
+    assert len(rows) == 50 and rows[0][1] == b"v150"
+
+
+def test_checkpoint_refuses_an_existing_destination(tmp_path: Path) -> None:
+    store = _filled(tmp_path / "db", range(3), seek=0)
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(StoreError, match="already exists"):
+        checkpoint.create(store, tmp_path / "taken")
+    store.close()
+
+
+def test_take_checkpoint_opens_a_stopped_store_itself(tmp_path: Path) -> None:
+    _filled(tmp_path / "db", range(10), seek=4).close()
+    result = checkpoint.take_checkpoint(tmp_path / "db", FAST, tmp_path / "c", timeout_s=1)
+    assert result.seek_ms == 4
+    with pytest.raises(StoreError, match="no chronos store"):
+        checkpoint.take_checkpoint(tmp_path / "nothing", FAST, tmp_path / "c2", timeout_s=1)
+
+
+def test_a_running_node_answers_checkpoint_requests(tmp_path: Path) -> None:
+    store = _filled(tmp_path / "db", range(10, 20), seek=12)
+    worker = CheckpointWorker(store, tmp_path / "db", poll_s=0.02)
+    worker.start()
+    try:
+        # The store is open (locked), so the command must go through the worker.
+        result = checkpoint.take_checkpoint(tmp_path / "db", FAST, tmp_path / "c", timeout_s=10)
+        assert result.seek_ms == 12 and result.path == (tmp_path / "c").resolve()
+        with pytest.raises(ChronosError, match="already exists"):
+            checkpoint.take_checkpoint(tmp_path / "db", FAST, tmp_path / "c", timeout_s=10)
+    finally:
+        worker.stop()
+        worker.join(5)
+    assert checkpoint.pending_requests(tmp_path / "db") == []
+    store.close()
+
+
+def test_a_request_nobody_answers_times_out_and_is_withdrawn(tmp_path: Path) -> None:
+    store = _filled(tmp_path / "db", range(3), seek=0)  # open, but no worker
+    with pytest.raises(ChronosError, match="no node answered"):
+        checkpoint.take_checkpoint(tmp_path / "db", FAST, tmp_path / "c", timeout_s=0.3)
+    assert checkpoint.pending_requests(tmp_path / "db") == []
+    store.close()
+
+
+def test_reader_rejects_a_folder_that_is_no_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="not a chronos store checkpoint"):
+        checkpoint.CheckpointReader(tmp_path)
