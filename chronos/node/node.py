@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import threading
 import time
@@ -19,6 +20,27 @@ from chronos.node.roles import ROLES
 from chronos.settings import ChronosSettings
 
 log = structlog.get_logger(__name__)
+
+
+#: Young-generation threshold of the cyclic collector (CPython's default is 700 allocations).
+_GC_GEN0_THRESHOLD = 20_000
+
+
+def tune_gc() -> None:
+    """Keep the cyclic garbage collector off the delivery path (process entry only).
+
+    Under load a node allocates ~20 container objects per message (records, jobs, header
+    lists), so with CPython's defaults the collector ran hundreds of times a second and a full
+    collection walked every object alive, the ~60,000 loaded at start included: collections held
+    the GIL, and so stopped every thread, for up to 270 ms at 7,500 msg/s. Freezing what exists
+    once the node runs takes it out of every later collection, and a larger young generation
+    makes collections rarer. Messages are freed by reference counting anyway; the collector is
+    only needed for the rare reference cycle.
+    """
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(_GC_GEN0_THRESHOLD, gen1, gen2)
 
 
 class Node:
@@ -104,6 +126,7 @@ class Node:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         self.start()
+        tune_gc()
         fatal = None
         while not stop.wait(1.0):
             fatal = self.fatal_error()
