@@ -137,7 +137,9 @@ class StoreSettings(_Section):
         "lz4", description="Block compression of the message column family."
     )
     block_cache_mb: int = Field(64, ge=1, description="Shared block cache, MiB.")
-    write_buffer_mb: int = Field(32, ge=1, description="Memtable size per column family, MiB.")
+    write_buffer_mb: int = Field(
+        32, ge=1, description="Memtable size per column family, MiB; all share twice this."
+    )
     max_background_jobs: int = Field(2, ge=1, description="RocksDB flush/compaction threads.")
     sync_writes: bool = Field(
         True, description="fsync the WAL on every batch before committing inner offsets."

@@ -94,9 +94,16 @@ class RocksStore:
     def __init__(self, path: Path, settings: StoreSettings) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self._settings = settings
-        options = self._options(settings)
+        # One block cache for every column family (index and filter blocks included), and one
+        # budget for every memtable: memory stays bounded whatever the number of pending messages.
+        # Options per family used to bring their own cache each (4 x block_cache_mb), and each
+        # family's memtables grew on their own (10 M pending: 515 MiB RSS).
+        cache = Cache(settings.block_cache_mb << 20)
+        options = self._options(settings, cache)
+        options.set_db_write_buffer_size(2 * settings.write_buffer_mb << 20)
         families = {
-            name: self._options(settings) for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META)
+            name: self._options(settings, cache)
+            for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META)
         }
         try:
             self._db = Rdict(str(path), options, column_families=families)
@@ -118,7 +125,7 @@ class RocksStore:
         self._check_format()
 
     @staticmethod
-    def _options(settings: StoreSettings) -> Options:
+    def _options(settings: StoreSettings, cache: Cache) -> Options:
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         options.create_missing_column_families(True)
@@ -126,8 +133,12 @@ class RocksStore:
         options.set_write_buffer_size(settings.write_buffer_mb << 20)
         options.set_max_background_jobs(settings.max_background_jobs)
         table = BlockBasedOptions()
-        table.set_block_cache(Cache(settings.block_cache_mb << 20))
+        table.set_block_cache(cache)
         table.set_bloom_filter(10, False)
+        # Index and filter blocks live in the (bounded) cache instead of beside it; L0's stay
+        # pinned so the newest files, which every read checks, cost no cache misses.
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         options.set_block_based_table_factory(table)
         return options
 
