@@ -12,6 +12,8 @@ Options:
     startingTimestamp / endingTimestamp: epoch ms; the first offset at or after the time
         (they override the offset options).
     maxRecordsPerSplit: records per task (default 250000).
+    payload: ``false`` leaves key, value and headers null (cheaper, for jobs that only need
+        the chronos_* columns; the chronos- headers are still decoded). Default true.
     settings | bootstrap: where Kafka is (see ``chronos.pipeline.options``).
 """
 
@@ -219,7 +221,7 @@ def _text(raw: bytes | None) -> str | None:
 
 
 def read_range(
-    settings: ChronosSettings, span: OffsetRange, times: TimeFilter
+    settings: ChronosSettings, span: OffsetRange, times: TimeFilter, payload: bool = True
 ) -> Iterator[pa.RecordBatch]:
     """Every record of ``span`` (within ``times``) as Arrow batches; raises when the broker
     stops answering before the end."""
@@ -270,9 +272,14 @@ def read_range(
                 cols[1].append(span.partition)
                 cols[2].append(offset)
                 cols[3].append(timestamp)
-                cols[4].append(record.key())
-                cols[5].append(record.value())
-                cols[6].append(headers or [])
+                if payload:
+                    cols[4].append(record.key())
+                    cols[5].append(record.value())
+                    cols[6].append(headers or [])
+                else:
+                    cols[4].append(None)
+                    cols[5].append(None)
+                    cols[6].append(None)
                 if fields:
                     _append_fields(cols, fields)
                 else:
@@ -320,7 +327,8 @@ class KafkaReader(DataSourceReader):
         span = partition.span
         if span.end is not None and span.end <= span.start:
             return iter(())
-        return read_range(self._settings, span, time_filter(self._options))
+        payload = self._options.get("payload", "true").lower() != "false"
+        return read_range(self._settings, span, time_filter(self._options), payload)
 
 
 class KafkaDataSource(DataSource):

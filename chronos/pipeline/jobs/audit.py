@@ -74,25 +74,30 @@ class AuditSummary:
 
 
 def _kafka(spark: SparkSession, settings: ChronosSettings, topics: list[str]) -> DataFrame:
+    """Records without key, value and headers: the audit needs only the chronos- fields."""
     return (
         spark.read.format("chronos-kafka")
         .option(SETTINGS_OPTION, settings_to_option(settings))
         .option("topics", ",".join(topics))
+        .option("payload", "false")
         .load()
     )
 
 
 def scheduled(spark: SparkSession, settings: ChronosSettings, window: AuditWindow) -> DataFrame:
-    """(id, topic, occurrence, due_ms, cancelled) of every occurrence due in the window."""
-    inner = _kafka(spark, settings, [settings.topics.names.inner]).where(
-        F.col("chronos_id").isNotNull()
+    """(id, topic, occurrence, due_ms, cancelled) of every occurrence due in the window.
+
+    One pass over the inner topic: per id, the first add (by offset) and whether any cancel
+    exists.
+    """
+    is_add = (
+        (F.col("chronos_op") == "add")
+        & F.col("chronos_due_ms").isNotNull()
+        & F.col("chronos_topic").isNotNull()
     )
     adds = (
-        inner.where(
-            (F.col("chronos_op") == "add")
-            & F.col("chronos_due_ms").isNotNull()
-            & F.col("chronos_topic").isNotNull()
-        )
+        _kafka(spark, settings, [settings.topics.names.inner])
+        .where(F.col("chronos_id").isNotNull())
         .groupBy(F.col("chronos_id").alias("id"))
         .agg(
             F.min_by(
@@ -105,31 +110,28 @@ def scheduled(spark: SparkSession, settings: ChronosSettings, window: AuditWindo
                     F.col("chronos_repeat_multiplier").alias("repeat_multiplier"),
                     F.col("chronos_repeat_max_interval_ms").alias("repeat_max_interval_ms"),
                 ),
-                F.struct("partition", "offset"),
-            ).alias("first")
+                F.when(is_add, F.struct("partition", "offset")),
+            ).alias("first"),
+            F.max(F.col("chronos_op") == "cancel").alias("cancelled"),
         )
-        .select("id", "first.*")
+        .where(F.col("first.due_ms").isNotNull())
+        .select("id", "cancelled", "first.*")
+        # Materialized once: both branches below (and the join) would otherwise each scan
+        # the inner topic again.
+        .localCheckpoint()
     )
     single = adds.where(F.col("repeat").isNull()).select(
-        "id", "topic", F.lit(1).alias("occurrence"), "due_ms"
+        "id", "topic", F.lit(1).alias("occurrence"), "due_ms", "cancelled"
     )
     repeats = (
         adds.where(F.col("repeat").isNotNull())
         .withColumn("occurrence", F.lit(1))
         .withColumn("first_due_ms", F.col("due_ms"))
         .mapInArrow(partial(expand_batches, until_ms=window.end_ms), OUTPUT_DDL)
+        .join(adds.select("id", "cancelled"), "id")
     )
-    cancels = (
-        inner.where(F.col("chronos_op") == "cancel")
-        .select(F.col("chronos_id").alias("id"))
-        .distinct()
-        .withColumn("cancelled", F.lit(True))
-    )
-    return (
-        single.unionByName(repeats)
-        .where((F.col("due_ms") >= window.start_ms) & (F.col("due_ms") < window.end_ms))
-        .join(cancels, "id", "left")
-        .withColumn("cancelled", F.coalesce("cancelled", F.lit(False)))
+    return single.unionByName(repeats).where(
+        (F.col("due_ms") >= window.start_ms) & (F.col("due_ms") < window.end_ms)
     )
 
 
