@@ -141,8 +141,14 @@ class StoreSettings(_Section):
         32, ge=1, description="Memtable size per column family, MiB; all share twice this."
     )
     max_background_jobs: int = Field(2, ge=1, description="RocksDB flush/compaction threads.")
-    sync_writes: bool = Field(
-        True, description="fsync the WAL on every batch before committing inner offsets."
+    wal_sync_interval_ms: int = Field(
+        100,
+        ge=0,
+        description=(
+            "fsync the WAL at most this often, ms (0: after every ingest batch). A killed "
+            "process loses nothing either way; after a power loss ingest re-reads from Kafka "
+            "what the last interval wrote."
+        ),
     )
 
 

@@ -115,6 +115,8 @@ class IngestWorker(LoopWorker):
         #: before a crash are applied before anything is delivered.
         self.caught_up = threading.Event()
         self._catch_up_targets: dict[int, int] = {}
+        #: Next offsets applied but not yet known to be fsynced (then offered to the group).
+        self._unsynced: dict[int, int] = {}
 
     def _open(self) -> Consumer:
         if self._consumer is None:
@@ -172,6 +174,8 @@ class IngestWorker(LoopWorker):
         first = consumer.poll(self._timeout_s)
         if first is None:
             self._check_positions(consumer)
+            if self._unsynced and self._ledger.sync_if_due():
+                self._commit_synced(consumer)
             return
         records = [first]
         if self._batch_max > 1:
@@ -230,12 +234,19 @@ class IngestWorker(LoopWorker):
         self._count(outcome)
         if not self.caught_up.is_set():
             self._check_caught_up(offsets)
+        self._unsynced.update(offsets)
+        if self._ledger.sync_if_due():
+            self._commit_synced(consumer)
+
+    def _commit_synced(self, consumer: Consumer) -> None:
+        """Offer the group the offsets of what is now fsynced (advisory: for lag monitoring)."""
         try:
             consumer.store_offsets(
-                offsets=[TopicPartition(self._topic, p, o) for p, o in offsets.items()]
+                offsets=[TopicPartition(self._topic, p, o) for p, o in self._unsynced.items()]
             )
         except KafkaException as exc:  # advisory only: the store holds the real offsets
             log.info("ingest_store_offsets_skipped", error=str(exc.args[0]))
+        self._unsynced.clear()
 
     def _count(self, outcome: ApplyOutcome) -> None:
         for name in (
@@ -253,5 +264,8 @@ class IngestWorker(LoopWorker):
 
     def finish(self) -> None:
         if self._consumer is not None:
+            if self._unsynced:
+                self._ledger.sync()
+                self._commit_synced(self._consumer)
             self._consumer.close()  # commits the advisory group offsets
             self._consumer = None

@@ -1,12 +1,14 @@
-"""Every write to the schedule goes through the ledger, under the frontier lock.
+"""Every write to the schedule goes through the ledger.
 
 Ingest (adds, cancels), progress (seek timestamp, next repeat occurrences) and the delete
-worker all change the same keys; doing it in one place keeps the index consistent with the
-messages and the seek timestamp atomic with what it covers.
+worker all change the same keys; doing it in one place, one writer at a time, keeps the index
+consistent with the messages and the seek timestamp atomic with what it covers. Writes that
+place messages reserve their slots on the push frontier (see ``frontier.py``).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -43,7 +45,7 @@ class Ledger:
 
     Parameters:
         store: the node store.
-        frontier: the push frontier (its lock serialises every write made here).
+        frontier: the push frontier (writes that place messages reserve their slots on it).
         clock: time source, for tombstone expiry.
         retention: delete-worker settings (tombstone lifetime).
     """
@@ -56,6 +58,9 @@ class Ledger:
         self._clock = clock
         self._tombstone_ms = int(retention.tombstone_retention_s * 1000)
         self._seek = store.read_seek() or 0
+        # One writer at a time: each write reads index entries and writes them back. The push
+        # worker never takes this lock.
+        self._lock = threading.Lock()
 
     @property
     def seek_ms(self) -> EpochMs:
@@ -72,54 +77,64 @@ class Ledger:
         offsets: Mapping[int, int] | None = None,
         encoded: Sequence[bytes | None] | None = None,
     ) -> ApplyOutcome:
-        """Apply decoded inner requests in order as one atomic batch; durable on return.
+        """Apply decoded inner requests in order as one atomic batch (durable after ``sync``).
 
         ``offsets`` (inner partition -> next offset) are written in the same batch, so the
-        store alone says where ingest resumes and a replay never skips or re-applies.
+        store alone says where ingest resumes and a replay never skips or re-applies: a batch
+        lost before its WAL was synced is read again from Kafka.
         ``encoded`` holds each add's stored value when the caller already encoded it.
         """
         outcome = ApplyOutcome()
         if not requests and not offsets:
             return outcome
         ids = list(dict.fromkeys(r.id for r in requests))
-        # Encoding does not depend on the frontier: do it before taking the lock, which the
-        # push worker needs to move on.
+        # Encoding depends on neither the index nor the frontier: done before any lock.
         if encoded is None:
             encoded = [codec.encode(r) if isinstance(r, DelayMessage) else None for r in requests]
+        earliest_due = min(
+            (r.due_ms for r in requests if isinstance(r, DelayMessage)), default=None
+        )
         earliest: EpochMs | None = None
-        with self._frontier.held() as frontier:
+        with self._lock:
             state = dict(zip(ids, self._store.get_index(ids), strict=True))
             batch = self._store.batch()
             now = self._clock.now_ms()
-            for request, value in zip(requests, encoded, strict=True):
-                current = state[request.id]
-                if isinstance(request, DelayMessage):
-                    if current is not None:
-                        outcome.duplicates += 1  # idempotent: first add of an id wins
-                        continue
-                    slot = self._frontier.slot_for(frontier, request.due_ms)
-                    outcome.late += slot != request.due_ms
-                    key = keys.message_key(slot, request.id)
-                    assert value is not None, "an add without its encoded value"
-                    batch.put_message(key, value)
-                    pending = keys.index_pending(key)
-                    state[request.id] = pending
-                    batch.put_index(request.id, pending)
-                    outcome.added += 1
-                    earliest = slot if earliest is None else min(earliest, slot)
-                else:
-                    state[request.id] = self._cancel(
-                        batch, request, current, frontier, now, outcome
-                    )
-            for partition, offset in (offsets or {}).items():
-                batch.set_inner_offset(partition, offset)
-            self._store.write(batch)
-        # Durable before the caller stores offsets; the fsync runs outside the lock so the
-        # push worker never waits for the disk.
-        self._store.sync()
+            # The reservation lasts from reading the frontier to the write being visible.
+            with self._frontier.placing(earliest_due) as frontier:
+                for request, value in zip(requests, encoded, strict=True):
+                    current = state[request.id]
+                    if isinstance(request, DelayMessage):
+                        if current is not None:
+                            outcome.duplicates += 1  # idempotent: first add of an id wins
+                            continue
+                        slot = self._frontier.slot_for(frontier, request.due_ms)
+                        outcome.late += slot != request.due_ms
+                        key = keys.message_key(slot, request.id)
+                        assert value is not None, "an add without its encoded value"
+                        batch.put_message(key, value)
+                        pending = keys.index_pending(key)
+                        state[request.id] = pending
+                        batch.put_index(request.id, pending)
+                        outcome.added += 1
+                        earliest = slot if earliest is None else min(earliest, slot)
+                    else:
+                        state[request.id] = self._cancel(
+                            batch, request, current, frontier, now, outcome
+                        )
+                for partition, offset in (offsets or {}).items():
+                    batch.set_inner_offset(partition, offset)
+                self._store.write(batch)
         if earliest is not None:
             self._frontier.notify(earliest)
         return outcome
+
+    def sync(self) -> None:
+        """fsync everything applied so far."""
+        self._store.sync()
+
+    def sync_if_due(self) -> bool:
+        """fsync what was applied when the sync interval has passed; True if it did."""
+        return self._store.sync_if_due()
 
     def _cancel(
         self,
@@ -161,12 +176,13 @@ class Ledger:
         one is written only while the index still points at the delivered key (not cancelled,
         not already rescheduled by an earlier delivery of the same key).
         """
+        earliest_due = min((m.due_ms for _key, m in followups), default=None)
         earliest: EpochMs | None = None
-        with self._frontier.held() as frontier:
+        with self._lock:
             batch = self._store.batch()
-            if followups:
-                ids = [message.id for _key, message in followups]
-                current = self._store.get_index(ids)
+            ids = [message.id for _key, message in followups]
+            current = self._store.get_index(ids)
+            with self._frontier.placing(earliest_due) as frontier:
                 for (old_key, message), state in zip(followups, current, strict=True):
                     if state != keys.index_pending(old_key):
                         continue
@@ -175,9 +191,9 @@ class Ledger:
                     batch.put_message(key, codec.encode(message))
                     batch.put_index(message.id, keys.index_pending(key))
                     earliest = slot if earliest is None else min(earliest, slot)
-            if seek_ms > self._seek:
-                batch.set_seek(seek_ms)
-            self._store.write(batch)
+                if seek_ms > self._seek:
+                    batch.set_seek(seek_ms)
+                self._store.write(batch)
             self._seek = max(self._seek, seek_ms)
         if earliest is not None:
             self._frontier.notify(earliest)
@@ -203,7 +219,7 @@ class Ledger:
             rows = self._store.scan(start, stop, _CHUNK)
             if not rows:
                 break
-            with self._frontier.held():
+            with self._lock:
                 ids = [keys.split_message_key(k)[1] for k, _ in rows]
                 states = self._store.get_index(ids)
                 batch = self._store.batch()
@@ -225,7 +241,7 @@ class Ledger:
             rows = self._store.scan_expiry(stop, _CHUNK)
             if not rows:
                 return expired
-            with self._frontier.held():
+            with self._lock:
                 ids = [row[keys.MS_WIDTH :].decode() for row in rows]
                 states = self._store.get_index(ids)
                 batch = self._store.batch()

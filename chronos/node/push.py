@@ -35,7 +35,8 @@ class PushWorker(LoopWorker):
     Parameters:
         store: the schedule.
         ledger: index checks for repeat occurrences.
-        frontier: moved forward before every scan (see ``frontier.py``).
+        frontier: moved forward before every scan, which covers slots up to it only
+            (see ``frontier.py``).
         tracker: told about every dispatched job and how far the scan got.
         jobs: bounded queue to the senders; a full queue blocks the scan (back-pressure).
         clock: time source.
@@ -95,9 +96,9 @@ class PushWorker(LoopWorker):
     def scan_due(self) -> EpochMs | None:
         """Dispatch everything due up to now; returns the next slot waiting, if any."""
         now = self._clock.now_ms()
-        self._frontier.advance(now)
+        upto = self._frontier.advance(now)
         start = max(keys.slot_bound(self._scanned + 1), self._cursor)
-        stop = keys.slot_bound(now + 1)
+        stop = keys.slot_bound(upto + 1)
         while True:
             rows = self._store.scan(start, stop, self._batch_max)
             if not rows:
@@ -106,8 +107,10 @@ class PushWorker(LoopWorker):
             if not self._put(jobs):
                 return None  # stopping: the scan did not complete, the seek will not pass it
             start = self._cursor = rows[-1][0] + b"\x00"
-        self._scanned = max(self._scanned, now)
+        self._scanned = max(self._scanned, upto)
         self._tracker.scanned_through(self._scanned)
+        if upto < now:
+            return None  # held back by a write in progress, which wakes us when it is visible
         upcoming = self._store.first_key_from(stop)
         return None if upcoming is None else keys.slot_of(upcoming)
 

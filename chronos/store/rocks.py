@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import cast
 
@@ -121,7 +123,9 @@ class RocksStore:
         # ``sync`` makes them durable afterwards, outside the lock (see ``Ledger.apply``).
         self._write_opts = WriteOptions()
         self._write_opts.sync = False
-        self._sync_writes = settings.sync_writes
+        self._sync_interval_s = settings.wal_sync_interval_ms / 1000.0
+        self._synced_at = time.monotonic()
+        self._sync_lock = threading.Lock()
         self._check_format()
 
     @staticmethod
@@ -162,9 +166,23 @@ class RocksStore:
             self._db.write(batch.raw, self._write_opts)
 
     def sync(self) -> None:
-        """Make every write so far durable (fsync the WAL) when sync_writes is on."""
-        if self._sync_writes:
+        """Make every write so far durable: fsync the WAL."""
+        with self._sync_lock:
             self._db.flush_wal(True)
+            self._synced_at = time.monotonic()
+
+    def sync_if_due(self) -> bool:
+        """``sync`` when the last one is older than ``wal_sync_interval_ms``; True if it ran.
+
+        Why not after every batch: the inner offsets live in the same WAL as the data they
+        cover, so an unsynced tail lost in a power cut is re-read from Kafka, never skipped;
+        and a killed process loses nothing, since written data is in the OS already. An fsync
+        per ingest batch made ingest wait on the disk most of its time (37 % at 10,000 msg/s).
+        """
+        if time.monotonic() - self._synced_at < self._sync_interval_s:
+            return False
+        self.sync()
+        return True
 
     def get_index(self, message_ids: list[str]) -> list[bytes | None]:
         """Index values of ``message_ids`` (None where unknown), in one multi-get."""

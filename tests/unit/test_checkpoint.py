@@ -12,7 +12,7 @@ from chronos.settings import StoreSettings
 from chronos.store import checkpoint, keys
 from chronos.store.rocks import RocksStore
 
-FAST = StoreSettings(sync_writes=False)
+FAST = StoreSettings(wal_sync_interval_ms=60_000)
 
 
 def _filled(path: Path, slots: range, seek: int) -> RocksStore:

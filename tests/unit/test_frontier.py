@@ -34,13 +34,11 @@ def test_slot_for_is_after_frontier_and_not_before_due(frontier: int, due: int) 
 def test_advance_never_moves_back() -> None:
     f = Frontier(100)
     assert f.value == 100
-    assert f.advance(200) == 100
+    assert f.advance(200) == 200
     assert f.value == 200
     assert f.advance(150) == 200
     assert f.value == 200
-    assert f.advance(200) == 200
-    assert f.value == 200
-    with f.held() as held:
+    with f.placing(None) as held:
         assert held == 200
 
 
@@ -50,27 +48,69 @@ def test_advance_is_running_max(start: int, moves: list[int]) -> None:
     f = Frontier(start)
     expected = start
     for to in moves:
-        assert f.advance(to) == expected
         expected = max(expected, to)
+        assert f.advance(to) == expected
         assert f.value == expected
 
 
-def test_held_blocks_advance() -> None:
+def test_placing_holds_the_frontier_below_the_lowest_reserved_slot() -> None:
+    f = Frontier(100)
+    with f.placing(500) as frontier:
+        assert frontier == 100
+        assert f.advance(10_000) == 499  # the write's messages (slots >= 500) stay ahead
+        assert f.slot_for(frontier, 500) > f.value
+    assert f.advance(10_000) == 10_000
+
+
+def test_placing_late_messages_reserves_the_slot_after_the_frontier() -> None:
+    f = Frontier(100)
+    with f.placing(3) as frontier:  # due long ago: placed at frontier + 1
+        assert f.slot_for(frontier, 3) == 101
+        assert f.advance(10_000) == 100  # may not pass 101 yet
+    assert f.advance(10_000) == 10_000
+
+
+def test_placing_nothing_reserves_nothing() -> None:
+    f = Frontier(100)
+    with f.placing(None):
+        assert f.advance(10_000) == 10_000
+
+
+def test_nested_reservations_hold_at_the_lowest() -> None:
     f = Frontier(0)
-    advanced = threading.Event()
+    with f.placing(300):
+        with f.placing(200):
+            assert f.advance(1000) == 199
+        assert f.advance(1000) == 299
+    assert f.advance(1000) == 1000
 
-    def mover() -> None:
-        f.advance(10)
-        advanced.set()
 
-    with f.held() as value:
-        t = threading.Thread(target=mover)
-        t.start()
-        assert not advanced.wait(0.2)
-        assert value == 0 and f.value == 0
-    assert advanced.wait(5)
-    t.join(5)
-    assert f.value == 10
+@settings(max_examples=200, deadline=None)
+@given(
+    start=st.integers(0, 10**6),
+    dues=st.lists(st.integers(0, 2 * 10**6), min_size=1, max_size=10),
+    moves=st.lists(st.integers(0, 3 * 10**6), max_size=10),
+)
+def test_no_reserved_slot_is_ever_at_or_behind_the_frontier(
+    start: int, dues: list[int], moves: list[int]
+) -> None:
+    """The invariant the push worker relies on: while a write is in progress, every slot it
+    places stays ahead of the frontier, however far the push worker tries to advance."""
+    f = Frontier(start)
+    with f.placing(min(dues)) as frontier:
+        slots = [f.slot_for(frontier, due) for due in dues]
+        for to in moves:
+            f.advance(to)
+            assert min(slots) > f.value
+
+
+def test_held_back_push_is_woken_when_the_write_ends() -> None:
+    f = Frontier(0)
+    with f.placing(NOW - 10):
+        assert f.advance(NOW) < NOW  # held back
+    t0 = time.monotonic()
+    f.wait(None, NOW, 5.0)  # the write's end left a wake-up: no sleep
+    assert time.monotonic() - t0 < 1.0
 
 
 def _timed_wait(

@@ -57,7 +57,7 @@ def _open_env_after_release(env: Env) -> Env:
 
 
 def _open_env(path: Path, clock: FakeClock) -> Env:
-    store = RocksStore(path, StoreSettings(sync_writes=False))
+    store = RocksStore(path, StoreSettings(wal_sync_interval_ms=60_000))
     frontier = Frontier(store.read_seek() or 0)
     ledger = Ledger(store, frontier, clock, DeleteSettings(tombstone_retention_s=TOMBSTONE_S))
     return Env(path, store, frontier, clock, ledger)

@@ -12,7 +12,7 @@ from chronos.settings import StoreSettings
 from chronos.store import keys
 from chronos.store.rocks import FORMAT_VERSION, RocksStore
 
-FAST = StoreSettings(sync_writes=False)
+FAST = StoreSettings(wal_sync_interval_ms=60_000)
 
 
 def _open(path: Path) -> RocksStore:
