@@ -39,13 +39,6 @@ class DelayMessage:
             return self.first_due_ms
         return self.repeat.due_of(self.first_due_ms, self.occurrence)
 
-    def payload_bytes(self) -> int:
-        """Size counted against the message size limit: key + value + header names and values."""
-        size = len(self.key or b"") + len(self.value or b"")
-        for name, value in self.headers:
-            size += len(name.encode()) + len(value or b"")
-        return size
-
 
 @dataclass(frozen=True, slots=True)
 class CancelRequest:

@@ -15,6 +15,7 @@ from chronos.types import EpochMs
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _ID_RE = re.compile(r"[A-Za-z0-9._:-]+")
 _MAX_MULTIPLIER = 1000
+_PREFIX_LEN = len(HEADER_PREFIX)
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1000}
 
@@ -34,30 +35,33 @@ def parse_duration_ms(text: str, field: str = "delay") -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _topic_problem(topic: str, names: TopicNames) -> str | None:
-    """Cached: a few topic names recur across millions of requests (bulk jobs, ingest)."""
+def _topic_problem(topic: str, namespace: str) -> str | None:
+    """Cached: a few topic names recur across millions of requests (bulk jobs, ingest). Keyed by
+    the namespace string, whose hash Python caches, not by the TopicNames object."""
     if not _TOPIC_RE.fullmatch(topic) or topic in (".", ".."):
         return f"{topic!r} is not a valid Kafka topic name (1-249 of [A-Za-z0-9._-])"
-    if names.is_internal(topic):
+    if TopicNames(namespace).is_internal(topic):
         return f"{topic!r} is an internal topic and cannot be a target"
     return None
 
 
 def validate_topic(topic: str, names: TopicNames, field: str = "topic") -> None:
     """Kafka's topic-name rules, and never one of chronos' or Kafka's internal topics."""
-    problem = _topic_problem(topic, names)
+    problem = _topic_problem(topic, names.namespace)
     if problem is not None:
         raise ValidationError(field, problem)
 
 
 def validate_id(message_id: str, limits: LimitSettings, field: str = "id") -> None:
     """Ids are printable tokens so they can appear in URLs, logs and record keys unchanged."""
+    # The pattern admits ASCII only, so once it matched, characters and bytes count the same.
+    if _ID_RE.fullmatch(message_id) and len(message_id) <= limits.max_id_bytes:
+        return
     if not message_id:
         raise ValidationError(field, "must not be empty")
     if len(message_id.encode()) > limits.max_id_bytes:
         raise ValidationError(field, f"longer than {limits.max_id_bytes} bytes")
-    if not _ID_RE.fullmatch(message_id):
-        raise ValidationError(field, "may contain only letters, digits and . _ : -")
+    raise ValidationError(field, "may contain only letters, digits and . _ : -")
 
 
 def resolve_due(
@@ -95,32 +99,38 @@ def validate_repeat(repeat: Repeat, limits: LimitSettings) -> None:
 def validate_message(
     message: DelayMessage, limits: LimitSettings, names: TopicNames, now_ms: EpochMs
 ) -> None:
-    """Every rule for an add request; raises ValidationError naming the first bad field."""
+    """Every rule for an add request; raises ValidationError naming the first bad field.
+
+    The size limit counts key + value + header names and values, in one pass over the headers.
+    """
     validate_id(message.id, limits)
     validate_topic(message.topic, names)
-    for index, (name, _value) in enumerate(message.headers):
+    key, value = message.key, message.value
+    size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+    for index, (name, header_value) in enumerate(message.headers):
         if not name:
             raise ValidationError(f"headers[{index}]", "header name must not be empty")
-        if name.lower().startswith(HEADER_PREFIX):
+        if name[:_PREFIX_LEN].lower() == HEADER_PREFIX:
             raise ValidationError(
                 f"headers[{index}]", f"names starting with {HEADER_PREFIX!r} are reserved"
             )
-    size = message.payload_bytes()
+        size += len(name.encode()) + (0 if header_value is None else len(header_value))
     if size > limits.max_message_bytes:
         raise ValidationError(
             "value",
             f"key + value + headers is {size} bytes, more than {limits.max_message_bytes}",
             status=413,
         )
-    if message.first_due_ms < 0:
+    due = message.first_due_ms
+    if due < 0:
         raise ValidationError("deliver_at", "must not be before 1970-01-01")
     horizon = now_ms + limits.max_delay_s * 1000
     if message.repeat is not None:
         validate_repeat(message.repeat, limits)
-        last_due = message.repeat.due_of(message.first_due_ms, message.repeat.times)
+        last_due = message.repeat.due_of(due, message.repeat.times)
         if last_due > horizon:
             raise ValidationError(
                 "repeat", f"last occurrence is more than {limits.max_delay_s} s ahead"
             )
-    if message.first_due_ms > horizon:
+    if due > horizon:
         raise ValidationError("deliver_at", f"more than {limits.max_delay_s} s ahead")

@@ -1,21 +1,24 @@
 """Binary encoding of a stored message: no JSON around payloads, bytes kept exactly.
 
-Layout of encoding version 1 (big-endian)::
+Layout of encoding version 2 (big-endian): every length first, then every byte string, so a
+decode is two ``struct`` calls and slices::
 
-    B  version (1)
+    B  version (2)
     B  flags: 1 key present, 2 value present, 4 repeat present
     Q  first_due_ms
     I  occurrence
+    H  len(topic)     H  len(id)     I  len(key)     I  len(value)     I  header count
     [repeat] B kind, Q interval_ms, I times, I multiplier, Q max_interval_ms
-    H  len(topic) + topic
-    H  len(id) + id
-    [key]   I len + bytes
-    [value] I len + bytes
-    I  header count, then per header: I len(name) + name, i len(value) (-1 = null) + value
+    per header: I len(name), i len(value) (-1 = null)
+    topic, id, [key], [value], then per header: name, [value]
+
+Version 1 (lengths in front of each field) is still decoded: stores written by earlier
+releases keep working.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 
 from chronos.errors import DecodeError
@@ -23,8 +26,9 @@ from chronos.model import DelayMessage
 from chronos.repeat import Repeat, RepeatKind
 from chronos.types import Headers
 
-CODEC_VERSION = 1
-_HEAD = struct.Struct(">BBQI")
+CODEC_VERSION = 2
+_HEAD = struct.Struct(">BBQIHHIII")
+_HEAD_V1 = struct.Struct(">BBQI")
 _REPEAT = struct.Struct(">BQIIQ")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -32,15 +36,34 @@ _I32 = struct.Struct(">i")
 _F_KEY, _F_VALUE, _F_REPEAT = 1, 2, 4
 
 
+@functools.lru_cache(maxsize=64)
+def _header_lengths(count: int) -> struct.Struct:
+    return struct.Struct(">" + "Ii" * count)
+
+
 def encode(message: DelayMessage) -> bytes:
     """Encode ``message`` for the messages column family."""
+    topic = message.topic.encode()
+    message_id = message.id.encode()
+    key, value, headers, repeat = message.key, message.value, message.headers, message.repeat
     flags = (
-        (_F_KEY if message.key is not None else 0)
-        | (_F_VALUE if message.value is not None else 0)
-        | (_F_REPEAT if message.repeat is not None else 0)
+        (_F_KEY if key is not None else 0)
+        | (_F_VALUE if value is not None else 0)
+        | (_F_REPEAT if repeat is not None else 0)
     )
-    parts = [_HEAD.pack(CODEC_VERSION, flags, message.first_due_ms, message.occurrence)]
-    repeat = message.repeat
+    parts = [
+        _HEAD.pack(
+            CODEC_VERSION,
+            flags,
+            message.first_due_ms,
+            message.occurrence,
+            len(topic),
+            len(message_id),
+            0 if key is None else len(key),
+            0 if value is None else len(value),
+            len(headers),
+        )
+    ]
     if repeat is not None:
         parts.append(
             _REPEAT.pack(
@@ -51,38 +74,87 @@ def encode(message: DelayMessage) -> bytes:
                 repeat.max_interval_ms,
             )
         )
-    topic = message.topic.encode()
-    message_id = message.id.encode()
-    parts += [_U16.pack(len(topic)), topic, _U16.pack(len(message_id)), message_id]
-    if message.key is not None:
-        parts += [_U32.pack(len(message.key)), message.key]
-    if message.value is not None:
-        parts += [_U32.pack(len(message.value)), message.value]
-    parts.append(_U32.pack(len(message.headers)))
-    for name, value in message.headers:
-        raw_name = name.encode()
-        parts += [_U32.pack(len(raw_name)), raw_name]
-        if value is None:
-            parts.append(_I32.pack(-1))
-        else:
-            parts += [_I32.pack(len(value)), value]
+    tail: list[bytes] = []
+    if headers:
+        lengths: list[int] = []
+        for name, header_value in headers:
+            raw_name = name.encode()
+            tail.append(raw_name)
+            if header_value is None:
+                lengths += (len(raw_name), -1)
+            else:
+                lengths += (len(raw_name), len(header_value))
+                tail.append(header_value)
+        parts.append(_header_lengths(len(headers)).pack(*lengths))
+    parts += (topic, message_id)
+    if key is not None:
+        parts.append(key)
+    if value is not None:
+        parts.append(value)
+    parts += tail
     return b"".join(parts)
 
 
 def decode(raw: bytes) -> DelayMessage:
     """Decode a stored message; raises DecodeError on any inconsistency."""
     try:
-        return _decode(raw)
+        if raw[:1] == b"\x02":
+            return _decode(raw)
+        if raw[:1] == b"\x01":
+            return _decode_v1(raw)
     except (struct.error, UnicodeDecodeError, ValueError, IndexError) as exc:
         raise DecodeError(f"corrupt stored message: {exc}") from exc
+    raise DecodeError(f"unknown stored message version {raw[:1]!r}")
 
 
 def _decode(raw: bytes) -> DelayMessage:
     # Flat code on purpose: this runs for every delivery, and nested helpers cost a call each.
-    version, flags, first_due, occurrence = _HEAD.unpack_from(raw, 0)
-    if version != CODEC_VERSION:
-        raise DecodeError(f"unknown stored message version {version}")
+    _, flags, first_due, occurrence, topic_len, id_len, key_len, value_len, count = (
+        _HEAD.unpack_from(raw, 0)
+    )
     pos = _HEAD.size
+    repeat = None
+    if flags & _F_REPEAT:
+        kind, interval, times, multiplier, max_interval = _REPEAT.unpack_from(raw, pos)
+        repeat = Repeat(RepeatKind(kind), interval, times, multiplier, max_interval)
+        pos += _REPEAT.size
+    if count:
+        lengths = _header_lengths(count).unpack_from(raw, pos)
+        pos += 8 * count
+    end = pos + topic_len
+    topic = raw[pos:end].decode()
+    pos, end = end, end + id_len
+    message_id = raw[pos:end].decode()
+    pos = end
+    key = value = None
+    if flags & _F_KEY:
+        end = pos + key_len
+        key = raw[pos:end]
+        pos = end
+    if flags & _F_VALUE:
+        end = pos + value_len
+        value = raw[pos:end]
+        pos = end
+    headers: Headers = []
+    for index in range(0, 2 * count, 2):
+        end = pos + lengths[index]
+        name = raw[pos:end].decode()
+        size = lengths[index + 1]
+        if size < 0:
+            headers.append((name, None))
+            pos = end
+        else:
+            pos = end + size
+            headers.append((name, raw[end:pos]))
+    if pos != len(raw):
+        raise ValueError(f"truncated or {len(raw) - pos} trailing bytes")
+    return DelayMessage(message_id, topic, key, value, headers, first_due, repeat, occurrence)
+
+
+def _decode_v1(raw: bytes) -> DelayMessage:
+    """Version 1: a length in front of every field."""
+    _, flags, first_due, occurrence = _HEAD_V1.unpack_from(raw, 0)
+    pos = _HEAD_V1.size
     repeat = None
     if flags & _F_REPEAT:
         kind, interval, times, multiplier, max_interval = _REPEAT.unpack_from(raw, pos)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -98,16 +100,16 @@ def test_trailing_garbage_raises(message: DelayMessage, garbage: bytes) -> None:
 
 def test_unknown_version_raises() -> None:
     raw = bytearray(codec.encode(_sample()))
-    raw[0] = 2
-    with pytest.raises(DecodeError, match="version 2"):
+    raw[0] = 7
+    with pytest.raises(DecodeError, match="version"):
         codec.decode(bytes(raw))
 
 
 def test_unknown_repeat_kind_raises() -> None:
     raw = bytearray(codec.encode(_sample()))
-    # repeat kind is the first byte after the 14-byte head
-    assert raw[14] == RepeatKind.EXPONENTIAL
-    raw[14] = 9
+    # the repeat kind is the first byte after the 30-byte head
+    assert raw[30] == RepeatKind.EXPONENTIAL
+    raw[30] = 9
     with pytest.raises(DecodeError):
         codec.decode(bytes(raw))
 
@@ -115,10 +117,43 @@ def test_unknown_repeat_kind_raises() -> None:
 def test_invalid_utf8_topic_raises() -> None:
     message = DelayMessage("id", "ab", None, None)
     raw = codec.encode(message)
-    bad = raw.replace(b"\x00\x02ab", b"\x00\x02\xff\xfe")
+    bad = raw.replace(b"abid", b"\xff\xfeid")
     assert bad != raw
     with pytest.raises(DecodeError):
         codec.decode(bad)
+
+
+def _encode_v1(message: DelayMessage) -> bytes:
+    """Version 1, as releases before the two-call layout wrote it (test fixture)."""
+    flags = (message.key is not None) | (message.value is not None) << 1
+    flags |= (message.repeat is not None) << 2
+    parts = [struct.pack(">BBQI", 1, flags, message.first_due_ms, message.occurrence)]
+    if message.repeat is not None:
+        r = message.repeat
+        parts.append(
+            struct.pack(">BQIIQ", r.kind, r.interval_ms, r.times, r.multiplier, r.max_interval_ms)
+        )
+    for text in (message.topic, message.id):
+        parts += [struct.pack(">H", len(text.encode())), text.encode()]
+    for blob in (message.key, message.value):
+        if blob is not None:
+            parts += [struct.pack(">I", len(blob)), blob]
+    parts.append(struct.pack(">I", len(message.headers)))
+    for name, value in message.headers:
+        parts += [struct.pack(">I", len(name.encode())), name.encode()]
+        parts.append(struct.pack(">i", -1) if value is None else struct.pack(">i", len(value)))
+        parts.append(value or b"")
+    return b"".join(parts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(message=MESSAGES)
+def test_version_1_values_still_decode(message: DelayMessage) -> None:
+    """Stores written before version 2 keep working."""
+    decoded = codec.decode(_encode_v1(message))
+    assert decoded == message
+    assert (decoded.key is None) == (message.key is None)
+    assert [v is None for _, v in decoded.headers] == [v is None for _, v in message.headers]
 
 
 def test_empty_input_raises() -> None:
