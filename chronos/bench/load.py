@@ -97,7 +97,12 @@ def generate(spec: LoadSpec) -> dict[str, float]:
             time.sleep(_TICK_S)
     producer.flush(120)
     elapsed = time.monotonic() - started
-    return {"sent": sent, "seconds": elapsed, "rate": sent / elapsed if elapsed else 0.0}
+    return {
+        "sent": sent,
+        "seconds": elapsed,
+        "rate": sent / elapsed if elapsed else 0.0,
+        "cpu_s": time.process_time(),  # this child process's CPU, librdkafka threads included
+    }
 
 
 @dataclass
@@ -111,6 +116,7 @@ class Observation:
     per_second: dict[int, int] = field(default_factory=dict)
     first_ms: int = 0
     last_ms: int = 0
+    cpu_s: float = 0.0
 
 
 def observe(
@@ -170,4 +176,5 @@ def observe(
             result.first_ms = produced if not result.first_ms else min(result.first_ms, produced)
             result.last_ms = max(result.last_ms, produced)
     consumer.close()
+    result.cpu_s = time.process_time()
     return result

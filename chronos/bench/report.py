@@ -48,6 +48,17 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def _others(proc: dict[str, Any]) -> list[str]:
+    """CPU of the broker and of the load tools in the same run (% of one core)."""
+    shares = proc.get("machine_cpu_percent") or {}
+    broker = shares.get("broker")
+    tools = [shares.get("load_generator"), shares.get("observer")]
+    return [
+        "-" if broker is None else f"{broker}",
+        "-" if None in tools else f"{round(sum(t for t in tools if t is not None), 1)}",
+    ]
+
+
 def _row(cells: list[object]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
@@ -92,10 +103,12 @@ def markdown(results: Result) -> str:
                         "max ms",
                         "CPU %",
                         "RSS MiB",
+                        "broker CPU %",
+                        "load + observer CPU %",
                         "ok",
                     ]
                 ),
-                _row(["---"] * 13),
+                _row(["---"] * 15),
             ]
             for run in scenarios[name]["runs"]:
                 late, proc = run["lateness_ms"], run.get("node") or run.get("redis_server")
@@ -114,6 +127,7 @@ def markdown(results: Result) -> str:
                             late["max"],
                             proc["cpu_percent_mean"],
                             proc["rss_mib_peak"],
+                            *_others(proc),
                             "yes" if run["sustained"] else "no",
                         ]
                     )

@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from chronos.bench.load import LoadSpec, Observation, generate, observe
-from chronos.bench.sampler import ProcessSampler
+from chronos.bench.sampler import ProcessSampler, cpu_seconds
 from chronos.bench.stack import BenchStack
 from chronos.bench.stats import summarize
 from proxy.client import DelayClient
@@ -39,13 +39,26 @@ def run_load(
 
     The observer gives up after ``quiet_s`` without a delivery (longer than any planned wait).
     """
+    broker = stack.broker_pid
+    broker_cpu = cpu_seconds(broker) if broker else 0.0
+    started = time.monotonic()
     with spawn_pool() as pool, ProcessSampler(stack.node.pid) as sampler:
         watching = pool.submit(
             observe, stack.bootstrap, spec.target, spec.count, timeout_s, quiet_s
         )
         sent = pool.submit(generate, spec).result()
         seen = watching.result()
-    return sent, seen, sampler.summary()
+    elapsed = time.monotonic() - started
+    node: Result = dict(sampler.summary())
+    # Where the machine's CPU went (% of one core over the run): on a shared box the broker and
+    # the load tools compete with the node, and this shows how much.
+    node["machine_cpu_percent"] = {
+        "node": node["cpu_percent_mean"],
+        "broker": round(100 * (cpu_seconds(broker) - broker_cpu) / elapsed, 1) if broker else None,
+        "load_generator": round(100 * sent["cpu_s"] / elapsed, 1),
+        "observer": round(100 * seen.cpu_s / elapsed, 1),
+    }
+    return sent, seen, node
 
 
 def steady(

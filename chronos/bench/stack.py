@@ -61,6 +61,11 @@ class BenchStack:
             raise RuntimeError(f"node not ready, see {self.workdir / 'node.log'}")
 
     @property
+    def broker_pid(self) -> int | None:
+        """The local broker's process id, None for a given cluster."""
+        return None if self._broker is None else self._broker.pid
+
+    @property
     def inner_topic(self) -> str:
         return self.settings.topics.names.inner
 

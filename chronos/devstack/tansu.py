@@ -95,6 +95,11 @@ class TansuBroker:
         self.stop()
         raise ConfigError(f"Tansu did not answer on {self.bootstrap} within {timeout_s} s")
 
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs (for CPU accounting in benchmarks)."""
+        return None if self._process is None else self._process.pid
+
     def stop(self) -> None:
         """Terminate the broker."""
         if self._process is not None and self._process.poll() is None:

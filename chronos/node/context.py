@@ -17,6 +17,8 @@ from chronos.node.sender import RetrySchedule
 from chronos.settings import ChronosSettings
 from chronos.store.rocks import RocksStore
 
+_DELIVERY_LINGER_MS = 5
+
 
 @dataclass
 class NodeContext:
@@ -44,7 +46,13 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
     delivery = Delivery(
         settings.kafka.producer(
             settings.limits.max_message_bytes,
-            **{"message.timeout.ms": settings.delivery.message_timeout_ms},
+            **{
+                "message.timeout.ms": settings.delivery.message_timeout_ms,
+                # Deliveries come in bursts of due keys: a few ms of linger packs them into
+                # fewer produce requests, and request handling, not bytes, is what costs the
+                # broker CPU on a shared box (see docs/benchmarks/README.md).
+                "linger.ms": _DELIVERY_LINGER_MS,
+            },
         ),
         name="delivery",
     )
@@ -54,7 +62,7 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         store=store,
         frontier=frontier,
         ledger=Ledger(store, frontier, clock, settings.delete),
-        tracker=ProgressTracker(seek),
+        tracker=ProgressTracker(seek, metrics, clock),
         jobs=queue.Queue(maxsize=settings.node.queue_batches),
         retries=RetrySchedule(),
         delivery=delivery,

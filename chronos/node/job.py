@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError
 
 from chronos.model import DelayMessage
 from chronos.types import EpochMs
@@ -22,6 +26,11 @@ class DeliveryJob:
         raw: the stored bytes, kept only for undecodable values.
         dead_reason: set when the job must go to the dead-letter topic instead of its target.
         dlq_truncated: the dead-letter topic refused the full record; send it without value.
+        on_error: called with (job, error) when producing it failed (set by the sender).
+
+    The job is its own delivery callback: librdkafka calls it once Kafka answered. Why not a
+    closure per record: on success it only marks itself done (the progress worker collects it),
+    which is the whole per-record cost of an acknowledgement.
     """
 
     key: bytes
@@ -35,3 +44,11 @@ class DeliveryJob:
     attempts: int = 0
     first_attempt_ms: EpochMs = 0
     done: bool = False
+    on_error: Callable[[DeliveryJob, KafkaError], None] | None = None
+
+    def __call__(self, error: KafkaError | None, _record: Any = None) -> None:
+        if error is None:
+            self.done = True
+            self.message = None  # only key and follow-up are needed from here on
+        elif self.on_error is not None:
+            self.on_error(self, error)

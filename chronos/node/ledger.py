@@ -111,10 +111,9 @@ class Ledger:
                         outcome.late += slot != request.due_ms
                         key = keys.message_key(slot, request.id)
                         assert value is not None, "an add without its encoded value"
-                        batch.put_message(key, value)
                         pending = keys.index_pending(key)
                         state[request.id] = pending
-                        batch.put_index(request.id, pending)
+                        batch.put_scheduled(key, request.id, value, pending)
                         outcome.added += 1
                         earliest = slot if earliest is None else min(earliest, slot)
                     else:
@@ -188,8 +187,9 @@ class Ledger:
                         continue
                     slot = self._frontier.slot_for(frontier, message.due_ms)
                     key = keys.message_key(slot, message.id)
-                    batch.put_message(key, codec.encode(message))
-                    batch.put_index(message.id, keys.index_pending(key))
+                    batch.put_scheduled(
+                        key, message.id, codec.encode(message), keys.index_pending(key)
+                    )
                     earliest = slot if earliest is None else min(earliest, slot)
                 if seek_ms > self._seek:
                     batch.set_seek(seek_ms)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+from chronos.clock import Clock
+from chronos.metrics import Metrics, NullMetrics
 from chronos.model import DelayMessage
 from chronos.node.component import LoopWorker
 from chronos.node.job import DeliveryJob
@@ -18,11 +20,20 @@ _IDLE_WAIT_S = 1.0
 class ProgressTracker:
     """Jobs in dispatch order (which is key order); the seek may pass only acknowledged ones.
 
+    Acknowledged jobs only mark themselves done (see ``DeliveryJob``); counting them and
+    sampling their lateness happens here, once per collected prefix instead of once per record.
+
     Parameters:
         start_ms: the persisted seek timestamp.
+        metrics: where ``delivered`` and ``ack_lateness_ms`` go.
+        clock: time source for the lateness sample.
     """
 
-    def __init__(self, start_ms: EpochMs) -> None:
+    def __init__(
+        self, start_ms: EpochMs, metrics: Metrics | None = None, clock: Clock | None = None
+    ) -> None:
+        self._metrics = metrics or NullMetrics()
+        self._clock = clock
         self._lock = threading.Lock()
         self._jobs: deque[DeliveryJob] = deque()
         self._scanned = start_ms
@@ -32,9 +43,11 @@ class ProgressTracker:
         """Jobs handed to the senders, in key order, before any of them can complete."""
         with self._lock:
             self._jobs.extend(jobs)
+        if not self._changed.is_set():
+            self._changed.set()  # the progress worker polls while jobs are in flight
 
     def completed(self, job: DeliveryJob) -> None:
-        """Kafka acknowledged the job (on its target or the dead-letter topic)."""
+        """Kafka acknowledged the job on the dead-letter topic (or, in tests, anywhere)."""
         job.done = True
         # Only key and follow-up are needed from here on: drop the payload so jobs held behind
         # a slow one cost little memory.
@@ -67,13 +80,23 @@ class ProgressTracker:
     def collect(self) -> tuple[EpochMs, list[tuple[bytes, DelayMessage]]]:
         """The seek candidate and the follow-ups of the acknowledged prefix of jobs."""
         followups: list[tuple[bytes, DelayMessage]] = []
+        delivered = 0
+        oldest_due: EpochMs | None = None
         with self._lock:
             jobs = self._jobs
+            if jobs and jobs[0].done:
+                oldest_due = jobs[0].due_ms
             while jobs and jobs[0].done:
                 job = jobs.popleft()
+                delivered += job.dead_reason is None
                 if job.followup is not None:
                     followups.append((job.key, job.followup))
             seek = self._scanned if not jobs else min(self._scanned, keys.slot_of(jobs[0].key) - 1)
+        if delivered:
+            self._metrics.incr("delivered", delivered)
+        if oldest_due is not None and self._clock is not None:
+            # Due -> collected, an upper bound of due -> acknowledged (by the collect interval).
+            self._metrics.observe("ack_lateness_ms", self._clock.now_ms() - oldest_due)
         return seek, followups
 
 
@@ -95,11 +118,14 @@ class ProgressWorker(LoopWorker):
         self._unwritten: list[tuple[bytes, DelayMessage]] = []
 
     def step(self) -> None:
-        # Sleep while nothing happens (an idle node stays idle); once something did, wait the
-        # interval so one write covers many acknowledgements.
-        if self._tracker.wait_for_change(_IDLE_WAIT_S):
-            self._stop.wait(self._interval_s)
-            self.commit()
+        # Sleep while nothing is in flight (an idle node stays idle); otherwise collect every
+        # interval, so one write covers many acknowledgements (acks do not wake this thread:
+        # a wake-up per record would cost more than the poll).
+        if self._tracker.in_flight() == 0 and not self._unwritten:
+            if not self._tracker.wait_for_change(_IDLE_WAIT_S):
+                return
+        self._stop.wait(self._interval_s)
+        self.commit()
 
     def stop(self) -> None:
         super().stop()

@@ -103,7 +103,7 @@ class Sender(LoopWorker):
     def step(self) -> None:
         now = self._clock.now_ms()
         for job in self._retries.pop_due(now):
-            self.send(job)
+            self.send(job, now)
         # Block on the queue until the next retry is due (at most _IDLE_WAIT_S): no busy polling
         # when idle, and a retry never waits long behind an empty queue.
         next_retry = self._retries.next_due_ms()
@@ -112,10 +112,12 @@ class Sender(LoopWorker):
             batch = self._jobs.get(timeout=min(max(timeout, 0.001), _IDLE_WAIT_S))
         except queue.Empty:
             return
+        now = self._clock.now_ms()
         # One sample per batch: its first job is the most overdue (batches are in key order).
-        self._metrics.observe("send_lateness_ms", self._clock.now_ms() - batch[0].due_ms)
+        self._metrics.observe("send_lateness_ms", now - batch[0].due_ms)
+        send = self.send
         for job in batch:
-            self.send(job)
+            send(job, now)
 
     def finish(self) -> None:
         # Drain what the push worker already queued; its acks still advance the seek.
@@ -124,37 +126,34 @@ class Sender(LoopWorker):
                 batch = self._jobs.get_nowait()
             except queue.Empty:
                 return
+            now = self._clock.now_ms()
             for job in batch:
-                self.send(job)
+                self.send(job, now)
 
-    def send(self, job: DeliveryJob) -> None:
+    def send(self, job: DeliveryJob, now_ms: EpochMs) -> None:
         """Produce one job to its target, or to the dead-letter topic once it has a reason."""
         if job.done:
             return
         if job.first_attempt_ms == 0:
-            job.first_attempt_ms = self._clock.now_ms()
+            job.first_attempt_ms = now_ms
         job.attempts += 1
         message = job.message
         if message is None or job.dead_reason is not None:
             self._send_dead_letter(job)
             return
+        job.on_error = self._on_error
         self._delivery.send(
             message.topic,
             message.key,
             message.value,
             delivery_headers(message, job.due_ms, job.skipped),
-            partial(self._on_result, job),
+            job,  # its own callback: see DeliveryJob
         )
 
-    # Results arrive on the producer's poll thread: they only update state and schedule; every
+    # Failures arrive on the producer's poll thread: they only update state and schedule; every
     # produce happens on a sender thread.
 
-    def _on_result(self, job: DeliveryJob, error: KafkaError | None, _msg: Any = None) -> None:
-        if error is None:
-            self._metrics.incr("delivered")
-            self._metrics.observe("ack_lateness_ms", self._clock.now_ms() - job.due_ms)
-            self._tracker.completed(job)
-            return
+    def _on_error(self, job: DeliveryJob, error: KafkaError) -> None:
         reason = describe(error)
         now = self._clock.now_ms()
         if is_permanent(error):

@@ -64,7 +64,7 @@ class Env:
 @pytest.fixture
 def env() -> Env:
     clock, delivery, metrics = FakeClock(T0), FakeDelivery(), CountingMetrics()
-    tracker, retries = ProgressTracker(0), RetrySchedule()
+    tracker, retries = ProgressTracker(0, metrics, clock), RetrySchedule()
     jobs: queue.Queue[list[DeliveryJob]] = queue.Queue()
     dead = DeadLetters(delivery, "ns.deadletter", metrics)  # type: ignore[arg-type]
     settings = DeliverySettings(
@@ -99,7 +99,10 @@ def test_acknowledged_job_completes(env: Env) -> None:
     assert ("h", b"1") in sent.headers and (H_ID, b"m1") in sent.headers
     assert not first.done
     sent.on_done(None)
-    assert first.done and env.metrics.totals()["delivered"] == 1
+    assert first.done and first.message is None  # the payload is dropped at once
+    env.tracker.scanned_through(T0)
+    assert env.tracker.collect() == (T0, [])
+    assert env.metrics.totals()["delivered"] == 1
 
 
 def test_transient_error_retries_with_backoff_without_blocking_others(env: Env) -> None:
