@@ -157,12 +157,29 @@ class NodeSettings(_Section):
 
     node_id: str = Field("node-1", pattern=r"^[A-Za-z0-9._-]{1,64}$", description="Node name.")
     data_dir: Path = Field(Path("data/node-1"), description="Directory of the RocksDB store.")
-    ingest_threads: int = Field(2, ge=1, le=64, description="Inner-topic consumer threads.")
+    ingest_threads: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description=(
+            "Inner-topic consumer threads. One is best on CPython: decoding holds the GIL, and "
+            "a second thread added contention, not throughput (p99 lateness 55-62 -> 163-1022 "
+            "ms at 12,000 msg/s)."
+        ),
+    )
     ingest_batch_max: int = Field(
         500, ge=1, description="Most records per store write batch (bounds the frontier lock hold)."
     )
     ingest_poll_timeout_ms: int = Field(100, ge=1, description="Consumer poll timeout, ms.")
-    sender_threads: int = Field(2, ge=1, le=64, description="Threads producing to targets.")
+    sender_threads: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description=(
+            "Threads producing to targets. produce() never blocks, so one is enough; a second "
+            "only contends for the GIL (burst: 52,000 vs 47,000 msg/s)."
+        ),
+    )
     queue_batches: int = Field(64, ge=1, description="Bound of the push->sender queue, batches.")
     push_batch_max: int = Field(500, ge=1, description="Most messages per queued batch.")
     max_in_flight: int = Field(

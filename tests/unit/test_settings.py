@@ -28,7 +28,7 @@ def _toml(tmp_path: Path, text: str) -> Path:
 def test_defaults_without_file() -> None:
     loaded = load_settings()
     assert isinstance(loaded, ChronosSettings)
-    assert loaded.node.ingest_threads == 2
+    assert loaded.node.ingest_threads == 1
     assert loaded.topics.names.inner == "chronos.inner"
 
 
@@ -58,7 +58,7 @@ max_delay_s = 60
     assert loaded.node.ingest_threads == 4
     assert loaded.node.data_dir == Path("/var/lib/chronos")
     assert loaded.limits.max_delay_s == 60
-    assert loaded.node.sender_threads == 2  # untouched default
+    assert loaded.node.sender_threads == 1  # untouched default
 
 
 def test_env_overrides_file_and_keeps_other_file_keys(
