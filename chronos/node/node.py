@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import signal
+import sys
 import threading
 import time
 from types import FrameType
@@ -24,10 +25,17 @@ log = structlog.get_logger(__name__)
 
 #: Young-generation threshold of the cyclic collector (CPython's default is 700 allocations).
 _GC_GEN0_THRESHOLD = 20_000
+#: How long a thread may hold the GIL while another waits (CPython's default is 5 ms).
+_GIL_SWITCH_INTERVAL_S = 0.001
 
 
-def tune_gc() -> None:
-    """Keep the cyclic garbage collector off the delivery path (process entry only).
+def tune_interpreter() -> None:
+    """Keep the cyclic garbage collector off the delivery path, and the GIL moving (process
+    entry only).
+
+    GIL: a push or sender thread that wakes for a due message waits for the GIL while ingest
+    decodes a batch; each such hand-off could cost up to the switch interval. At 1 ms, p99
+    lateness at 5,000 msg/s went from 21-39 ms to 14-17 ms, with the same burst throughput.
 
     Under load a node allocates ~20 container objects per message (records, jobs, header
     lists), so with CPython's defaults the collector ran hundreds of times a second and a full
@@ -41,6 +49,7 @@ def tune_gc() -> None:
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(_GC_GEN0_THRESHOLD, gen1, gen2)
+    sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
 
 
 class Node:
@@ -126,7 +135,7 @@ class Node:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         self.start()
-        tune_gc()
+        tune_interpreter()
         fatal = None
         while not stop.wait(1.0):
             fatal = self.fatal_error()
