@@ -29,8 +29,13 @@ class InnerProducer:
     def __init__(self, settings: ChronosSettings) -> None:
         self._topic = settings.topics.names.inner
         # A longer linger than the proxy's: a batch job wants full batches, not low latency.
+        # Only failures call back: success is what flush() returning with nothing left means,
+        # which spares a Python callback per row.
         self._delivery = Delivery(
-            settings.kafka.producer(settings.limits.max_message_bytes, **{"linger.ms": 20}),
+            settings.kafka.producer(
+                settings.limits.max_message_bytes,
+                **{"linger.ms": 20, "delivery.report.only.error": True},
+            ),
             name="pipeline-producer",
         )
         self._delivery.start()
