@@ -102,6 +102,13 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--bootstrap", default=None)
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    parser.add_argument(
+        "--warm-runs",
+        type=int,
+        default=1,
+        help="schedule the input again this many times in the same Spark session, each into a "
+        "fresh namespace (shows the cost of a cold JVM; the audit reads the first run)",
+    )
     args = parser.parse_args()
 
     with TansuBroker() if args.bootstrap is None else _Existing(args.bootstrap) as broker:
@@ -129,6 +136,14 @@ def main() -> int:
             f"= {schedule.rows_per_s:,.0f} rows/s (rejected {schedule.rejected})",
             flush=True,
         )
+        warm = []
+        for run in range(args.warm_runs):
+            again = settings.model_copy(
+                update={"topics": settings.topics.model_copy(update={"namespace": f"pbw{run}"})}
+            )
+            ensure_topics(again)
+            warm.append(run_schedule(spark, again, str(source), str(work / f"rejects{run}")))
+            print(f"schedule again (warm JVM): {warm[-1].rows_per_s:,.0f} rows/s", flush=True)
         deliver_s = deliver_all(bootstrap, source)
         print(f"synthesized {args.rows} deliveries in {deliver_s:.1f} s", flush=True)
         audit = run_audit(
@@ -154,6 +169,7 @@ def main() -> int:
         "schedule": {
             "seconds": round(schedule.seconds, 1),
             "rows_per_s": round(schedule.rows_per_s),
+            "warm_rows_per_s": [round(w.rows_per_s) for w in warm],
             "accepted": schedule.accepted,
             "rejected": schedule.rejected,
         },
@@ -171,9 +187,14 @@ def main() -> int:
         f"Run {result['run_at']} on {result['machine']}, Spark `{args.master}`, "
         f"{result['broker']}; Python {result['python']}.\n\n"
         "| job | rows | seconds | rows/s | target |\n| --- | --- | --- | --- | --- |\n"
-        f"| schedule | {args.rows:,} | {schedule.seconds:.1f} | {schedule.rows_per_s:,.0f} "
-        "| ≥ 50,000 rows/s |\n"
-        f"| audit | {args.rows:,} scheduled + {args.rows:,} delivered | {audit.seconds:.1f} | "
+        f"| schedule (first job of the session) | {args.rows:,} | {schedule.seconds:.1f} | "
+        f"{schedule.rows_per_s:,.0f} | ≥ 50,000 rows/s |\n"
+        + "".join(
+            f"| schedule again (warm JVM) | {args.rows:,} | {w.seconds:.1f} | "
+            f"{w.rows_per_s:,.0f} | |\n"
+            for w in warm
+        )
+        + f"| audit | {args.rows:,} scheduled + {args.rows:,} delivered | {audit.seconds:.1f} | "
         f"{2 * args.rows / audit.seconds:,.0f} | < 120 s |\n\n"
         f"Spark session start (not in the job times): {session_s:.1f} s. "
         f"Audit verdict: {audit.counts} (ok={audit.ok}).\n"

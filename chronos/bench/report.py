@@ -169,6 +169,16 @@ def markdown(results: Result) -> str:
             f"{r['bytes_per_pending']} bytes per pending message ({r['pending']} pending).",
             "",
         ]
+        if "scale" in scenarios:
+            s = scenarios["scale"]
+            per_message = s["node"]["rss_mib_peak"] * 2**20 / s["pending"]
+            lines += [
+                f"chronos: {per_message:.1f} bytes of RSS per pending message at "
+                f"{s['pending']} pending (the whole node's peak RSS divided by the count: RocksDB "
+                f"keeps pending messages on disk, {s['disk_bytes_per_message']} bytes each), "
+                f"{per_message / r['bytes_per_pending']:.1%} of Redis'.",
+                "",
+            ]
     if "proxy" in scenarios and "single" in scenarios["proxy"]:
         p = scenarios["proxy"]
         lines += [
