@@ -88,7 +88,8 @@ class ProgressTracker:
                 oldest_due = jobs[0].due_ms
             while jobs and jobs[0].done:
                 job = jobs.popleft()
-                delivered += job.dead_reason is None
+                # Produced and not dead-lettered (a superseded repeat is done without an attempt).
+                delivered += job.attempts > 0 and job.dead_reason is None
                 if job.followup is not None:
                     followups.append((job.key, job.followup))
             seek = self._scanned if not jobs else min(self._scanned, keys.slot_of(jobs[0].key) - 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from chronos.clock import FakeClock
+from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
 from chronos.node.job import DeliveryJob
 from chronos.node.progress import ProgressTracker
@@ -119,3 +121,19 @@ def test_later_dispatch_after_collect() -> None:
     tracker.dispatched([d])
     tracker.scanned_through(450)
     assert tracker.collect() == (399, [])
+
+
+def test_delivered_counts_acknowledged_productions_only() -> None:
+    metrics = CountingMetrics()
+    tracker = ProgressTracker(0, metrics, FakeClock(1_000))
+    produced, superseded, dead = _job(100, "a"), _job(200, "b"), _job(300, "c")
+    produced.attempts, dead.attempts = 1, 1
+    dead.dead_reason = "unknown topic"
+    superseded.done = True  # a repeat occurrence the index no longer schedules: never produced
+    tracker.dispatched([produced, superseded, dead])
+    tracker.scanned_through(300)
+    produced(None)  # the job is its own delivery callback
+    tracker.completed(dead)  # acknowledged on the dead-letter topic
+    assert tracker.collect() == (300, [])
+    assert metrics.totals() == {"delivered": 1}
+    assert metrics.summaries()["ack_lateness_ms"]["max"] == 900  # due 100, collected at 1000
