@@ -25,6 +25,8 @@ log = structlog.get_logger(__name__)
 
 # Upper bound on one sleep, so a wall-clock jump is noticed within this many seconds.
 _MAX_SLEEP_S = 30.0
+# Upper bound on a wait behind a write in progress (its end normally wakes the worker first).
+_HELD_BACK_RECHECK_MS = 10
 
 JobQueue = queue.Queue[list[DeliveryJob]]
 
@@ -110,7 +112,8 @@ class PushWorker(LoopWorker):
         self._scanned = max(self._scanned, upto)
         self._tracker.scanned_through(self._scanned)
         if upto < now:
-            return None  # held back by a write in progress, which wakes us when it is visible
+            # Held back by a write in progress: its end wakes us; look again soon regardless.
+            return now + _HELD_BACK_RECHECK_MS
         upcoming = self._store.first_key_from(stop)
         return None if upcoming is None else keys.slot_of(upcoming)
 
