@@ -167,9 +167,7 @@ class NodeSettings(_Section):
             "ms at 12,000 msg/s)."
         ),
     )
-    ingest_batch_max: int = Field(
-        500, ge=1, description="Most records per store write batch (bounds the frontier lock hold)."
-    )
+    ingest_batch_max: int = Field(500, ge=1, description="Most records per store write batch.")
     ingest_poll_timeout_ms: int = Field(100, ge=1, description="Consumer poll timeout, ms.")
     sender_threads: int = Field(
         1,

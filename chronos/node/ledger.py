@@ -97,6 +97,18 @@ class Ledger:
         earliest: EpochMs | None = None
         with self._lock:
             state = dict(zip(ids, self._store.get_index(ids), strict=True))
+            # A cancel reserves the slot it deletes too: the push worker cannot scan it while
+            # the delete is in flight, so "cancelled" vs "raced" is decided against a frontier
+            # that holds still.
+            for request in requests:
+                current = state[request.id]
+                if (
+                    isinstance(request, CancelRequest)
+                    and current is not None
+                    and current[:1] == keys.INDEX_PENDING
+                ):
+                    slot = keys.slot_of(current[1:])
+                    earliest_due = slot if earliest_due is None else min(earliest_due, slot)
             batch = self._store.batch()
             now = self._clock.now_ms()
             # The reservation lasts from reading the frontier to the write being visible.

@@ -84,12 +84,13 @@ class ProgressTracker:
         oldest_due: EpochMs | None = None
         with self._lock:
             jobs = self._jobs
-            if jobs and jobs[0].done:
-                oldest_due = jobs[0].due_ms
             while jobs and jobs[0].done:
                 job = jobs.popleft()
                 # Produced and not dead-lettered (a superseded repeat is done without an attempt).
-                delivered += job.attempts > 0 and job.dead_reason is None
+                if job.attempts > 0 and job.dead_reason is None:
+                    delivered += 1
+                    if oldest_due is None:
+                        oldest_due = job.due_ms
                 if job.followup is not None:
                     followups.append((job.key, job.followup))
             seek = self._scanned if not jobs else min(self._scanned, keys.slot_of(jobs[0].key) - 1)
@@ -142,3 +143,6 @@ class ProgressWorker(LoopWorker):
         if self._unwritten or seek > self._ledger.seek_ms:
             self._ledger.commit_progress(seek, self._unwritten)
             self._unwritten = []
+            # Ingest syncs the WAL while it writes; an idle ingest must not leave the seek
+            # unsynced (a power cut would then re-deliver more than the last interval).
+            self._ledger.sync_if_due()

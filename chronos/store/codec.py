@@ -119,6 +119,8 @@ def _decode(raw: bytes) -> DelayMessage:
         repeat = Repeat(RepeatKind(kind), interval, times, multiplier, max_interval)
         pos += _REPEAT.size
     if count:
+        if 8 * count > len(raw) - pos:  # before building a struct for a corrupt count
+            raise ValueError(f"{count} headers cannot fit in {len(raw)} bytes")
         lengths = _header_lengths(count).unpack_from(raw, pos)
         pos += 8 * count
     end = pos + topic_len

@@ -28,8 +28,11 @@ from chronos.settings import StoreSettings
 from chronos.store import keys
 from chronos.types import EpochMs
 
-#: Bump when the key layout or the value codec changes incompatibly.
-FORMAT_VERSION = 1
+#: Bump when the key layout or the value codec changes incompatibly. 2: stored-message codec
+#: v2. A version 1 store is upgraded on open (this release reads both codecs); older releases
+#: refuse a version 2 store instead of dead-lettering every message they cannot decode.
+FORMAT_VERSION = 2
+_UPGRADABLE = {1}
 
 _COMPRESSION = {
     "lz4": DBCompressionType.lz4,
@@ -128,8 +131,8 @@ class RocksStore:
         self._index = self._db.get_column_family(CF_INDEX)
         self._expiry = self._db.get_column_family(CF_EXPIRY)
         self._meta = self._db.get_column_family(CF_META)
-        # Writes are made visible under the frontier lock without waiting for the disk;
-        # ``sync`` makes them durable afterwards, outside the lock (see ``Ledger.apply``).
+        # Writes are visible at once without waiting for the disk; ``sync`` makes them durable,
+        # every ``wal_sync_interval_ms`` (see ``sync_if_due``).
         self._write_opts = WriteOptions()
         self._write_opts.sync = False
         self._sync_interval_s = settings.wal_sync_interval_ms / 1000.0
@@ -158,6 +161,9 @@ class RocksStore:
     def _check_format(self) -> None:
         raw = self._meta.get(keys.META_FORMAT_VERSION)
         if raw is None:
+            self._meta.put(keys.META_FORMAT_VERSION, str(FORMAT_VERSION).encode(), self._write_opts)
+            return
+        if int(raw) in _UPGRADABLE:
             self._meta.put(keys.META_FORMAT_VERSION, str(FORMAT_VERSION).encode(), self._write_opts)
             return
         if int(raw) != FORMAT_VERSION:

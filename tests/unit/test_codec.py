@@ -156,6 +156,13 @@ def test_version_1_values_still_decode(message: DelayMessage) -> None:
     assert [v is None for _, v in decoded.headers] == [v is None for _, v in message.headers]
 
 
+def test_absurd_header_count_raises_without_allocating() -> None:
+    raw = bytearray(codec.encode(DelayMessage("id", "t", None, None)))
+    raw[26:30] = (2**32 - 1).to_bytes(4, "big")  # the header count field of the head
+    with pytest.raises(DecodeError, match="headers cannot fit"):
+        codec.decode(bytes(raw))
+
+
 def test_empty_input_raises() -> None:
     with pytest.raises(DecodeError):
         codec.decode(b"")

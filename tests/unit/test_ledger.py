@@ -17,7 +17,7 @@ from chronos.node.ledger import Ledger, next_occurrence
 from chronos.repeat import Repeat, RepeatKind
 from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store import codec, keys
-from chronos.store.rocks import RocksStore
+from chronos.store.rocks import RocksBatch, RocksStore
 
 T0 = 1_700_000_000_000
 TOMBSTONE_S = 60
@@ -136,6 +136,26 @@ def test_cancel_after_frontier_passed_is_raced(env: Env) -> None:
     outcome = env.ledger.apply([CancelRequest("a")])
     assert outcome.cancel_raced == 1 and outcome.cancelled == 0
     assert env.slots() == []
+
+
+def test_push_cannot_scan_a_message_while_its_cancel_is_written(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The push worker moving during the cancel's write must not pass the cancelled slot:
+    otherwise it could deliver the message while the cancel counts it as cancelled."""
+    env.ledger.apply([_msg("a", T0 + 1000)])
+    write = env.store.write
+    reached: list[int] = []
+
+    def write_while_push_advances(batch: RocksBatch) -> None:
+        reached.append(env.frontier.advance(T0 + 5000))  # the push worker, mid-write
+        write(batch)
+
+    monkeypatch.setattr(env.store, "write", write_while_push_advances)
+    outcome = env.ledger.apply([CancelRequest("a")])
+    assert reached == [T0 + 999]
+    assert outcome.cancelled == 1 and outcome.cancel_raced == 0
+    assert env.frontier.advance(T0 + 5000) == T0 + 5000  # released once written
 
 
 def test_cancel_after_seek_is_too_late(env: Env) -> None:

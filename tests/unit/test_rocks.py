@@ -94,6 +94,20 @@ def test_wrong_format_version_refused(tmp_path: Path) -> None:
         _open(path)
 
 
+def test_version_1_store_is_upgraded_on_open(tmp_path: Path) -> None:
+    """Version 1 stores hold codec v1 values, which this release still reads; once opened,
+    the store says version 2, so an older release refuses it instead of failing on v2 values."""
+    path = tmp_path / "s"
+    store = _open(path)
+    store._meta.put(keys.META_FORMAT_VERSION, b"1")
+    store.close()
+    del store
+    gc.collect()
+    again = _open(path)
+    assert again._meta.get(keys.META_FORMAT_VERSION) == str(FORMAT_VERSION).encode() == b"2"
+    again.close()
+
+
 def test_close_releases_database_lock(tmp_path: Path) -> None:
     """BUG: chronos/store/rocks.py RocksStore.close() closes the Rdict objects but the
     column-family handles (h_messages, h_index, h_expiry, h_meta) keep the database alive,
