@@ -201,8 +201,11 @@ def markdown(results: Result) -> str:
     return "\n".join(lines)
 
 
+_WORST = "worst_lateness_per_second_ms"
+
+
 def plots(results: Result, out: Path, stem: str) -> list[str]:
-    """PNG plots: steady-state lateness percentiles by rate, burst deliveries over time."""
+    """PNG plots: steady-state lateness by rate and over time, burst deliveries over time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -238,6 +241,28 @@ def plots(results: Result, out: Path, stem: str) -> list[str]:
         fig.savefig(path, dpi=100)
         written.append(path.name)
     plt.close(fig)
+    runs = [r for r in scenarios.get("steady", {}).get("runs", []) if r.get(_WORST)]
+    if runs:
+        # A level line is a node that keeps up; a rising one is a backlog building up.
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for run in runs:
+            series = {int(k): v for k, v in run[_WORST].items()}
+            ax.plot(
+                sorted(series),
+                [max(series[s], 0.5) for s in sorted(series)],
+                label=f"{run['rate_target']:.0f}/s",
+            )
+        ax.set_xlabel("seconds from the first delivery")
+        ax.set_ylabel("worst lateness in the second, ms (log)")
+        ax.set_yscale("log")
+        ax.axhline(100, color="grey", linewidth=0.8)
+        ax.legend(fontsize="small")
+        ax.set_title("chronos steady state: lateness over time")
+        path = out / f"{stem}-lateness-over-time.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        written.append(path.name)
+        plt.close(fig)
     if "burst" in scenarios and scenarios["burst"]["per_second"]:
         per_second = {int(k): v for k, v in scenarios["burst"]["per_second"].items()}
         start = min(per_second)

@@ -34,4 +34,8 @@ def summarize(observation: Observation, expected: int) -> dict[str, object]:
         "early": observation.early,
         "lateness_ms": percentiles(observation.lateness_ms),
         "delivery_rate_sustained": sustained_rate(observation),
+        "worst_lateness_per_second_ms": {
+            second - min(observation.worst_per_second): worst
+            for second, worst in sorted(observation.worst_per_second.items())
+        },
     }
