@@ -87,51 +87,67 @@ class Ledger:
         outcome = ApplyOutcome()
         if not requests and not offsets:
             return outcome
-        ids = list(dict.fromkeys(r.id for r in requests))
         # Encoding depends on neither the index nor the frontier: done before any lock.
         if encoded is None:
             encoded = [codec.encode(r) if isinstance(r, DelayMessage) else None for r in requests]
+        # Each id encoded once: the index lookup, the message key and the index key share it.
+        raw_ids = {r.id: r.id.encode() for r in requests}
+        # An add's due time (``due_ms`` is a property: read it once per record).
+        dues = [r.due_ms if v is not None else 0 for r, v in zip(requests, encoded, strict=True)]
         earliest_due = min(
-            (r.due_ms for r in requests if isinstance(r, DelayMessage)), default=None
+            (d for d, v in zip(dues, encoded, strict=True) if v is not None), default=None
         )
         earliest: EpochMs | None = None
         with self._lock:
-            state = dict(zip(ids, self._store.get_index(ids), strict=True))
+            state = dict(
+                zip(raw_ids, self._store.get_index_raw(list(raw_ids.values())), strict=True)
+            )
             # A cancel reserves the slot it deletes too: the push worker cannot scan it while
             # the delete is in flight, so "cancelled" vs "raced" is decided against a frontier
             # that holds still.
-            for request in requests:
-                current = state[request.id]
-                if (
-                    isinstance(request, CancelRequest)
-                    and current is not None
-                    and current[:1] == keys.INDEX_PENDING
-                ):
-                    slot = keys.slot_of(current[1:])
-                    earliest_due = slot if earliest_due is None else min(earliest_due, slot)
+            for request, value in zip(requests, encoded, strict=True):
+                if value is None:
+                    current = state[request.id]
+                    if current is not None and current[:1] == keys.INDEX_PENDING:
+                        slot = keys.slot_of(current[1:])
+                        earliest_due = slot if earliest_due is None else min(earliest_due, slot)
             batch = self._store.batch()
             now = self._clock.now_ms()
+            pack_ms = keys.pack_ms
+            pending_prefix = keys.INDEX_PENDING
+            # (messages key, index key, stored value, index value) of every add, one store call.
+            placed: list[tuple[bytes, bytes, bytes, bytes]] = []
             # The reservation lasts from reading the frontier to the write being visible.
             with self._frontier.placing(earliest_due) as frontier:
-                for request, value in zip(requests, encoded, strict=True):
-                    current = state[request.id]
-                    if isinstance(request, DelayMessage):
+                for request, value, due in zip(requests, encoded, dues, strict=True):
+                    message_id = request.id
+                    current = state[message_id]
+                    if value is not None:
                         if current is not None:
                             outcome.duplicates += 1  # idempotent: first add of an id wins
                             continue
-                        slot = self._frontier.slot_for(frontier, request.due_ms)
-                        outcome.late += slot != request.due_ms
-                        key = keys.message_key(slot, request.id)
-                        assert value is not None, "an add without its encoded value"
-                        pending = keys.index_pending(key)
-                        state[request.id] = pending
-                        batch.put_scheduled(key, request.id, value, pending)
-                        outcome.added += 1
-                        earliest = slot if earliest is None else min(earliest, slot)
+                        # Frontier.slot_for, inlined: this loop runs once per ingested record.
+                        slot = due if due > frontier else frontier + 1
+                        if slot != due:
+                            outcome.late += 1
+                        raw_id = raw_ids[message_id]
+                        key = pack_ms(slot) + raw_id
+                        pending = pending_prefix + key
+                        state[message_id] = pending
+                        placed.append((key, raw_id, value, pending))
+                        if earliest is None or slot < earliest:
+                            earliest = slot
                     else:
-                        state[request.id] = self._cancel(
+                        assert isinstance(request, CancelRequest)
+                        # Batch order is apply order: adds before this cancel go in first.
+                        outcome.added += len(placed)
+                        batch.put_scheduled_many(placed)
+                        placed = []
+                        state[message_id] = self._cancel(
                             batch, request, current, frontier, now, outcome
                         )
+                outcome.added += len(placed)
+                batch.put_scheduled_many(placed)
                 for partition, offset in (offsets or {}).items():
                     batch.set_inner_offset(partition, offset)
                 self._store.write(batch)

@@ -64,6 +64,14 @@ class RocksBatch:
         wb.put(message_id.encode(), pending, self._s.h_index)
         self._count += 2
 
+    def put_scheduled_many(self, placed: list[tuple[bytes, bytes, bytes, bytes]]) -> None:
+        """Many adds: (messages key, raw id, stored value, index value) each; the ingest path."""
+        put, messages, index = self._wb.put, self._s.h_messages, self._s.h_index
+        for key, raw_id, value, pending in placed:
+            put(key, value, messages)
+            put(raw_id, pending, index)
+        self._count += 2 * len(placed)
+
     def delete_message(self, key: bytes) -> None:
         self._wb.delete(key, self._s.h_messages)
         self._count += 1
@@ -206,6 +214,12 @@ class RocksStore:
         # A list key makes rocksdict return a list (raw mode: bytes or None per key); the stub
         # types every get() as ``Any | None``.
         return cast("list[bytes | None]", self._index.get([m.encode() for m in message_ids]))
+
+    def get_index_raw(self, raw_ids: list[bytes]) -> list[bytes | None]:
+        """``get_index`` for ids already encoded."""
+        if not raw_ids:
+            return []
+        return cast("list[bytes | None]", self._index.get(raw_ids))
 
     def read_inner_offsets(self, partitions: list[int]) -> dict[int, int]:
         """Next inner offset to read per partition, for those the store has seen."""
