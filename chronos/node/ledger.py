@@ -93,7 +93,7 @@ class Ledger:
         # Each id encoded once: the index lookup, the message key and the index key share it.
         raw_ids = {r.id: r.id.encode() for r in requests}
         # An add's due time (``due_ms`` is a property: read it once per record).
-        dues = [r.due_ms if v is not None else 0 for r, v in zip(requests, encoded, strict=True)]
+        dues = [r.due_ms if isinstance(r, DelayMessage) else 0 for r in requests]
         earliest_due = min(
             (d for d, v in zip(dues, encoded, strict=True) if v is not None), default=None
         )

@@ -209,17 +209,16 @@ class RocksStore:
 
     def get_index(self, message_ids: list[str]) -> list[bytes | None]:
         """Index values of ``message_ids`` (None where unknown), in one multi-get."""
-        if not message_ids:
-            return []
-        # A list key makes rocksdict return a list (raw mode: bytes or None per key); the stub
-        # types every get() as ``Any | None``.
-        return cast("list[bytes | None]", self._index.get([m.encode() for m in message_ids]))
+        return self.get_index_raw([m.encode() for m in message_ids])
 
     def get_index_raw(self, raw_ids: list[bytes]) -> list[bytes | None]:
         """``get_index`` for ids already encoded."""
         if not raw_ids:
             return []
-        return cast("list[bytes | None]", self._index.get(raw_ids))
+        # A list key makes rocksdict return a list (raw mode: bytes or None per key); the stub
+        # types every get() as ``Any | None``.
+        keys_: list[str | int | float | bytes | bool] = list(raw_ids)  # the stub's key type
+        return cast("list[bytes | None]", self._index.get(keys_))
 
     def read_inner_offsets(self, partitions: list[int]) -> dict[int, int]:
         """Next inner offset to read per partition, for those the store has seen."""
