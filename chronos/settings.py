@@ -167,7 +167,15 @@ class NodeSettings(_Section):
             "ms at 12,000 msg/s)."
         ),
     )
-    ingest_batch_max: int = Field(500, ge=1, description="Most records per store write batch.")
+    ingest_batch_max: int = Field(
+        200,
+        ge=1,
+        description=(
+            "Most records per store write batch. A RocksDB write holds the GIL (rocksdict), so "
+            "every other thread waits it out: 200 rather than 500 cut p99 lateness at 20,000 "
+            "msg/s from 49-59 to 31-34 ms; 100 costs more in per-batch work than it saves."
+        ),
+    )
     ingest_poll_timeout_ms: int = Field(100, ge=1, description="Consumer poll timeout, ms.")
     sender_threads: int = Field(
         1,
