@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,21 @@ def test_close_releases_database_lock(tmp_path: Path) -> None:
     except StoreError as exc:
         pytest.fail(f"store still locked after close(): {exc}")
     again.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread niceness is Linux-only")
+def test_store_lowers_its_compaction_threads_priority(tmp_path: Path) -> None:
+    own_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    store = RocksStore(tmp_path / "db", StoreSettings(compaction_nice=12))
+    try:
+        compaction = [
+            int(task.name)
+            for task in Path("/proc/self/task").iterdir()
+            if (task / "comm").read_text().startswith("rocksdb:low")
+        ]
+        assert compaction, "RocksDB started no compaction thread"
+        assert all(os.getpriority(os.PRIO_PROCESS, tid) >= 12 for tid in compaction)
+        # Only RocksDB's compaction threads: the caller's own thread keeps its priority.
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own_nice
+    finally:
+        store.close()
