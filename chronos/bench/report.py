@@ -74,8 +74,11 @@ def markdown(results: Result) -> str:
         f"librdkafka {results['machine']['librdkafka']}.",
         "",
     ]
-    for rerun in results.get("reruns", []):
-        lines += [f"Re-run {rerun['started']}: {', '.join(rerun['only'])} (these numbers).", ""]
+    reruns = results.get("reruns", [])
+    for rerun in reruns:
+        lines += [f"Re-run {rerun['started']}: {', '.join(rerun['only'])}.", ""]
+    if reruns:
+        lines += ["Each scenario below shows the numbers of its latest run.", ""]
     scenarios = results["scenarios"]
     if "relay" in scenarios:
         lines += [
