@@ -207,6 +207,21 @@ def markdown(results: Result) -> str:
 _WORST = "worst_lateness_per_second_ms"
 
 
+def _lateness_axis(ax: Any, ylabel: str, title: str) -> None:
+    """A log lateness axis with the 100 ms line the steady-state criterion uses."""
+    ax.set_ylabel(ylabel)
+    ax.set_yscale("log")
+    ax.axhline(100, color="grey", linewidth=0.8)
+    ax.legend(fontsize="small")
+    ax.set_title(title)
+
+
+def _save(fig: Any, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path.name
+
+
 def plots(results: Result, out: Path, stem: str) -> list[str]:
     """PNG plots: steady-state lateness by rate and over time, burst deliveries over time."""
     import matplotlib
@@ -234,15 +249,8 @@ def plots(results: Result, out: Path, stem: str) -> list[str]:
             )
     if drew:
         ax.set_xlabel("scheduled messages/s")
-        ax.set_ylabel("lateness, ms (log)")
-        ax.set_yscale("log")
-        ax.axhline(100, color="grey", linewidth=0.8)
-        ax.legend()
-        ax.set_title("Lateness under steady load")
-        path = out / f"{stem}-lateness.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        written.append(path.name)
+        _lateness_axis(ax, "lateness, ms (log)", "Lateness under steady load")
+        written.append(_save(fig, out / f"{stem}-lateness.png"))
     plt.close(fig)
     runs = [r for r in scenarios.get("steady", {}).get("runs", []) if r.get(_WORST)]
     if runs:
@@ -256,15 +264,10 @@ def plots(results: Result, out: Path, stem: str) -> list[str]:
                 label=f"{run['rate_target']:.0f}/s",
             )
         ax.set_xlabel("seconds from the first delivery")
-        ax.set_ylabel("worst lateness in the second, ms (log)")
-        ax.set_yscale("log")
-        ax.axhline(100, color="grey", linewidth=0.8)
-        ax.legend(fontsize="small")
-        ax.set_title("chronos steady state: lateness over time")
-        path = out / f"{stem}-lateness-over-time.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        written.append(path.name)
+        _lateness_axis(
+            ax, "worst lateness in the second, ms (log)", "chronos steady state: lateness over time"
+        )
+        written.append(_save(fig, out / f"{stem}-lateness-over-time.png"))
         plt.close(fig)
     if "burst" in scenarios and scenarios["burst"]["per_second"]:
         per_second = {int(k): v for k, v in scenarios["burst"]["per_second"].items()}
@@ -274,10 +277,7 @@ def plots(results: Result, out: Path, stem: str) -> list[str]:
         ax.set_xlabel("seconds from the first delivery")
         ax.set_ylabel("messages delivered")
         ax.set_title(f"Burst of {scenarios['burst']['count']} messages due in one second")
-        path = out / f"{stem}-burst.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        written.append(path.name)
+        written.append(_save(fig, out / f"{stem}-burst.png"))
         plt.close(fig)
     return written
 
