@@ -95,7 +95,8 @@ class Ledger:
         # An add's due time (``due_ms`` is a property: read it once per record).
         dues = [r.due_ms if isinstance(r, DelayMessage) else 0 for r in requests]
         earliest_due = min(
-            (d for d, v in zip(dues, encoded, strict=True) if v is not None), default=None
+            (d for d, r in zip(dues, requests, strict=True) if isinstance(r, DelayMessage)),
+            default=None,
         )
         earliest: EpochMs | None = None
         with self._lock:
@@ -113,8 +114,7 @@ class Ledger:
                         earliest_due = slot if earliest_due is None else min(earliest_due, slot)
             batch = self._store.batch()
             now = self._clock.now_ms()
-            pack_ms = keys.pack_ms
-            pending_prefix = keys.INDEX_PENDING
+            slot_for = self._frontier.slot_for
             # (messages key, index key, stored value, index value) of every add, one store call.
             placed: list[tuple[bytes, bytes, bytes, bytes]] = []
             # The reservation lasts from reading the frontier to the write being visible.
@@ -126,13 +126,12 @@ class Ledger:
                         if current is not None:
                             outcome.duplicates += 1  # idempotent: first add of an id wins
                             continue
-                        # Frontier.slot_for, inlined: this loop runs once per ingested record.
-                        slot = due if due > frontier else frontier + 1
+                        slot = slot_for(frontier, due)
                         if slot != due:
                             outcome.late += 1
                         raw_id = raw_ids[message_id]
-                        key = pack_ms(slot) + raw_id
-                        pending = pending_prefix + key
+                        key = keys.message_key_raw(slot, raw_id)
+                        pending = keys.index_pending(key)
                         state[message_id] = pending
                         placed.append((key, raw_id, value, pending))
                         if earliest is None or slot < earliest:

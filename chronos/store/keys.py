@@ -45,7 +45,12 @@ def unpack_ms(raw: bytes) -> EpochMs:
 
 def message_key(slot_ms: EpochMs, message_id: str) -> bytes:
     """Key of one scheduled message: sorts by slot, then id."""
-    return _MS.pack(slot_ms) + message_id.encode()
+    return message_key_raw(slot_ms, message_id.encode())
+
+
+def message_key_raw(slot_ms: EpochMs, raw_id: bytes) -> bytes:
+    """``message_key`` for an id already encoded (the ingest path encodes each id once)."""
+    return _MS.pack(slot_ms) + raw_id
 
 
 def split_message_key(key: bytes) -> tuple[EpochMs, str]:

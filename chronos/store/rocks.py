@@ -84,11 +84,8 @@ class RocksBatch:
         self._put(key, value, self._s.h_messages)
 
     def put_scheduled(self, key: bytes, message_id: str, value: bytes, pending: bytes) -> None:
-        """A message and its index entry, the write of every add (one call on the hot path)."""
-        wb = self._wb
-        wb.put(key, value, self._s.h_messages)
-        wb.put(message_id.encode(), pending, self._s.h_index)
-        self._count += 2
+        """A message and its index entry, the write of every add."""
+        self.put_scheduled_many([(key, message_id.encode(), value, pending)])
 
     def put_scheduled_many(self, placed: list[tuple[bytes, bytes, bytes, bytes]]) -> None:
         """Many adds: (messages key, raw id, stored value, index value) each; the ingest path."""
