@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import cast
 
 from rocksdict import (
+    BlockBasedIndexType,
     BlockBasedOptions,
     Cache,
     Checkpoint,
@@ -34,6 +35,9 @@ from chronos.types import EpochMs
 #: refuse a version 2 store instead of dead-lettering every message they cannot decode.
 FORMAT_VERSION = 2
 _UPGRADABLE = {1}
+
+#: Families read by key: the index (every add looks its id up) and meta. The others are scanned.
+_POINT_READ_FAMILIES = frozenset({CF_INDEX, CF_META})
 
 _COMPRESSION = {
     "lz4": DBCompressionType.lz4,
@@ -147,7 +151,7 @@ class RocksStore:
         options = self._options(settings, cache)
         options.set_db_write_buffer_size(2 * settings.write_buffer_mb << 20)
         families = {
-            name: self._options(settings, cache)
+            name: self._options(settings, cache, point_reads=name in _POINT_READ_FAMILIES)
             for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META)
         }
         try:
@@ -174,7 +178,17 @@ class RocksStore:
             lower_compaction_priority(settings.compaction_nice)
 
     @staticmethod
-    def _options(settings: StoreSettings, cache: Cache) -> Options:
+    def _options(settings: StoreSettings, cache: Cache, point_reads: bool = False) -> Options:
+        """Options of one column family; ``point_reads`` for those read by key (a filter pays).
+
+        Index and filter blocks are partitioned (two-level) and live in the bounded cache. A
+        whole-file filter did not stay there: the cache is split in shards of 1 MiB (64 MiB /
+        64) and a full filter larger than a shard is dropped as soon as it is used, so every
+        lookup of a new id read its file's filter again. Ingest at 1.3 M ids in the store
+        fell from 170,000 to 100,000 records/s (the index lookup 0.6 -> 4.4 us per id), at
+        2.5 M to 65,000 (9 us); with 4 KiB partitions it stays 0.9 us per id up to 10 M.
+        The messages and expiry families are only scanned, so they build no filter at all.
+        """
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         options.create_missing_column_families(True)
@@ -183,10 +197,14 @@ class RocksStore:
         options.set_max_background_jobs(settings.max_background_jobs)
         table = BlockBasedOptions()
         table.set_block_cache(cache)
-        table.set_bloom_filter(10, False)
-        # Index and filter blocks live in the (bounded) cache instead of beside it; L0's stay
-        # pinned so the newest files, which every read checks, cost no cache misses.
+        table.set_index_type(BlockBasedIndexType.two_level_index_search())
+        if point_reads:
+            table.set_bloom_filter(10, False)
+            table.set_partition_filters(True)
+        # Partitions come and go through the cache; the top level of each file stays pinned,
+        # and L0's (every read checks each L0 file) stay whole.
         table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_top_level_index_and_filter(True)
         table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         options.set_block_based_table_factory(table)
         return options

@@ -141,3 +141,52 @@ def test_store_lowers_its_compaction_threads_priority(tmp_path: Path) -> None:
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own_nice
     finally:
         store.close()
+
+
+def _table_options(store_path: Path) -> dict[str, dict[str, str]]:
+    """Block-based table options per column family, as RocksDB itself wrote them down."""
+    latest = max(store_path.glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1]))
+    tables: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    for line in latest.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            current = None
+            if line.startswith("[TableOptions/BlockBasedTable "):
+                current = tables.setdefault(line.split('"')[1], {})
+        elif current is not None and "=" in line:
+            name, _, value = line.partition("=")
+            current[name] = value
+    return tables
+
+
+def test_filters_are_partitioned_where_ids_are_looked_up(tmp_path: Path) -> None:
+    """A whole-file filter larger than a cache shard is reloaded on every lookup (ingest fell
+    from 170,000 to 65,000 records/s at 2.5 M ids); partitions fit, scanned families need none."""
+    store = _open(tmp_path / "s")
+    store.close()
+    tables = _table_options(tmp_path / "s")
+    for family in ("index", "meta"):
+        assert tables[family]["filter_policy"].startswith("bloomfilter"), family
+        assert tables[family]["partition_filters"] == "true", family
+    for family in ("messages", "expiry"):
+        assert tables[family]["filter_policy"] == "nullptr", family
+    for family in ("index", "meta", "messages", "expiry"):
+        assert tables[family]["index_type"] == "kTwoLevelIndexSearch", family
+        assert tables[family]["cache_index_and_filter_blocks"] == "true", family
+        assert tables[family]["pin_top_level_index_and_filter"] == "true", family
+
+
+def test_index_lookups_hold_after_compaction(tmp_path: Path) -> None:
+    """Hits and misses through partitioned filters once the ids left the memtable."""
+    store = _open(tmp_path / "s")
+    batch = store.batch()
+    for i in range(0, 20_000, 2):
+        batch.put_index(f"id-{i}", keys.index_pending(keys.message_key(i, f"id-{i}")))
+    store.write(batch)
+    store.close()
+    store = _open(tmp_path / "s")  # reopened: the ids are in table files now
+    got = store.get_index([f"id-{i}" for i in range(100)])
+    assert [v is not None for v in got] == [i % 2 == 0 for i in range(100)]
+    assert got[10] == keys.index_pending(keys.message_key(10, "id-10"))
+    store.close()
