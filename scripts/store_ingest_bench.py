@@ -1,12 +1,13 @@
 """Ingest rate of the store as it grows, without Kafka: the ledger alone, up to 100 M pending.
 
-Applies N adds (200-byte payloads, due in a day, spread over an hour, the ids the load
-generator uses) through the node's `Ledger` in batches of `node.ingest_batch_max`, and reports
-per tenth: records/s, the index lookup and the write in µs per record, and the process's CPU.
-At the end: the store's bytes per message and RSS. This isolates what grows with the store
-(index lookups, compactions) from what does not (consuming and decoding, which
-`scripts/hotpath_bench.py` measures); `chronos bench --only scale` measures the node as a
-whole through Kafka, up to what the broker can hold in memory.
+Applies N adds (200-byte payloads, due in a day at random points of an hour, ids named as the
+load generator names them) through the node's `Ledger` in batches of `node.ingest_batch_max`,
+and reports per tenth: records/s, the index lookup and the write in µs per record, and the
+process's CPU. At the end: the store's bytes per message, RSS, the write stalls RocksDB
+logged, and the time to reopen the store and find its first pending key. This isolates what
+grows with the store (index lookups, compactions) from what does not (consuming and decoding,
+which `scripts/hotpath_bench.py` measures); `chronos bench --only scale` measures the node as
+a whole through Kafka, up to what the broker can hold in memory.
 
     .venv/bin/python scripts/store_ingest_bench.py [--count 10000000] [--dir PATH] [--json FILE]
 """
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from chronos.bench.host import dir_bytes
 from chronos.clock import SystemClock
 from chronos.model import DelayMessage
 from chronos.node.frontier import Frontier
@@ -51,13 +53,14 @@ class _Timed:
             self.seconds += time.perf_counter() - started
 
 
-def _disk_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+def _write_stalls(folder: Path) -> int:
+    """How often RocksDB slowed or stopped writes (its LOG says why each time)."""
+    with (folder / "LOG").open(errors="replace") as log:
+        return sum("Stalling writes" in line or "Stopping writes" in line for line in log)
 
 
 def run(count: int, folder: Path) -> dict[str, Any]:
     settings = ChronosSettings()
-    tune_interpreter()  # the node's GC and GIL settings
     store = RocksStore(folder, settings.store)
     lookups = _Timed(store.get_index_raw)
     writes = _Timed(store.write)
@@ -66,6 +69,8 @@ def run(count: int, folder: Path) -> dict[str, Any]:
     ledger = Ledger(store, Frontier(0), SystemClock(), settings.delete)
     batch = settings.node.ingest_batch_max
     tenth = max(batch, count // 10 // batch * batch)
+    # Rows at each tenth; a remainder shorter than a tenth joins the last row.
+    report_at = {tenth * k for k in range(1, 10) if tenth * k < count} | {count}
     payload = os.urandom(200)
     due0 = int(time.time() * 1000) + 86_400_000
     rng = random.Random(7)
@@ -73,7 +78,7 @@ def run(count: int, folder: Path) -> dict[str, Any]:
     rows: list[dict[str, float]] = []
     started = mark = time.monotonic()
     cpu_mark = time.process_time()
-    done = 0
+    done = added = duplicates = 0
     while done < count:
         size = min(batch, count - done)
         adds = [
@@ -87,10 +92,12 @@ def run(count: int, folder: Path) -> dict[str, Any]:
             )
             for i in range(done, done + size)
         ]
-        ledger.apply(adds, {0: done + size}, [codec.encode(m) for m in adds])
+        outcome = ledger.apply(adds, {0: done + size}, [codec.encode(m) for m in adds])
+        added += outcome.added
+        duplicates += outcome.duplicates
         store.sync_if_due()
         done += size
-        if done % tenth == 0 or done == count:
+        if done in report_at:
             now, cpu = time.monotonic(), time.process_time()
             n = done - (rows[-1]["applied"] if rows else 0)
             rows.append(
@@ -107,6 +114,7 @@ def run(count: int, folder: Path) -> dict[str, Any]:
             mark, cpu_mark = now, cpu
     elapsed = time.monotonic() - started
     store.close()
+    stalls = _write_stalls(folder)
     # The store's share of a restart: open it and find the first pending message (the node's
     # first scan starts there). Kafka's share does not grow with the store.
     reopened = time.monotonic()
@@ -118,13 +126,16 @@ def run(count: int, folder: Path) -> dict[str, Any]:
     first, last = rows[0]["rate"], rows[-1]["rate"]
     return {
         "pending": count,
+        "added": added,
+        "duplicates": duplicates,
         "batch": batch,
         "seconds": round(elapsed, 1),
         "rate_first_tenth": first,
         "rate_last_tenth": last,
         "last_over_first": round(last / first, 2),
         "reopen_to_first_key_s": round(reopen_s, 3),
-        "disk_bytes_per_message": round(_disk_bytes(folder) / count, 1),
+        "write_stalls_logged": stalls,
+        "disk_bytes_per_message": round(dir_bytes(folder) / count, 1),
         "rss_mib_peak": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "tenths": rows,
     }
@@ -138,6 +149,7 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
     args = parser.parse_args()
+    tune_interpreter()  # the node's GC and GIL settings, as in `chronos run`
     folder = Path(tempfile.mkdtemp(prefix="store-ingest-", dir=args.dir))
     try:
         result = run(args.count, folder)

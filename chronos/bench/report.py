@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from chronos.bench.host import meminfo_bytes
+
 Result = dict[str, Any]
 
 
@@ -22,11 +24,11 @@ def machine() -> dict[str, Any]:
         if line.startswith("model name"):
             cpu = line.split(":", 1)[1].strip()
             break
-    mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    memory = meminfo_bytes("MemTotal")
     info: dict[str, Any] = {
         "cpu": cpu,
         "cores": os.cpu_count(),
-        "memory_gib": round(mem_kib / 2**20, 1),
+        "memory_gib": None if memory is None else round(memory / 2**30, 1),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "confluent_kafka": confluent_kafka.version()[0],

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
+from chronos.bench.host import dir_bytes
 from chronos.devstack.process import NodeProcess
 from chronos.devstack.tansu import TansuBroker
 from chronos.kafka.admin import create_topic, ensure_topics
@@ -71,7 +72,7 @@ class BenchStack:
 
     def store_bytes(self) -> int:
         """Bytes the node's store occupies on disk."""
-        return sum(p.stat().st_size for p in (self.workdir / "store").rglob("*") if p.is_file())
+        return dir_bytes(self.workdir / "store")
 
     def __exit__(
         self,

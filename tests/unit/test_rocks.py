@@ -174,18 +174,21 @@ def test_filters_are_partitioned_where_ids_are_looked_up(tmp_path: Path) -> None
     for family in ("index", "meta", "messages", "expiry"):
         assert tables[family]["index_type"] == "kTwoLevelIndexSearch", family
         assert tables[family]["cache_index_and_filter_blocks"] == "true", family
-        assert tables[family]["pin_top_level_index_and_filter"] == "true", family
+        assert tables[family]["pin_l0_filter_and_index_blocks_in_cache"] == "true", family
 
 
-def test_index_lookups_hold_after_compaction(tmp_path: Path) -> None:
-    """Hits and misses through partitioned filters once the ids left the memtable."""
+def test_index_lookups_hold_in_the_bottom_level(tmp_path: Path) -> None:
+    """Hits and misses through partitioned filters once the ids are compacted out of L0 (whose
+    blocks stay pinned), so partitions go through the cache."""
     store = _open(tmp_path / "s")
     batch = store.batch()
     for i in range(0, 20_000, 2):
         batch.put_index(f"id-{i}", keys.index_pending(keys.message_key(i, f"id-{i}")))
     store.write(batch)
     store.close()
-    store = _open(tmp_path / "s")  # reopened: the ids are in table files now
+    store = _open(tmp_path / "s")  # reopened: the ids are in L0 table files now
+    store._index.compact_range(None, None)  # and now below L0
+    assert store._index.property_value("rocksdb.num-files-at-level0") == "0"
     got = store.get_index([f"id-{i}" for i in range(100)])
     assert [v is not None for v in got] == [i % 2 == 0 for i in range(100)]
     assert got[10] == keys.index_pending(keys.message_key(10, "id-10"))

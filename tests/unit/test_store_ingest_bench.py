@@ -17,11 +17,16 @@ def _load() -> ModuleType:
     return module
 
 
-def test_reports_every_tenth_and_reopens_the_store(tmp_path: Path) -> None:
+def test_every_add_lands_and_each_tenth_is_reported(tmp_path: Path) -> None:
     result = _load().run(4_000, tmp_path / "store")
+    assert (result["added"], result["duplicates"]) == (4_000, 0)
     tenths = result["tenths"]
     assert [row["applied"] for row in tenths] == list(range(400, 4_001, 400))
-    assert all(row["rate"] > 0 for row in tenths)
-    assert result["pending"] == 4_000
+    assert all(row["rate"] > 0 and row["lookup_us"] > 0 for row in tenths)
     assert result["disk_bytes_per_message"] > 0
-    assert result["reopen_to_first_key_s"] is not None
+
+
+def test_a_remainder_joins_the_last_tenth(tmp_path: Path) -> None:
+    result = _load().run(4_100, tmp_path / "store")  # tenth 400, then 500
+    assert [row["applied"] for row in result["tenths"]][-2:] == [3_600, 4_100]
+    assert result["added"] == 4_100
