@@ -141,6 +141,18 @@ class StoreSettings(_Section):
         32, ge=1, description="Memtable size per column family, MiB; all share twice this."
     )
     max_background_jobs: int = Field(2, ge=1, description="RocksDB flush/compaction threads.")
+    l0_compaction_trigger: int = Field(
+        8,
+        ge=2,
+        le=64,
+        description=(
+            "Level-0 files that start a compaction (writes slow down at max(20, 4x) files and "
+            "stop 16 later). Messages are written at random keys, so each L0 compaction "
+            "rewrites the files below it: 8 kept the store alone at 95 % of its first rate "
+            "over 100 M adds (4: 65 %). Steady state at 20,000 msg/s: p99 lateness 43-69 ms "
+            "at 8, 55-71 ms at 4 (two runs each)."
+        ),
+    )
     compaction_nice: int = Field(
         19,
         ge=0,

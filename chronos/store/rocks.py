@@ -39,11 +39,6 @@ _UPGRADABLE = {1}
 #: Families read by key: the index (every add looks its id up) and meta. The others are scanned.
 _POINT_READ_FAMILIES = frozenset({CF_INDEX, CF_META})
 
-#: L0 files that start a compaction, slow writes down, stop writes (RocksDB: 4, 20, 36).
-_L0_COMPACTION_TRIGGER = 8
-_L0_SLOWDOWN_WRITES = 30
-_L0_STOP_WRITES = 40
-
 _COMPRESSION = {
     "lz4": DBCompressionType.lz4,
     "zstd": DBCompressionType.zstd,
@@ -200,13 +195,11 @@ class RocksStore:
         options.set_compression_type(_COMPRESSION[settings.compression]())
         options.set_write_buffer_size(settings.write_buffer_mb << 20)
         options.set_max_background_jobs(settings.max_background_jobs)
-        # Messages are written at random keys (due times), so every L0 -> L1 compaction
-        # rewrites the L1 files its keys fall in: waiting for 8 L0 files instead of 4 halves how
-        # often that happens. Store alone, 100 M adds: last tenth 65 % of the first at 4 files
-        # (L0 reached 20 files and writes were slowed), 95 % at 8.
-        options.set_level_zero_file_num_compaction_trigger(_L0_COMPACTION_TRIGGER)
-        options.set_level_zero_slowdown_writes_trigger(_L0_SLOWDOWN_WRITES)
-        options.set_level_zero_stop_writes_trigger(_L0_STOP_WRITES)
+        # RocksDB's defaults are 4, 20 and 36; see StoreSettings.l0_compaction_trigger.
+        trigger = settings.l0_compaction_trigger
+        options.set_level_zero_file_num_compaction_trigger(trigger)
+        options.set_level_zero_slowdown_writes_trigger(max(20, 4 * trigger))
+        options.set_level_zero_stop_writes_trigger(max(20, 4 * trigger) + 16)
         table = BlockBasedOptions()
         table.set_block_cache(cache)
         table.set_index_type(BlockBasedIndexType.two_level_index_search())

@@ -178,16 +178,19 @@ def test_filters_are_partitioned_where_ids_are_looked_up(tmp_path: Path) -> None
         assert tables[family]["pin_l0_filter_and_index_blocks_in_cache"] == "true", family
 
 
-def test_level0_waits_for_eight_files_before_compacting(tmp_path: Path) -> None:
-    """Random-key writes: each L0 compaction rewrites the L1 files it touches, so fewer of them
-    (store alone, 30 M adds: last tenth 74 % of the first at 4 files, 98 % at 8)."""
-    store = _open(tmp_path / "s")
+@pytest.mark.parametrize(("trigger", "slowdown", "stop"), [(4, 20, 36), (8, 32, 48)])
+def test_level0_limits_follow_the_compaction_trigger(
+    tmp_path: Path, trigger: int, slowdown: int, stop: int
+) -> None:
+    store = RocksStore(
+        tmp_path / "s", StoreSettings(wal_sync_interval_ms=60_000, l0_compaction_trigger=trigger)
+    )
     store.close()
     families = _written_options(tmp_path / "s", "CFOptions")
     for family in ("index", "meta", "messages", "expiry"):
-        assert families[family]["level0_file_num_compaction_trigger"] == "8", family
-        assert families[family]["level0_slowdown_writes_trigger"] == "30", family
-        assert families[family]["level0_stop_writes_trigger"] == "40", family
+        assert families[family]["level0_file_num_compaction_trigger"] == str(trigger), family
+        assert families[family]["level0_slowdown_writes_trigger"] == str(slowdown), family
+        assert families[family]["level0_stop_writes_trigger"] == str(stop), family
 
 
 def test_index_lookups_hold_in_the_bottom_level(tmp_path: Path) -> None:
