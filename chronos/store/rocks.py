@@ -184,9 +184,10 @@ class RocksStore:
         Index and filter blocks are partitioned (two-level) and live in the bounded cache. A
         whole-file filter did not stay there: the cache is split in shards of 1 MiB (64 MiB /
         64) and a full filter larger than a shard is dropped as soon as it is used, so every
-        lookup of a new id read its file's filter again. Ingest at 1.3 M ids in the store
-        fell from 170,000 to 100,000 records/s (the index lookup 0.6 -> 4.4 us per id), at
-        2.5 M to 65,000 (9 us); with 4 KiB partitions it stays 0.9 us per id up to 10 M.
+        lookup of a new id read its file's filter again. Ingest (ledger alone) fell from
+        162,635 records/s to 86,885-102,713 at 1.5-2.4 M ids (index lookup 0.6 -> 4.1-5.1 us
+        per id) and to 58,541-61,753 at 2.7-3 M (9.5-9.8 us); with 4 KiB partitions the lookup
+        stays 1.0-1.1 us per id up to 100 M (docs/benchmarks/store-ingest-*.json).
         The messages and expiry families are only scanned, so they build no filter at all.
         """
         options = Options(raw_mode=True)

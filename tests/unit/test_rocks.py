@@ -163,7 +163,7 @@ def _written_options(store_path: Path, kind: str) -> dict[str, dict[str, str]]:
 
 def test_filters_are_partitioned_where_ids_are_looked_up(tmp_path: Path) -> None:
     """A whole-file filter larger than a cache shard is reloaded on every lookup (ingest fell
-    from 170,000 to 65,000 records/s at 2.5 M ids); partitions fit, scanned families need none."""
+    from 162,635 to ~60,000 records/s at 3 M ids); partitions fit, scanned families need none."""
     store = _open(tmp_path / "s")
     store.close()
     tables = _written_options(tmp_path / "s", "TableOptions/BlockBasedTable")
