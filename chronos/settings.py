@@ -148,7 +148,7 @@ class StoreSettings(_Section):
         description=(
             "Level-0 files that start a compaction (writes slow down at max(20, 4x) files and "
             "stop 16 later). Messages are written at random keys, so each L0 compaction "
-            "rewrites the files below it: 8 kept the store alone at 95 % of its first rate "
+            "rewrites the files below it: 8 kept the store alone at 94-95 % of its first rate "
             "over 100 M adds (4: 65 %). Steady state at 20,000 msg/s: p99 lateness 43-69 ms "
             "at 8, 55-71 ms at 4 (two runs each)."
         ),

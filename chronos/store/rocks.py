@@ -198,9 +198,10 @@ class RocksStore:
         options.set_max_background_jobs(settings.max_background_jobs)
         # RocksDB's defaults are 4, 20 and 36; see StoreSettings.l0_compaction_trigger.
         trigger = settings.l0_compaction_trigger
+        slowdown = max(20, 4 * trigger)
         options.set_level_zero_file_num_compaction_trigger(trigger)
-        options.set_level_zero_slowdown_writes_trigger(max(20, 4 * trigger))
-        options.set_level_zero_stop_writes_trigger(max(20, 4 * trigger) + 16)
+        options.set_level_zero_slowdown_writes_trigger(slowdown)
+        options.set_level_zero_stop_writes_trigger(slowdown + 16)
         table = BlockBasedOptions()
         table.set_block_cache(cache)
         table.set_index_type(BlockBasedIndexType.two_level_index_search())
