@@ -214,11 +214,13 @@ def redis_steady(
     payload: int,
     log: Callable[[str], None],
     max_delay_ms: int = 10_000,
+    target_partitions: int = 8,
 ) -> Result:
-    """The sorted-set queue at ``rate``/s with delays over 1-10 s, delivering to Kafka."""
+    """The sorted-set queue at ``rate``/s with delays over 1-10 s, delivering to Kafka (a
+    target topic of ``target_partitions``, as chronos' in the same run)."""
     settings = ChronosSettings(kafka=KafkaSettings(bootstrap_servers=bootstrap))
     topic = f"redis-target-{uuid.uuid4().hex[:6]}"
-    create_topic(settings, topic, 8)
+    create_topic(settings, topic, target_partitions)
     count = int(rate * seconds)
     with RedisServer() as server, spawn_pool(3) as pool:
         watching = pool.submit(observe, bootstrap, topic, count, seconds + max_delay_ms / 1000 + 90)
@@ -235,6 +237,7 @@ def redis_steady(
         "ingest_rate": sent["rate"],
         **summarize(seen, count),
         "redis_server": sampler.summary(),
+        "topics": {"target_partitions": target_partitions},
     }
     result["sustained"] = (
         result["missing"] == 0

@@ -61,6 +61,18 @@ def _others(proc: dict[str, Any]) -> list[str]:
     ]
 
 
+def _layout(runs: list[Result]) -> list[str]:
+    """The partitions the runs used (the broker's CPU follows them), when recorded."""
+    topics = runs[0].get("topics") if runs else None
+    if not topics:
+        return []
+    parts = [
+        f"{name.replace('_partitions', '')} topic {count} partition{'s' if count > 1 else ''}"
+        for name, count in topics.items()
+    ]
+    return ["Partitions: " + ", ".join(parts) + ".", ""]
+
+
 def _row(cells: list[object]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
@@ -94,6 +106,7 @@ def markdown(results: Result) -> str:
             lines += [
                 f"## Steady state — {title}",
                 "",
+                *_layout(scenarios[name]["runs"]),
                 _row(
                     [
                         "rate/s",

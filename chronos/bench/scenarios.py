@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from chronos.bench.load import LoadSpec, Observation, generate, observe
 from chronos.bench.sampler import ProcessSampler, cpu_seconds
-from chronos.bench.stack import BenchStack
+from chronos.bench.stack import BenchStack, TopicLayout
 from chronos.bench.stats import summarize
 from proxy.client import DelayClient
 
@@ -83,6 +83,7 @@ def steady(
         "ingest_rate": sent["rate"],
         **summarize(seen, count),
         "node": node,
+        "topics": stack.layout.as_result(),
     }
     result["sustained"] = (
         result["missing"] == 0
@@ -98,11 +99,12 @@ def highest_rate(
     seconds: float,
     log: Callable[[str], None],
     max_delay_ms: int = 10_000,
+    layout: TopicLayout | None = None,
 ) -> Result:
     """Steady runs at increasing rates (fresh node each) until p99 > 100 ms or loss."""
     runs: list[Result] = []
     for rate in rates:
-        with BenchStack(bootstrap) as stack:
+        with BenchStack(bootstrap, layout=layout) as stack:
             stack.start_node()
             run = steady(stack, rate, seconds, max_delay_ms=max_delay_ms)
         log(
@@ -117,9 +119,14 @@ def highest_rate(
     return {"runs": runs, "highest_sustained_rate": best}
 
 
-def burst(bootstrap: str | None, count: int, log: Callable[[str], None]) -> Result:
+def burst(
+    bootstrap: str | None,
+    count: int,
+    log: Callable[[str], None],
+    layout: TopicLayout | None = None,
+) -> Result:
     """``count`` messages all due in the same second, scheduled well before it."""
-    with BenchStack(bootstrap) as stack:
+    with BenchStack(bootstrap, layout=layout) as stack:
         stack.start_node()
         lead_s = 10 + count / 15_000  # time to schedule and ingest them first
         due = int((time.time() + lead_s) * 1000)
@@ -135,6 +142,7 @@ def burst(bootstrap: str | None, count: int, log: Callable[[str], None]) -> Resu
         sent, seen, node = run_load(stack, spec, lead_s + 180, quiet_s=lead_s + 60)
     result: Result = {
         "count": count,
+        "topics": stack.layout.as_result(),
         "due_ms": due,
         "schedule_rate": sent["rate"],
         **summarize(seen, count),
@@ -161,10 +169,15 @@ def _applied(bootstrap: str, group: str, topic: str, partitions: int) -> int:
         consumer.close()
 
 
-def scale(bootstrap: str | None, count: int, log: Callable[[str], None]) -> Result:
+def scale(
+    bootstrap: str | None,
+    count: int,
+    log: Callable[[str], None],
+    layout: TopicLayout | None = None,
+) -> Result:
     """Preload ``count`` messages due in a day: RSS, disk per message, ingest rate as the store
     grows, and restart time from process start to first delivery."""
-    with BenchStack(bootstrap) as stack:
+    with BenchStack(bootstrap, layout=layout) as stack:
         stack.start_node()
         group = stack.settings.topics.names.node_group(stack.settings.node.node_id)
         spec = LoadSpec(
@@ -184,7 +197,7 @@ def scale(bootstrap: str | None, count: int, log: Callable[[str], None]) -> Resu
             applied = 0
             while applied < count and time.monotonic() - started < 3600:
                 time.sleep(2.0)
-                applied = _applied(stack.bootstrap, group, stack.inner_topic, 8)
+                applied = _applied(stack.bootstrap, group, stack.inner_topic, stack.layout.inner)
                 curve.append((round(time.monotonic() - started, 1), applied))
                 log(f"scale: {applied}/{count} applied")
             sent = producing.result()
@@ -210,6 +223,7 @@ def scale(bootstrap: str | None, count: int, log: Callable[[str], None]) -> Resu
         restart_s = round(seen.last_ms / 1000 - stack.node.started_at, 3) if seen.unique else None
     result: Result = {
         "pending": count,
+        "topics": stack.layout.as_result(),
         "produce_rate": sent["rate"],
         "node": node,
         "disk_bytes_per_message": round(disk / count, 1),
@@ -234,12 +248,16 @@ wrk.body = [[{body}]]
 
 
 def proxy_http(
-    bootstrap: str | None, seconds: float, batch: int, log: Callable[[str], None]
+    bootstrap: str | None,
+    seconds: float,
+    batch: int,
+    log: Callable[[str], None],
+    layout: TopicLayout | None = None,
 ) -> Result:
     """HTTP requests/s and messages/s against `chronos proxy` with wrk (single and batch)."""
     if shutil.which("wrk") is None:
         return {"skipped": "wrk not installed (apt-get install wrk)"}
-    with BenchStack(bootstrap) as stack:
+    with BenchStack(bootstrap, layout=layout) as stack:
         port = 18080
         config = stack.workdir / "proxy.toml"
         config.write_text(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -15,20 +16,39 @@ from chronos.kafka.admin import create_topic, ensure_topics
 from chronos.settings import ChronosSettings, load_settings
 
 
+@dataclass(frozen=True)
+class TopicLayout:
+    """Partitions of a scenario's topics.
+
+    The inner topic's count is a chronos setting (``topics.inner_partitions``); the target
+    topic's is its owner's choice. Both decide how many records share a Kafka batch, which
+    is what the broker's CPU follows (see docs/benchmarks/README.md, round 5).
+    """
+
+    inner: int = 1
+    target: int = 8
+
+    def as_result(self) -> dict[str, int]:
+        """How a scenario's result records the layout it ran with."""
+        return {"inner_partitions": self.inner, "target_partitions": self.target}
+
+
 class BenchStack:
     """A fresh namespace, store and node for one scenario.
 
     Parameters:
         bootstrap: an existing Kafka, or None to run a local Tansu broker.
         node_settings: extra ``[node]`` TOML lines (e.g. thread counts).
-        partitions: partitions of the inner topic and of the target topic.
+        layout: partitions of the inner topic and of the target topic.
     """
 
-    def __init__(self, bootstrap: str | None, node_settings: str = "", partitions: int = 8) -> None:
+    def __init__(
+        self, bootstrap: str | None, node_settings: str = "", layout: TopicLayout | None = None
+    ) -> None:
         self._given = bootstrap
         self._broker: TansuBroker | None = None
         self._node_settings = node_settings
-        self._partitions = partitions
+        self.layout = layout or TopicLayout()
         self.workdir = Path(tempfile.mkdtemp(prefix="chronos-bench-"))
         self.namespace = f"bench{uuid.uuid4().hex[:8]}"
         self.target = f"{self.namespace}-target"
@@ -46,13 +66,13 @@ class BenchStack:
         config = self.workdir / "chronos.toml"
         config.write_text(
             f'[kafka]\nbootstrap_servers = "{self.bootstrap}"\n'
-            f'[topics]\nnamespace = "{self.namespace}"\ninner_partitions = {self._partitions}\n'
+            f'[topics]\nnamespace = "{self.namespace}"\ninner_partitions = {self.layout.inner}\n'
             f'[node]\ndata_dir = "{self.workdir / "store"}"\n{self._node_settings}\n'
             '[log]\nformat = "json"\n'
         )
         self.settings: ChronosSettings = load_settings(config)
         ensure_topics(self.settings)
-        create_topic(self.settings, self.target, self._partitions)
+        create_topic(self.settings, self.target, self.layout.target)
         self.node = NodeProcess(config, self.workdir / "node.log")
         return self
 

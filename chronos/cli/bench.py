@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from chronos.bench.host import meminfo_bytes
+from chronos.bench.stack import TopicLayout
+from chronos.settings import TopicSettings
 
 ALL = ("relay", "steady", "redis", "burst", "scale", "proxy")
 
@@ -59,6 +61,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ),
     )
     parser.add_argument("--burst", type=int, default=None, help="messages due in one second")
+    parser.add_argument(
+        "--inner-partitions",
+        type=int,
+        default=TopicSettings().inner_partitions,
+        help="partitions of the inner topic (default: the topics.inner_partitions default)",
+    )
+    parser.add_argument(
+        "--target-partitions",
+        type=int,
+        default=8,
+        help="partitions of the topic messages are delivered to (chronos and Redis alike)",
+    )
     parser.set_defaults(func=main)
 
 
@@ -68,6 +82,10 @@ def main(args: argparse.Namespace) -> int:
     rates, seconds, max_delay, burst_n, scale_n, relay_n, proxy_s = _QUICK if args.quick else _FULL
     rates, seconds = args.rates or rates, args.seconds or seconds
     burst_n, scale_n = args.burst or burst_n, args.scale or scale_n
+    if args.inner_partitions < 1 or args.target_partitions < 1:
+        print("[bench] partitions must be at least 1", file=sys.stderr)
+        return 2
+    layout = TopicLayout(args.inner_partitions, args.target_partitions)
 
     def log(line: str) -> None:
         print(f"[bench] {line}", file=sys.stderr, flush=True)
@@ -99,6 +117,8 @@ def main(args: argparse.Namespace) -> int:
             "seconds": seconds,
             "max_delay_ms": max_delay,
             "payload_bytes": 200,
+            "inner_partitions": layout.inner,
+            "target_partitions": layout.target,
         },
     }
     found = results["scenarios"]
@@ -108,11 +128,15 @@ def main(args: argparse.Namespace) -> int:
         if "relay" in args.only:
             found["relay"] = baselines.bare_relay(bootstrap, relay_n, 200, log)
         if "steady" in args.only:
-            found["steady"] = scenarios.highest_rate(args.bootstrap, rates, seconds, log, max_delay)
+            found["steady"] = scenarios.highest_rate(
+                args.bootstrap, rates, seconds, log, max_delay, layout
+            )
         if "redis" in args.only:
             runs = []
             for rate in rates:
-                run = baselines.redis_steady(bootstrap, rate, seconds, 200, log, max_delay)
+                run = baselines.redis_steady(
+                    bootstrap, rate, seconds, 200, log, max_delay, layout.target
+                )
                 runs.append(run)
                 if not run["sustained"]:
                     break
@@ -124,11 +148,11 @@ def main(args: argparse.Namespace) -> int:
             }
             found["redis_memory"] = baselines.redis_memory(min(scale_n, 1_000_000), 200, log)
         if "burst" in args.only:
-            found["burst"] = scenarios.burst(args.bootstrap, burst_n, log)
+            found["burst"] = scenarios.burst(args.bootstrap, burst_n, log, layout)
         if "scale" in args.only:
-            found["scale"] = scenarios.scale(args.bootstrap, scale_n, log)
+            found["scale"] = scenarios.scale(args.bootstrap, scale_n, log, layout)
         if "proxy" in args.only:
-            found["proxy"] = scenarios.proxy_http(args.bootstrap, proxy_s, 100, log)
+            found["proxy"] = scenarios.proxy_http(args.bootstrap, proxy_s, 100, log, layout)
     finally:
         if broker is not None:
             broker.stop()

@@ -29,6 +29,10 @@ def test_quick_benchmark_writes_results(kafka_bootstrap: str, tmp_path: Path) ->
             kafka_bootstrap,
             "--out",
             str(tmp_path),
+            "--inner-partitions",
+            "2",
+            "--target-partitions",
+            "3",
             "--only",
             *only,
         ],
@@ -40,7 +44,12 @@ def test_quick_benchmark_writes_results(kafka_bootstrap: str, tmp_path: Path) ->
     results = json.loads((tmp_path / "results-quick.json").read_text())
     found = results["scenarios"]
     assert found["relay"]["records"] == 50_000 and found["relay"]["rate"] > 0
+    assert results["settings"]["inner_partitions"] == 2
+    assert results["settings"]["target_partitions"] == 3
     steady = found["steady"]["runs"][0]
+    # Counted over both inner partitions: with one, scale would wait for records never counted.
+    assert steady["topics"] == {"inner_partitions": 2, "target_partitions": 3}
+    assert found["scale"]["topics"]["inner_partitions"] == 2
     assert steady["delivered"] == steady["expected"] and steady["early"] == 0
     assert found["burst"]["missing"] == 0 and found["burst"]["early"] == 0
     assert found["scale"]["restart_to_first_delivery_s"] is not None

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from chronos.cli import bench
+from chronos.settings import TopicSettings
 
 
 def test_missing_redis_server_is_a_usage_error_before_anything_runs(
@@ -28,6 +29,8 @@ def test_missing_redis_server_is_a_usage_error_before_anything_runs(
         seconds=None,
         scale=None,
         burst=None,
+        inner_partitions=1,
+        target_partitions=8,
     )
     assert bench.main(args) == 2
     assert "redis-server not found" in capsys.readouterr().err
@@ -48,6 +51,8 @@ def test_scale_beyond_the_embedded_brokers_memory_is_a_usage_error(
         seconds=None,
         scale=20_000_000,  # ~9 GiB
         burst=None,
+        inner_partitions=1,
+        target_partitions=8,
     )
     assert bench.main(args) == 2
     assert "--bootstrap" in capsys.readouterr().err
@@ -62,3 +67,26 @@ def test_scale_fits_up_to_four_fifths_of_the_available_memory(
     assert not bench._scale_fits_embedded_broker(15_000_000)[0]  # ~6.7 GiB > 6.4 GiB
     monkeypatch.setattr(bench, "meminfo_bytes", lambda field: None)
     assert bench._scale_fits_embedded_broker(10**12)[0]  # unknown memory: not refused
+
+
+def test_partitions_below_one_are_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    bench.register(parser.add_subparsers())
+    args = parser.parse_args(
+        ["bench", "--only", "steady", "--out", str(tmp_path), "--bootstrap", "127.0.0.1:1"]
+        + ["--inner-partitions", "0"]
+    )
+    assert bench.main(args) == 2
+    assert "partitions" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_partitions_default_to_the_settings_inner_count_and_eight_targets() -> None:
+    """The benchmark measures the inner topic a new deployment gets, unless told otherwise."""
+    parser = argparse.ArgumentParser()
+    bench.register(parser.add_subparsers())
+    args = parser.parse_args(["bench"])
+    assert args.inner_partitions == TopicSettings().inner_partitions
+    assert args.target_partitions == 8

@@ -1,0 +1,46 @@
+"""The benchmark's Markdown says which partitions a steady run used (the broker's CPU follows them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chronos.bench.report import markdown
+
+
+def _run(topics: dict[str, int] | None) -> dict[str, Any]:
+    run: dict[str, Any] = {
+        "rate_target": 1000.0,
+        "ingest_rate": 999.0,
+        "delivery_rate_sustained": 998.0,
+        "missing": 0,
+        "duplicates": 0,
+        "early": 0,
+        "lateness_ms": {"p50": 1, "p99": 2, "p999": 3, "max": 4},
+        "node": {"cpu_percent_mean": 10.0, "rss_mib_peak": 100.0},
+        "sustained": True,
+    }
+    if topics is not None:
+        run["topics"] = topics
+    return run
+
+
+def _results(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    machine = {"cpu": "cpu", "cores": 2, "memory_gib": 1.0, "broker": "b", "python": "3"}
+    return {
+        "mode": "quick",
+        "started": "now",
+        "machine": {**machine, "librdkafka": "2"},
+        "scenarios": {"steady": {"runs": runs, "highest_sustained_rate": 1000.0}},
+    }
+
+
+def test_steady_section_names_the_partitions_of_its_runs() -> None:
+    text = markdown(_results([_run({"inner_partitions": 1, "target_partitions": 8})]))
+    assert "Partitions: inner topic 1 partition, target topic 8 partitions." in text
+
+
+def test_runs_without_a_recorded_layout_print_no_partitions_line() -> None:
+    """Results written before the layout was recorded still render."""
+    text = markdown(_results([_run(None)]))
+    assert "Partitions:" not in text
+    assert "Highest sustained rate" in text
