@@ -105,7 +105,16 @@ class TopicSettings(_Section):
     """Internal topic names and how to create them."""
 
     namespace: str = Field("chronos", description="Prefix of every internal topic and group.")
-    inner_partitions: int = Field(8, ge=1, description="Partitions of the inner topic.")
+    inner_partitions: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Partitions of the inner topic, when chronos creates it. Every node reads all of "
+            "them with one ingest thread, so more buy no parallelism, only smaller Kafka "
+            "batches: at 25,000 msg/s the broker used 68 % of a core with 8 and 33 % with 1, "
+            "and p99 lateness was 2,362 ms against 14-20 ms. Existing topics keep theirs."
+        ),
+    )
     replication_factor: int = Field(1, ge=1, description="Replication of internal topics.")
     create: bool = Field(True, description="Create the internal topics at start when missing.")
 
