@@ -17,6 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from chronos.bench.load import observe
 from chronos.bench.sampler import ProcessSampler
 from chronos.bench.scenarios import spawn_pool
+from chronos.bench.stack import TopicLayout
 from chronos.bench.stats import summarize
 from chronos.devstack.tansu import TansuBroker, free_port
 from chronos.kafka.admin import create_topic
@@ -79,17 +80,21 @@ def relay(bootstrap: str, source: str, sink: str, count: int) -> dict[str, float
     return {"records": moved, "seconds": round(elapsed, 3), "rate": round(moved / elapsed)}
 
 
+_RELAY_PARTITIONS = 4
+
+
 def bare_relay(bootstrap: str, count: int, payload: int, log: Callable[[str], None]) -> Result:
     """The ceiling for any Python consume->produce broker with these clients and record sizes."""
     settings = ChronosSettings(kafka=KafkaSettings(bootstrap_servers=bootstrap))
     source, sink = f"relay-in-{uuid.uuid4().hex[:6]}", f"relay-out-{uuid.uuid4().hex[:6]}"
-    create_topic(settings, source, 4)
-    create_topic(settings, sink, 4)
+    create_topic(settings, source, _RELAY_PARTITIONS)
+    create_topic(settings, sink, _RELAY_PARTITIONS)
     _fill(bootstrap, source, count, payload)
     with spawn_pool() as pool:
         result = pool.submit(relay, bootstrap, source, sink, count).result()
     log(f"bare relay: {result['rate']} records/s")
-    return result
+    # Fixed, not the run's layout: 1 and 4 partitions relayed alike (round 5, item 14).
+    return {**result, "partitions": _RELAY_PARTITIONS}
 
 
 # Redisson / lmstfy style: payload by id, ZADD id with the due time as score, a Lua script that
@@ -214,7 +219,7 @@ def redis_steady(
     payload: int,
     log: Callable[[str], None],
     max_delay_ms: int = 10_000,
-    target_partitions: int = 8,
+    target_partitions: int = TopicLayout().target,
 ) -> Result:
     """The sorted-set queue at ``rate``/s with delays over 1-10 s, delivering to Kafka (a
     target topic of ``target_partitions``, as chronos' in the same run)."""

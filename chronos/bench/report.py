@@ -61,6 +61,18 @@ def _others(proc: dict[str, Any]) -> list[str]:
     ]
 
 
+def _with(rerun: Result) -> str:
+    """The settings a re-run changed the meaning of its numbers with, when recorded."""
+    settings = rerun.get("settings") or {}
+    if "inner_partitions" not in settings:
+        return ""
+    return (
+        f" (inner topic {settings['inner_partitions']}, target topic "
+        f"{settings['target_partitions']} partitions; ingest batches up to "
+        f"{settings['ingest_batch_max']})"
+    )
+
+
 def _layout(runs: list[Result]) -> list[str]:
     """The partitions the runs used (the broker's CPU follows them), when recorded."""
     topics = runs[0].get("topics") if runs else None
@@ -90,7 +102,7 @@ def markdown(results: Result) -> str:
     ]
     reruns = results.get("reruns", [])
     for rerun in reruns:
-        lines += [f"Re-run {rerun['started']}: {', '.join(rerun['only'])}.", ""]
+        lines += [f"Re-run {rerun['started']}: {', '.join(rerun['only'])}{_with(rerun)}.", ""]
     if reruns:
         lines += ["Each scenario below shows the numbers of its latest run.", ""]
     scenarios = results["scenarios"]

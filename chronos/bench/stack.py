@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -13,7 +13,7 @@ from chronos.bench.host import dir_bytes
 from chronos.devstack.process import NodeProcess
 from chronos.devstack.tansu import TansuBroker
 from chronos.kafka.admin import create_topic, ensure_topics
-from chronos.settings import ChronosSettings, load_settings
+from chronos.settings import ChronosSettings, TopicSettings, load_settings
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,14 @@ class TopicLayout:
     is what the broker's CPU follows (see docs/benchmarks/README.md, round 5).
     """
 
-    inner: int = 1
+    inner: int = field(default_factory=lambda: TopicSettings().inner_partitions)
     target: int = 8
+
+    def __post_init__(self) -> None:
+        if self.inner < 1 or self.target < 1:
+            raise ValueError(
+                f"partitions must be at least 1 (inner {self.inner}, target {self.target})"
+            )
 
     def as_result(self) -> dict[str, int]:
         """How a scenario's result records the layout it ran with."""

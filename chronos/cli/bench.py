@@ -13,7 +13,7 @@ from typing import Any
 
 from chronos.bench.host import meminfo_bytes
 from chronos.bench.stack import TopicLayout
-from chronos.settings import TopicSettings
+from chronos.settings import NodeSettings
 
 ALL = ("relay", "steady", "redis", "burst", "scale", "proxy")
 
@@ -65,14 +65,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--inner-partitions",
         type=int,
-        default=TopicSettings().inner_partitions,
-        help="partitions of the inner topic (default: the topics.inner_partitions default)",
+        default=TopicLayout().inner,
+        help="partitions of the inner topic (default %(default)s, as topics.inner_partitions)",
     )
     parser.add_argument(
         "--target-partitions",
         type=int,
-        default=8,
-        help="partitions of the topic messages are delivered to (chronos and Redis alike)",
+        default=TopicLayout().target,
+        help="partitions of the topic delivered to, chronos' and Redis' (default %(default)s)",
     )
     parser.set_defaults(func=main)
 
@@ -83,10 +83,11 @@ def main(args: argparse.Namespace) -> int:
     rates, seconds, max_delay, burst_n, scale_n, relay_n, proxy_s = _QUICK if args.quick else _FULL
     rates, seconds = args.rates or rates, args.seconds or seconds
     burst_n, scale_n = args.burst or burst_n, args.scale or scale_n
-    if args.inner_partitions < 1 or args.target_partitions < 1:
-        print("[bench] partitions must be at least 1", file=sys.stderr)
+    try:
+        layout = TopicLayout(args.inner_partitions, args.target_partitions)
+    except ValueError as exc:
+        print(f"[bench] {exc}", file=sys.stderr)
         return 2
-    layout = TopicLayout(args.inner_partitions, args.target_partitions)
 
     def log(line: str) -> None:
         print(f"[bench] {line}", file=sys.stderr, flush=True)
@@ -118,8 +119,9 @@ def main(args: argparse.Namespace) -> int:
             "seconds": seconds,
             "max_delay_ms": max_delay,
             "payload_bytes": 200,
-            "inner_partitions": layout.inner,
-            "target_partitions": layout.target,
+            **layout.as_result(),
+            # Decides how fast ingest catches up (docs/benchmarks/README.md, item 15).
+            "ingest_batch_max": NodeSettings().ingest_batch_max,
         },
     }
     found = results["scenarios"]
@@ -162,7 +164,9 @@ def main(args: argparse.Namespace) -> int:
         # A partial run updates its scenarios in the existing results and keeps the others.
         kept = json.loads(previous.read_text())
         kept["scenarios"].update(found)
-        kept.setdefault("reruns", []).append({"started": results["started"], "only": args.only})
+        kept.setdefault("reruns", []).append(
+            {"started": results["started"], "only": args.only, "settings": results["settings"]}
+        )
         results = kept
     for path in report.write(results, args.out):
         log(f"wrote {path}")

@@ -1,4 +1,4 @@
-"""The benchmark's Markdown says which partitions a steady run used (the broker's CPU follows them)."""
+"""The benchmark's Markdown names the partitions of each steady run."""
 
 from __future__ import annotations
 
@@ -44,3 +44,21 @@ def test_runs_without_a_recorded_layout_print_no_partitions_line() -> None:
     text = markdown(_results([_run(None)]))
     assert "Partitions:" not in text
     assert "Highest sustained rate" in text
+
+
+def test_a_rerun_line_says_which_partitions_and_batch_size_it_ran_with() -> None:
+    results = _results([_run(None)])
+    results["reruns"] = [
+        {
+            "started": "later",
+            "only": ["steady"],
+            "settings": {"inner_partitions": 1, "target_partitions": 8, "ingest_batch_max": 1000},
+        },
+        {"started": "old", "only": ["burst"]},
+    ]
+    text = markdown(results)
+    assert (
+        "Re-run later: steady (inner topic 1, target topic 8 partitions; ingest batches up to "
+        "1000)." in text
+    )
+    assert "Re-run old: burst." in text

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from chronos.bench.stack import TopicLayout
 from chronos.cli import bench
 from chronos.settings import TopicSettings
 
@@ -69,17 +70,19 @@ def test_scale_fits_up_to_four_fifths_of_the_available_memory(
     assert bench._scale_fits_embedded_broker(10**12)[0]  # unknown memory: not refused
 
 
+@pytest.mark.parametrize("flag", ["--inner-partitions", "--target-partitions"])
 def test_partitions_below_one_are_a_usage_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     parser = argparse.ArgumentParser()
     bench.register(parser.add_subparsers())
+    # A bootstrap nobody listens on: reaching Kafka would hang or fail, not return 2 at once.
     args = parser.parse_args(
         ["bench", "--only", "steady", "--out", str(tmp_path), "--bootstrap", "127.0.0.1:1"]
-        + ["--inner-partitions", "0"]
+        + [flag, "0"]
     )
     assert bench.main(args) == 2
-    assert "partitions" in capsys.readouterr().err
+    assert "partitions must be at least 1" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
 
@@ -88,5 +91,8 @@ def test_partitions_default_to_the_settings_inner_count_and_eight_targets() -> N
     parser = argparse.ArgumentParser()
     bench.register(parser.add_subparsers())
     args = parser.parse_args(["bench"])
-    assert args.inner_partitions == TopicSettings().inner_partitions
-    assert args.target_partitions == 8
+    assert (args.inner_partitions, args.target_partitions) == (
+        TopicSettings().inner_partitions,
+        8,
+    )
+    assert TopicLayout() == TopicLayout(TopicSettings().inner_partitions, 8)

@@ -6,6 +6,8 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+from chronos.settings import NodeSettings
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "store_ingest_bench.py"
 
 
@@ -17,16 +19,21 @@ def _load() -> ModuleType:
     return module
 
 
+# The script writes in batches of node.ingest_batch_max, and tenths are whole batches.
+BATCH = NodeSettings().ingest_batch_max
+
+
 def test_every_add_lands_and_each_tenth_is_reported(tmp_path: Path) -> None:
-    result = _load().run(4_000, tmp_path / "store")
-    assert (result["added"], result["duplicates"]) == (4_000, 0)
+    result = _load().run(20 * BATCH, tmp_path / "store")
+    assert (result["added"], result["duplicates"]) == (20 * BATCH, 0)
     tenths = result["tenths"]
-    assert [row["applied"] for row in tenths] == list(range(400, 4_001, 400))
+    assert [row["applied"] for row in tenths] == list(range(2 * BATCH, 20 * BATCH + 1, 2 * BATCH))
     assert all(row["rate"] > 0 and row["lookup_us"] > 0 for row in tenths)
     assert result["disk_bytes_per_message"] > 0
 
 
 def test_a_remainder_joins_the_last_tenth(tmp_path: Path) -> None:
-    result = _load().run(4_100, tmp_path / "store")  # tenth 400, then 500
-    assert [row["applied"] for row in result["tenths"]][-2:] == [3_600, 4_100]
-    assert result["added"] == 4_100
+    count = 20 * BATCH + BATCH // 2  # tenths of 2 batches, then the last one half a batch longer
+    result = _load().run(count, tmp_path / "store")
+    assert [row["applied"] for row in result["tenths"]][-2:] == [18 * BATCH, count]
+    assert result["added"] == count
