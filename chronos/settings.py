@@ -110,9 +110,11 @@ class TopicSettings(_Section):
         ge=1,
         description=(
             "Partitions of the inner topic, when chronos creates it. Every node reads all of "
-            "them with one ingest thread, so more buy no parallelism, only smaller Kafka "
-            "batches: at 25,000 msg/s the broker used 68 % of a core with 8 and 33 % with 1, "
-            "and p99 lateness was 2,362 ms against 14-20 ms. Existing topics keep theirs."
+            "them, with node.ingest_threads threads (1: a second only contends for the GIL), so "
+            "more buy no parallelism, only smaller Kafka batches: at 25,000 msg/s the broker "
+            "used 65-68 % of a core with 8 and 32-34 % with 1, and p99 lateness was 2,362-2,590 "
+            "ms against 14-20 ms. Existing topics keep theirs: a node reads the count from "
+            "Kafka."
         ),
     )
     replication_factor: int = Field(1, ge=1, description="Replication of internal topics.")
@@ -207,8 +209,9 @@ class NodeSettings(_Section):
             "and each batch releases and takes back the GIL several times (poll, consume, index "
             "multi-get), so bigger batches catch up faster: at 32,500 msg/s (inner topic of 1 "
             "partition) p99 lateness was 28-51 ms with 1000 against 98-1,452 ms with 200, and "
-            "35,000 held (p99 67 ms) with 1000 but not 2000. A write holds the GIL (rocksdict) "
-            "for ~2.5 us per record."
+            "35,000 held (p99 67 ms) with 1000 but not 2000 (200-byte payloads). A write holds "
+            "the GIL (rocksdict) for ~2.5 us per 200-byte record, longer for bigger ones: with "
+            "large payloads a smaller batch keeps those pauses short."
         ),
     )
     ingest_poll_timeout_ms: int = Field(100, ge=1, description="Consumer poll timeout, ms.")
