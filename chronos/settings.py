@@ -208,8 +208,9 @@ class NodeSettings(_Section):
             "Most records per store write batch. Batches fill up only when ingest is behind, "
             "and each batch releases and takes back the GIL several times (poll, consume, index "
             "multi-get), so bigger batches catch up faster: at 32,500 msg/s (inner topic of 1 "
-            "partition) p99 lateness was 28-51 ms with 1000 against 98-1,452 ms with 200, and "
-            "35,000 held (p99 67 ms) with 1000 but not 2000 (200-byte payloads). A write holds "
+            "partition) p99 lateness was 28-51 ms with 1000 against 98-1,452 ms with 200 "
+            "(200-byte payloads); 35,000 is past the edge (67 ms in one run, 1,537 in the full "
+            "benchmark, 1,918 with 2000). A write holds "
             "the GIL (rocksdict) for ~2.5 us per 200-byte record, longer for bigger ones: with "
             "large payloads a smaller batch keeps those pauses short."
         ),
