@@ -48,3 +48,7 @@ class CancelRequest:
 
 
 InnerRequest = DelayMessage | CancelRequest
+
+#: An inner request as the store takes it: (id, due ms, encoded message) for an add,
+#: (id, 0, None) for a cancel. Plain data: decoding may run in another process.
+DecodedRequest = tuple[str, EpochMs, bytes | None]

@@ -186,6 +186,10 @@ class StoreSettings(_Section):
     )
 
 
+#: Where a node decodes its inner records (see ``NodeSettings.ingest_decoder``).
+DecoderPlace = Literal["process", "thread"]
+
+
 class NodeSettings(_Section):
     """One broker node: identity, storage location and thread counts."""
 
@@ -199,6 +203,15 @@ class NodeSettings(_Section):
             "Inner-topic consumer threads. One is best on CPython: decoding holds the GIL, and "
             "a second thread added contention, not throughput (p99 lateness 55-62 -> 163-1022 "
             "ms at 12,000 msg/s)."
+        ),
+    )
+    ingest_decoder: DecoderPlace = Field(
+        "process",
+        description=(
+            "Where inner records are consumed, decoded, validated and encoded: in a child "
+            "process per ingest thread (process) or in the ingest thread (thread). That work "
+            "was ~45 % of ingest's GIL time; in a child it runs beside the node's threads and "
+            "the node only unpickles its batches. MEASURED_DECODER"
         ),
     )
     ingest_batch_max: int = Field(

@@ -1,4 +1,8 @@
-"""CPU and memory of a process over time, read from /proc (Linux)."""
+"""CPU and memory of a process and its children over time, read from /proc (Linux).
+
+Children count: a node decodes in child processes (``node.ingest_decoder``), and their CPU
+and memory are the node's.
+"""
 
 from __future__ import annotations
 
@@ -11,19 +15,52 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` (all threads)."""
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants alive now."""
+    tree = [pid]
+    for member in tree:  # grows while walked: breadth first
+        for task in Path(f"/proc/{member}/task").glob("*/children"):
+            try:
+                tree += [int(child) for child in task.read_text().split()]
+            except OSError:  # the thread or process ended meanwhile
+                continue
+    return tree
+
+
+def _own_cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its live descendants (all threads).
+
+    A descendant that ended takes its seconds along (unless ``pid`` waited for it).
+    """
+    total = _own_cpu_seconds(pid)
+    for member in process_tree(pid)[1:]:
+        try:
+            total += _own_cpu_seconds(member)
+        except OSError:
+            continue
+    return total
+
+
 def rss_bytes(pid: int) -> int:
-    """Resident set size of ``pid``."""
-    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+    """Resident set size of ``pid`` plus that of its live descendants."""
+    total = 0
+    for member in process_tree(pid):
+        try:
+            total += int(Path(f"/proc/{member}/statm").read_text().split()[1]) * _PAGE
+        except OSError:
+            if member == pid:
+                raise
+    return total
 
 
 class ProcessSampler:
-    """Samples a process every ``interval_s`` on a thread; summarises CPU share and peak RSS.
+    """Samples a process (and its children) every ``interval_s``; summarises CPU share and peak
+    RSS.
 
     Parameters:
         pid: the process to watch.

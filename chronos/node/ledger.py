@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from chronos.clock import Clock
-from chronos.model import CancelRequest, DelayMessage, InnerRequest
+from chronos.model import DecodedRequest, DelayMessage, InnerRequest
 from chronos.node.frontier import Frontier
 from chronos.settings import DeleteSettings
 from chronos.store import codec, keys
@@ -77,27 +77,32 @@ class Ledger:
         offsets: Mapping[int, int] | None = None,
         encoded: Sequence[bytes | None] | None = None,
     ) -> ApplyOutcome:
-        """Apply decoded inner requests in order as one atomic batch (durable after ``sync``).
+        """``apply_decoded`` for request objects (``encoded``: each add's stored value, when
+        the caller already has it)."""
+        if encoded is None:
+            encoded = [codec.encode(r) if isinstance(r, DelayMessage) else None for r in requests]
+        items = [
+            (r.id, r.due_ms if isinstance(r, DelayMessage) else 0, value)
+            for r, value in zip(requests, encoded, strict=True)
+        ]
+        return self.apply_decoded(items, offsets)
 
+    def apply_decoded(
+        self, items: Sequence[DecodedRequest], offsets: Mapping[int, int] | None = None
+    ) -> ApplyOutcome:
+        """Apply decoded requests in order as one atomic batch (durable after ``sync``).
+
+        Each item is (id, due ms, stored value) for an add, (id, 0, None) for a cancel.
         ``offsets`` (inner partition -> next offset) are written in the same batch, so the
         store alone says where ingest resumes and a replay never skips or re-applies: a batch
         lost before its WAL was synced is read again from Kafka.
-        ``encoded`` holds each add's stored value when the caller already encoded it.
         """
         outcome = ApplyOutcome()
-        if not requests and not offsets:
+        if not items and not offsets:
             return outcome
-        # Encoding depends on neither the index nor the frontier: done before any lock.
-        if encoded is None:
-            encoded = [codec.encode(r) if isinstance(r, DelayMessage) else None for r in requests]
         # Each id encoded once: the index lookup, the message key and the index key share it.
-        raw_ids = {r.id: r.id.encode() for r in requests}
-        # An add's due time (``due_ms`` is a property: read it once per record).
-        dues = [r.due_ms if isinstance(r, DelayMessage) else 0 for r in requests]
-        earliest_due = min(
-            (d for d, r in zip(dues, requests, strict=True) if isinstance(r, DelayMessage)),
-            default=None,
-        )
+        raw_ids = {item[0]: item[0].encode() for item in items}
+        earliest_due = min((due for _, due, value in items if value is not None), default=None)
         earliest: EpochMs | None = None
         with self._lock:
             state = dict(
@@ -106,9 +111,9 @@ class Ledger:
             # A cancel reserves the slot it deletes too: the push worker cannot scan it while
             # the delete is in flight, so "cancelled" vs "raced" is decided against a frontier
             # that holds still.
-            for request, value in zip(requests, encoded, strict=True):
+            for message_id, _, value in items:
                 if value is None:
-                    current = state[request.id]
+                    current = state[message_id]
                     if current is not None and current[:1] == keys.INDEX_PENDING:
                         slot = keys.slot_of(current[1:])
                         earliest_due = slot if earliest_due is None else min(earliest_due, slot)
@@ -119,8 +124,7 @@ class Ledger:
             placed: list[tuple[bytes, bytes, bytes, bytes]] = []
             # The reservation lasts from reading the frontier to the write being visible.
             with self._frontier.placing(earliest_due) as frontier:
-                for request, value, due in zip(requests, encoded, dues, strict=True):
-                    message_id = request.id
+                for message_id, due, value in items:
                     current = state[message_id]
                     if value is not None:
                         if current is not None:
@@ -137,13 +141,12 @@ class Ledger:
                         if earliest is None or slot < earliest:
                             earliest = slot
                     else:
-                        assert isinstance(request, CancelRequest)
                         # Batch order is apply order: adds before this cancel go in first.
                         outcome.added += len(placed)
                         batch.put_scheduled_many(placed)
                         placed = []
                         state[message_id] = self._cancel(
-                            batch, request, current, frontier, now, outcome
+                            batch, message_id, current, frontier, now, outcome
                         )
                 outcome.added += len(placed)
                 batch.put_scheduled_many(placed)
@@ -165,7 +168,7 @@ class Ledger:
     def _cancel(
         self,
         batch: RocksBatch,
-        request: CancelRequest,
+        message_id: str,
         current: bytes | None,
         frontier: EpochMs,
         now: EpochMs,
@@ -178,19 +181,19 @@ class Ledger:
             slot = keys.slot_of(key)
             if slot <= self._seek:
                 outcome.cancel_too_late += 1
-                log.info("cancel_too_late", id=request.id, slot_ms=slot)
+                log.info("cancel_too_late", id=message_id, slot_ms=slot)
                 return current
             batch.delete_message(key)
             if slot <= frontier:
                 outcome.cancel_raced += 1  # already handed to a sender: may still be delivered
-                log.warning("cancel_raced_delivery", id=request.id, slot_ms=slot)
+                log.warning("cancel_raced_delivery", id=message_id, slot_ms=slot)
             else:
                 outcome.cancelled += 1
         else:
             outcome.cancel_unknown += 1  # remembered so a later replay of its add stays cancelled
         tombstone = keys.index_cancelled(now)
-        batch.put_index(request.id, tombstone)
-        batch.put_expiry(keys.expiry_key(now + self._tombstone_ms, request.id))
+        batch.put_index(message_id, tombstone)
+        batch.put_expiry(keys.expiry_key(now + self._tombstone_ms, message_id))
         return tombstone
 
     def commit_progress(

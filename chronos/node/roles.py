@@ -8,17 +8,21 @@ the progress worker makes its final seek commit last.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from chronos.kafka.admin import partition_count
 from chronos.node.checkpointer import CheckpointWorker
 from chronos.node.component import Component
 from chronos.node.context import NodeContext
+from chronos.node.decoder_process import DecoderProcess, ReaderSpec
 from chronos.node.delete import DeleteWorker
 from chronos.node.ingest import IngestWorker
+from chronos.node.inner_reader import BatchSource
 from chronos.node.progress import ProgressWorker
 from chronos.node.push import PushWorker
 from chronos.node.reporter import MetricsReporter
 from chronos.node.sender import Sender
+from chronos.settings import DecoderPlace, LogSettings
 
 Role = Callable[[NodeContext], list[Component]]
 
@@ -29,23 +33,39 @@ def _ingest(ctx: NodeContext) -> list[IngestWorker]:
     config = s.kafka.consumer(names.node_group(s.node.node_id))
     partitions = partition_count(s, names.inner)
     threads = min(s.node.ingest_threads, partitions)
-    return [
-        IngestWorker(
-            i,
+    workers: list[IngestWorker] = []
+    for i in range(threads):
+        spec = ReaderSpec(
             config,
             names.inner,
             list(range(i, partitions, threads)),
-            ctx.ledger,
-            ctx.dead_letters,
-            ctx.clock,
             s.limits,
             names,
             s.node.ingest_batch_max,
-            s.node.ingest_poll_timeout_ms,
-            ctx.metrics,
+            s.node.ingest_poll_timeout_ms / 1000.0,
         )
-        for i in range(threads)
-    ]
+        workers.append(
+            IngestWorker(
+                i,
+                spec.partitions,
+                partial(_source, spec, s.node.ingest_decoder, s.log, f"chronos-decoder-{i}"),
+                ctx.ledger,
+                ctx.dead_letters,
+                ctx.clock,
+                s.node.ingest_poll_timeout_ms,
+                ctx.metrics,
+            )
+        )
+    return workers
+
+
+def _source(
+    spec: ReaderSpec, decoder: DecoderPlace, log_settings: LogSettings, name: str
+) -> BatchSource:
+    """A new reader for one ingest thread, where the settings want it to decode."""
+    if decoder == "process":
+        return DecoderProcess(name, spec, log_settings)
+    return spec.reader()
 
 
 def _delivery(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:

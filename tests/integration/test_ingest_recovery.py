@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,22 +16,29 @@ from proxy.client import DelayClient, DelayRequest
 from tests.integration.harness import Inbox, make_settings, running_node
 
 
+@pytest.mark.parametrize("decoder", ["process", "thread"])
 def test_a_batch_that_fails_to_store_is_read_again(
-    kafka_bootstrap: str, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kafka_bootstrap: str,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    decoder: str,
 ) -> None:
-    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
+    settings = make_settings(
+        kafka_bootstrap, namespace, tmp_path / "store", node={"ingest_decoder": decoder}
+    )
     topic = f"{namespace}-retry"
     failures = {"left": 3}
-    real_apply = Ledger.apply
+    real_apply = Ledger.apply_decoded
 
-    def flaky_apply(self: Ledger, requests: Sequence[object], *args: object) -> ApplyOutcome:
-        if requests and failures["left"] > 0:
+    def flaky_apply(self: Ledger, items: Sequence[object], *args: object) -> ApplyOutcome:
+        if items and failures["left"] > 0:
             failures["left"] -= 1
             raise OSError("injected store failure")
-        return real_apply(self, requests, *args)  # type: ignore[arg-type]
+        return real_apply(self, items, *args)  # type: ignore[arg-type]
 
     with running_node(settings), Inbox(settings, [topic]) as inbox:
-        monkeypatch.setattr(Ledger, "apply", flaky_apply)
+        monkeypatch.setattr(Ledger, "apply_decoded", flaky_apply)
         with DelayClient(settings) as client:
             ids = {
                 r.id
@@ -38,6 +48,34 @@ def test_a_batch_that_fails_to_store_is_read_again(
             }
         assert inbox.wait_for(ids, timeout_s=20), "records of a failed batch were skipped"
     assert failures["left"] == 0
+
+
+def _decoders() -> list[multiprocessing.process.BaseProcess]:
+    return [p for p in multiprocessing.active_children() if p.name.startswith("chronos-decoder")]
+
+
+def test_a_killed_decoder_process_is_replaced_and_nothing_is_lost(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
+    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
+    topic = f"{namespace}-decoder"
+    with running_node(settings), Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
+        killed = _decoders()
+        assert len(killed) == settings.node.ingest_threads
+        ids = {
+            r.id
+            for r in client.send_batch([DelayRequest(topic, f"a{i}", delay=1) for i in range(100)])
+        }
+        for process in killed:
+            os.kill(process.pid or 0, signal.SIGKILL)
+        ids |= {
+            r.id
+            for r in client.send_batch([DelayRequest(topic, f"b{i}", delay=1) for i in range(100)])
+        }
+        assert inbox.wait_for(ids, timeout_s=30), "records were lost with the decoder process"
+        replacements = _decoders()
+        assert len(replacements) == len(killed)
+        assert not {p.pid for p in replacements} & {p.pid for p in killed}
 
 
 def test_a_new_store_reads_the_inner_topic_from_the_beginning(

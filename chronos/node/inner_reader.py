@@ -1,0 +1,227 @@
+"""Reading the inner topic: consume records and decode them into what the store writes.
+
+Decoding needs nothing from the store, so it can run apart from the writer: in the ingest
+thread (``InnerReader``) or in a child process (``chronos.node.decoder_process``). What comes
+out is plain data (strings, ints, bytes), cheap to send between processes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol, cast
+
+import structlog
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+
+from chronos import wire
+from chronos.errors import DecodeError, ValidationError
+from chronos.model import DecodedRequest, DelayMessage
+from chronos.names import TopicNames
+from chronos.settings import LimitSettings
+from chronos.store import codec
+from chronos.types import EpochMs, Headers, KafkaConfig
+from chronos.validation import validate_message
+
+log = structlog.get_logger(__name__)
+_librdkafka_log = logging.getLogger("librdkafka")
+
+# The proxy checked the horizon with its own clock; a node whose clock is a little behind must
+# not dead-letter what the proxy accepted.
+_HORIZON_SLACK_MS = 3_600_000
+
+#: One rejected record: (key, value, headers, reason, origin), for the dead-letter topic.
+Rejected = tuple[bytes | None, bytes | None, Headers, str, str]
+
+
+@dataclass(slots=True)
+class DecodedBatch:
+    """What one read produced, in inner-topic order.
+
+    Parameters:
+        items: the decoded requests.
+        offsets: next offset per partition, past every record of this batch (rejected too).
+        rejected: records that failed to decode or validate.
+        errors: consumer errors met while reading (logged by the writer).
+        oldest_ms: timestamp of the batch's first record (ingest lag), None when empty.
+        positions: on an empty read, the consumer's position per partition: it moves past
+            transaction markers that no record shows, which catching up must see.
+    """
+
+    items: list[DecodedRequest] = field(default_factory=list)
+    offsets: dict[int, int] = field(default_factory=dict)
+    rejected: list[Rejected] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    oldest_ms: EpochMs | None = None
+    positions: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        """True when no record was read (only ``positions`` may be set)."""
+        return not self.offsets and not self.errors
+
+
+class BatchSource(Protocol):
+    """Where the ingest thread gets decoded batches: a reader in-thread or in a child process."""
+
+    def open(self, start: dict[int, int]) -> dict[int, int]:
+        """Start reading at ``start`` (next offset per partition; beginning where missing).
+
+        Returns the end offset of every partition that still holds records past ``start``.
+        """
+        ...
+
+    def read(self, timeout_s: float) -> DecodedBatch:
+        """The next batch, empty when nothing arrived within ``timeout_s``."""
+        ...
+
+    def store_offsets(self, offsets: dict[int, int]) -> None:
+        """Offer the node's group these offsets (advisory: for lag monitoring only)."""
+        ...
+
+    def close(self) -> None:
+        """Stop reading; commits the offered offsets."""
+        ...
+
+
+def decode_record(
+    record: Message, limits: LimitSettings, names: TopicNames, now_ms: EpochMs
+) -> DecodedRequest:
+    """Decode, validate (the proxy's rules) and encode one inner record for the store.
+
+    Any failure on this record, whatever raised it, becomes a DecodeError so it is
+    dead-lettered instead of stopping ingest.
+    """
+    try:
+        # Consumed headers are (str, bytes | None) pairs; the stub's union also covers the
+        # forms produce() accepts (no cast(): a function call per record).
+        request = wire.decode(record.value(), record.headers())  # type: ignore[arg-type]
+        if isinstance(request, DelayMessage):
+            validate_message(request, limits, names, now_ms + _HORIZON_SLACK_MS)
+            # A request read from the wire is its first occurrence: due is first_due_ms.
+            return request.id, request.first_due_ms, codec.encode(request)
+        return request.id, 0, None
+    except DecodeError as exc:
+        reason = exc.reason
+    except ValidationError as exc:
+        reason = f"invalid {exc.field}: {exc.message}"
+    except Exception as exc:  # bad input must never stop ingest, whatever breaks on it
+        reason = f"undecodable: {type(exc).__name__}: {exc}"
+    # The origin is built only for rejected records: it is on no hot path.
+    raise DecodeError(reason, origin=f"{record.topic()}[{record.partition()}]@{record.offset()}")
+
+
+def decode_batch(
+    records: list[Message], limits: LimitSettings, names: TopicNames, now_ms: EpochMs
+) -> DecodedBatch:
+    """Decode consumed records; rejected ones are kept aside with their reason."""
+    batch = DecodedBatch()
+    items, offsets = batch.items, batch.offsets
+    for record in records:
+        error = record.error()
+        if error is not None:
+            batch.errors.append(str(error))
+            continue
+        partition, offset = record.partition(), record.offset()
+        if partition is None or offset is None:
+            # librdkafka sets both on every consumed record without an error.
+            raise RuntimeError(f"consumed record without a position: {partition}@{offset}")
+        offsets[partition] = offset + 1
+        try:
+            items.append(decode_record(record, limits, names, now_ms))
+        except DecodeError as exc:
+            headers = cast("Headers | None", record.headers())  # see decode_record
+            batch.rejected.append(
+                (record.key(), record.value(), headers or [], exc.reason, exc.origin)
+            )
+        if batch.oldest_ms is None:
+            batch.oldest_ms = record.timestamp()[1]
+    return batch
+
+
+class InnerReader:
+    """A consumer of some inner partitions that hands out decoded batches.
+
+    Partitions are assigned directly (no group membership, no rebalance wait at start); the
+    group only receives advisory offsets, for lag monitoring.
+
+    Parameters:
+        consumer_config: librdkafka config with the node's group id.
+        topic: the inner topic.
+        partitions: the partitions read.
+        limits: the shared validation limits.
+        names: internal topic names (never targets).
+        batch_max: most records per batch.
+        clock_ms: current time in epoch ms, for validation.
+    """
+
+    def __init__(
+        self,
+        consumer_config: KafkaConfig,
+        topic: str,
+        partitions: list[int],
+        limits: LimitSettings,
+        names: TopicNames,
+        batch_max: int,
+        clock_ms: Callable[[], EpochMs],
+    ) -> None:
+        self._config = consumer_config
+        self._topic = topic
+        self._partitions = partitions
+        self._limits = limits
+        self._names = names
+        self._batch_max = batch_max
+        self._now_ms = clock_ms
+        self._consumer: Consumer | None = None
+
+    def open(self, start: dict[int, int]) -> dict[int, int]:
+        consumer = Consumer({**self._config, "logger": _librdkafka_log})
+        assignment = [
+            TopicPartition(self._topic, p, start.get(p, OFFSET_BEGINNING)) for p in self._partitions
+        ]
+        targets: dict[int, int] = {}
+        try:
+            for tp in assignment:
+                low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+                if high > max(low, start.get(tp.partition, -1)):
+                    targets[tp.partition] = high
+            consumer.assign(assignment)
+        except BaseException:
+            consumer.close()  # a failed open is retried: one consumer per try would pile up
+            raise
+        self._consumer = consumer
+        return targets
+
+    def read(self, timeout_s: float) -> DecodedBatch:
+        consumer = self._opened()
+        # poll() returns as soon as one record is there; consume(n, 0) then takes what is
+        # already fetched. consume(n, timeout) alone would wait for n records or the timeout.
+        first = consumer.poll(timeout_s)
+        if first is None:
+            positions = consumer.position(
+                [TopicPartition(self._topic, p) for p in self._partitions]
+            )
+            return DecodedBatch(positions={tp.partition: tp.offset for tp in positions})
+        records = [first]
+        if self._batch_max > 1:
+            records += consumer.consume(self._batch_max - 1, 0)
+        return decode_batch(records, self._limits, self._names, self._now_ms())
+
+    def store_offsets(self, offsets: dict[int, int]) -> None:
+        try:
+            self._opened().store_offsets(
+                offsets=[TopicPartition(self._topic, p, o) for p, o in offsets.items()]
+            )
+        except KafkaException as exc:  # advisory only: the store holds the real offsets
+            log.info("ingest_store_offsets_skipped", error=str(exc.args[0]))
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()  # commits the advisory group offsets
+            self._consumer = None
+
+    def _opened(self) -> Consumer:
+        if self._consumer is None:
+            raise RuntimeError("inner reader used before open()")
+        return self._consumer

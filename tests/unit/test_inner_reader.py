@@ -1,0 +1,88 @@
+"""Decoding consumed inner records into what the store writes, apart from any Kafka."""
+
+from __future__ import annotations
+
+import pickle
+
+from confluent_kafka import KafkaError, Message
+
+from chronos import wire
+from chronos.model import DelayMessage
+from chronos.names import TopicNames
+from chronos.node.inner_reader import DecodedBatch, decode_batch
+from chronos.settings import LimitSettings
+from chronos.store import codec
+from chronos.types import Headers
+
+NOW = 1_700_000_000_000
+NAMES = TopicNames("chronos")
+
+
+def _record(
+    partition: int, offset: int, value: bytes | None, headers: Headers, timestamp: int = NOW
+) -> Message:
+    return Message(
+        topic="chronos.inner",
+        partition=partition,
+        offset=offset,
+        key=b"k",
+        value=value,
+        headers=headers,
+        timestamp=(1, timestamp),
+    )
+
+
+def _add(message: DelayMessage, partition: int, offset: int, timestamp: int = NOW) -> Message:
+    _key, value, headers = wire.encode_add(message)
+    return _record(partition, offset, value, headers, timestamp)
+
+
+def test_adds_and_cancels_become_store_items_in_order() -> None:
+    message = DelayMessage("a", "orders", b"key", b"payload", [("trace", b"1")], NOW + 5000)
+    _key, _value, cancel_headers = wire.encode_cancel("b")
+    batch = decode_batch(
+        [_add(message, 0, 7, NOW - 40), _record(1, 3, None, cancel_headers, NOW - 10)],
+        LimitSettings(),
+        NAMES,
+        NOW,
+    )
+    assert [(i, due) for i, due, _ in batch.items] == [("a", NOW + 5000), ("b", 0)]
+    stored = batch.items[0][2]
+    assert stored is not None and codec.decode(stored) == message
+    assert batch.items[1][2] is None  # a cancel stores no message
+    assert batch.offsets == {0: 8, 1: 4}
+    assert batch.oldest_ms == NOW - 40
+    assert not batch.rejected and not batch.errors and not batch.empty
+
+
+def test_bad_records_are_set_aside_with_their_reason_and_still_passed() -> None:
+    good = DelayMessage("ok", "orders", None, b"v", [], NOW + 1000)
+    internal = DelayMessage("bad", "chronos.inner", None, b"v", [], NOW + 1000)
+    garbage = _record(0, 5, b"x", [("chronos-version", b"9")])
+    batch = decode_batch(
+        [_add(good, 0, 4), garbage, _add(internal, 0, 6)], LimitSettings(), NAMES, NOW
+    )
+    assert [item[0] for item in batch.items] == ["ok"]
+    reasons = [reason for _k, _v, _h, reason, _o in batch.rejected]
+    assert "unsupported chronos-version" in reasons[0]
+    assert reasons[1].startswith("invalid topic")
+    assert [origin for *_rest, origin in batch.rejected] == [
+        "chronos.inner[0]@5",
+        "chronos.inner[0]@6",
+    ]
+    assert batch.offsets == {0: 7}  # past the rejected records too: they go to dead letters
+
+
+def test_consumer_errors_are_reported_not_decoded() -> None:
+    error = Message(error=KafkaError(KafkaError._TRANSPORT))
+    batch = decode_batch([error], LimitSettings(), NAMES, NOW)
+    assert batch.items == [] and batch.offsets == {}
+    assert len(batch.errors) == 1
+    assert not batch.empty  # a read that met an error is not idle
+
+
+def test_a_batch_survives_the_trip_to_another_process() -> None:
+    message = DelayMessage("a", "orders", None, b"\x00\xff" * 100, [], NOW + 5000)
+    batch = decode_batch([_add(message, 2, 9)], LimitSettings(), NAMES, NOW)
+    assert pickle.loads(pickle.dumps(batch)) == batch
+    assert DecodedBatch(positions={0: 3}).empty
