@@ -31,9 +31,9 @@ from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
 from chronos.node.deadletter import DeadLetters
 from chronos.node.frontier import Frontier
-from chronos.node.ingest import decode_record
+from chronos.node.inner_reader import decode_record
+from chronos.node.interpreter import tune_interpreter
 from chronos.node.ledger import Ledger
-from chronos.node.node import tune_interpreter
 from chronos.node.progress import ProgressTracker
 from chronos.node.push import JobQueue, PushWorker
 from chronos.node.sender import RetrySchedule, Sender
@@ -94,7 +94,7 @@ def run(bootstrap: str, count: int, batch: int) -> dict[str, float]:
         started = _cpu()
         for i in range(0, count, batch):
             chunk = decoded[i : i + batch]
-            ledger.apply([r for r, _ in chunk], {0: i}, [v for _, v in chunk])
+            ledger.apply_decoded(chunk, {0: i})
         cost["ledger.apply"] = _cpu() - started
 
         metrics = CountingMetrics()

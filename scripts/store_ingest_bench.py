@@ -31,8 +31,8 @@ from chronos.bench.host import dir_bytes
 from chronos.clock import SystemClock
 from chronos.model import DelayMessage
 from chronos.node.frontier import Frontier
+from chronos.node.interpreter import tune_interpreter
 from chronos.node.ledger import Ledger
-from chronos.node.node import tune_interpreter
 from chronos.settings import ChronosSettings
 from chronos.store import codec
 from chronos.store.rocks import RocksStore

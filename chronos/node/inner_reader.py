@@ -56,6 +56,16 @@ class DecodedBatch:
     oldest_ms: EpochMs | None = None
     positions: dict[int, int] = field(default_factory=dict)
 
+    def merge(self, later: DecodedBatch) -> None:
+        """Append ``later``, read after this one, as if both had been read at once."""
+        self.items += later.items
+        self.offsets.update(later.offsets)
+        self.rejected += later.rejected
+        self.errors += later.errors
+        if self.oldest_ms is None:
+            self.oldest_ms = later.oldest_ms
+        self.positions.update(later.positions)
+
     @property
     def empty(self) -> bool:
         """True when no record was read (only ``positions`` may be set)."""
