@@ -28,14 +28,16 @@ def process_tree(pid: int) -> list[int]:
 
 
 def _own_cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid``, with that of the children it waited for."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return sum(int(f) for f in fields[11:15]) / _TICKS
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its live descendants (all threads).
+    """User + system CPU seconds of ``pid`` and its descendants (all threads).
 
-    A descendant that ended takes its seconds along (unless ``pid`` waited for it).
+    Live descendants are read directly; one that ended counts once its parent waited for it
+    (a node joins the decoder processes it stops).
     """
     total = _own_cpu_seconds(pid)
     for member in process_tree(pid)[1:]:

@@ -7,8 +7,8 @@ state that matters: the store keeps the offsets, so a child that dies is replace
 again from there (see ``IngestWorker``).
 
 The parent talks to the child over one pipe. Child to parent: ``("opened", end offsets)``
-once, then ``("batch", DecodedBatch)`` per read (empty ones too, every poll timeout), or
-``("failed", reason)`` before it exits. Parent to child: ``("commit", offsets)`` and
+once, then ``("batch", DecodedBatch)`` per read that found records (or, while catching up,
+positions), or ``("failed", reason)`` before it exits. Parent to child: ``("commit", offsets)`` and
 ``("stop", None)``. A full pipe blocks the child's send: the parent's pace is the child's.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -29,7 +30,7 @@ from chronos.names import TopicNames
 from chronos.node.inner_reader import DecodedBatch, InnerReader
 from chronos.node.interpreter import tune_interpreter
 from chronos.settings import LimitSettings, LogSettings
-from chronos.types import KafkaConfig
+from chronos.types import EpochMs, KafkaConfig
 
 log = structlog.get_logger(__name__)
 
@@ -60,8 +61,9 @@ class ReaderSpec:
     batch_max: int
     poll_timeout_s: float
 
-    def reader(self) -> InnerReader:
-        """The reader this spec describes, on the machine's clock."""
+    def reader(self, clock_ms: Callable[[], EpochMs] | None = None) -> InnerReader:
+        """The reader this spec describes; validation reads ``clock_ms`` (the machine's clock
+        in a child, which cannot share the node's)."""
         return InnerReader(
             self.consumer_config,
             self.topic,
@@ -69,7 +71,7 @@ class ReaderSpec:
             self.limits,
             self.names,
             self.batch_max,
-            SystemClock().now_ms,
+            clock_ms or SystemClock().now_ms,
         )
 
 
@@ -92,6 +94,8 @@ class DecoderProcess:
         self._start_timeout_s = start_timeout_s
         self._conn: Connection | None = None
         self._process: BaseProcess | None = None
+        #: A batch received but not returned yet: merged, it would have overfilled a write.
+        self._held: DecodedBatch | None = None
 
     @property
     def pid(self) -> int | None:
@@ -119,15 +123,21 @@ class DecoderProcess:
         return targets
 
     def read(self, timeout_s: float) -> DecodedBatch:
-        """The next batch, with those already waiting in the pipe merged in (up to the batch
-        size): the child sends small batches when it is ahead, and each batch costs the
-        writer a store write and a wake-up of the push worker, under the node's GIL."""
+        """The next batch, with those already waiting in the pipe merged in while they fit in
+        the batch size: the child sends small batches when it is ahead, and each batch costs
+        the writer a store write and a wake-up of the push worker, under the node's GIL."""
         conn = self._opened()
-        if not conn.poll(timeout_s):
-            return DecodedBatch()
-        batch: DecodedBatch = self._receive("batch")
-        while len(batch.items) < self._spec.batch_max and conn.poll(0):
-            batch.merge(self._receive("batch"))
+        batch, self._held = self._held, None
+        if batch is None:
+            if not conn.poll(timeout_s):
+                return DecodedBatch()
+            batch = self._receive("batch")
+        while conn.poll(0):
+            later: DecodedBatch = self._receive("batch")
+            if len(batch.items) + len(later.items) > self._spec.batch_max:
+                self._held = later  # the next read starts with it
+                break
+            batch.merge(later)
         return batch
 
     def store_offsets(self, offsets: dict[int, int]) -> None:
@@ -136,7 +146,7 @@ class DecoderProcess:
     def close(self) -> None:
         """Ask the child to stop, dropping what it still sends (it is read again on restart)."""
         conn, process = self._conn, self._process
-        self._conn = self._process = None
+        self._conn = self._process = self._held = None
         if conn is None or process is None:
             return
         try:
@@ -146,12 +156,13 @@ class DecoderProcess:
                 conn.recv()
         except (EOFError, OSError):
             pass  # the child is gone already
-        process.join(_STOP_TIMEOUT_S)
-        if process.is_alive():
-            log.warning("decoder_process_killed", process=self._name)
-            process.kill()
-            process.join()
-        conn.close()
+        finally:
+            process.join(_STOP_TIMEOUT_S)
+            if process.is_alive():
+                log.warning("decoder_process_killed", process=self._name)
+                process.kill()
+                process.join()
+            conn.close()
 
     def _receive(self, expected: str) -> Any:
         try:
@@ -174,9 +185,10 @@ def _child_main(
     conn: Connection, spec: ReaderSpec, start: dict[int, int], log_settings: LogSettings
 ) -> None:
     """The child: read, decode and send batches until told to stop or the parent is gone."""
-    # The parent decides when this ends (a Ctrl-C reaches the whole process group).
+    # The parent decides when this ends: a Ctrl-C reaches the whole process group, and the node
+    # drains first. SIGTERM keeps its default: multiprocessing sends it to daemon children at
+    # exit and then waits for them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     configure_logging(log_settings)
     reader = spec.reader()
     try:
@@ -185,12 +197,15 @@ def _child_main(
         # allocates several objects per record): the node's settings apply here too.
         tune_interpreter()
         while True:
+            # Also how a dead parent is noticed: its end of the pipe reads as EOF.
             while conn.poll(0):
                 kind, payload = conn.recv()
                 if kind == "stop":
                     return
                 reader.store_offsets(payload)
-            conn.send(("batch", reader.read(spec.poll_timeout_s)))
+            batch = reader.read(spec.poll_timeout_s)
+            if not batch.empty or batch.positions:  # an idle read says nothing new
+                conn.send(("batch", batch))
     except (EOFError, OSError):
         return  # the parent is gone: nobody left to read for
     except Exception as exc:

@@ -95,7 +95,7 @@ class IngestWorker(LoopWorker):
             if batch.empty:
                 if not self.caught_up.is_set():
                     # By position: it also moves past transaction markers.
-                    self._check_caught_up({p: o for p, o in batch.positions.items() if o >= 0})
+                    self._check_caught_up(batch.positions)
                 if self._unsynced and self._ledger.sync_if_due():
                     self._commit_synced(source)
                 return
@@ -131,7 +131,8 @@ class IngestWorker(LoopWorker):
         outcome = self._ledger.apply_decoded(batch.items, batch.offsets)
         self._count(outcome)
         if not self.caught_up.is_set():
-            self._check_caught_up(batch.offsets)
+            # Positions (from an idle read merged in) come after the records: they win.
+            self._check_caught_up(batch.offsets | batch.positions)
         self._unsynced.update(batch.offsets)
         if self._ledger.sync_if_due():
             self._commit_synced(source)
@@ -156,9 +157,12 @@ class IngestWorker(LoopWorker):
                 self._metrics.incr("ingested" if name == "added" else name, amount)
 
     def finish(self) -> None:
-        if self._source is not None:
+        source, self._source = self._source, None
+        if source is None:
+            return
+        try:
             if self._unsynced:
                 self._ledger.sync()
-                self._commit_synced(self._source)
-            self._source.close()  # commits the advisory group offsets
-            self._source = None
+                self._commit_synced(source)
+        finally:
+            source.close()  # commits the advisory group offsets; a child must never outlive us

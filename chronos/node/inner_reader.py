@@ -19,6 +19,7 @@ from chronos import wire
 from chronos.errors import DecodeError, ValidationError
 from chronos.model import DecodedRequest, DelayMessage
 from chronos.names import TopicNames
+from chronos.node.deadletter import Rejected
 from chronos.settings import LimitSettings
 from chronos.store import codec
 from chronos.types import EpochMs, Headers, KafkaConfig
@@ -31,8 +32,6 @@ _librdkafka_log = logging.getLogger("librdkafka")
 # not dead-letter what the proxy accepted.
 _HORIZON_SLACK_MS = 3_600_000
 
-#: One rejected record: (key, value, headers, reason, origin), for the dead-letter topic.
-Rejected = tuple[bytes | None, bytes | None, Headers, str, str]
 
 
 @dataclass(slots=True)
@@ -45,8 +44,9 @@ class DecodedBatch:
         rejected: records that failed to decode or validate.
         errors: consumer errors met while reading (logged by the writer).
         oldest_ms: timestamp of the batch's first record (ingest lag), None when empty.
-        positions: on an empty read, the consumer's position per partition: it moves past
-            transaction markers that no record shows, which catching up must see.
+        positions: while catching up, on an empty read: the consumer's position in the
+            partitions not yet caught up. It moves past transaction markers that no record
+            shows, which catching up must see.
     """
 
     items: list[DecodedRequest] = field(default_factory=list)
@@ -184,6 +184,8 @@ class InnerReader:
         self._batch_max = batch_max
         self._now_ms = clock_ms
         self._consumer: Consumer | None = None
+        #: End offsets as of ``open`` not reached yet: positions are reported until they are.
+        self._catching_up: dict[int, int] = {}
 
     def open(self, start: dict[int, int]) -> dict[int, int]:
         consumer = Consumer({**self._config, "logger": _librdkafka_log})
@@ -201,6 +203,7 @@ class InnerReader:
             consumer.close()  # a failed open is retried: one consumer per try would pile up
             raise
         self._consumer = consumer
+        self._catching_up = dict(targets)
         return targets
 
     def read(self, timeout_s: float) -> DecodedBatch:
@@ -209,14 +212,22 @@ class InnerReader:
         # already fetched. consume(n, timeout) alone would wait for n records or the timeout.
         first = consumer.poll(timeout_s)
         if first is None:
-            positions = consumer.position(
-                [TopicPartition(self._topic, p) for p in self._partitions]
-            )
-            return DecodedBatch(positions={tp.partition: tp.offset for tp in positions})
+            return DecodedBatch(positions=self._positions(consumer))
         records = [first]
         if self._batch_max > 1:
             records += consumer.consume(self._batch_max - 1, 0)
         return decode_batch(records, self._limits, self._names, self._now_ms())
+
+    def _positions(self, consumer: Consumer) -> dict[int, int]:
+        """Positions in the partitions still catching up (none once all are caught up)."""
+        if not self._catching_up:
+            return {}
+        found = consumer.position([TopicPartition(self._topic, p) for p in self._catching_up])
+        positions = {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+        for partition, offset in positions.items():
+            if offset >= self._catching_up[partition]:
+                del self._catching_up[partition]
+        return positions
 
     def store_offsets(self, offsets: dict[int, int]) -> None:
         try:

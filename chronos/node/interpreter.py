@@ -17,8 +17,9 @@ def tune_interpreter() -> None:
     entry only).
 
     GIL: a push or sender thread that wakes for a due message waits for the GIL while ingest
-    decodes a batch; each such hand-off could cost up to the switch interval. At 1 ms, p99
-    lateness at 5,000 msg/s went from 21-39 ms to 14-17 ms, with the same burst throughput.
+    writes (or, decoding in the thread, decodes) a batch; each such hand-off could cost up to
+    the switch interval. At 1 ms, p99 lateness at 5,000 msg/s went from 21-39 ms to 14-17 ms,
+    with the same burst throughput.
 
     Under load a node allocates ~20 container objects per message (records, jobs, header
     lists), so with CPython's defaults the collector ran hundreds of times a second and a full

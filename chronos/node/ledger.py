@@ -77,8 +77,8 @@ class Ledger:
         offsets: Mapping[int, int] | None = None,
         encoded: Sequence[bytes | None] | None = None,
     ) -> ApplyOutcome:
-        """``apply_decoded`` for request objects (``encoded``: each add's stored value, when
-        the caller already has it)."""
+        """``apply_decoded`` for request objects: for callers that hold those (tests, and
+        ``scripts/store_ingest_bench.py``, which passes ``encoded``: each add's stored value)."""
         if encoded is None:
             encoded = [codec.encode(r) if isinstance(r, DelayMessage) else None for r in requests]
         items = [

@@ -22,7 +22,7 @@ from chronos.node.progress import ProgressWorker
 from chronos.node.push import PushWorker
 from chronos.node.reporter import MetricsReporter
 from chronos.node.sender import Sender
-from chronos.settings import DecoderPlace, LogSettings
+from chronos.settings import DecoderPlace
 
 Role = Callable[[NodeContext], list[Component]]
 
@@ -48,7 +48,7 @@ def _ingest(ctx: NodeContext) -> list[IngestWorker]:
             IngestWorker(
                 i,
                 spec.partitions,
-                partial(_source, spec, s.node.ingest_decoder, s.log, f"chronos-decoder-{i}"),
+                partial(_source, spec, s.node.ingest_decoder, ctx, f"chronos-decoder-{i}"),
                 ctx.ledger,
                 ctx.dead_letters,
                 ctx.clock,
@@ -59,13 +59,11 @@ def _ingest(ctx: NodeContext) -> list[IngestWorker]:
     return workers
 
 
-def _source(
-    spec: ReaderSpec, decoder: DecoderPlace, log_settings: LogSettings, name: str
-) -> BatchSource:
+def _source(spec: ReaderSpec, decoder: DecoderPlace, ctx: NodeContext, name: str) -> BatchSource:
     """A new reader for one ingest thread, where the settings want it to decode."""
     if decoder == "process":
-        return DecoderProcess(name, spec, log_settings)
-    return spec.reader()
+        return DecoderProcess(name, spec, ctx.settings.log)
+    return spec.reader(ctx.clock.now_ms)
 
 
 def _delivery(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:

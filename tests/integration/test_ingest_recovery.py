@@ -5,12 +5,15 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from chronos.bench.sampler import process_tree
+from chronos.bench.stack import BenchStack, TopicLayout
 from chronos.node.ledger import ApplyOutcome, Ledger
 from proxy.client import DelayClient, DelayRequest
 from tests.integration.harness import Inbox, make_settings, running_node
@@ -55,23 +58,33 @@ def _decoders() -> list[multiprocessing.process.BaseProcess]:
 
 
 def test_a_killed_decoder_process_is_replaced_and_nothing_is_lost(
-    kafka_bootstrap: str, namespace: str, tmp_path: Path
+    kafka_bootstrap: str, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
     topic = f"{namespace}-decoder"
+    writing, release = threading.Event(), threading.Event()
+    real_apply = Ledger.apply_decoded
+
+    def held_apply(self: Ledger, items: Sequence[object], *args: object) -> ApplyOutcome:
+        if items and not release.is_set():
+            writing.set()
+            release.wait(30)  # meanwhile the children read on, past what is being written
+        return real_apply(self, items, *args)  # type: ignore[arg-type]
+
     with running_node(settings), Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
         killed = _decoders()
         assert len(killed) == settings.node.ingest_threads
+        monkeypatch.setattr(Ledger, "apply_decoded", held_apply)
         ids = {
             r.id
-            for r in client.send_batch([DelayRequest(topic, f"a{i}", delay=1) for i in range(100)])
+            for r in client.send_batch([DelayRequest(topic, f"m{i}", delay=1) for i in range(300)])
         }
+        assert writing.wait(15), "no batch reached the store"
+        time.sleep(0.5)  # the children read the rest and queue it in their pipes
         for process in killed:
-            os.kill(process.pid or 0, signal.SIGKILL)
-        ids |= {
-            r.id
-            for r in client.send_batch([DelayRequest(topic, f"b{i}", delay=1) for i in range(100)])
-        }
+            assert process.pid is not None
+            os.kill(process.pid, signal.SIGKILL)
+        release.set()
         assert inbox.wait_for(ids, timeout_s=30), "records were lost with the decoder process"
         replacements = _decoders()
         assert len(replacements) == len(killed)
@@ -93,3 +106,34 @@ def test_a_new_store_reads_the_inner_topic_from_the_beginning(
     second = make_settings(kafka_bootstrap, namespace, tmp_path / "store-2")
     with Inbox(second, [topic]) as inbox, running_node(second):
         assert inbox.wait_for(ids, timeout_s=15), "pending messages were lost with the store"
+
+
+def test_decoder_processes_exit_with_a_killed_node(kafka_bootstrap: str) -> None:
+    with BenchStack(
+        kafka_bootstrap, node_settings="ingest_threads = 2", layout=TopicLayout(2)
+    ) as stack:
+        stack.start_node()
+        # The node's children: a decoder per ingest thread, and multiprocessing's resource
+        # tracker (it ends once every process holding its pipe has ended).
+        children = process_tree(stack.node.pid)[1:]
+        decoders = [pid for pid in children if "spawn_main" in _cmdline(pid)]
+        assert len(decoders) == 2  # one per ingest thread
+        stack.node.kill()
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in children if _alive(pid)], "orphaned child processes"
+
+
+def _cmdline(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

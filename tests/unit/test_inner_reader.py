@@ -86,3 +86,18 @@ def test_a_batch_survives_the_trip_to_another_process() -> None:
     batch = decode_batch([_add(message, 2, 9)], LimitSettings(), NAMES, NOW)
     assert pickle.loads(pickle.dumps(batch)) == batch
     assert DecodedBatch(positions={0: 3}).empty
+
+
+def test_merged_batches_read_as_one() -> None:
+    first = DecodedBatch(items=[("a", NOW, b"x")], offsets={0: 4}, oldest_ms=NOW - 5)
+    later = DecodedBatch(
+        items=[("b", 0, None)], offsets={0: 6, 1: 2}, errors=["e"], oldest_ms=NOW, positions={1: 3}
+    )
+    first.merge(later)
+    assert first.items == [("a", NOW, b"x"), ("b", 0, None)]
+    assert first.offsets == {0: 6, 1: 2}
+    assert first.errors == ["e"] and first.positions == {1: 3}
+    assert first.oldest_ms == NOW - 5  # the lag is the oldest record's
+    idle = DecodedBatch()
+    idle.merge(first)
+    assert idle.oldest_ms == NOW - 5

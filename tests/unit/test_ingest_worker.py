@@ -1,0 +1,157 @@
+"""The ingest thread's part: apply what a source read, store offsets with it, restart on failure.
+
+The source here is scripted (the Kafka side is covered by the integration tests); the ledger
+and the store are real.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chronos.clock import FakeClock
+from chronos.metrics import CountingMetrics
+from chronos.model import DecodedRequest, DelayMessage
+from chronos.node.deadletter import Rejected
+from chronos.node.frontier import Frontier
+from chronos.node.ingest import IngestWorker
+from chronos.node.inner_reader import DecodedBatch
+from chronos.node.ledger import Ledger
+from chronos.settings import DeleteSettings, StoreSettings
+from chronos.store import codec
+from chronos.store.rocks import RocksStore
+
+T0 = 1_700_000_000_000
+
+
+class ScriptedSource:
+    """Hands out the batches it was given, then empty reads; remembers what it was told."""
+
+    def __init__(self, batches: list[DecodedBatch], targets: dict[int, int]) -> None:
+        self._batches = batches
+        self._targets = targets
+        self.opened_at: dict[int, int] | None = None
+        self.stored: list[dict[int, int]] = []
+        self.closed = False
+
+    def open(self, start: dict[int, int]) -> dict[int, int]:
+        self.opened_at = dict(start)
+        return dict(self._targets)
+
+    def read(self, timeout_s: float) -> DecodedBatch:
+        return self._batches.pop(0) if self._batches else DecodedBatch()
+
+    def store_offsets(self, offsets: dict[int, int]) -> None:
+        self.stored.append(dict(offsets))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class DeadLettersStub:
+    """Acknowledges dead letters, or refuses to (a dead-letter topic that is down)."""
+
+    def __init__(self) -> None:
+        self.acknowledge = True
+        self.sent: list[Rejected] = []
+
+    def send_and_wait(self, records: list[Rejected], timeout_s: float) -> bool:
+        self.sent += records
+        return self.acknowledge
+
+
+class Rig:
+    """An ingest worker on a real ledger; each (re)start takes the next scripted source."""
+
+    def __init__(self, path: Path, sources: list[ScriptedSource]) -> None:
+        self.store = RocksStore(path, StoreSettings())
+        self.ledger = Ledger(self.store, Frontier(0), FakeClock(T0), DeleteSettings())
+        self.sources = sources
+        self.opened: list[ScriptedSource] = []
+        self.dead = DeadLettersStub()
+        self.worker = IngestWorker(
+            0, [0], self._next_source, self.ledger, self.dead, FakeClock(T0), 100, CountingMetrics()
+        )
+
+    def _next_source(self) -> ScriptedSource:
+        source = self.sources.pop(0)
+        self.opened.append(source)
+        return source
+
+    def stored_offset(self) -> int | None:
+        return self.ledger.inner_offsets([0]).get(0)
+
+
+def _adds(*ids: str) -> list[DecodedRequest]:
+    return [
+        (i, T0 + 60_000, codec.encode(DelayMessage(i, "orders", None, b"v", [], T0 + 60_000)))
+        for i in ids
+    ]
+
+
+def _batch(offset: int, *ids: str) -> DecodedBatch:
+    return DecodedBatch(items=_adds(*ids), offsets={0: offset}, oldest_ms=T0)
+
+
+def test_a_failed_write_restarts_the_source_where_the_store_stands(tmp_path: Path) -> None:
+    first = ScriptedSource([_batch(2, "a", "b"), _batch(4, "c", "d")], {})
+    rig = Rig(tmp_path, [first, ScriptedSource([_batch(4, "c", "d")], {})])
+    real_apply = rig.ledger.apply_decoded
+    calls = {"n": 0}
+
+    def fail_second(items: list[DecodedRequest], offsets: dict[int, int]) -> object:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("injected store failure")
+        return real_apply(items, offsets)
+
+    rig.ledger.apply_decoded = fail_second  # type: ignore[assignment,method-assign]
+    rig.worker.step()
+    with pytest.raises(OSError):
+        rig.worker.step()
+    assert first.closed  # it had read past the failed batch
+    assert rig.stored_offset() == 2
+    rig.worker.step()
+    assert rig.opened[1].opened_at == {0: 2}  # re-read from the first record not stored
+    rig.worker.step()
+    assert rig.stored_offset() == 4
+    assert rig.store.get_index(["a", "b", "c", "d"]).count(None) == 0
+
+
+def test_offsets_pass_rejected_records_only_once_they_are_dead_lettered(tmp_path: Path) -> None:
+    rejected: Rejected = (None, b"x", [], "bad", "inner[0]@2")
+    batch = DecodedBatch(items=_adds("a"), offsets={0: 3}, rejected=[rejected], oldest_ms=T0)
+    rig = Rig(tmp_path, [ScriptedSource([batch], {}), ScriptedSource([], {})])
+    rig.dead.acknowledge = False
+    with pytest.raises(RuntimeError, match="dead-letter"):
+        rig.worker.step()
+    assert rig.stored_offset() is None  # nothing stored: the record is read again
+    assert rig.store.get_index(["a"]) == [None]
+    assert rig.opened[0].closed
+
+
+def test_catching_up_counts_applied_offsets_and_positions(tmp_path: Path) -> None:
+    source = ScriptedSource(
+        [_batch(8, "a"), DecodedBatch(), DecodedBatch(positions={0: 10})], {0: 10}
+    )
+    rig = Rig(tmp_path, [source])
+    rig.worker.step()
+    rig.worker.step()
+    assert not rig.worker.caught_up.is_set()  # 8 of 10: a transaction marker may follow
+    rig.worker.step()
+    assert rig.worker.caught_up.is_set()
+
+
+def test_finish_closes_the_source_even_when_the_last_sync_fails(tmp_path: Path) -> None:
+    source = ScriptedSource([_batch(1, "a")], {})
+    rig = Rig(tmp_path, [source])
+    rig.worker.step()
+
+    def broken_sync() -> None:
+        raise OSError("disk gone")
+
+    rig.ledger.sync = broken_sync  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        rig.worker.finish()
+    assert source.closed  # a decoder child must not outlive the node
