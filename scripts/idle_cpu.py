@@ -3,7 +3,8 @@
 
 Starts a local Tansu broker (or uses --bootstrap), a `chronos run` subprocess with one message
 due in an hour, lets it settle, then reads the node process's CPU time (user + system, from
-/proc) over --seconds and prints the share of one core. The broker's own CPU is not counted.
+/proc, its decoder child processes included) over --seconds and prints the share of one core.
+The broker's own CPU is not counted.
 
     python scripts/idle_cpu.py --seconds 60
 """
@@ -11,7 +12,6 @@ due in an hour, lets it settle, then reads the node process's CPU time (user + s
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -19,17 +19,10 @@ import time
 import uuid
 from pathlib import Path
 
+from chronos.bench.sampler import cpu_seconds
 from chronos.devstack.tansu import TansuBroker
 from chronos.settings import load_settings
 from proxy.client import DelayClient
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def main() -> int:

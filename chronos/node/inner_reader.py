@@ -33,7 +33,6 @@ _librdkafka_log = logging.getLogger("librdkafka")
 _HORIZON_SLACK_MS = 3_600_000
 
 
-
 @dataclass(slots=True)
 class DecodedBatch:
     """What one read produced, in inner-topic order.

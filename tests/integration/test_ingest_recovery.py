@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import threading
@@ -53,8 +52,12 @@ def test_a_batch_that_fails_to_store_is_read_again(
     assert failures["left"] == 0
 
 
-def _decoders() -> list[multiprocessing.process.BaseProcess]:
-    return [p for p in multiprocessing.active_children() if p.name.startswith("chronos-decoder")]
+def _decoders(parent: int) -> list[int]:
+    """Pids of the decoder processes of the node running in ``parent``."""
+    return [pid for pid in process_tree(parent)[1:] if _DECODER in _cmdline(pid)]
+
+
+_DECODER = "chronos.node.decoder_process"
 
 
 def test_a_killed_decoder_process_is_replaced_and_nothing_is_lost(
@@ -72,7 +75,7 @@ def test_a_killed_decoder_process_is_replaced_and_nothing_is_lost(
         return real_apply(self, items, *args)  # type: ignore[arg-type]
 
     with running_node(settings), Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
-        killed = _decoders()
+        killed = _decoders(os.getpid())
         assert len(killed) == settings.node.ingest_threads
         monkeypatch.setattr(Ledger, "apply_decoded", held_apply)
         ids = {
@@ -81,14 +84,13 @@ def test_a_killed_decoder_process_is_replaced_and_nothing_is_lost(
         }
         assert writing.wait(15), "no batch reached the store"
         time.sleep(0.5)  # the children read the rest and queue it in their pipes
-        for process in killed:
-            assert process.pid is not None
-            os.kill(process.pid, signal.SIGKILL)
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
         release.set()
         assert inbox.wait_for(ids, timeout_s=30), "records were lost with the decoder process"
-        replacements = _decoders()
+        replacements = _decoders(os.getpid())
         assert len(replacements) == len(killed)
-        assert not {p.pid for p in replacements} & {p.pid for p in killed}
+        assert not set(replacements) & set(killed)
 
 
 def test_a_new_store_reads_the_inner_topic_from_the_beginning(
@@ -113,11 +115,8 @@ def test_decoder_processes_exit_with_a_killed_node(kafka_bootstrap: str) -> None
         kafka_bootstrap, node_settings="ingest_threads = 2", layout=TopicLayout(2)
     ) as stack:
         stack.start_node()
-        # The node's children: a decoder per ingest thread, and multiprocessing's resource
-        # tracker (it ends once every process holding its pipe has ended).
         children = process_tree(stack.node.pid)[1:]
-        decoders = [pid for pid in children if "spawn_main" in _cmdline(pid)]
-        assert len(decoders) == 2  # one per ingest thread
+        assert len(_decoders(stack.node.pid)) == len(children) == 2  # one per ingest thread
         stack.node.kill()
         deadline = time.monotonic() + 10
         while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
