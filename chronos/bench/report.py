@@ -66,10 +66,11 @@ def _with(rerun: Result) -> str:
     settings = rerun.get("settings") or {}
     if "inner_partitions" not in settings:
         return ""
+    decoder = settings.get("ingest_decoder")  # recorded since round 6
     return (
         f" (inner topic {settings['inner_partitions']}, target topic "
         f"{settings['target_partitions']} partitions; ingest batches up to "
-        f"{settings['ingest_batch_max']})"
+        f"{settings['ingest_batch_max']}" + (f"; decoding in a {decoder}" if decoder else "") + ")"
     )
 
 

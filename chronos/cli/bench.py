@@ -135,6 +135,8 @@ def main(args: argparse.Namespace) -> int:
             **layout.as_result(),
             # Decides how fast ingest catches up (docs/benchmarks/README.md, item 15).
             "ingest_batch_max": NodeSettings().ingest_batch_max,
+            # Where the node decodes (item 17): changes its CPU, memory and lateness.
+            "ingest_decoder": NodeSettings().ingest_decoder,
         },
     }
     found = results["scenarios"]

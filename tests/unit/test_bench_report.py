@@ -54,11 +54,25 @@ def test_a_rerun_line_says_which_partitions_and_batch_size_it_ran_with() -> None
             "only": ["steady"],
             "settings": {"inner_partitions": 1, "target_partitions": 8, "ingest_batch_max": 1000},
         },
+        {
+            "started": "newer",
+            "only": ["scale"],
+            "settings": {
+                "inner_partitions": 1,
+                "target_partitions": 8,
+                "ingest_batch_max": 1000,
+                "ingest_decoder": "process",
+            },
+        },
         {"started": "old", "only": ["burst"]},
     ]
     text = markdown(results)
     assert (
         "Re-run later: steady (inner topic 1, target topic 8 partitions; ingest batches up to "
         "1000)." in text
+    )
+    assert (
+        "Re-run newer: scale (inner topic 1, target topic 8 partitions; ingest batches up to "
+        "1000; decoding in a process)." in text
     )
     assert "Re-run old: burst." in text
