@@ -196,7 +196,7 @@ def _child_main(conn: Connection) -> None:
     reader = spec.reader()
     try:
         conn.send(("opened", reader.open(start)))
-        # The collector, at CPython's defaults, cost this process a fifth of its CPU (decoding
+        # The collector, at CPython's defaults, cost this process a sixth of its CPU (decoding
         # allocates several objects per record): the node's settings apply here too.
         tune_interpreter()
         while True:
