@@ -223,4 +223,6 @@ def _child_main(conn: Connection) -> None:
 
 if __name__ == "__main__":
     # argv: the inherited socket's descriptor, then the name (for ps and logs only).
+    if len(sys.argv) < 2 or not sys.argv[1].isdigit():
+        sys.exit("chronos.node.decoder_process is started by a chronos node, not by hand")
     _child_main(Connection(int(sys.argv[1])))
