@@ -18,8 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -27,51 +25,13 @@ import structlog
 
 from chronos.clock import SystemClock
 from chronos.logs import configure_logging
-from chronos.names import TopicNames
-from chronos.node.inner_reader import DecodedBatch, InnerReader
+from chronos.node.inner_reader import DecodedBatch, InnerReader, ReaderSpec
 from chronos.node.interpreter import tune_interpreter
-from chronos.settings import LimitSettings, LogSettings
-from chronos.types import EpochMs, KafkaConfig
+from chronos.settings import LogSettings
 
 log = structlog.get_logger(__name__)
 
 _STOP_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True)
-class ReaderSpec:
-    """Everything a child needs to build its ``InnerReader`` (all of it picklable).
-
-    Parameters:
-        consumer_config: librdkafka config with the node's group id.
-        topic: the inner topic.
-        partitions: the partitions read.
-        limits: the shared validation limits.
-        names: internal topic names.
-        batch_max: most records per batch.
-        poll_timeout_s: how long one read waits for a record.
-    """
-
-    consumer_config: KafkaConfig
-    topic: str
-    partitions: list[int]
-    limits: LimitSettings
-    names: TopicNames
-    batch_max: int
-    poll_timeout_s: float
-
-    def reader(self, clock_ms: Callable[[], EpochMs] | None = None) -> InnerReader:
-        """The reader this spec describes; validation reads ``clock_ms`` (the machine's clock
-        in a child, which cannot share the node's)."""
-        return InnerReader(
-            self.consumer_config,
-            self.topic,
-            self.partitions,
-            self.limits,
-            self.names,
-            self.batch_max,
-            clock_ms or SystemClock().now_ms,
-        )
 
 
 class DecoderProcess:
@@ -193,7 +153,7 @@ def _child_main(conn: Connection) -> None:
     except (EOFError, OSError):
         return
     configure_logging(log_settings)
-    reader = spec.reader()
+    reader = InnerReader(spec, SystemClock().now_ms)  # a child cannot share the node's clock
     try:
         conn.send(("opened", reader.open(start)))
         # The collector, at CPython's defaults, cost this process a sixth of its CPU (decoding

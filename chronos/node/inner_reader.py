@@ -149,11 +149,10 @@ def decode_batch(
     return batch
 
 
-class InnerReader:
-    """A consumer of some inner partitions that hands out decoded batches.
-
-    Partitions are assigned directly (no group membership, no rebalance wait at start); the
-    group only receives advisory offsets, for lag monitoring.
+@dataclass(frozen=True)
+class ReaderSpec:
+    """What an ``InnerReader`` reads and by which rules (all of it picklable: a decoder child
+    receives it from the node).
 
     Parameters:
         consumer_config: librdkafka config with the node's group id.
@@ -162,34 +161,42 @@ class InnerReader:
         limits: the shared validation limits.
         names: internal topic names (never targets).
         batch_max: most records per batch.
+        poll_timeout_s: how long one read waits for a record.
+    """
+
+    consumer_config: KafkaConfig
+    topic: str
+    partitions: list[int]
+    limits: LimitSettings
+    names: TopicNames
+    batch_max: int
+    poll_timeout_s: float
+
+
+class InnerReader:
+    """A consumer of some inner partitions that hands out decoded batches.
+
+    Partitions are assigned directly (no group membership, no rebalance wait at start); the
+    group only receives advisory offsets, for lag monitoring.
+
+    Parameters:
+        spec: what to read, and the rules records must meet.
         clock_ms: current time in epoch ms, for validation.
     """
 
-    def __init__(
-        self,
-        consumer_config: KafkaConfig,
-        topic: str,
-        partitions: list[int],
-        limits: LimitSettings,
-        names: TopicNames,
-        batch_max: int,
-        clock_ms: Callable[[], EpochMs],
-    ) -> None:
-        self._config = consumer_config
-        self._topic = topic
-        self._partitions = partitions
-        self._limits = limits
-        self._names = names
-        self._batch_max = batch_max
+    def __init__(self, spec: ReaderSpec, clock_ms: Callable[[], EpochMs]) -> None:
+        self._spec = spec
+        self._topic = spec.topic
         self._now_ms = clock_ms
         self._consumer: Consumer | None = None
         #: End offsets as of ``open`` not reached yet: positions are reported until they are.
         self._catching_up: dict[int, int] = {}
 
     def open(self, start: dict[int, int]) -> dict[int, int]:
-        consumer = Consumer({**self._config, "logger": _librdkafka_log})
+        consumer = Consumer({**self._spec.consumer_config, "logger": _librdkafka_log})
         assignment = [
-            TopicPartition(self._topic, p, start.get(p, OFFSET_BEGINNING)) for p in self._partitions
+            TopicPartition(self._topic, p, start.get(p, OFFSET_BEGINNING))
+            for p in self._spec.partitions
         ]
         targets: dict[int, int] = {}
         try:
@@ -212,10 +219,11 @@ class InnerReader:
         first = consumer.poll(timeout_s)
         if first is None:
             return DecodedBatch(positions=self._positions(consumer))
+        spec = self._spec
         records = [first]
-        if self._batch_max > 1:
-            records += consumer.consume(self._batch_max - 1, 0)
-        return decode_batch(records, self._limits, self._names, self._now_ms())
+        if spec.batch_max > 1:
+            records += consumer.consume(spec.batch_max - 1, 0)
+        return decode_batch(records, spec.limits, spec.names, self._now_ms())
 
     def _positions(self, consumer: Consumer) -> dict[int, int]:
         """Positions in the partitions still catching up (none once all are caught up)."""

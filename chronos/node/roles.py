@@ -14,10 +14,10 @@ from chronos.kafka.admin import partition_count
 from chronos.node.checkpointer import CheckpointWorker
 from chronos.node.component import Component
 from chronos.node.context import NodeContext
-from chronos.node.decoder_process import DecoderProcess, ReaderSpec
+from chronos.node.decoder_process import DecoderProcess
 from chronos.node.delete import DeleteWorker
 from chronos.node.ingest import IngestWorker
-from chronos.node.inner_reader import BatchSource
+from chronos.node.inner_reader import BatchSource, InnerReader, ReaderSpec
 from chronos.node.progress import ProgressWorker
 from chronos.node.push import PushWorker
 from chronos.node.reporter import MetricsReporter
@@ -63,7 +63,7 @@ def _source(spec: ReaderSpec, decoder: DecoderPlace, ctx: NodeContext, name: str
     """A new reader for one ingest thread, where the settings want it to decode."""
     if decoder == "process":
         return DecoderProcess(name, spec, ctx.settings.log)
-    return spec.reader(ctx.clock.now_ms)
+    return InnerReader(spec, ctx.clock.now_ms)
 
 
 def _delivery(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:

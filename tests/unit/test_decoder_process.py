@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from chronos.names import TopicNames
-from chronos.node.decoder_process import DecoderProcess, ReaderSpec
+from chronos.node.decoder_process import DecoderProcess
+from chronos.node.inner_reader import ReaderSpec
 from chronos.settings import LimitSettings, LogSettings
 
 
