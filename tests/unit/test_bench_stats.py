@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chronos.bench.load import Observation
+from chronos.bench.load import Observation, summarize_arrivals
 from chronos.bench.stats import percentiles, summarize
 
 
@@ -28,3 +28,21 @@ def test_summary_of_nothing_delivered_is_empty_not_an_error() -> None:
 def test_percentiles_use_nearest_rank() -> None:
     values = list(range(1, 1001))
     assert percentiles(values) == {"p50": 500, "p99": 990, "p999": 999, "max": 1000}
+
+
+def test_arrivals_are_counted_per_second_of_their_production_with_the_worst_lateness() -> None:
+    seen = summarize_arrivals(
+        produced_ms=[100_900, 100_100, 101_500, 101_999, 103_000],
+        lateness_ms=[9, 3, -2, 250, 4],
+    )
+    assert seen.unique == 5
+    assert seen.early == 1
+    assert seen.per_second == {100: 2, 101: 2, 103: 1}
+    assert seen.worst_per_second == {100: 9, 101: 250, 103: 4}
+    assert (seen.first_ms, seen.last_ms) == (100_100, 103_000)
+    assert seen.lateness_ms == [9, 3, -2, 250, 4]
+
+
+def test_no_arrivals_summarize_to_an_empty_observation() -> None:
+    seen = summarize_arrivals([], [])
+    assert (seen.unique, seen.first_ms, seen.last_ms, seen.per_second) == (0, 0, 0, {})
