@@ -137,10 +137,11 @@ def observe(
             "bootstrap.servers": bootstrap,
             "group.id": "bench-observer",
             "enable.auto.commit": False,
-            # Tansu (memory storage) holds a fetch until its wait ends and spends CPU per fetch
-            # in proportion to the partition's length: at 25,000 msg/s a consumer with a 50 ms
-            # wait took its broker from 10 % to 18 % of a core in 40 s, one with a 500 ms wait
-            # from 8 % to 10 % (round 7). The observer gives up nothing by waiting.
+            # Tansu (memory storage) spends CPU per fetch in proportion to what the partition
+            # holds, so what a consumer costs it grows with the run: at 25,000 msg/s a consumer
+            # with a 50 ms wait took it from 10.7 to 23.1 % of a core in 50 s, one with 500 ms
+            # from 8.7 to 14.3 %, the producer alone 7 % throughout
+            # (scripts/broker_fetch_cost.py). The observer gives up nothing by waiting.
             "fetch.wait.max.ms": 500,
             "fetch.min.bytes": 262_144,
         }
