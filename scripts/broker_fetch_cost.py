@@ -4,12 +4,14 @@
 A producer writes --rate records/s (300 bytes, idempotent, linger 5 ms) to one partition for
 --seconds while a consumer reads it from the start with the given fetch settings; every 10 s
 the broker's CPU share of one core over those 10 s is printed. With `--consumer none` only
-the producer runs. It measures the broker, not chronos: it is why the benchmark's observer
-waits long between fetches (docs/benchmarks/README.md, round 7).
+the producer runs. The consumer's lag (arrival minus record timestamp) is printed at the end.
+It measures the broker, not chronos: it is why the benchmark's observer waits long between
+fetches (docs/benchmarks/README.md, round 7).
 
     python scripts/broker_fetch_cost.py --consumer none
     python scripts/broker_fetch_cost.py --fetch-wait-ms 50
     python scripts/broker_fetch_cost.py --fetch-wait-ms 500
+    python scripts/broker_fetch_cost.py --rate 200 --seconds 20 --fetch-wait-ms 50   # lag
 """
 
 from __future__ import annotations
@@ -31,11 +33,24 @@ from chronos.settings import ChronosSettings, KafkaSettings
 _REPORT_EVERY_S = 10.0
 
 
-def _consume(bootstrap: str, topic: str, config: dict[str, int], stop: threading.Event) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fetch-cost", **config})
+def _consume(
+    bootstrap: str, topic: str, config: dict[str, int], stop: threading.Event, lags: list[int]
+) -> None:
+    """Read until stopped; ``lags`` gets each record's arrival minus its timestamp, in ms."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "fetch-cost",
+            "enable.auto.commit": False,
+            **config,
+        }
+    )
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     while not stop.is_set():
-        consumer.consume(5000, 0.2)
+        # A short timeout, so a slow flow's records are not held back to fill a batch.
+        records = consumer.consume(1000, 0.005)
+        now_ms = time.time_ns() // 1_000_000
+        lags.extend(now_ms - record.timestamp()[1] for record in records)
     consumer.close()
 
 
@@ -87,6 +102,7 @@ def main() -> int:
             ChronosSettings(kafka=KafkaSettings(bootstrap_servers=broker.bootstrap)), topic
         )
         stop = threading.Event()
+        lags: list[int] = []
         reader = None
         if args.consumer == "one":
             config = {
@@ -94,14 +110,19 @@ def main() -> int:
                 "fetch.min.bytes": args.fetch_min_bytes,
             }
             reader = threading.Thread(
-                target=_consume, args=(broker.bootstrap, topic, config, stop), daemon=True
+                target=_consume, args=(broker.bootstrap, topic, config, stop, lags), daemon=True
             )
             reader.start()
         shares = _produce(broker.bootstrap, topic, args.rate, args.seconds, broker.pid)
         stop.set()
         if reader is not None:
             reader.join(10)
-    print(json.dumps({**vars(args), "broker_cpu_percent_per_10s": shares}))
+    lags.sort()
+    lag = {
+        "p50": lags[len(lags) // 2] if lags else None,
+        "p99": lags[int(len(lags) * 0.99)] if lags else None,
+    }
+    print(json.dumps({**vars(args), "broker_cpu_percent_per_10s": shares, "consumer_lag_ms": lag}))
     return 0
 
 

@@ -139,9 +139,9 @@ def observe(
             "enable.auto.commit": False,
             # Tansu (memory storage) spends CPU per fetch in proportion to what the partition
             # holds, so what a consumer costs it grows with the run: at 25,000 msg/s a consumer
-            # with a 50 ms wait took it from 10.7 to 23.1 % of a core in 50 s, one with 500 ms
-            # from 8.7 to 14.3 %, the producer alone 7 % throughout
-            # (scripts/broker_fetch_cost.py). The observer gives up nothing by waiting.
+            # with a 50 ms wait took it from 11 to 23-27 % of a core in 50 s, one with 500 ms
+            # from 9 to 14-16 %, the producer alone 7-9 % throughout (two runs each,
+            # scripts/broker_fetch_cost.py). The observer gives up nothing by waiting.
             "fetch.wait.max.ms": 500,
             "fetch.min.bytes": 262_144,
         }
@@ -187,9 +187,9 @@ def observe(
                 produced_ms.append(produced)
                 lateness_ms.append(produced - int(due))
     finally:
-        consumer.close()
         if gc_was_enabled:
             gc.enable()
+        consumer.close()
     result = summarize_arrivals(produced_ms, lateness_ms)
     result.duplicates = duplicates
     result.cpu_s = time.process_time()
