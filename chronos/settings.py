@@ -206,6 +206,17 @@ class NodeSettings(_Section):
             "measured. More threads than inner partitions are not started."
         ),
     )
+    owned_partitions: list[int] = Field(
+        default_factory=list,
+        description=(
+            "Inner partitions this node ingests and delivers; empty: all of them. Nodes that "
+            "split the partitions between them (each with its own node_id and data_dir) each "
+            "run their own store and GIL; add and cancel of one id share a partition, so each "
+            "request reaches one of them. For machines with cores to spare: on 2 cores shared "
+            "with the broker and the load tools, two nodes at 37,500 msg/s used 109-111 % of a "
+            "core against one node's 86-87 % and fell behind (scripts/multi_node_steady.py)."
+        ),
+    )
     ingest_decoder: DecoderPlace = Field(
         "process",
         description=(

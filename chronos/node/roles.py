@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+from chronos.errors import ConfigError
 from chronos.kafka.admin import partition_count
 from chronos.node.checkpointer import CheckpointWorker
 from chronos.node.component import Component
@@ -31,14 +32,14 @@ def _ingest(ctx: NodeContext) -> list[IngestWorker]:
     s = ctx.settings
     names = s.topics.names
     config = s.kafka.consumer(names.node_group(s.node.node_id))
-    partitions = partition_count(s, names.inner)
-    threads = min(s.node.ingest_threads, partitions)
+    owned = owned_partitions(s.node.owned_partitions, partition_count(s, names.inner))
+    threads = min(s.node.ingest_threads, len(owned))
     workers: list[IngestWorker] = []
     for i in range(threads):
         spec = ReaderSpec(
             config,
             names.inner,
-            list(range(i, partitions, threads)),
+            owned[i::threads],
             s.limits,
             names,
             s.node.ingest_batch_max,
@@ -57,6 +58,19 @@ def _ingest(ctx: NodeContext) -> list[IngestWorker]:
             )
         )
     return workers
+
+
+def owned_partitions(configured: list[int], count: int) -> list[int]:
+    """The inner partitions a node reads: those configured (all when none), each existing."""
+    if not configured:
+        return list(range(count))
+    missing = sorted({p for p in configured if not 0 <= p < count})
+    if missing:
+        raise ConfigError(
+            f"node.owned_partitions {missing} do not exist: the inner topic has {count} "
+            f"partitions (0-{count - 1})"
+        )
+    return sorted(set(configured))
 
 
 def _source(spec: ReaderSpec, decoder: DecoderPlace, ctx: NodeContext, name: str) -> BatchSource:

@@ -1,0 +1,63 @@
+"""Nodes that split the inner partitions (``node.owned_partitions``) deliver each message once."""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from chronos.errors import ConfigError
+from chronos.node.node import Node
+from proxy.client import DelayClient, DelayRequest
+from tests.integration.harness import Inbox, make_settings, running_node
+
+
+def test_two_nodes_splitting_the_partitions_deliver_everything_once(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
+    halves = ([0, 1], [2, 3])  # the harness' inner topic has 4 partitions
+    settings = [
+        make_settings(
+            kafka_bootstrap,
+            namespace,
+            tmp_path / f"store-{i}",
+            node={"node_id": f"n{i}", "owned_partitions": owned, "ingest_threads": 1},
+        )
+        for i, owned in enumerate(halves)
+    ]
+    topic = f"{namespace}-split"
+    with ExitStack() as stack:
+        nodes = [stack.enter_context(running_node(s)) for s in settings]
+        inbox = stack.enter_context(Inbox(settings[0], [topic]))
+        client = stack.enter_context(DelayClient(settings[0]))
+        kept = {
+            r.id
+            for r in client.send_batch(
+                [DelayRequest(topic, f"m{i}", delay=0.5) for i in range(200)]
+            )
+        }
+        # Cancels travel to the partition of their add, so the node that holds it.
+        doomed = client.send_batch([DelayRequest(topic, f"c{i}", delay=3.0) for i in range(40)])
+        assert len(client.cancel_batch([r.id for r in doomed])) == 40
+        assert inbox.wait_for(kept, timeout_s=20)
+        time.sleep(3.5)  # the cancelled ones would be due by now
+        delivered = [n.context.metrics.totals().get("delivered", 0) for n in nodes if n.context]
+        cancelled = [n.context.metrics.totals().get("cancelled", 0) for n in nodes if n.context]
+    assert inbox.by_id.keys() == kept
+    assert max(inbox.count(i) for i in kept) == 1
+    assert sum(delivered) == 200 and min(delivered) > 0, delivered
+    assert sum(cancelled) == 40 and min(cancelled) > 0, cancelled
+
+
+def test_a_node_owning_a_partition_the_topic_lacks_does_not_start(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
+    settings = make_settings(
+        kafka_bootstrap, namespace, tmp_path / "store", node={"owned_partitions": [1, 4]}
+    )
+    node = Node(settings)
+    with pytest.raises(ConfigError, match=r"owned_partitions \[4\] do not exist"):
+        node.start()
+    node.stop()
