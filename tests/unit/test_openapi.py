@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_committed_spec_matches_the_app() -> None:
-    loader = importlib.util.spec_from_file_location(
-        "export_openapi", ROOT / "scripts" / "export_openapi.py"
-    )
-    assert loader is not None and loader.loader is not None
-    module = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(module)
+    module = load_script("export_openapi")
     generated = json.loads(module.spec())
     committed = json.loads((ROOT / "docs" / "openapi.json").read_text())
     assert committed == generated, "docs/openapi.json is stale: run scripts/export_openapi.py"

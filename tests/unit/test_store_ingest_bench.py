@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 from chronos.settings import NodeSettings
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "store_ingest_bench.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("store_ingest_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from tests.scripts import load_script
 
 # The script writes in batches of node.ingest_batch_max, and tenths are whole batches.
 BATCH = NodeSettings().ingest_batch_max
 
 
 def test_every_add_lands_and_each_tenth_is_reported(tmp_path: Path) -> None:
-    result = _load().run(20 * BATCH, tmp_path / "store")
+    result = load_script("store_ingest_bench").run(20 * BATCH, tmp_path / "store")
     assert (result["added"], result["duplicates"]) == (20 * BATCH, 0)
     tenths = result["tenths"]
     assert [row["applied"] for row in tenths] == list(range(2 * BATCH, 20 * BATCH + 1, 2 * BATCH))
@@ -34,6 +22,6 @@ def test_every_add_lands_and_each_tenth_is_reported(tmp_path: Path) -> None:
 
 def test_a_remainder_joins_the_last_tenth(tmp_path: Path) -> None:
     count = 20 * BATCH + BATCH // 2  # tenths of 2 batches, then the last one half a batch longer
-    result = _load().run(count, tmp_path / "store")
+    result = load_script("store_ingest_bench").run(count, tmp_path / "store")
     assert [row["applied"] for row in result["tenths"]][-2:] == [18 * BATCH, count]
     assert result["added"] == count
