@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic import ValidationError as PydanticValidationError
@@ -109,9 +109,10 @@ class TopicSettings(_Section):
         1,
         ge=1,
         description=(
-            "Partitions of the inner topic, when chronos creates it. Every node reads all of "
-            "them, with node.ingest_threads threads (1: a second only contends for the GIL), so "
-            "more buy no parallelism, only smaller Kafka batches: at 25,000 msg/s the broker "
+            "Partitions of the inner topic, when chronos creates it. A node reads all of them "
+            "(unless nodes split them, node.owned_partitions), with node.ingest_threads threads "
+            "(1: a second only contends for the GIL), so within a node more buy no "
+            "parallelism, only smaller Kafka batches: at 25,000 msg/s the broker "
             "used 65-68 % of a core with 8 and 32-34 % with 1, and p99 lateness was 2,362-2,590 "
             "ms against 14-20 ms. Existing topics keep theirs: a node reads the count from "
             "Kafka."
@@ -206,15 +207,17 @@ class NodeSettings(_Section):
             "measured. More threads than inner partitions are not started."
         ),
     )
-    owned_partitions: list[int] = Field(
+    owned_partitions: list[Annotated[int, Field(ge=0)]] = Field(
         default_factory=list,
         description=(
             "Inner partitions this node ingests and delivers; empty: all of them. Nodes that "
             "split the partitions between them (each with its own node_id and data_dir) each "
             "run their own store and GIL; add and cancel of one id share a partition, so each "
-            "request reaches one of them. For machines with cores to spare: on 2 cores shared "
-            "with the broker and the load tools, two nodes at 37,500 msg/s used 109-111 % of a "
-            "core against one node's 86-87 % and fell behind (scripts/multi_node_steady.py)."
+            "request reaches one of them. A store keeps the partitions it was filled from (a "
+            "node refuses to start with one holding others). For machines with cores to spare: "
+            "on 2 cores shared with the broker and the load tools, two nodes at 37,500 msg/s "
+            "held 1 run of 4 (p99 74-197 ms) where one node held 2 of 2 "
+            "(scripts/multi_node_steady.py, docs/benchmarks round 8)."
         ),
     )
     ingest_decoder: DecoderPlace = Field(

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+import structlog
+
 from chronos.errors import ConfigError
 from chronos.kafka.admin import partition_count
 from chronos.node.checkpointer import CheckpointWorker
@@ -27,19 +29,23 @@ from chronos.settings import DecoderPlace
 
 Role = Callable[[NodeContext], list[Component]]
 
+log = structlog.get_logger(__name__)
+
 
 def _ingest(ctx: NodeContext) -> list[IngestWorker]:
     s = ctx.settings
     names = s.topics.names
     config = s.kafka.consumer(names.node_group(s.node.node_id))
-    owned = owned_partitions(s.node.owned_partitions, partition_count(s, names.inner))
-    threads = min(s.node.ingest_threads, len(owned))
+    count = partition_count(s, names.inner)
+    owned = owned_partitions(s.node.owned_partitions, count)
+    _check_store_owns(ctx, owned, count)
+    log.info("ingest_partitions", owned=owned, inner_partitions=count)
     workers: list[IngestWorker] = []
-    for i in range(threads):
+    for i, partitions in enumerate(thread_shares(owned, s.node.ingest_threads)):
         spec = ReaderSpec(
             config,
             names.inner,
-            owned[i::threads],
+            partitions,
             s.limits,
             names,
             s.node.ingest_batch_max,
@@ -71,6 +77,28 @@ def owned_partitions(configured: list[int], count: int) -> list[int]:
             f"partitions (0-{count - 1})"
         )
     return sorted(set(configured))
+
+
+def thread_shares(owned: list[int], threads: int) -> list[list[int]]:
+    """Partitions per ingest thread, round robin; no more threads than partitions."""
+    threads = min(threads, len(owned))
+    return [owned[i::threads] for i in range(threads)]
+
+
+def _check_store_owns(ctx: NodeContext, owned: list[int], count: int) -> None:
+    """Refuse a store that holds partitions this node no longer owns.
+
+    Its pending messages of those partitions would still be delivered while their cancels went
+    to another node, and that node, starting without them, would deliver them again: ownership
+    stays with a store for its life.
+    """
+    foreign = sorted(set(ctx.ledger.inner_offsets(list(range(count)))) - set(owned))
+    if foreign:
+        raise ConfigError(
+            f"the store in {ctx.settings.node.data_dir} holds inner partitions {foreign}, "
+            f"which node.owned_partitions {owned} leaves out: a store keeps the partitions it "
+            "was filled from (see README, Operations)"
+        )
 
 
 def _source(spec: ReaderSpec, decoder: DecoderPlace, ctx: NodeContext, name: str) -> BatchSource:
