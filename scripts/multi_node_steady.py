@@ -5,8 +5,9 @@ Starts a local Tansu broker and --nodes node processes; the inner topic gets
 --nodes x --partitions-per-node partitions, each node owns its own share with its own store.
 Then the benchmark's steady scenario runs once (load generator and observer as in
 `chronos bench`), and it prints the lateness, each node's CPU (with its decoder child, % of one
-core), the other processes' CPU and how busy the whole machine was. `--nodes 1` is the same
-load against one node owning every partition: run both, alternated, to compare.
+core), the other processes' CPU and how busy the whole machine was, each a mean over the whole
+scenario: the load, then the wait for its last deliveries (up to 10 s more). `--nodes 1` is
+the same load against one node owning every partition: run both, alternated, to compare.
 
     python scripts/multi_node_steady.py --rate 37500 --nodes 2
     python scripts/multi_node_steady.py --rate 37500 --nodes 1 --partitions-per-node 2
@@ -27,10 +28,14 @@ from chronos.devstack.process import NodeProcess
 
 
 def _busy_jiffies() -> tuple[int, int]:
-    """(busy, total) CPU time of the whole machine so far, from /proc/stat."""
-    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle and iowait
-    return sum(fields) - idle, sum(fields)
+    """(busy, total) CPU time of the whole machine so far, from /proc/stat.
+
+    The first eight fields only (guest time is already in user time); idle, iowait and steal
+    (time the hypervisor gave to others) are not busy.
+    """
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    return user + nice + system + irq + softirq, sum(fields)
 
 
 def _node_config(stack: BenchStack, index: int, owned: list[int]) -> Path:
@@ -61,14 +66,12 @@ def run(rate: float, seconds: float, nodes: int, per_node: int) -> dict[str, obj
         for node in others:
             if not node.wait_ready(120):
                 raise RuntimeError(f"a node did not start, see {stack.workdir}")
-        samplers = [ProcessSampler(pid) for pid in [stack.node.pid, *(n.pid for n in others)]]
-        for sampler in samplers:
-            sampler.__enter__()
-        busy_before = _busy_jiffies()
-        result = steady(stack, rate, seconds)
-        busy_after = _busy_jiffies()
-        for sampler in samplers:  # the window ends with the run, not with the teardown
-            sampler.__exit__(None, None, None)
+        pids = [stack.node.pid, *(node.pid for node in others)]
+        with ExitStack() as sampling:  # the window ends with the run, not with the teardown
+            samplers = [sampling.enter_context(ProcessSampler(pid)) for pid in pids]
+            busy_before = _busy_jiffies()
+            result = steady(stack, rate, seconds)
+            busy_after = _busy_jiffies()
         node_cpu = [sampler.summary()["cpu_percent_mean"] for sampler in samplers]
     busy = busy_after[0] - busy_before[0]
     total = max(busy_after[1] - busy_before[1], 1)
