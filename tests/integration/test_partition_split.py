@@ -10,6 +10,7 @@ import pytest
 
 from chronos.errors import ConfigError
 from chronos.node.node import Node
+from chronos.settings import ChronosSettings
 from proxy.client import DelayClient, DelayRequest
 from tests.integration.harness import Inbox, make_settings, running_node
 
@@ -67,12 +68,7 @@ def test_a_node_owning_a_partition_the_topic_lacks_does_not_start(
     settings = make_settings(
         kafka_bootstrap, namespace, tmp_path / "store", node={"owned_partitions": [1, 4]}
     )
-    node = Node(settings)
-    try:
-        with pytest.raises(ConfigError, match=r"owned_partitions \[4\] do not exist"):
-            node.start()
-    finally:
-        node.stop()
+    _assert_refused(settings, r"owned_partitions \[4\] do not exist")
 
 
 def test_a_store_filled_from_more_partitions_than_the_node_owns_is_refused(
@@ -90,9 +86,14 @@ def test_a_store_filled_from_more_partitions_than_the_node_owns_is_refused(
     half = whole.model_copy(
         update={"node": whole.node.model_copy(update={"owned_partitions": [0, 1]})}
     )
-    node = Node(half)
+    _assert_refused(half, r"holds inner partitions \[2, 3\]")
+
+
+def _assert_refused(settings: ChronosSettings, reason: str) -> None:
+    """The node does not start, for ``reason``; what it opened is closed again."""
+    node = Node(settings)
     try:
-        with pytest.raises(ConfigError, match=r"holds inner partitions \[2, 3\]"):
+        with pytest.raises(ConfigError, match=reason):
             node.start()
     finally:
         node.stop()
