@@ -7,6 +7,7 @@ import argparse
 from confluent_kafka.admin import AdminClient
 
 from chronos.cli.args import add_config, settings_from
+from chronos.node.roles import owned_partitions
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,5 +24,10 @@ def main(args: argparse.Namespace) -> int:
     names = settings.topics.names
     for topic in (names.inner, names.dead_letter):
         print(f"{topic}: {'present' if topic in topics else 'missing (created by chronos run)'}")
+    inner = topics.get(names.inner)
+    if inner is not None and inner.partitions:
+        # What `chronos run` would refuse at start, said now (ConfigError names the partitions).
+        owned = owned_partitions(settings.node.owned_partitions, len(inner.partitions))
+        print(f"{names.inner}: {len(inner.partitions)} partitions, this node reads {owned}")
     print(f"kafka ok ({settings.kafka.bootstrap_servers}, {len(topics)} topics)")
     return 0

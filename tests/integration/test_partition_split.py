@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from chronos.cli.main import main as cli_main
 from chronos.errors import ConfigError
+from chronos.kafka.admin import ensure_topics
 from chronos.node.node import Node
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient, DelayRequest
@@ -97,3 +99,22 @@ def _assert_refused(settings: ChronosSettings, reason: str) -> None:
             node.start()
     finally:
         node.stop()
+
+
+def test_check_names_the_partitions_a_node_reads_and_refuses_missing_ones(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ensure_topics(make_settings(kafka_bootstrap, namespace, tmp_path / "store"))
+
+    def check(owned: list[int]) -> int:
+        config = tmp_path / "chronos.toml"
+        config.write_text(
+            f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\n'
+            f'[topics]\nnamespace = "{namespace}"\n[node]\nowned_partitions = {owned}\n'
+        )
+        return cli_main(["check", "--config", str(config)])
+
+    assert check([3, 1]) == 0
+    assert f"{namespace}.inner: 4 partitions, this node reads [1, 3]" in capsys.readouterr().out
+    assert check([1, 7]) == 2
+    assert "owned_partitions [7] do not exist" in capsys.readouterr().err
