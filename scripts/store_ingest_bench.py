@@ -10,6 +10,7 @@ which `scripts/hotpath_bench.py` measures); `chronos bench --only scale` measure
 a whole through Kafka, up to what the broker can hold in memory.
 
     .venv/bin/python scripts/store_ingest_bench.py [--count 10000000] [--dir PATH] [--json FILE]
+        [--write-buffer-mb N]
 """
 
 from __future__ import annotations
@@ -59,8 +60,11 @@ def _write_stalls(folder: Path) -> int:
         return sum("Stalling writes" in line or "Stopping writes" in line for line in log)
 
 
-def run(count: int, folder: Path) -> dict[str, Any]:
+def run(count: int, folder: Path, write_buffer_mb: int | None = None) -> dict[str, Any]:
     settings = ChronosSettings()
+    if write_buffer_mb is not None:
+        store_settings = settings.store.model_copy(update={"write_buffer_mb": write_buffer_mb})
+        settings = settings.model_copy(update={"store": store_settings})
     store = RocksStore(folder, settings.store)
     lookups = _Timed(store.get_index_raw)
     writes = _Timed(store.write)
@@ -129,6 +133,7 @@ def run(count: int, folder: Path) -> dict[str, Any]:
         "added": added,
         "duplicates": duplicates,
         "batch": batch,
+        "write_buffer_mb": settings.store.write_buffer_mb,
         "seconds": round(elapsed, 1),
         "rate_first_tenth": first,
         "rate_last_tenth": last,
@@ -148,11 +153,17 @@ def main() -> int:
         "--dir", type=Path, default=None, help="parent of the store folder (default: temp)"
     )
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
+    parser.add_argument(
+        "--write-buffer-mb",
+        type=int,
+        default=None,
+        help="memtable size per column family (default: store.write_buffer_mb)",
+    )
     args = parser.parse_args()
     tune_interpreter()  # the node's GC and GIL settings, as in `chronos run`
     folder = Path(tempfile.mkdtemp(prefix="store-ingest-", dir=args.dir))
     try:
-        result = run(args.count, folder)
+        result = run(args.count, folder, args.write_buffer_mb)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     print(json.dumps({k: v for k, v in result.items() if k != "tenths"}))

@@ -25,3 +25,9 @@ def test_a_remainder_joins_the_last_tenth(tmp_path: Path) -> None:
     result = load_script("store_ingest_bench").run(count, tmp_path / "store")
     assert [row["applied"] for row in result["tenths"]][-2:] == [18 * BATCH, count]
     assert result["added"] == count
+
+
+def test_the_memtable_size_can_be_chosen(tmp_path: Path) -> None:
+    result = load_script("store_ingest_bench").run(2 * BATCH, tmp_path / "store", 4)
+    assert (result["write_buffer_mb"], result["added"]) == (4, 2 * BATCH)
+    assert "write_buffer_size: 4194304" in (tmp_path / "store" / "LOG").read_text()
