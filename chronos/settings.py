@@ -132,7 +132,15 @@ class LimitSettings(_Section):
 
     max_delay_s: int = Field(365 * 86400, ge=1, description="Furthest due time ahead, seconds.")
     max_message_bytes: int = Field(
-        1 << 20, ge=1, description="Largest key + value + headers of one request, bytes."
+        1_000_000,
+        ge=1,
+        description=(
+            "Largest key + value + headers of one request, bytes. Delivery adds chronos' "
+            "headers and Kafka's framing (up to ~400 bytes with a 128-byte id), and the target "
+            "topic must take the whole record: Apache Kafka's default max.message.bytes "
+            "(1,048,588) leaves room for them at this default, not at 1 MiB. Raise it only "
+            "with the target topics' limits; a record they refuse is dead-lettered."
+        ),
     )
     max_id_bytes: int = Field(128, ge=8, le=1024, description="Longest caller-given message id.")
     repeat_max_times: int = Field(10_000, ge=1, description="Most occurrences of a repeat.")

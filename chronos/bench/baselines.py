@@ -19,7 +19,8 @@ from chronos.bench.sampler import ProcessSampler
 from chronos.bench.scenarios import spawn_pool
 from chronos.bench.stack import TopicLayout
 from chronos.bench.stats import summarize
-from chronos.devstack.tansu import TansuBroker, free_port
+from chronos.devstack.brokers import BrokerKind, LocalBroker, start_local_broker
+from chronos.devstack.tansu import free_port
 from chronos.kafka.admin import create_topic
 from chronos.settings import ChronosSettings, KafkaSettings
 from chronos.wire import H_DUE, H_ID
@@ -271,9 +272,11 @@ def redis_memory(count: int, payload: int, log: Callable[[str], None]) -> Result
     }
 
 
-def local_broker(bootstrap: str | None, workdir: Path) -> tuple[str, TansuBroker | None]:
-    """The given Kafka, or a local Tansu broker for the baselines."""
+def local_broker(
+    bootstrap: str | None, workdir: Path, kind: BrokerKind = "tansu"
+) -> tuple[str, LocalBroker | None]:
+    """The given Kafka, or a local broker of ``kind`` for the baselines."""
     if bootstrap:
         return bootstrap, None
-    broker = TansuBroker(log_path=workdir / "tansu-baselines.log").start()
+    broker = start_local_broker(kind, workdir / f"{kind}-baselines.log")
     return broker.bootstrap, broker

@@ -20,6 +20,7 @@ from chronos.bench.load import LoadSpec, Observation, generate, observe
 from chronos.bench.sampler import ProcessSampler, cpu_seconds
 from chronos.bench.stack import BenchStack, TopicLayout
 from chronos.bench.stats import summarize
+from chronos.devstack.brokers import BrokerKind
 from proxy.client import DelayClient
 
 Result = dict[str, Any]
@@ -100,11 +101,12 @@ def highest_rate(
     log: Callable[[str], None],
     max_delay_ms: int = 10_000,
     layout: TopicLayout | None = None,
+    broker: BrokerKind = "tansu",
 ) -> Result:
     """Steady runs at increasing rates (fresh node each) until p99 > 100 ms or loss."""
     runs: list[Result] = []
     for rate in rates:
-        with BenchStack(bootstrap, layout=layout) as stack:
+        with BenchStack(bootstrap, layout=layout, broker=broker) as stack:
             stack.start_node()
             run = steady(stack, rate, seconds, max_delay_ms=max_delay_ms)
         log(
@@ -124,9 +126,10 @@ def burst(
     count: int,
     log: Callable[[str], None],
     layout: TopicLayout | None = None,
+    broker: BrokerKind = "tansu",
 ) -> Result:
     """``count`` messages all due in the same second, scheduled well before it."""
-    with BenchStack(bootstrap, layout=layout) as stack:
+    with BenchStack(bootstrap, layout=layout, broker=broker) as stack:
         stack.start_node()
         lead_s = 10 + count / 15_000  # time to schedule and ingest them first
         due = int((time.time() + lead_s) * 1000)
@@ -174,10 +177,11 @@ def scale(
     count: int,
     log: Callable[[str], None],
     layout: TopicLayout | None = None,
+    broker: BrokerKind = "tansu",
 ) -> Result:
     """Preload ``count`` messages due in a day: RSS, disk per message, ingest rate as the store
     grows, and restart time from process start to first delivery."""
-    with BenchStack(bootstrap, layout=layout) as stack:
+    with BenchStack(bootstrap, layout=layout, broker=broker) as stack:
         stack.start_node()
         group = stack.settings.topics.names.node_group(stack.settings.node.node_id)
         spec = LoadSpec(
@@ -253,11 +257,12 @@ def proxy_http(
     batch: int,
     log: Callable[[str], None],
     layout: TopicLayout | None = None,
+    broker: BrokerKind = "tansu",
 ) -> Result:
     """HTTP requests/s and messages/s against `chronos proxy` with wrk (single and batch)."""
     if shutil.which("wrk") is None:
         return {"skipped": "wrk not installed (apt-get install wrk)"}
-    with BenchStack(bootstrap, layout=layout) as stack:
+    with BenchStack(bootstrap, layout=layout, broker=broker) as stack:
         port = 18080
         config = stack.workdir / "proxy.toml"
         config.write_text(

@@ -1,4 +1,4 @@
-"""The system under test: a broker (local Tansu unless given) and a chronos node process."""
+"""The system under test: a broker (a local one unless given) and a chronos node process."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from types import TracebackType
 
 from chronos.bench.host import dir_bytes
+from chronos.devstack.brokers import BrokerKind, LocalBroker, start_local_broker
 from chronos.devstack.process import NodeProcess
-from chronos.devstack.tansu import TansuBroker
 from chronos.kafka.admin import create_topic, ensure_topics
 from chronos.settings import ChronosSettings, TopicSettings, load_settings
 
@@ -43,16 +43,22 @@ class BenchStack:
     """A fresh namespace, store and node for one scenario.
 
     Parameters:
-        bootstrap: an existing Kafka, or None to run a local Tansu broker.
+        bootstrap: an existing Kafka, or None to run a local broker of ``broker``'s kind.
         node_settings: extra ``[node]`` TOML lines (e.g. thread counts).
         layout: partitions of the inner topic and of the target topic.
+        broker: the local broker to start when no bootstrap is given.
     """
 
     def __init__(
-        self, bootstrap: str | None, node_settings: str = "", layout: TopicLayout | None = None
+        self,
+        bootstrap: str | None,
+        node_settings: str = "",
+        layout: TopicLayout | None = None,
+        broker: BrokerKind = "tansu",
     ) -> None:
         self._given = bootstrap
-        self._broker: TansuBroker | None = None
+        self._kind: BrokerKind = broker
+        self._broker: LocalBroker | None = None
         self._node_settings = node_settings
         self.layout = layout or TopicLayout()
         self.workdir = Path(tempfile.mkdtemp(prefix="chronos-bench-"))
@@ -68,7 +74,7 @@ class BenchStack:
 
     def __enter__(self) -> BenchStack:
         if not self._given:
-            self._broker = TansuBroker(log_path=self.workdir / "tansu.log").start()
+            self._broker = start_local_broker(self._kind, self.workdir / f"{self._kind}.log")
         config = self.workdir / "chronos.toml"
         config.write_text(
             f'[kafka]\nbootstrap_servers = "{self.bootstrap}"\n'

@@ -13,6 +13,7 @@ from typing import Any
 
 from chronos.bench.host import meminfo_bytes
 from chronos.bench.stack import TopicLayout
+from chronos.devstack.brokers import BROKER_KINDS
 from chronos.settings import NodeSettings
 
 ALL = ("relay", "steady", "redis", "burst", "scale", "proxy")
@@ -62,7 +63,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, under 2 minutes")
     parser.add_argument("--only", nargs="+", choices=ALL, default=list(ALL))
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
-    parser.add_argument("--bootstrap", default=None, help="existing Kafka (default: local Tansu)")
+    parser.add_argument(
+        "--broker",
+        choices=BROKER_KINDS,
+        default="tansu",
+        help=(
+            "local broker each scenario starts: tansu (memory-only, the embedded default) or "
+            "kafka (Apache Kafka, KRaft, from Maven Central jars); results of kafka runs go to "
+            "results-<mode>-kafka.*"
+        ),
+    )
+    parser.add_argument(
+        "--bootstrap", default=None, help="existing Kafka instead of a local broker"
+    )
     parser.add_argument("--rates", type=float, nargs="+", default=None, help="steady rates, /s")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per steady rate")
     parser.add_argument(
@@ -109,7 +122,7 @@ def main(args: argparse.Namespace) -> int:
         # Checked first: a full run takes half an hour before it reaches the Redis baseline.
         log("redis-server not found: apt-get install redis-server, or leave out 'redis' (--only)")
         return 2
-    if "scale" in args.only and args.bootstrap is None:
+    if "scale" in args.only and args.bootstrap is None and args.broker == "tansu":
         fits, needed, available = _scale_fits_embedded_broker(scale_n)
         if not fits:
             # Checked first, like Redis: the broker would be killed for memory mid-run.
@@ -123,7 +136,8 @@ def main(args: argparse.Namespace) -> int:
             return 2
 
     results: dict[str, Any] = {
-        "mode": "quick" if args.quick else "full",
+        "mode": ("quick" if args.quick else "full") + ("-kafka" if args.broker == "kafka" else ""),
+        "broker": "existing" if args.bootstrap else args.broker,
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "machine": report.machine(),
         "scenarios": {},
@@ -141,13 +155,13 @@ def main(args: argparse.Namespace) -> int:
     }
     found = results["scenarios"]
     workdir = Path(tempfile.mkdtemp(prefix="chronos-bench-"))
-    bootstrap, broker = baselines.local_broker(args.bootstrap, workdir)
+    bootstrap, broker = baselines.local_broker(args.bootstrap, workdir, args.broker)
     try:
         if "relay" in args.only:
             found["relay"] = baselines.bare_relay(bootstrap, relay_n, 200, log)
         if "steady" in args.only:
             found["steady"] = scenarios.highest_rate(
-                args.bootstrap, rates, seconds, log, max_delay, layout
+                args.bootstrap, rates, seconds, log, max_delay, layout, args.broker
             )
         if "redis" in args.only:
             runs = []
@@ -166,11 +180,13 @@ def main(args: argparse.Namespace) -> int:
             }
             found["redis_memory"] = baselines.redis_memory(min(scale_n, 1_000_000), 200, log)
         if "burst" in args.only:
-            found["burst"] = scenarios.burst(args.bootstrap, burst_n, log, layout)
+            found["burst"] = scenarios.burst(args.bootstrap, burst_n, log, layout, args.broker)
         if "scale" in args.only:
-            found["scale"] = scenarios.scale(args.bootstrap, scale_n, log, layout)
+            found["scale"] = scenarios.scale(args.bootstrap, scale_n, log, layout, args.broker)
         if "proxy" in args.only:
-            found["proxy"] = scenarios.proxy_http(args.bootstrap, proxy_s, 100, log, layout)
+            found["proxy"] = scenarios.proxy_http(
+                args.bootstrap, proxy_s, 100, log, layout, args.broker
+            )
     finally:
         if broker is not None:
             broker.stop()

@@ -15,19 +15,25 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.broker import kafka_broker
+from tests.broker import is_tansu, kafka_broker
 
 HERE = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under this directory ``integration`` so ``-m "not integration"`` works.
+    """Mark every test under this directory ``integration`` so ``-m "not integration"`` works,
+    and skip the ``kafka_only`` ones, with their reason, when the session's broker is Tansu.
 
     This hook sees the whole session's items, hence the path check.
     """
+    tansu = is_tansu()
     for item in items:
         if item.path.is_relative_to(HERE):
             item.add_marker(pytest.mark.integration)
+        marker = item.get_closest_marker("kafka_only")
+        if marker is not None and tansu:
+            reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
+            item.add_marker(pytest.mark.skip(reason=f"Tansu cannot pass this: {reason}"))
 
 
 @pytest.fixture(scope="session")

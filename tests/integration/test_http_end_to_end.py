@@ -134,7 +134,7 @@ def test_batch_cancel_and_idempotent_resend(
             422,
             "headers[0]",
         ),
-        ({"topic": "ok", "value": "x" * ((1 << 20) + 1), "delay_ms": 1}, 413, "value"),
+        ({"topic": "ok", "value": "x" * 1_000_001, "delay_ms": 1}, 413, "value"),
         ({"topic": "ok", "value": "!!", "encoding": "base64", "delay_ms": 1}, 422, "value"),
         ({"topic": "ok", "value": "x", "delay_ms": 1, "id": "a b"}, 422, "id"),
         (
@@ -194,13 +194,15 @@ def test_health_and_openapi(stack: tuple[ChronosSettings, httpx.Client]) -> None
 def test_largest_allowed_message_is_delivered(
     stack: tuple[ChronosSettings, httpx.Client], namespace: str
 ) -> None:
+    """At the default limit, with the longest id, into a topic with the broker's default size
+    limit: what chronos adds on delivery must fit beside the user's bytes."""
     settings, http = stack
     topic = f"{namespace}-big"
-    value = "v" * ((1 << 20) - 10)
+    limits = settings.limits
+    value = "v" * (limits.max_message_bytes - 10)
+    body = {"topic": topic, "value": value, "key": "k" * 10, "delay_ms": 10}
     with Inbox(settings, [topic]) as inbox:
-        answer = http.post(
-            "/v1/messages", json={"topic": topic, "value": value, "key": "k" * 10, "delay_ms": 10}
-        )
+        answer = http.post("/v1/messages", json={**body, "id": "i" * limits.max_id_bytes})
         assert answer.status_code == 201, answer.text
         message_id = answer.json()["id"]
         assert inbox.wait_for({message_id})

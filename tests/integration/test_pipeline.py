@@ -22,6 +22,11 @@ from proxy import DelayClient
 from proxy.client import DelayRequest
 from tests.integration.harness import Inbox, make_settings, running_node
 
+#: Record timestamps of the source test: an hour ago, inside any broker's retention. (Apache
+#: Kafka deletes a segment whose newest timestamp is older than ``retention.ms``, 7 days by
+#: default, at its next retention check; records stamped in 2023 vanished mid-test.)
+BASE_TS_MS = (int(time.time()) - 3600) * 1000
+
 
 def _config_file(tmp_path: Path, settings: ChronosSettings) -> Path:
     """A TOML file for the CLI with the test's broker, namespace and store."""
@@ -64,7 +69,7 @@ def test_kafka_source_reads_partitions_ranges_and_chronos_headers(
             b"k%d" % i,
             partition=i % 3,
             headers=headers,
-            timestamp=1_700_000_000_000 + i,
+            timestamp=BASE_TS_MS + i,
         )
     assert producer.flush(30) == 0
 
@@ -102,8 +107,8 @@ def test_kafka_source_reads_partitions_ranges_and_chronos_headers(
         spark,
         settings,
         topic,
-        startingTimestamp=str(1_700_000_000_000 + 100),
-        endingTimestamp=str(1_700_000_000_000 + 400),
+        startingTimestamp=str(BASE_TS_MS + 100),
+        endingTimestamp=str(BASE_TS_MS + 400),
     )
     assert timed.count() == 300
 

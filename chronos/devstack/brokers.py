@@ -1,0 +1,32 @@
+"""The two local brokers behind one name: Apache Kafka (what users run) and Tansu (embedded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Protocol
+
+from chronos.devstack.kafka import KafkaBroker
+from chronos.devstack.tansu import TansuBroker
+
+#: ``kafka``: Apache Kafka (KRaft) from Maven Central jars; ``tansu``: memory-only, zero setup.
+BrokerKind = Literal["kafka", "tansu"]
+BROKER_KINDS: tuple[BrokerKind, ...] = ("kafka", "tansu")
+
+
+class LocalBroker(Protocol):
+    """What the benchmarks and tools need of a broker they started themselves."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def stop(self) -> None: ...
+
+
+def start_local_broker(kind: BrokerKind, log_path: Path) -> LocalBroker:
+    """Start a fresh broker of ``kind`` writing its output to ``log_path``."""
+    if kind == "kafka":
+        return KafkaBroker(log_path=log_path).start()
+    return TansuBroker(log_path=log_path).start()
