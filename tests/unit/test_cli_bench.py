@@ -54,9 +54,11 @@ def test_scale_beyond_the_embedded_brokers_memory_is_a_usage_error(
         burst=None,
         inner_partitions=1,
         target_partitions=8,
+        broker="tansu",
     )
     assert bench.main(args) == 2
-    assert "--bootstrap" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--bootstrap" in err and "--broker kafka" in err
     assert not list(tmp_path.iterdir())  # nothing written, no broker started
 
 
