@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_settings import (
     BaseSettings,
@@ -22,6 +22,8 @@ from chronos.types import KafkaConfig
 
 KafkaValue = str | int | float | bool
 _RECORD_OVERHEAD_BYTES = 64 * 1024
+#: librdkafka's names of the producer's acks setting.
+_ACKS_KEYS = frozenset({"acks", "request.required.acks"})
 
 
 class _Section(BaseModel):
@@ -46,6 +48,27 @@ class KafkaSettings(_Section):
     consumer_config: dict[str, KafkaValue] = Field(
         default_factory=dict, description="librdkafka options for consumers only."
     )
+
+    @field_validator("client_config", "producer_config")
+    @classmethod
+    def _keep_durability(cls, config: dict[str, KafkaValue]) -> dict[str, KafkaValue]:
+        """Refuse options that would break "accepted means durable" or chronos' own producers:
+        an accepted request must be on every in-sync replica, written once."""
+        for key, value in config.items():
+            normal = str(value).strip().lower()
+            if key in _ACKS_KEYS and normal not in ("all", "-1"):
+                raise ValueError(
+                    f"{key}={value!r} would answer requests before every in-sync replica has "
+                    "them; chronos produces with acks=all (remove the option)"
+                )
+            if key == "enable.idempotence" and normal != "true":
+                raise ValueError(
+                    f"{key}={value!r} lets a retried produce write a record twice or out of "
+                    "order; chronos' producers are idempotent (remove the option)"
+                )
+            if key == "transactional.id":
+                raise ValueError(f"{key} is chronos' to set, per producer (remove the option)")
+        return config
 
     def _common(self) -> KafkaConfig:
         config: KafkaConfig = {"bootstrap.servers": self.bootstrap_servers}

@@ -28,6 +28,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from chronos.bench.sampler import cpu_seconds
 from chronos.devstack.tansu import TansuBroker
 from chronos.kafka.admin import create_topic
+from chronos.quantiles import nearest_rank
 from chronos.settings import ChronosSettings, KafkaSettings
 
 _REPORT_EVERY_S = 10.0
@@ -119,8 +120,8 @@ def main() -> int:
             reader.join(10)
     lags.sort()
     lag = {
-        "p50": lags[len(lags) // 2] if lags else None,
-        "p99": lags[int(len(lags) * 0.99)] if lags else None,
+        "p50": nearest_rank(lags, 0.5) if lags else None,
+        "p99": nearest_rank(lags, 0.99) if lags else None,
     }
     print(json.dumps({**vars(args), "broker_cpu_percent_per_10s": shares, "consumer_lag_ms": lag}))
     return 0

@@ -30,9 +30,10 @@ from pathlib import Path
 
 from chronos.devstack.brokers import BROKER_KINDS, start_local_broker
 from chronos.devstack.process import NodeProcess
-from chronos.devstack.watch import Delivered, DeliveryWatcher, percentile
+from chronos.devstack.watch import Delivered, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.names import HEADER_PREFIX
+from chronos.quantiles import percentile
 from chronos.settings import load_settings
 from proxy.client import DelayClient, DelayRequest
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from chronos.bench.load import Observation
+from chronos.quantiles import nearest_rank
 
 
 def percentiles(values: list[int]) -> dict[str, int]:
@@ -10,11 +11,12 @@ def percentiles(values: list[int]) -> dict[str, int]:
     if not values:
         return {"p50": 0, "p99": 0, "p999": 0, "max": 0}
     ordered = sorted(values)
-
-    def rank(q: float) -> int:
-        return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))]
-
-    return {"p50": rank(0.5), "p99": rank(0.99), "p999": rank(0.999), "max": ordered[-1]}
+    return {
+        "p50": nearest_rank(ordered, 0.5),
+        "p99": nearest_rank(ordered, 0.99),
+        "p999": nearest_rank(ordered, 0.999),
+        "max": ordered[-1],
+    }
 
 
 def sustained_rate(observation: Observation) -> float:

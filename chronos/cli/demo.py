@@ -10,8 +10,9 @@ import time
 import uuid
 
 from chronos.cli.args import add_config, duration_ms, settings_from
-from chronos.devstack.watch import Delivered, DeliveryWatcher, percentile
+from chronos.devstack.watch import Delivered, DeliveryWatcher
 from chronos.kafka.admin import create_topic
+from chronos.quantiles import percentile
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient, DelayRequest
 

@@ -123,12 +123,3 @@ class DeliveryWatcher:
                         headers=headers,
                     )
                 )
-
-
-def percentile(values: list[int], q: float) -> int:
-    """Nearest-rank percentile of ``values`` (0 when empty)."""
-    if not values:
-        return 0
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, int(round(q * len(ordered) + 0.5)) - 1))
-    return ordered[rank]

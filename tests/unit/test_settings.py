@@ -195,7 +195,27 @@ sasl_password = "s3cret"
     assert "s3cret" not in repr(kafka)
 
 
-def test_client_config_cannot_weaken_producer_durability() -> None:
-    kafka = KafkaSettings(client_config={"acks": "1", "enable.idempotence": False})
-    config = kafka.producer()
-    assert config["acks"] == "all" and config["enable.idempotence"] is True
+@pytest.mark.parametrize(
+    ("section", "option", "value"),
+    [
+        ("producer_config", "acks", "1"),
+        ("producer_config", "acks", 0),
+        ("client_config", "request.required.acks", 1),
+        ("producer_config", "enable.idempotence", False),
+        ("client_config", "enable.idempotence", "false"),
+        ("producer_config", "transactional.id", "mine"),
+    ],
+)
+def test_settings_that_would_weaken_durability_are_refused(
+    tmp_path: Path, section: str, option: str, value: object
+) -> None:
+    literal = f'"{value}"' if isinstance(value, str) else str(value).lower()
+    path = _toml(tmp_path, f'[kafka.{section}]\n"{option}" = {literal}\n')
+    with pytest.raises(ConfigError, match=rf"kafka\.{section}.*{option}"):
+        load_settings(path)
+
+
+@pytest.mark.parametrize("value", ["all", "-1", -1])
+def test_durable_acks_may_be_spelled_out(value: object) -> None:
+    kafka = KafkaSettings(producer_config={"acks": value, "enable.idempotence": True})
+    assert kafka.producer()["acks"] == value
