@@ -60,6 +60,24 @@ H_DLQ_TRUNCATED = "chronos-dlq-truncated"
 
 _INT_RE = re.compile(r"-?[0-9]{1,19}")
 
+#: The chronos- headers an inner record may carry; any other chronos- name is refused, as the
+#: proxy refuses it in a request (validation.py), instead of being dropped on delivery.
+INNER_HEADERS = frozenset(
+    {
+        H_VERSION,
+        H_OP,
+        H_ID,
+        H_TOPIC,
+        H_DUE,
+        H_KEY,
+        H_REPEAT,
+        H_REPEAT_INTERVAL,
+        H_REPEAT_TIMES,
+        H_REPEAT_MULTIPLIER,
+        H_REPEAT_MAX_INTERVAL,
+    }
+)
+
 OP_ADD = b"add"
 OP_CANCEL = b"cancel"
 _REPEAT_NAMES = {b"fixed": RepeatKind.FIXED, b"exponential": RepeatKind.EXPONENTIAL}
@@ -124,6 +142,25 @@ def _int(fields: dict[str, bytes | None], name: str, origin: str) -> int:
     return int(text)
 
 
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
+def decimal_or_none(raw: bytes | None) -> int | None:
+    """A chronos- header's integer as the node reads it, None when the node would refuse it
+    (absent, signs, spaces, underscores, over 19 digits) or when it leaves 64 bits: for readers
+    that must never fail on data (the pipeline's columns are 64-bit)."""
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    if not _INT_RE.fullmatch(text):
+        return None
+    number = int(text)
+    return number if number in _INT64 else None
+
+
 def _due(raw: bytes | None, origin: str) -> int:
     # Plain ASCII digits, the only form producers send, take the short way; anything else
     # (signs, missing, non-UTF-8) goes through the checked one for its error message.
@@ -145,6 +182,11 @@ def decode(value: bytes | None, headers: Headers | None, origin: str = "") -> In
         if name.startswith(HEADER_PREFIX):
             if name in fields:
                 raise DecodeError(f"header {name} appears twice", origin=origin)
+            if name not in INNER_HEADERS:
+                raise DecodeError(
+                    f"header {name}: names starting with {HEADER_PREFIX!r} are reserved",
+                    origin=origin,
+                )
             fields[name] = pair[1]
         else:
             user.append(pair)

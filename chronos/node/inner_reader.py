@@ -15,22 +15,17 @@ from typing import Protocol, cast
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
-from chronos import wire
-from chronos.errors import DecodeError, ValidationError
+from chronos.errors import DecodeError
+from chronos.inner import accept_inner
 from chronos.model import DecodedRequest, DelayMessage
 from chronos.names import TopicNames
 from chronos.node.deadletter import Rejected
 from chronos.settings import LimitSettings
 from chronos.store import codec
 from chronos.types import EpochMs, Headers, KafkaConfig
-from chronos.validation import validate_message
 
 log = structlog.get_logger(__name__)
 _librdkafka_log = logging.getLogger("librdkafka")
-
-# The proxy checked the horizon with its own clock; a node whose clock is a little behind must
-# not dead-letter what the proxy accepted.
-_HORIZON_SLACK_MS = 3_600_000
 
 
 @dataclass(slots=True)
@@ -97,7 +92,8 @@ class BatchSource(Protocol):
 def decode_record(
     record: Message, limits: LimitSettings, names: TopicNames, now_ms: EpochMs
 ) -> DecodedRequest:
-    """Decode, validate (the proxy's rules) and encode one inner record for the store.
+    """Decode, validate (``chronos.inner``, the rules the pipeline applies too) and encode one
+    inner record for the store.
 
     Any failure on this record, whatever raised it, becomes a DecodeError so it is
     dead-lettered instead of stopping ingest.
@@ -105,16 +101,13 @@ def decode_record(
     try:
         # Consumed headers are (str, bytes | None) pairs; the stub's union also covers the
         # forms produce() accepts (no cast(): a function call per record).
-        request = wire.decode(record.value(), record.headers())  # type: ignore[arg-type]
+        request = accept_inner(record.value(), record.headers(), limits, names, now_ms)  # type: ignore[arg-type]
         if isinstance(request, DelayMessage):
-            validate_message(request, limits, names, now_ms + _HORIZON_SLACK_MS)
             # A request read from the wire is its first occurrence: due is first_due_ms.
             return request.id, request.first_due_ms, codec.encode(request)
         return request.id, 0, None
     except DecodeError as exc:
         reason = exc.reason
-    except ValidationError as exc:
-        reason = f"invalid {exc.field}: {exc.message}"
     except Exception as exc:  # bad input must never stop ingest, whatever breaks on it
         reason = f"undecodable: {type(exc).__name__}: {exc}"
     # The origin is built only for rejected records: it is on no hot path.

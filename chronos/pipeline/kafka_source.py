@@ -31,12 +31,15 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from chronos import wire
-from chronos.errors import ConfigError
+from chronos.errors import ConfigError, DecodeError
+from chronos.inner import accept_inner
 from chronos.pipeline.options import int_option, settings_from_options
 from chronos.pipeline.schema import KAFKA_COLUMNS, arrow_schema, ddl
 from chronos.settings import ChronosSettings
+from chronos.types import Headers
 
 _ARROW = arrow_schema(KAFKA_COLUMNS)
+_REJECTED = [name for name, _a, _s in KAFKA_COLUMNS].index("chronos_rejected")
 _BATCH_ROWS = 20_000
 _STALL_S = 30.0
 
@@ -205,13 +208,15 @@ class _Columns:
 
 
 def _number(raw: bytes | None) -> int | None:
-    """A decimal header value, None when absent or malformed (the source never fails on data)."""
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        return None
+    """A decimal header value as the node parses it; None when absent, malformed or beyond 64
+    bits (the source never fails on data)."""
+    return wire.decimal_or_none(raw)
+
+
+def _int32(raw: bytes | None) -> int | None:
+    """:func:`_number` for the 32-bit columns: None beyond their range too."""
+    number = wire.decimal_or_none(raw)
+    return number if number is not None and -(1 << 31) <= number < 1 << 31 else None
 
 
 def _text(raw: bytes | None) -> str | None:
@@ -233,6 +238,7 @@ def read_range(
     lo = times.start_ms if times.start_ms is not None else -(1 << 63)
     hi = times.end_ms if times.end_ms is not None else 1 << 63
     prefix = "chronos-"
+    inner = span.topic == settings.topics.names.inner
     last_progress = time.monotonic()
     done = end is not None and span.start >= end
     try:
@@ -283,8 +289,11 @@ def read_range(
                 if fields:
                     _append_fields(cols, fields)
                 else:
-                    for column in cols[7:]:
+                    for column in cols[7:_REJECTED]:
                         column.append(None)
+                cols[_REJECTED].append(
+                    _rejection(record.value(), headers, settings, timestamp) if inner else None
+                )
                 if len(cols[0]) >= _BATCH_ROWS:
                     yield columns.batch()
                     cols = columns.cols
@@ -294,6 +303,18 @@ def read_range(
         consumer.close()
 
 
+def _rejection(
+    value: bytes | None, headers: Headers | None, settings: ChronosSettings, timestamp: int
+) -> str | None:
+    """Why a node refuses this inner record, None when it accepts it. Judged at the record's
+    timestamp, which is when a node reading along would have ingested it."""
+    try:
+        accept_inner(value, headers, settings.limits, settings.topics.names, timestamp)
+    except DecodeError as exc:
+        return exc.reason
+    return None
+
+
 def _append_fields(cols: list[list[object]], fields: dict[str, bytes | None]) -> None:
     get = fields.get
     cols[7].append(_text(get(wire.H_OP)))
@@ -301,12 +322,12 @@ def _append_fields(cols: list[list[object]], fields: dict[str, bytes | None]) ->
     cols[9].append(_text(get(wire.H_TOPIC)))
     cols[10].append(_number(get(wire.H_DUE)))
     cols[11].append(get(wire.H_KEY))
-    cols[12].append(_number(get(wire.H_OCCURRENCE)))
-    cols[13].append(_number(get(wire.H_SKIPPED)))
+    cols[12].append(_int32(get(wire.H_OCCURRENCE)))
+    cols[13].append(_int32(get(wire.H_SKIPPED)))
     cols[14].append(_text(get(wire.H_REPEAT)))
     cols[15].append(_number(get(wire.H_REPEAT_INTERVAL)))
-    cols[16].append(_number(get(wire.H_REPEAT_TIMES)))
-    cols[17].append(_number(get(wire.H_REPEAT_MULTIPLIER)))
+    cols[16].append(_int32(get(wire.H_REPEAT_TIMES)))
+    cols[17].append(_int32(get(wire.H_REPEAT_MULTIPLIER)))
     cols[18].append(_number(get(wire.H_REPEAT_MAX_INTERVAL)))
 
 

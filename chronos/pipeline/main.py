@@ -71,8 +71,14 @@ def add_job_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--now", type=epoch_ms, default=None, help="forecast start (default: now)")
 
 
+#: Exit code of an audit that ran and found missing or early messages; 1 stays "it failed to
+#: run" (Kafka unreachable, a crash), 2 a usage or configuration error.
+AUDIT_FOUND_PROBLEMS = 3
+
+
 def run_job(args: argparse.Namespace) -> int:
-    """Run the chosen job; exit code 0, or 1 when the audit found missing or early messages."""
+    """Run the chosen job; exit code 0, or AUDIT_FOUND_PROBLEMS when the audit found missing or
+    early messages."""
     try:
         from chronos.pipeline.session import spark_session
     except ImportError as exc:
@@ -106,7 +112,7 @@ def run_job(args: argparse.Namespace) -> int:
             targets=topics,
         )
         print(summary.to_json())
-        return 0 if summary.ok else 1
+        return 0 if summary.ok else AUDIT_FOUND_PROBLEMS
     from chronos.pipeline.jobs.backlog import run_backlog
 
     backlog = run_backlog(

@@ -8,7 +8,8 @@ HEADER_TYPE = pa.list_(pa.struct([("name", pa.string()), ("value", pa.binary())]
 HEADERS_DDL = "array<struct<name: string, value: binary>>"
 
 #: Records of any topic; the chronos_* columns decode the chronos- headers when present
-#: (inner-topic requests and delivered records), null otherwise or when malformed.
+#: (inner-topic requests and delivered records), null otherwise or when malformed (read as the
+#: node reads them: ``chronos.wire.decimal_or_none``).
 KAFKA_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("topic", pa.string(), "string"),
     ("partition", pa.int32(), "int"),
@@ -29,6 +30,9 @@ KAFKA_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("chronos_repeat_times", pa.int32(), "int"),
     ("chronos_repeat_multiplier", pa.int32(), "int"),
     ("chronos_repeat_max_interval_ms", pa.int64(), "bigint"),
+    # Inner topic only: why a node refuses the record (it dead-letters it), null when it
+    # accepts it; ``chronos.inner.accept_inner`` decides for both. Null on other topics.
+    ("chronos_rejected", pa.string(), "string"),
 ]
 
 #: Messages of a store checkpoint; ``slot_ms`` >= ``due_ms`` (a late arrival's slot is later).

@@ -69,6 +69,8 @@ def test_malformed_inner_records_are_dead_lettered_and_do_not_block(
         ("internal target", replaced(wire.H_TOPIC, settings.topics.names.inner.encode()), b"x"),
         ("invalid target", replaced(wire.H_TOPIC, b"no spaces allowed"), b"x"),
         ("non-utf8 id", replaced(wire.H_ID, b"\xff\xfe"), b"x"),
+        ("reserved user header", [("chronos-trace", b"t"), *good_add], b"x"),
+        ("reserved user header, other case", [("Chronos-Trace", b"t"), *good_add], b"x"),
     ]
     with running_node(settings) as node, Inbox(settings, [topic]) as inbox:
         producer = Producer(settings.kafka.producer())
@@ -99,6 +101,8 @@ def test_malformed_inner_records_are_dead_lettered_and_do_not_block(
         "internal topic",
         "not a valid Kafka topic",
         "not UTF-8",
+        "header chronos-trace: names starting with 'chronos-' are reserved",
+        "invalid headers[0]: names starting with 'chronos-' are reserved",
     ):
         assert needle in reasons, f"no dead letter mentions {needle!r}: {reasons}"
     assert bytes(range(200)) in [h["__value__"] for h in dead], "raw bytes not kept"

@@ -14,6 +14,9 @@ from confluent_kafka import Producer
 
 from chronos.cli.main import main as chronos_main
 from chronos.kafka.admin import create_topic, ensure_topics
+from chronos import wire
+from chronos.model import DelayMessage
+from chronos.pipeline.main import AUDIT_FOUND_PROBLEMS
 from chronos.pipeline.main import main as pipeline_main
 from chronos.pipeline.options import settings_to_option
 from chronos.repeat import Repeat, RepeatKind
@@ -256,6 +259,33 @@ def test_audit_catches_loss_duplicate_early_and_late(
         client.cancel("cancelled")
 
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    # Inner records a node dead-letters: never scheduled, so never "missing" (one rule,
+    # chronos.inner), and a due time beyond 64 bits must not crash the audit.
+    due_text = b"%d" % (base + 500)
+    refused = {
+        "plus": [(wire.H_DUE, b"+" + due_text)],
+        "spaces": [(wire.H_DUE, b" " + due_text + b" ")],
+        "underscores": [(wire.H_DUE, due_text[:4] + b"_" + due_text[4:])],
+        "huge": [(wire.H_DUE, b"99999999999999999999")],
+        "twice": [(wire.H_DUE, due_text), (wire.H_DUE, due_text)],
+        "reserved": [(wire.H_DUE, due_text), ("chronos-trace", b"t")],
+    }
+    for name, extra in refused.items():
+        key, value, headers = wire.encode_add(
+            DelayMessage(f"refused-{name}", topic, None, b"x", [], base + 500)
+        )
+        kept = [h for h in headers if h[0] != wire.H_DUE]
+        producer.produce(settings.topics.names.inner, value, key, headers=kept + extra)
+    producer.produce(
+        topic,
+        b"x",
+        headers=[
+            ("chronos-id", b"overflow"),
+            ("chronos-due-ms", b"99999999999999999999"),
+            ("chronos-occurrence", b"1"),
+        ],
+        timestamp=base + 600,
+    )
 
     def deliver(message_id: str, due: int, at: int, occurrence: int = 1, skipped: int = 0) -> None:
         headers = [
@@ -301,7 +331,7 @@ def test_audit_catches_loss_duplicate_early_and_late(
             "1s",
         ]
     )
-    assert code == 1
+    assert code == AUDIT_FOUND_PROBLEMS
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ok"] is False
     assert summary["counts"] == {
@@ -313,7 +343,7 @@ def test_audit_catches_loss_duplicate_early_and_late(
         "cancelled": 1,
         "collapsed": 2,
     }
-    assert summary["messages"] == 24 and summary["unexpected_deliveries"] == 1
+    assert summary["messages"] == 24 and summary["unexpected_deliveries"] == 2
     details = {
         (r["id"], r["occurrence"]): r["status"]
         for r in spark.read.parquet(str(out / "details")).collect()

@@ -7,10 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chronos import wire
-from chronos.errors import DecodeError
+from chronos.errors import DecodeError, ValidationError
 from chronos.model import CancelRequest, DelayMessage
 from chronos.repeat import Repeat, RepeatKind
+from chronos.names import TopicNames
+from chronos.settings import LimitSettings
 from chronos.types import Headers
+from chronos.validation import validate_message
 
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
 USER_HEADER_NAMES = TEXT.filter(lambda n: not n.startswith("chronos-"))
@@ -183,6 +186,22 @@ def test_duplicated_chronos_header() -> None:
     assert _reason(headers) == "header chronos-due-ms appears twice"
 
 
+@pytest.mark.parametrize("name", ["chronos-trace", "chronos-occurrence", "chronos-dlq-reason"])
+def test_unknown_chronos_header_is_refused_not_dropped(name: str) -> None:
+    """The proxy refuses a user header named chronos-*; the node must not deliver it silently
+    stripped either."""
+    assert _reason(_add_headers() + [(name, b"x")]) == (
+        f"header {name}: names starting with 'chronos-' are reserved"
+    )
+
+
+def test_mixed_case_chronos_header_is_refused_by_the_shared_rules() -> None:
+    decoded = wire.decode(b"v", [("Chronos-Trace", b"x"), *_add_headers()])
+    assert isinstance(decoded, DelayMessage)
+    with pytest.raises(ValidationError, match="reserved"):
+        validate_message(decoded, LimitSettings(), TopicNames("chronos"), 0)
+
+
 def test_duplicated_user_header_is_fine() -> None:
     headers = [("x", b"1"), ("x", b"2")] + _add_headers()
     decoded = wire.decode(None, headers)
@@ -253,3 +272,27 @@ def test_delivery_headers() -> None:
     ]
     assert wire.delivery_headers(message, 120, 2)[-1] == ("chronos-skipped", b"2")
     assert message.headers == [("u", b"1")]  # not mutated
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b"1795000000000", 1795000000000),
+        (b"-5", -5),
+        (b"9223372036854775807", (1 << 63) - 1),
+        (b"9999999999999999999", None),  # 19 digits, past 64 bits
+        (b"99999999999999999999", None),
+        (b"+5", None),
+        (b" 5 ", None),
+        (b"1_795", None),
+        (b"\xff", None),
+        (None, None),
+    ],
+)
+def test_decimal_or_none_reads_numbers_as_the_node_does(
+    raw: bytes | None, expected: int | None
+) -> None:
+    assert wire.decimal_or_none(raw) == expected
+    if expected is not None:  # what it reads, the node's decoder reads the same
+        decoded = wire.decode(b"v", _add_headers(due_ms=raw))
+        assert isinstance(decoded, DelayMessage) and decoded.first_due_ms == expected

@@ -1,8 +1,9 @@
 """audit: was everything due in a time window delivered once, on time, never early?
 
-Scheduled = the inner topic's adds (the first add of an id wins, as on the node) expanded into
-their repeat occurrences, minus nothing: a cancel (anywhere in the inner topic, before or after
-the add, as the node applies it) turns a missing message into ``cancelled``. Delivered = the
+Scheduled = the inner topic's adds that a node accepts (``chronos.inner``, the node's own check:
+what it dead-letters was never scheduled; the first add of an id wins, as on the node) expanded
+into their repeat occurrences, minus nothing: a cancel (anywhere in the inner topic, before or
+after the add, as the node applies it) turns a missing message into ``cancelled``. Delivered = the
 target topics' records, matched by the ``chronos-id`` and ``chronos-occurrence`` headers, timed
 by the record timestamp (set by the node's producer when it hands the record to Kafka).
 
@@ -97,7 +98,8 @@ def scheduled(spark: SparkSession, settings: ChronosSettings, window: AuditWindo
     )
     adds = (
         _kafka(spark, settings, [settings.topics.names.inner])
-        .where(F.col("chronos_id").isNotNull())
+        # What the node dead-letters was never scheduled (one rule: chronos.inner).
+        .where(F.col("chronos_id").isNotNull() & F.col("chronos_rejected").isNull())
         .groupBy(F.col("chronos_id").alias("id"))
         .agg(
             F.min_by(
