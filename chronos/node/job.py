@@ -9,6 +9,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from chronos.model import DelayMessage
+from chronos.store import keys
 from chronos.types import EpochMs
 
 
@@ -45,6 +46,14 @@ class DeliveryJob:
     first_attempt_ms: EpochMs = 0
     done: bool = False
     on_error: Callable[[DeliveryJob, KafkaError], None] | None = None
+
+    @property
+    def lateness_base_ms(self) -> EpochMs:
+        """What lateness is measured from: the due time, or for a message stored after it was
+        already due (a late arrival, ``deliver_at`` in the past), its slot, which is when the
+        node stored it. Measuring those from their due time made one ``deliver_at_ms=0`` put
+        ~1.8e12 ms into every lateness summary; their count is the ledger's ``late``."""
+        return max(self.due_ms, keys.slot_of(self.key))
 
     def __call__(self, error: KafkaError | None, _record: Any = None) -> None:
         if error is None:

@@ -90,7 +90,7 @@ class ProgressTracker:
                 if job.attempts > 0 and job.dead_reason is None:
                     delivered += 1
                     if oldest_due is None:
-                        oldest_due = job.due_ms
+                        oldest_due = job.lateness_base_ms
                 if job.followup is not None:
                     followups.append((job.key, job.followup))
             seek = self._scanned if not jobs else min(self._scanned, keys.slot_of(jobs[0].key) - 1)

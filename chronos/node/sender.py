@@ -114,7 +114,7 @@ class Sender(LoopWorker):
             return
         now = self._clock.now_ms()
         # One sample per batch: its first job is the most overdue (batches are in key order).
-        self._metrics.observe("send_lateness_ms", now - batch[0].due_ms)
+        self._metrics.observe("send_lateness_ms", now - batch[0].lateness_base_ms)
         send = self.send
         for job in batch:
             send(job, now)

@@ -137,3 +137,16 @@ def test_delivered_counts_acknowledged_productions_only() -> None:
     assert tracker.collect() == (300, [])
     assert metrics.totals() == {"delivered": 1}
     assert metrics.summaries()["ack_lateness_ms"]["max"] == 900  # due 100, collected at 1000
+
+
+def test_ack_lateness_of_a_late_arrival_counts_from_its_slot() -> None:
+    metrics = CountingMetrics()
+    tracker = ProgressTracker(0, metrics, FakeClock(1_000))
+    message = DelayMessage("past", "t", None, b"v", [], 0)
+    overdue = DeliveryJob(keys.message_key(990, "past"), message, 0)  # due in 1970, stored at 990
+    overdue.attempts = 1
+    tracker.dispatched([overdue])
+    tracker.scanned_through(990)
+    overdue(None)
+    tracker.collect()
+    assert metrics.summaries()["ack_lateness_ms"]["max"] == 10

@@ -181,3 +181,13 @@ def test_gives_up_on_a_record_specific_error_after_the_configured_time(env: Env)
     dead = env.delivery.sent[-1]
     assert dead.topic == "ns.deadletter"
     assert (dict(dead.headers)[H_DLQ_REASON] or b"").startswith(b"gave up after 2 attempts")
+
+
+def test_lateness_of_a_late_arrival_counts_from_when_it_was_stored(env: Env) -> None:
+    """deliver_at_ms=0 is stored at the frontier (its slot): lateness from the slot, not 1970."""
+    message = DelayMessage("past", "orders", None, b"v", [], 0)
+    overdue = DeliveryJob(keys.message_key(T0 - 5, "past"), message, 0)
+    env.tracker.dispatched([overdue])
+    env.jobs.put([overdue])
+    env.sender.step()
+    assert env.metrics.summaries()["send_lateness_ms"]["max"] == 5
