@@ -21,16 +21,47 @@ log = structlog.get_logger(__name__)
 Rejected = tuple[bytes | None, bytes | None, Headers, str, str]
 
 
+#: What a truncated dead letter keeps of the original: its key and each header up to this size.
+KEPT_PART_BYTES = 1024
+#: ... and at most this much of the original headers in all.
+KEPT_HEADERS_BYTES = 16 * 1024
+#: Longest reason kept (a reason quotes what failed, which is not bounded by itself).
+REASON_BYTES = 1024
+
+
 def dead_letter_headers(
-    headers: Headers, reason: str, source: str, target: str | None, truncated: int | None
+    headers: Headers, reason: str, source: str, target: str | None, truncated: str | None
 ) -> Headers:
     """The record's headers plus why it was dead-lettered, from where, and where it was going."""
-    extra: Headers = [(H_DLQ_REASON, reason.encode()), (H_DLQ_SOURCE, source.encode())]
+    extra: Headers = [
+        (H_DLQ_REASON, reason.encode()[:REASON_BYTES]),
+        (H_DLQ_SOURCE, source.encode()),
+    ]
     if target is not None:
         extra.append((H_DLQ_TARGET, target.encode()))
     if truncated is not None:
-        extra.append((H_DLQ_TRUNCATED, str(truncated).encode()))
+        extra.append((H_DLQ_TRUNCATED, truncated.encode()))
     return [*headers, *extra]
+
+
+def shrink(
+    key: bytes | None, value: bytes | None, headers: Headers
+) -> tuple[bytes | None, Headers, str]:
+    """A form of a record that fits any dead-letter topic: no value, the key and headers only
+    when small (:data:`KEPT_PART_BYTES` each, :data:`KEPT_HEADERS_BYTES` in all), and the
+    original sizes (``value=V key=K headers=H``, bytes; headers count names and values)."""
+    kept: Headers = []
+    budget = KEPT_HEADERS_BYTES
+    header_bytes = 0
+    for name, raw in headers:
+        size = len(name.encode()) + len(raw or b"")
+        header_bytes += size
+        if size <= KEPT_PART_BYTES and size <= budget:
+            kept.append((name, raw))
+            budget -= size
+    key_bytes = len(key or b"")
+    sizes = f"value={len(value or b'')} key={key_bytes} headers={header_bytes}"
+    return (key if key_bytes <= KEPT_PART_BYTES else None), kept, sizes
 
 
 class DeadLetters:
@@ -38,7 +69,8 @@ class DeadLetters:
     produce ever runs inside a delivery callback and no thread is spawned per failure.
 
     A record the dead-letter topic refuses permanently (too large, most likely) is sent again
-    without its value, with ``chronos-dlq-truncated: <size>``: the evidence survives.
+    in the form :func:`shrink` gives, which any topic takes, with ``chronos-dlq-truncated``
+    giving the original sizes: the evidence survives and the dead letter always fits.
 
     Parameters:
         delivery: the shared producer.
@@ -63,12 +95,15 @@ class DeadLetters:
         truncate: bool,
         on_result: DeliveryCallback,
     ) -> None:
-        """Dead-letter one record (without its value when ``truncate``)."""
-        truncated = len(value or b"") if truncate else None
+        """Dead-letter one record (in its :func:`shrink` form when ``truncate``)."""
+        truncated: str | None = None
+        if truncate:
+            key, headers, truncated = shrink(key, value, headers)
+            value = None
         self._delivery.send(
             self._topic,
             key,
-            None if truncate else value,
+            value,
             dead_letter_headers(headers, reason, source, target, truncated),
             self._counted(on_result),
         )
@@ -83,11 +118,18 @@ class DeadLetters:
 
         return done
 
-    def send_and_wait(self, records: list[Rejected], timeout_s: float) -> bool:
+    def send_and_wait(
+        self, records: list[Rejected], timeout_s: float, acknowledged: set[str] | None = None
+    ) -> bool:
         """Dead-letter rejected inner records; True once every one is acknowledged.
 
-        Records refused permanently are tried once more without their value.
+        Records refused permanently are tried once more in their :func:`shrink` form. The
+        source of each acknowledged record is added to ``acknowledged``, and records whose
+        source is in it are not sent: a caller that retries a batch passes the same set, so no
+        dead letter is sent twice.
         """
+        if acknowledged is not None:
+            records = [record for record in records if record[4] not in acknowledged]
         pending = [(record, False) for record in records]
         deadline = time.monotonic() + timeout_s
         while pending:
@@ -106,6 +148,12 @@ class DeadLetters:
             if not results.wait(deadline - time.monotonic()):
                 return False
             errors = results.errors
+            if acknowledged is not None:
+                acknowledged.update(
+                    record[4]
+                    for (record, _truncate), error in zip(pending, errors, strict=True)
+                    if error is None
+                )
             retry = [
                 (record, True)
                 for (record, truncate), error in zip(pending, errors, strict=True)

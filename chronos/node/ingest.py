@@ -66,6 +66,8 @@ class IngestWorker(LoopWorker):
         self._catch_up_targets: dict[int, int] = {}
         #: Next offsets applied but not yet known to be fsynced (then offered to the group).
         self._unsynced: dict[int, int] = {}
+        #: Sources of dead letters acknowledged since the last stored batch (see ingest()).
+        self._dead_lettered: set[str] = set()
 
     def _open(self) -> BatchSource:
         """The source, (re)started at the offsets the store holds."""
@@ -125,10 +127,13 @@ class IngestWorker(LoopWorker):
         # One lag sample per batch (its oldest record), not one per record: cheap under load.
         if batch.oldest_ms is not None:
             self._metrics.observe("ingest_lag_ms", self._clock.now_ms() - batch.oldest_ms)
-        # Dead letters are acknowledged before the offsets that pass them are stored.
-        if not self._dead.send_and_wait(batch.rejected, _DEAD_LETTER_TIMEOUT_S):
+        # Dead letters are acknowledged before the offsets that pass them are stored. Those
+        # acknowledged are remembered until then: a batch read again sends only the rest.
+        dead = self._dead_lettered
+        if not self._dead.send_and_wait(batch.rejected, _DEAD_LETTER_TIMEOUT_S, dead):
             raise RuntimeError("dead-letter topic did not acknowledge rejected inner records")
         outcome = self._ledger.apply_decoded(batch.items, batch.offsets)
+        dead.clear()
         self._count(outcome)
         if not self.caught_up.is_set():
             # Positions (from an idle read merged in) come after the records: they win.

@@ -215,7 +215,7 @@ class Sender(LoopWorker):
             self._tracker.completed(job)
             return
         if is_permanent(error) and not job.dlq_truncated:
-            job.dlq_truncated = True  # most likely too large: keep everything but the value
+            job.dlq_truncated = True  # most likely too large: send the shrunk form
             self._retries.add(job, self._clock.now_ms())
             return
         # Never complete without an acknowledgement: the seek waits (loudly) rather than pass

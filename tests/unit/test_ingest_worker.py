@@ -56,7 +56,9 @@ class DeadLettersStub:
         self.acknowledge = True
         self.sent: list[Rejected] = []
 
-    def send_and_wait(self, records: list[Rejected], timeout_s: float) -> bool:
+    def send_and_wait(
+        self, records: list[Rejected], timeout_s: float, acknowledged: set[str] | None = None
+    ) -> bool:
         self.sent += records
         return self.acknowledge
 

@@ -1,0 +1,83 @@
+"""Dead letters always fit and are sent once, whatever the rejected record holds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError
+
+from chronos.metrics import CountingMetrics
+from chronos.node.deadletter import KEPT_HEADERS_BYTES, DeadLetters, Rejected, shrink
+from chronos.types import Headers
+from chronos.wire import H_DLQ_REASON, H_DLQ_SOURCE, H_DLQ_TRUNCATED
+
+LIMIT = 100_000  # the dead-letter topic's max.message.bytes in these tests
+
+
+@dataclass
+class SizeLimitedTopic:
+    """Acknowledges at once what fits, refuses the rest as Kafka does; counts every send."""
+
+    sent: list[tuple[bytes | None, bytes | None, Headers]] = field(default_factory=list)
+    fail_transiently: set[str] = field(default_factory=set)
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        on_done: Callable[[KafkaError | None], None],
+    ) -> None:
+        self.sent.append((key, value, headers))
+        size = len(key or b"") + len(value or b"") + sum(len(n) + len(v or b"") for n, v in headers)
+        source = (dict(headers).get(H_DLQ_SOURCE) or b"").decode()
+        if source in self.fail_transiently:
+            on_done(KafkaError(KafkaError._MSG_TIMED_OUT))
+        elif size > LIMIT:
+            on_done(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+        else:
+            on_done(None)
+
+
+def rejected(
+    source: str, key: bytes = b"k", value: bytes = b"v", headers: Headers = ()
+) -> Rejected:  # type: ignore[assignment]
+    return key, value, list(headers), "bad record", source
+
+
+def test_bulk_in_headers_and_key_still_fits() -> None:
+    topic = SizeLimitedTopic()
+    dead = DeadLetters(topic, "ns.deadletter", CountingMetrics())  # type: ignore[arg-type]
+    poison = rejected(
+        "inner[0]@7",
+        key=b"k" * 60_000,
+        value=b"v" * 10,
+        headers=[("big", b"h" * 60_000), ("small", b"s"), ("chronos-id", b"x" * 70_000)],
+    )
+    assert dead.send_and_wait([poison], 5.0)
+    key, value, headers = topic.sent[-1]
+    assert key is None and value is None  # too large to keep
+    names = dict(headers)
+    assert names["small"] == b"s" and "big" not in names and "chronos-id" not in names
+    assert names[H_DLQ_TRUNCATED] == b"value=10 key=60000 headers=130019"
+    assert names[H_DLQ_REASON] == b"bad record" and names[H_DLQ_SOURCE] == b"inner[0]@7"
+
+
+def test_shrunk_headers_stay_within_their_budget() -> None:
+    many: Headers = [(f"h{i}", b"x" * 1000) for i in range(100)]
+    _key, kept, _sizes = shrink(None, None, many)
+    assert 0 < sum(len(n) + len(v or b"") for n, v in kept) <= KEPT_HEADERS_BYTES
+
+
+def test_acknowledged_dead_letters_are_not_sent_again_when_the_batch_is_retried() -> None:
+    topic = SizeLimitedTopic(fail_transiently={"inner[0]@2"})
+    dead = DeadLetters(topic, "ns.deadletter", CountingMetrics())  # type: ignore[arg-type]
+    batch = [rejected(f"inner[0]@{offset}") for offset in range(3)]
+    acknowledged: set[str] = set()
+    assert not dead.send_and_wait(batch, 5.0, acknowledged)  # one failed: the batch is retried
+    topic.fail_transiently.clear()
+    assert dead.send_and_wait(batch, 5.0, acknowledged)
+    sources = [dict(h)[H_DLQ_SOURCE] for _k, _v, h in topic.sent]
+    assert sorted(sources) == [b"inner[0]@0", b"inner[0]@1", b"inner[0]@2", b"inner[0]@2"]
