@@ -121,6 +121,8 @@ def _delivery(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:
             ctx.clock,
             s.delivery,
             ctx.metrics,
+            # Senders drain first; the producer's flush and the last progress follow.
+            drain_timeout_s=s.node.shutdown_timeout_s / 2,
         )
         for i in range(s.node.sender_threads)
     ]

@@ -6,6 +6,7 @@ import heapq
 import itertools
 import queue
 import threading
+import time
 from functools import partial
 from typing import Any
 
@@ -29,6 +30,7 @@ log = structlog.get_logger(__name__)
 JobQueue = queue.Queue[list[DeliveryJob]]
 
 _IDLE_WAIT_S = 0.2
+_DRAIN_PAUSE_S = 0.05
 
 
 class RetrySchedule:
@@ -59,6 +61,13 @@ class RetrySchedule:
         with self._lock:
             return self._heap[0][0] if self._heap else None
 
+    def pop_all(self) -> list[DeliveryJob]:
+        """Every waiting job, due or not (a stopping sender tries them all once more)."""
+        with self._lock:
+            jobs = [entry[2] for entry in sorted(self._heap)]
+            self._heap.clear()
+        return jobs
+
     def __len__(self) -> int:
         return len(self._heap)
 
@@ -76,6 +85,8 @@ class Sender(LoopWorker):
         clock: time source.
         settings: retry backoff and give-up time.
         metrics: counters and lateness.
+        drain_timeout_s: longest a stopping sender keeps retrying (half of
+            ``node.shutdown_timeout_s``: the producer's flush and the last progress follow).
     """
 
     def __init__(
@@ -89,6 +100,7 @@ class Sender(LoopWorker):
         clock: Clock,
         settings: DeliverySettings,
         metrics: Metrics,
+        drain_timeout_s: float = 30.0,
     ) -> None:
         super().__init__(f"sender-{index}")
         self._jobs = jobs
@@ -99,6 +111,7 @@ class Sender(LoopWorker):
         self._clock = clock
         self._settings = settings
         self._metrics = metrics
+        self._drain_timeout_s = drain_timeout_s
 
     def step(self) -> None:
         now = self._clock.now_ms()
@@ -120,15 +133,38 @@ class Sender(LoopWorker):
             send(job, now)
 
     def finish(self) -> None:
-        # Drain what the push worker already queued; its acks still advance the seek.
+        """Drain the queue and the retries until Kafka answered everything, within
+        ``drain_timeout_s``: a job left unacknowledged holds the seek where it is, and every
+        message delivered after it would be delivered again at the next start."""
+        deadline = time.monotonic() + self._drain_timeout_s
         while True:
-            try:
-                batch = self._jobs.get_nowait()
-            except queue.Empty:
-                return
             now = self._clock.now_ms()
-            for job in batch:
+            sent = 0
+            while True:
+                try:
+                    batch = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                for job in batch:
+                    self.send(job, now)
+                sent += len(batch)
+            for job in self._retries.pop_all():
                 self.send(job, now)
+                sent += 1
+            if not sent and not len(self._retries) and self._delivery.in_flight() == 0:
+                return
+            if time.monotonic() >= deadline:
+                log.error(
+                    "sender_drain_incomplete",
+                    sender=self.name,
+                    retries=len(self._retries),
+                    in_flight=self._delivery.in_flight(),
+                    effect="the seek stops at the first of them: they and what follows them "
+                    "are delivered again at the next start",
+                )
+                return
+            # Let acknowledgements (and failures, which land in the retries) come back.
+            time.sleep(_DRAIN_PAUSE_S)
 
     def send(self, job: DeliveryJob, now_ms: EpochMs) -> None:
         """Produce one job to its target, or to the dead-letter topic once it has a reason."""

@@ -49,6 +49,10 @@ class FakeDelivery:
     ) -> None:
         self.sent.append(Sent(topic, key, value, headers, on_done))
 
+    def in_flight(self) -> int:
+        """Records not yet answered; this fake's tests answer by hand, so none are waited for."""
+        return 0
+
 
 @dataclass
 class Env:
@@ -193,3 +197,20 @@ def test_lateness_of_a_late_arrival_counts_from_when_it_was_stored(env: Env) -> 
     env.jobs.put([overdue])
     env.sender.step()
     assert env.metrics.summaries()["send_lateness_ms"]["max"] == 5
+
+
+def test_a_stopping_sender_retries_what_waits_for_a_retry(env: Env) -> None:
+    """A job left in the retries holds the seek: everything delivered after it would be
+    delivered again at the next start (SIGTERM during a burst)."""
+    waiting, later = job("waiting"), job("later")
+    env.tracker.dispatched([waiting, later])
+    env.jobs.put([waiting, later])
+    env.sender.step()
+    env.delivery.sent[0].on_done(KafkaError(KafkaError._MSG_TIMED_OUT))  # to the retries
+    env.delivery.sent[1].on_done(None)
+    env.sender.stop()
+    env.sender.finish()
+    assert [dict(s.headers)[H_ID] for s in env.delivery.sent] == [b"waiting", b"later", b"waiting"]
+    env.delivery.sent[2].on_done(None)
+    env.tracker.scanned_through(T0)
+    assert env.tracker.collect()[0] == T0  # the seek passes both
