@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chronos.errors import KafkaDeliveryError, ValidationError
 from chronos.settings import ChronosSettings
@@ -21,9 +25,38 @@ from proxy.http.schemas import (
 
 _ERRORS: dict[int | str, dict[str, object]] = {
     413: {"model": ErrorOut, "description": "Message larger than the configured limit."},
+    415: {"model": ErrorOut, "description": "The body is not JSON (content-type)."},
     422: {"model": ErrorOut, "description": "A field breaks a rule; `field` names it."},
     503: {"model": ErrorOut, "description": "Kafka did not acknowledge in time."},
 }
+
+
+def field_path(loc: Sequence[object]) -> str | None:
+    """A pydantic location as the API names fields (``messages[3].topic``); None for the body
+    itself."""
+    path = ""
+    for part in loc:
+        if part == "body" and not path:
+            continue
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or None
+
+
+def describe_invalid_body(
+    error: Mapping[str, Any], content_type: str | None
+) -> tuple[int, str, str | None]:
+    """(status, message, field) for the first problem FastAPI found in a request body."""
+    if error.get("type") == "json_invalid":
+        position = next((p for p in error.get("loc", ()) if isinstance(p, int)), None)
+        detail = (error.get("ctx") or {}).get("error", "invalid JSON")
+        where = "" if position is None else f" at character {position}"
+        return 422, f"the body is not valid JSON{where}: {detail}", None
+    field = field_path(error.get("loc", ()))
+    media = (content_type or "").split(";")[0].strip().lower()
+    if field is None and media != "application/json":
+        shown = repr(content_type) if content_type else "none"
+        return 415, f"send a JSON body with content-type application/json (got {shown})", None
+    return 422, str(error.get("msg", "invalid")), field
 
 
 def _receipt(receipt: Receipt) -> ReceiptOut:
@@ -49,11 +82,19 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
         )
 
     @app.exception_handler(RequestValidationError)
-    def _malformed(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0]
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    def _malformed(request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, error, field = describe_invalid_body(
+            exc.errors()[0], request.headers.get("content-type")
+        )
+        return JSONResponse(status_code=status, content={"error": error, "field": field})
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # 404, 405 and the like: the documented error shape instead of {"detail": ...}.
         return JSONResponse(
-            status_code=422, content={"error": first.get("msg", "invalid"), "field": ".".join(loc)}
+            status_code=exc.status_code,
+            content={"error": str(exc.detail), "field": None},
+            headers=exc.headers,
         )
 
     @app.exception_handler(KafkaDeliveryError)

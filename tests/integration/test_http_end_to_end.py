@@ -207,3 +207,57 @@ def test_largest_allowed_message_is_delivered(
         message_id = answer.json()["id"]
         assert inbox.wait_for({message_id})
         assert inbox.first(message_id).value == value.encode()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "content", "content_type", "status", "error", "field"),
+    [
+        (
+            "POST",
+            "/v1/messages",
+            b'{"topic": "ok",, }',
+            "application/json",
+            422,
+            "the body is not valid JSON at character 15",
+            None,
+        ),
+        (
+            "POST",
+            "/v1/messages",
+            b"topic=ok",
+            "application/x-www-form-urlencoded",
+            415,
+            "'application/x-www-form-urlencoded'",
+            None,
+        ),
+        ("POST", "/v1/messages", b"", None, 415, "content-type application/json", None),
+        (
+            "POST",
+            "/v1/messages/batch",
+            b'{"messages": [{"value": "x", "delay_ms": 1}]}',
+            "application/json",
+            422,
+            "Field required",
+            "messages[0].topic",
+        ),
+        ("GET", "/v1/nowhere", b"", None, 404, "Not Found", None),
+        ("PUT", "/v1/messages", b"{}", "application/json", 405, "Method Not Allowed", None),
+    ],
+)
+def test_every_error_has_the_documented_shape(
+    stack: tuple[ChronosSettings, httpx.Client],
+    method: str,
+    path: str,
+    content: bytes,
+    content_type: str | None,
+    status: int,
+    error: str,
+    field: str | None,
+) -> None:
+    _settings, http = stack
+    headers = {} if content_type is None else {"content-type": content_type}
+    answer = http.request(method, path, content=content, headers=headers)
+    assert answer.status_code == status, answer.text
+    body = answer.json()
+    assert set(body) == {"error", "field"}, body
+    assert error in body["error"] and body["field"] == field, body
