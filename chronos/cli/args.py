@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 from chronos.errors import ValidationError
@@ -10,9 +11,33 @@ from chronos.repeat import Repeat, RepeatKind
 from chronos.settings import ChronosSettings, load_settings
 from chronos.validation import parse_duration_ms
 
+#: Options whose value may start with '-' (a negative delay means "deliver now").
+SIGNED_OPTIONS = frozenset({"--delay"})
+
+
+def attach_signed_values(argv: Sequence[str]) -> list[str]:
+    """``--delay -5s`` as ``--delay=-5s``: argparse takes a value starting with '-' for an
+    option of its own and fails with "expected one argument"."""
+    out: list[str] = []
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if arg in SIGNED_OPTIONS and following is not None and following.startswith("-"):
+            out.append(f"{arg}={following}")
+            index += 2
+            continue
+        out.append(arg)
+        index += 1
+    return out
+
 
 def duration_ms(text: str) -> int:
     """``250ms``, ``5s``, ``2m``, ``1h``, ``1d``; a bare number is seconds."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a delay cannot be negative (0 delivers now; --at takes a time in the past)"
+        )
     try:
         return parse_duration_ms(text)
     except ValidationError as exc:

@@ -61,8 +61,15 @@ def _scale_fits_embedded_broker(pending: int) -> tuple[bool, int, int | None]:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("bench", help="benchmarks beside a bare relay and a Redis queue")
     parser.add_argument("--quick", action="store_true", help="small sizes, under 2 minutes")
-    parser.add_argument("--only", nargs="+", choices=ALL, default=list(ALL))
-    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    parser.add_argument(
+        "--only", nargs="+", choices=ALL, default=list(ALL), help="scenarios to run (default: all)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("docs/benchmarks"),
+        help="folder of the results (default docs/benchmarks)",
+    )
     parser.add_argument(
         "--broker",
         choices=BROKER_KINDS,

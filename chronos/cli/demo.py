@@ -20,8 +20,15 @@ from proxy.client import DelayClient, DelayRequest
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("demo", help="schedule messages and show them arrive")
     add_config(parser)
-    parser.add_argument("--count", type=int, default=300)
-    parser.add_argument("--max-delay", type=duration_ms, default=5000)
+    parser.add_argument(
+        "--count", type=int, default=300, help="messages to schedule (default %(default)s)"
+    )
+    parser.add_argument(
+        "--max-delay",
+        type=duration_ms,
+        default=5000,
+        help="delays spread over 0 to this: 5s, 2m, ... (default 5s)",
+    )
     parser.set_defaults(func=main)
 
 

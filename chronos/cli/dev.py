@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -15,7 +15,7 @@ from chronos.cli.demo import run_demo
 from chronos.devstack.tansu import TansuBroker
 from chronos.logs import configure_logging
 from chronos.node.node import Node
-from chronos.settings import ChronosSettings
+from chronos.settings import ChronosSettings, KafkaSettings
 from proxy.http.server import ProxyServer
 
 _BANNER = """
@@ -25,8 +25,8 @@ chronos dev stack is up
   node store                  {data_dir}
 
 Schedule a message and watch it arrive:
-  chronos send --topic hello --value 'hi there' --delay 3s
-  chronos tail --topic hello --count 1
+  {env}chronos send --topic hello --value 'hi there' --delay 3s
+  {env}chronos tail --topic hello --count 1
 or over HTTP:
   curl -s -XPOST http://{host}:{port}/v1/messages -H 'content-type: application/json' \\
        -d '{{"topic":"hello","value":"hi there","delay_ms":3000}}'
@@ -50,19 +50,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=main)
 
 
-def _kafka_configured(args: argparse.Namespace) -> bool:
-    if "CHRONOS_KAFKA__BOOTSTRAP_SERVERS" in os.environ:
-        return True
-    config: Path | None = args.config
-    return config is not None and "bootstrap_servers" in config.read_text()
+def _kafka_configured(settings: ChronosSettings) -> bool:
+    """True when the settings name a Kafka of their own: any other address than the default
+    (which config/chronos.toml spells out) means "use that one, start no broker"."""
+    return settings.kafka.bootstrap_servers != KafkaSettings().bootstrap_servers
+
+
+def _hint_prefix(bootstrap: str) -> str:
+    """What the printed commands need in front to reach a broker off the default address."""
+    if bootstrap == KafkaSettings().bootstrap_servers:
+        return ""
+    return f"CHRONOS_KAFKA__BOOTSTRAP_SERVERS={bootstrap} "
 
 
 def main(args: argparse.Namespace) -> int:
     base = settings_from(args)
     configure_logging(base.log)
     broker = None
-    if not _kafka_configured(args):
+    if not _kafka_configured(base):
         broker = TansuBroker(port=args.kafka_port).start()
+    temporary = args.data_dir is None
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="chronos-dev-"))
     overrides = {"node": {**base.node.model_dump(), "data_dir": data_dir}}
     if broker is not None:
@@ -85,7 +92,8 @@ def main(args: argparse.Namespace) -> int:
                 bootstrap=settings.kafka.bootstrap_servers,
                 host=settings.proxy.host,
                 port=settings.proxy.port,
-                data_dir=data_dir,
+                data_dir=data_dir if not temporary else f"{data_dir} (removed at exit)",
+                env=_hint_prefix(settings.kafka.bootstrap_servers),
             ),
             file=sys.stderr,
             flush=True,
@@ -101,4 +109,6 @@ def main(args: argparse.Namespace) -> int:
         node.stop()
         if broker is not None:
             broker.stop()
+        if temporary:
+            shutil.rmtree(data_dir, ignore_errors=True)
     return code

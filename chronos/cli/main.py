@@ -14,6 +14,7 @@ from confluent_kafka import KafkaException
 
 from chronos import __version__
 from chronos.cli import bench, check, checkpoint, demo, dev, pipeline, proxy_cmd, run, send, tail
+from chronos.cli.args import attach_signed_values
 from chronos.errors import ChronosError, ConfigError, KafkaDeliveryError, ValidationError
 
 
@@ -27,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(attach_signed_values(sys.argv[1:] if argv is None else argv))
     try:
         code: int = args.func(args)
         return code

@@ -13,7 +13,12 @@ from chronos.node.roles import ROLES
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("run", help="run a broker node")
     add_config(parser)
-    parser.add_argument("--role", choices=sorted(ROLES), default="master")
+    parser.add_argument(
+        "--role",
+        choices=sorted(ROLES),
+        default="master",
+        help="what the node runs (default master)",
+    )
     parser.set_defaults(func=main)
 
 

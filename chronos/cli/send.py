@@ -13,14 +13,32 @@ from proxy.client import DelayClient
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     send = sub.add_parser("send", help="schedule one message")
     add_config(send)
-    send.add_argument("--topic", required=True)
-    send.add_argument("--value", default=None, help="UTF-8 value (default: read stdin if -)")
-    send.add_argument("--key", default=None)
-    send.add_argument("--header", type=header, action="append", default=[], metavar="NAME=VALUE")
+    send.add_argument("--topic", required=True, help="target topic the message is delivered to")
+    send.add_argument(
+        "--value", default=None, help="UTF-8 record value; - reads it from stdin (default: null)"
+    )
+    send.add_argument("--key", default=None, help="UTF-8 record key (default: null)")
+    send.add_argument(
+        "--header",
+        type=header,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a record header (repeatable; names starting with chronos- are reserved)",
+    )
     when = send.add_mutually_exclusive_group(required=True)
-    when.add_argument("--delay", type=duration_ms, help="e.g. 250ms, 5s, 2m")
-    when.add_argument("--at", type=int, help="epoch milliseconds")
-    send.add_argument("--id", default=None, help="idempotency key")
+    when.add_argument(
+        "--delay",
+        type=duration_ms,
+        help="deliver after this long: 250ms, 5s, 2m, 1h, 1d (a bare number is seconds; 0: now)",
+    )
+    when.add_argument("--at", type=int, help="deliver at this time, epoch milliseconds (UTC)")
+    send.add_argument(
+        "--id",
+        default=None,
+        help="message id, 1-128 of [A-Za-z0-9._:-]; re-sending it schedules nothing new "
+        "(default: a random one)",
+    )
     send.add_argument(
         "--repeat",
         type=repeat,
@@ -31,7 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     cancel = sub.add_parser("cancel", help="cancel a message by id")
     add_config(cancel)
-    cancel.add_argument("id")
+    cancel.add_argument("id", help="id of the message to cancel (as send printed it)")
     cancel.set_defaults(func=cancel_main)
 
 

@@ -12,9 +12,13 @@ from chronos.devstack.watch import Delivered, DeliveryWatcher
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("tail", help="print delivered records of a topic")
     add_config(parser)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--count", type=int, default=0, help="exit after N records (0: never)")
-    parser.add_argument("--timeout", type=float, default=0.0, help="exit after S seconds")
+    parser.add_argument("--topic", required=True, help="topic to read delivered records from")
+    parser.add_argument(
+        "--count", type=int, default=0, help="exit after N records (default 0: never)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=0.0, help="exit after this many seconds (default 0: never)"
+    )
     parser.set_defaults(func=main)
 
 

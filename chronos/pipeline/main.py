@@ -44,19 +44,44 @@ def add_job_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="validate a table of messages and produce them as delay requests",
     )
     p.add_argument("--input", required=True, help="Parquet, CSV (with header) or JSON Lines")
-    p.add_argument("--format", choices=("parquet", "csv", "json"), default=None)
+    p.add_argument(
+        "--format",
+        choices=("parquet", "csv", "json"),
+        default=None,
+        help="input format (default: from the file name)",
+    )
     p.add_argument(
         "--rejects", default="rejects.parquet", help="where rejected rows go (.jsonl: JSON Lines)"
     )
     p = sub.add_parser(
         "audit", parents=[common], help="compare scheduled with delivered for a due-time window"
     )
-    p.add_argument("--from", dest="start", type=epoch_ms, default=None, help="window start")
-    p.add_argument("--to", dest="end", type=epoch_ms, default=None, help="window end (excl.)")
-    p.add_argument("--out", type=Path, required=True, help="output folder")
-    p.add_argument("--late", type=duration_ms, default=1000, help="late beyond (default 1s)")
     p.add_argument(
-        "--early-slack", type=duration_ms, default=3_600_000, help="read deliveries this early"
+        "--from",
+        dest="start",
+        type=epoch_ms,
+        default=None,
+        help="window start: epoch ms or ISO 8601 with offset (default: an hour before --to)",
+    )
+    p.add_argument(
+        "--to",
+        dest="end",
+        type=epoch_ms,
+        default=None,
+        help="window end, exclusive: epoch ms or ISO 8601 with offset (default: a minute ago)",
+    )
+    p.add_argument("--out", type=Path, required=True, help="output folder")
+    p.add_argument(
+        "--late",
+        type=duration_ms,
+        default=1000,
+        help="a first delivery later than this after due is late: 500ms, 1s, ... (default 1s)",
+    )
+    p.add_argument(
+        "--early-slack",
+        type=duration_ms,
+        default=3_600_000,
+        help="read target records from this long before the window (default 1h)",
     )
     p.add_argument("--topics", default=None, help="target topics (default: those scheduled)")
     p = sub.add_parser(
@@ -66,7 +91,12 @@ def add_job_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--checkpoint", type=Path, required=True, help="from `chronos checkpoint`")
     p.add_argument("--out", type=Path, required=True, help="output folder")
-    p.add_argument("--bucket", choices=("minute", "hour"), default="minute")
+    p.add_argument(
+        "--bucket",
+        choices=("minute", "hour"),
+        default="minute",
+        help="forecast step (default minute)",
+    )
     p.add_argument("--horizon", type=duration_ms, default=86_400_000, help="default 24h")
     p.add_argument("--now", type=epoch_ms, default=None, help="forecast start (default: now)")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,12 @@ def test_dev_stack_delivers_a_message_sent_from_the_shell(tmp_path: Path) -> Non
             assert dev.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
+        banner = log.read_text(errors="replace")
+        # The printed commands reach the broker on its non-default port as they stand.
+        hint = f"CHRONOS_KAFKA__BOOTSTRAP_SERVERS=127.0.0.1:{kafka_port} chronos send"
+        assert hint in banner, banner
+        store = Path(re.search(r"node store\s+(\S+) \(removed at exit\)", banner)[1])  # type: ignore[index]
+        assert store.is_dir()
         client_env = {**env, "CHRONOS_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{kafka_port}"}
         sent = subprocess.run(
             chronos(
@@ -75,3 +82,4 @@ def test_dev_stack_delivers_a_message_sent_from_the_shell(tmp_path: Path) -> Non
         dev.send_signal(signal.SIGTERM)
         dev.wait(30)
     assert dev.returncode == 0, log.read_text()[-2000:]
+    assert not store.exists(), "chronos dev left its temporary store behind"

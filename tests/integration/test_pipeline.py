@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Producer
 
+from chronos import wire
 from chronos.cli.main import main as chronos_main
 from chronos.kafka.admin import create_topic, ensure_topics
-from chronos import wire
 from chronos.model import DelayMessage
 from chronos.pipeline.main import AUDIT_FOUND_PROBLEMS
 from chronos.pipeline.main import main as pipeline_main

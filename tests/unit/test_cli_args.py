@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from chronos.cli.args import duration_ms, header, repeat
+from chronos.cli.args import attach_signed_values, duration_ms, header, repeat
 from chronos.repeat import Repeat, RepeatKind
 
 
@@ -30,10 +30,15 @@ def test_duration_ms(text: str, ms: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "abc", "5x", "-5s", "5 s", "1.5.2s", "s", ".5s", "5S", "1e3", "5sec"]
+    ("text", "error"),
+    [
+        *((t, "not a duration") for t in ["", "abc", "5x", "5 s", "1.5.2s", "s", ".5s", "5S"]),
+        *((t, "not a duration") for t in ["1e3", "5sec"]),
+        ("-5s", "cannot be negative"),
+    ],
 )
-def test_duration_ms_errors(text: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match="not a duration"):
+def test_duration_ms_errors(text: str, error: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=error):
         duration_ms(text)
 
 
@@ -94,3 +99,31 @@ def test_repeat_errors(text: str) -> None:
 def test_repeat_bad_duration(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         repeat(text)
+
+
+def test_a_negative_delay_gets_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not argparse's "expected one argument": the value reaches the option and is explained."""
+    from chronos.cli.main import build_parser
+
+    argv = attach_signed_values(["send", "--topic", "t", "--value", "v", "--delay", "-5s"])
+    assert argv[-1] == "--delay=-5s"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
+    assert "a delay cannot be negative (0 delivers now" in capsys.readouterr().err
+
+
+def test_every_subcommand_option_has_help() -> None:
+    from chronos.cli.main import build_parser
+
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, f"{path} {name}")
+            elif not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "chronos")
+    assert not missing, missing

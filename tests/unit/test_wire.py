@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from chronos import wire
 from chronos.errors import DecodeError, ValidationError
 from chronos.model import CancelRequest, DelayMessage
-from chronos.repeat import Repeat, RepeatKind
 from chronos.names import TopicNames
+from chronos.repeat import Repeat, RepeatKind
 from chronos.settings import LimitSettings
 from chronos.types import Headers
 from chronos.validation import validate_message
