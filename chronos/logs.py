@@ -10,8 +10,9 @@ import structlog
 from chronos.settings import LogSettings
 
 
-def configure_logging(settings: LogSettings) -> None:
-    """Route structlog and stdlib logs (librdkafka's included) to stderr."""
+def configure_logging(settings: LogSettings, librdkafka_level: int = logging.WARNING) -> None:
+    """Route structlog and stdlib logs (librdkafka's included, from ``librdkafka_level`` up, or
+    all of them at ``debug``) to stderr: stdout holds a command's results only."""
     level = getattr(logging, settings.level.upper())
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
@@ -34,4 +35,7 @@ def configure_logging(settings: LogSettings) -> None:
         level=max(level, logging.WARNING),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    logging.getLogger("librdkafka").setLevel(
+        logging.DEBUG if settings.level == "debug" else librdkafka_level
     )

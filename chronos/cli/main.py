@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 runtime failure (Kafka unreachable, demo or check faile
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -16,6 +17,8 @@ from chronos import __version__
 from chronos.cli import bench, check, checkpoint, demo, dev, pipeline, proxy_cmd, run, send, tail
 from chronos.cli.args import attach_signed_values
 from chronos.errors import ChronosError, ConfigError, KafkaDeliveryError, ValidationError
+from chronos.logs import configure_logging
+from chronos.settings import LogSettings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(attach_signed_values(sys.argv[1:] if argv is None else argv))
+    # Until a command configures its own (run, proxy, dev): errors only, on stderr; librdkafka's
+    # connection retries left to the one clear error a command ends with.
+    configure_logging(LogSettings(level="error"), librdkafka_level=logging.CRITICAL)
     try:
         code: int = args.func(args)
         return code

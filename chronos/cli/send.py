@@ -7,6 +7,7 @@ import json
 import sys
 
 from chronos.cli.args import add_config, duration_ms, header, repeat, settings_from
+from chronos.cli.waiting import waiting_notice
 from proxy.client import DelayClient
 
 
@@ -55,7 +56,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def send_main(args: argparse.Namespace) -> int:
     value = sys.stdin.buffer.read() if args.value == "-" else args.value
-    with DelayClient(settings_from(args)) as client:
+    settings = settings_from(args)
+    with (
+        waiting_notice(settings.kafka.bootstrap_servers, settings.proxy.ack_timeout_s),
+        DelayClient(settings) as client,
+    ):
         receipt = client.send_delay(
             args.topic,
             value,
@@ -79,7 +84,11 @@ def send_main(args: argparse.Namespace) -> int:
 
 
 def cancel_main(args: argparse.Namespace) -> int:
-    with DelayClient(settings_from(args)) as client:
+    settings = settings_from(args)
+    with (
+        waiting_notice(settings.kafka.bootstrap_servers, settings.proxy.ack_timeout_s),
+        DelayClient(settings) as client,
+    ):
         receipt = client.cancel(args.id)
     print(json.dumps({"id": receipt.id, "status": "cancel_accepted"}))
     return 0

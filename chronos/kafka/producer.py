@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,8 @@ DeliveryCallback = Callable[[KafkaError | None, Any], None]
 
 _librdkafka_log = logging.getLogger("librdkafka")
 log = structlog.get_logger(__name__)
+#: Seconds between two log lines of the same client error (see Delivery._on_client_error).
+ERROR_LOG_INTERVAL_S = 10.0
 
 
 class Delivery:
@@ -38,16 +41,28 @@ class Delivery:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll_loop, name=name, daemon=True)
         self._flush_timeout_s = 30.0
+        #: Per distinct client error: when it was last logged and how often it came since.
+        self._errors_seen: dict[str, tuple[float, int]] = {}
         #: Set when librdkafka reports a fatal error: this producer can never deliver again.
         self.fatal_error: KafkaError | None = None
 
     def _on_client_error(self, error: KafkaError) -> None:
-        """librdkafka's client-level errors; a fatal one means this producer is done for."""
+        """librdkafka's client-level errors; a fatal one means this producer is done for.
+
+        librdkafka repeats an outage's error every few hundred ms: each distinct error is
+        logged once per :data:`ERROR_LOG_INTERVAL_S`, with how often it came meanwhile."""
         if error.fatal():
             self.fatal_error = error
             log.critical("producer_fatal_error", producer=self.name, error=str(error))
-        else:
-            log.warning("producer_error", producer=self.name, error=str(error))
+            return
+        text = str(error)
+        now = time.monotonic()
+        last, repeated = self._errors_seen.get(text, (-ERROR_LOG_INTERVAL_S, 0))
+        if now - last < ERROR_LOG_INTERVAL_S:
+            self._errors_seen[text] = (last, repeated + 1)
+            return
+        self._errors_seen[text] = (now, 0)
+        log.warning("producer_error", producer=self.name, error=text, repeated=repeated)
 
     def start(self) -> None:
         self._thread.start()

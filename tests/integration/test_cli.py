@@ -83,3 +83,22 @@ def test_dev_stack_delivers_a_message_sent_from_the_shell(tmp_path: Path) -> Non
         dev.wait(30)
     assert dev.returncode == 0, log.read_text()[-2000:]
     assert not store.exists(), "chronos dev left its temporary store behind"
+
+
+def test_an_unreachable_kafka_gives_one_clear_error_and_nothing_on_stdout(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHRONOS_")}
+    env["CHRONOS_KAFKA__BOOTSTRAP_SERVERS"] = f"127.0.0.1:{free_port()}"  # nobody listens
+    env["CHRONOS_PROXY__ACK_TIMEOUT_S"] = "5"
+    sent = subprocess.run(
+        chronos("send", "--topic", "t", "--value", "v", "--delay", "1s"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert sent.returncode == 1, sent.stderr
+    assert sent.stdout == "", "stdout is for results only"
+    lines = sent.stderr.strip().splitlines()
+    assert len(lines) == 2, lines  # a hint while waiting, then the error: not a log flood
+    assert lines[0].startswith("chronos: waiting for Kafka at 127.0.0.1:"), lines
+    assert lines[1].startswith("chronos: Kafka did not acknowledge within 5.0 s"), lines
