@@ -297,6 +297,15 @@ class NodeSettings(_Section):
         20, ge=1, description="How often acknowledged deliveries advance the seek timestamp."
     )
     shutdown_timeout_s: float = Field(30.0, gt=0, description="Drain time on SIGTERM.")
+    max_unpersisted_s: float = Field(
+        5.0,
+        gt=0,
+        description=(
+            "Pause delivery once the progress (seek timestamp) could not be written for this "
+            "long, e.g. on a full disk: what is delivered meanwhile would all be delivered "
+            "again after a restart. Delivery resumes when a write succeeds."
+        ),
+    )
     catch_up_timeout_s: float = Field(
         60.0,
         ge=0,

@@ -68,10 +68,13 @@ class Node:
                     return False
         return True
 
-    def stop(self) -> None:
-        """Stop components in reverse start order, each drained before the next, then close."""
+    def stop(self) -> bool:
+        """Stop components in reverse start order, each drained before the next, then close.
+
+        False when the stop was not clean: a component did not finish in time or the store
+        could not be closed (its last progress may be lost: a restart delivers that again)."""
         if self._stopped.is_set():
-            return
+            return True
         self._stopped.set()
         deadline = time.monotonic() + self.settings.node.shutdown_timeout_s
         for component in reversed(self._components):
@@ -79,14 +82,25 @@ class Node:
             component.join(max(0.1, deadline - time.monotonic()))
         stuck = [c.name for c in self._components if c.is_alive()]
         if self.context is None:
-            return
+            return True
         if stuck:
             # Closing the store under a running thread could crash it mid-write; the process is
             # exiting anyway and RocksDB recovers from its WAL at the next start.
             log.error("node_stop_incomplete", still_running=stuck)
-            return
-        self.context.store.close()
+            return False
+        try:
+            self.context.store.close()
+        except Exception as exc:  # e.g. a full disk: say so, without a traceback
+            log.error(
+                "node_stop_incomplete",
+                error=str(exc),
+                seek_ms=self.context.ledger.seek_ms,
+                effect="what was delivered after the last persisted progress is delivered "
+                "again at the next start",
+            )
+            return False
         log.info("node_stopped", seek_ms=self.context.ledger.seek_ms)
+        return True
 
     def fatal_error(self) -> str | None:
         """Why this node cannot go on (the producer failed fatally), or None."""
@@ -111,8 +125,8 @@ class Node:
             fatal = self.fatal_error()
             if fatal is not None:
                 break
-        self.stop()
+        clean = self.stop()
         if fatal is not None:
             log.critical("node_exit_fatal", error=fatal, action="restart the process")
             return 1
-        return 0
+        return 0 if clean else 1

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
+
+import structlog
 
 from chronos.clock import Clock
 from chronos.metrics import Metrics, NullMetrics
@@ -14,6 +17,7 @@ from chronos.node.ledger import Ledger
 from chronos.store import keys
 from chronos.types import EpochMs
 
+log = structlog.get_logger(__name__)
 _IDLE_WAIT_S = 1.0
 
 
@@ -38,6 +42,8 @@ class ProgressTracker:
         self._jobs: deque[DeliveryJob] = deque()
         self._scanned = start_ms
         self._changed = threading.Event()
+        #: Monotonic time since which the progress could not be persisted, None while it can.
+        self.persist_failing_since: float | None = None
 
     def dispatched(self, jobs: list[DeliveryJob]) -> None:
         """Jobs handed to the senders, in key order, before any of them can complete."""
@@ -137,12 +143,24 @@ class ProgressWorker(LoopWorker):
         self.commit()
 
     def commit(self) -> None:
-        """Collect and persist once."""
+        """Collect and persist once. A failed write (a full disk) is kept to retry and marks
+        the tracker, so the push worker can pause instead of delivering what a restart would
+        deliver again."""
         seek, followups = self._tracker.collect()
         self._unwritten += followups
         if self._unwritten or seek > self._ledger.seek_ms:
-            self._ledger.commit_progress(seek, self._unwritten)
+            try:
+                self._ledger.commit_progress(seek, self._unwritten)
+                # Ingest syncs the WAL while it writes; an idle ingest must not leave the seek
+                # unsynced (a power cut would then re-deliver more than the last interval).
+                self._ledger.sync_if_due()
+            except Exception as exc:
+                tracker = self._tracker
+                if tracker.persist_failing_since is None:
+                    tracker.persist_failing_since = time.monotonic()
+                    log.error("progress_not_persisted", error=str(exc), seek_ms=seek)
+                return  # logged once; tried again every interval until it works
             self._unwritten = []
-            # Ingest syncs the WAL while it writes; an idle ingest must not leave the seek
-            # unsynced (a power cut would then re-deliver more than the last interval).
-            self._ledger.sync_if_due()
+        if self._tracker.persist_failing_since is not None:
+            log.info("progress_persisted_again", seek_ms=self._ledger.seek_ms)
+            self._tracker.persist_failing_since = None

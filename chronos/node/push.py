@@ -46,6 +46,9 @@ class PushWorker(LoopWorker):
         metrics: counters.
         start_gate: delivery starts once this returns True (ingest caught up after a restart)
             or ``gate_timeout_s`` passed, whichever comes first.
+        max_in_flight: most jobs dispatched and not yet collected.
+        max_unpersisted_s: pause dispatching once the progress could not be persisted for
+            this long (``node.max_unpersisted_s``).
     """
 
     def __init__(
@@ -61,9 +64,12 @@ class PushWorker(LoopWorker):
         start_gate: Callable[[], bool] | None = None,
         gate_timeout_s: float = 60.0,
         max_in_flight: int = 200_000,
+        max_unpersisted_s: float = 5.0,
     ) -> None:
         super().__init__("push")
         self._max_in_flight = max_in_flight
+        self._max_unpersisted_s = max_unpersisted_s
+        self._paused = False
         # Resume point inside an interrupted scan, so a failed scan never dispatches twice.
         self._cursor = b""
         self._gate = start_gate
@@ -118,8 +124,12 @@ class PushWorker(LoopWorker):
         return None if upcoming is None else keys.slot_of(upcoming)
 
     def _put(self, jobs: list[DeliveryJob]) -> bool:
-        """Hand jobs to the senders; blocks while the queue is full or too much is in flight."""
-        while not self.stopping and self._tracker.in_flight() >= self._max_in_flight:
+        """Hand jobs to the senders; blocks while the queue is full, too much is in flight, or
+        the progress has not been persisted for ``max_unpersisted_s`` (a full disk): what is
+        delivered meanwhile would all be delivered again after a restart."""
+        while not self.stopping and (
+            self._tracker.in_flight() >= self._max_in_flight or self._progress_stalled()
+        ):
             self._stop.wait(0.01)
         self._tracker.dispatched(jobs)
         while not self.stopping:
@@ -130,6 +140,21 @@ class PushWorker(LoopWorker):
             except queue.Full:
                 continue
         return False
+
+    def _progress_stalled(self) -> bool:
+        since = self._tracker.persist_failing_since
+        stalled = since is not None and time.monotonic() - since > self._max_unpersisted_s
+        if stalled != self._paused:
+            self._paused = stalled
+            if stalled:
+                log.error(
+                    "delivery_paused",
+                    reason="progress not persisted",
+                    for_s=round(time.monotonic() - (since or 0.0), 1),
+                )
+            else:
+                log.info("delivery_resumed")
+        return stalled
 
     def _jobs_for(self, rows: list[tuple[bytes, bytes]], now: EpochMs) -> list[DeliveryJob]:
         jobs: list[DeliveryJob] = []

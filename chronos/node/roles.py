@@ -138,6 +138,7 @@ def _delivery(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:
         start_gate=lambda: all(w.caught_up.is_set() for w in ingest),
         gate_timeout_s=s.node.catch_up_timeout_s,
         max_in_flight=s.node.max_in_flight,
+        max_unpersisted_s=s.node.max_unpersisted_s,
     )
     return [ctx.delivery, *senders, push]
 
