@@ -19,8 +19,9 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 
 from chronos import wire
 from chronos.clock import SystemClock
@@ -69,7 +70,7 @@ def run(bootstrap: str, count: int, batch: int) -> dict[str, float]:
     cost: dict[str, float] = {}
     consumer = Consumer(settings.kafka.consumer("hp"))
     consumer.assign([TopicPartition(inner, p, OFFSET_BEGINNING) for p in range(8)])
-    records = []
+    records: list[Message] = []
     started = _cpu()
     while len(records) < count:
         records += [r for r in consumer.consume(batch, 1.0) if r.error() is None]
@@ -148,7 +149,7 @@ def main() -> int:
     args = parser.parse_args()
     broker = None if args.bootstrap else TansuBroker().start()
     try:
-        costs = run(args.bootstrap or broker.bootstrap, args.count, args.batch)
+        costs = run(args.bootstrap or cast(TansuBroker, broker).bootstrap, args.count, args.batch)
     finally:
         if broker is not None:
             broker.stop()

@@ -12,7 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 python=.venv/bin/python
 if [[ ! -x "$python" ]]; then
-    echo "scripts/test.sh: no .venv; run: bash .ci/run (or python3 -m venv .venv && .venv/bin/pip install -e '.[dev,test]')" >&2
+    echo "scripts/test.sh: no .venv; run: bash .ci/run (or python3 -m venv .venv && .venv/bin/pip install -e '.[dev,test,bench,spark]')" >&2
     exit 2
 fi
 

@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 from confluent_kafka.admin import AdminClient
 
@@ -67,7 +68,8 @@ def docker_available() -> bool:
     try:
         import docker
 
-        client = docker.from_env(timeout=5)
+        # mypy takes `docker` for this repository's docker/ folder, not the Docker SDK
+        client = cast(Any, docker).from_env(timeout=5)
         try:
             return bool(client.ping())
         finally:
@@ -98,7 +100,7 @@ def ensure_image() -> str:
 
     binary = Path(tansu_binary())
     key = build_key(binary)
-    client = docker.from_env()
+    client = cast(Any, docker).from_env()  # Any: see docker_available
     try:
         try:
             if client.images.get(IMAGE).labels.get(BUILD_KEY_LABEL) == key:

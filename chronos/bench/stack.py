@@ -94,6 +94,11 @@ class BenchStack:
             raise RuntimeError(f"node not ready, see {self.workdir / 'node.log'}")
 
     @property
+    def broker(self) -> LocalBroker | None:
+        """The local broker this stack started, None for a given cluster."""
+        return self._broker
+
+    @property
     def broker_pid(self) -> int | None:
         """The local broker's process id, None for a given cluster."""
         return None if self._broker is None else self._broker.pid

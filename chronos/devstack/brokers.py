@@ -22,6 +22,12 @@ class LocalBroker(Protocol):
     @property
     def pid(self) -> int | None: ...
 
+    def freeze(self) -> None:
+        """SIGSTOP: an outage in which sockets stay open but nothing answers."""
+
+    def thaw(self) -> None:
+        """SIGCONT after :meth:`freeze`."""
+
     def stop(self) -> None: ...
 
 

@@ -61,6 +61,10 @@ class NodeProcess:
             time.sleep(0.05)
         return False
 
+    def running(self) -> bool:
+        """True while the child runs (it has not exited on its own)."""
+        return self._process is not None and self._process.poll() is None
+
     def kill(self) -> None:
         """SIGKILL: no chance to flush or persist anything."""
         assert self._process is not None

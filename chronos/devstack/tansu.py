@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import time
@@ -100,9 +101,20 @@ class TansuBroker:
         """The broker's process id while it runs (for CPU accounting in benchmarks)."""
         return None if self._process is None else self._process.pid
 
+    def freeze(self) -> None:
+        """SIGSTOP the broker: an outage in which sockets stay open but nothing answers."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT after :meth:`freeze`."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         """Terminate the broker."""
         if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGCONT)  # a frozen broker cannot handle SIGTERM
             self._process.terminate()
             try:
                 # Tansu waits up to 5 s for clients to hang up; storage is memory-only, so

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TypeAlias, cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from chronos import wire
 from chronos.model import DelayMessage
@@ -15,6 +17,10 @@ from chronos.types import Headers
 from proxy.client import DelayClient
 from tests.broker import is_tansu
 from tests.integration.harness import Inbox, make_settings, running_node
+
+#: Headers as this test produces them: confluent-kafka's stub takes an invariant list of
+#: str | bytes | None values, which chronos' Headers (bytes | None) is not.
+KafkaHeaders: TypeAlias = list[tuple[str, str | bytes | None]]
 
 
 def read_dead_letters(
@@ -29,14 +35,14 @@ def read_dead_letters(
     while len(found) < expected and time.monotonic() < deadline:
         for record in consumer.consume(100, 0.2):
             if record.error() is None:
-                headers = dict(record.headers() or [])
+                headers = dict(cast(Headers, record.headers() or []))
                 headers["__value__"] = record.value()
                 found.append(headers)
     consumer.close()
     return found
 
 
-def valid(namespace: str, topic: str, index: int) -> tuple[bytes, bytes | None, Headers]:
+def valid(namespace: str, topic: str, index: int) -> tuple[bytes, bytes | None, KafkaHeaders]:
     message = DelayMessage(
         f"ok-{namespace}-{index}",
         topic,
@@ -45,7 +51,7 @@ def valid(namespace: str, topic: str, index: int) -> tuple[bytes, bytes | None, 
         [],
         int(time.time() * 1000) + 300,
     )
-    return wire.encode_add(message)
+    return cast("tuple[bytes, bytes | None, KafkaHeaders]", wire.encode_add(message))
 
 
 def test_malformed_inner_records_are_dead_lettered_and_do_not_block(
@@ -55,9 +61,14 @@ def test_malformed_inner_records_are_dead_lettered_and_do_not_block(
     topic = f"{namespace}-target"
     now = int(time.time() * 1000)
     good_add = valid(namespace, topic, 0)[2]
-    without = lambda name: [h for h in good_add if h[0] != name]  # noqa: E731
-    replaced = lambda name, value: [(n, value if n == name else v) for n, v in good_add]  # noqa: E731
-    malformed: list[tuple[str, Headers | None, bytes | None]] = [
+
+    def without(name: str) -> KafkaHeaders:
+        return [h for h in good_add if h[0] != name]
+
+    def replaced(name: str, value: bytes) -> KafkaHeaders:
+        return [(n, value if n == name else v) for n, v in good_add]
+
+    malformed: list[tuple[str, KafkaHeaders | None, bytes | None]] = [
         ("random bytes, no headers", None, bytes(range(200))),
         ("no version", without(wire.H_VERSION), b"x"),
         ("wrong version", replaced(wire.H_VERSION, b"9"), b"x"),
@@ -89,9 +100,9 @@ def test_malformed_inner_records_are_dead_lettered_and_do_not_block(
         assert node.context is not None
         assert node.context.metrics.totals().get("inner_rejected") == len(malformed)
     assert len(dead) == len(malformed)
-    for headers in dead:
-        assert headers[wire.H_DLQ_REASON], "dead letter without a reason"
-        assert headers[wire.H_DLQ_SOURCE].decode().startswith(f"{inner}[0]@")  # type: ignore[union-attr]
+    for letter in dead:
+        assert letter[wire.H_DLQ_REASON], "dead letter without a reason"
+        assert cast(bytes, letter[wire.H_DLQ_SOURCE]).decode().startswith(f"{inner}[0]@")
     reasons = b" | ".join(h[wire.H_DLQ_REASON] or b"" for h in dead).decode()
     for needle in (
         "chronos-version",
@@ -157,7 +168,7 @@ def test_a_poison_record_too_large_to_dead_letter_whole_does_not_stop_intake(
     admin.create_topics([inner])[names.inner].result(30)
     topic = f"{namespace}-target"
     poison_key = b"k" * 300_000
-    poison_headers: Headers = [("bulk", b"h" * 1_200_000), ("note", b"kept")]
+    poison_headers: KafkaHeaders = [("bulk", b"h" * 1_200_000), ("note", b"kept")]
     with running_node(settings), Inbox(settings, [topic]) as inbox:
         producer = Producer(settings.kafka.producer(max_message_bytes=2_000_000))
         expected_ok: set[str] = set()

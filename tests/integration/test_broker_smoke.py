@@ -18,7 +18,8 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 N_RECORDS = 100
 Headers = list[tuple[str, str | bytes | None]]  # what Producer.produce accepts

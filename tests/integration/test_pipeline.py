@@ -6,7 +6,7 @@ import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -29,6 +29,9 @@ from tests.integration.harness import Inbox, make_settings, running_node
 #: Kafka deletes a segment whose newest timestamp is older than ``retention.ms``, 7 days by
 #: default, at its next retention check; records stamped in 2023 vanished mid-test.)
 BASE_TS_MS = (int(time.time()) - 3600) * 1000
+#: Headers as these tests produce them: confluent-kafka's stub takes an invariant list of
+#: str | bytes | None values.
+KafkaHeaders: TypeAlias = list[tuple[str, str | bytes | None]]
 
 
 def _config_file(tmp_path: Path, settings: ChronosSettings) -> Path:
@@ -61,7 +64,7 @@ def test_kafka_source_reads_partitions_ranges_and_chronos_headers(
     create_topic(settings, topic, 3)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for i in range(3000):
-        headers = [("user", b"\x00\xff"), ("chronos-id", f"m{i}".encode())]
+        headers: KafkaHeaders = [("user", b"\x00\xff"), ("chronos-id", f"m{i}".encode())]
         if i % 2:
             headers += [("chronos-due-ms", b"%d" % (1000 + i)), ("chronos-occurrence", b"1")]
         else:
@@ -139,7 +142,7 @@ def _schedule_input(path: Path, now_ms: int) -> tuple[set[str], int]:
             row["id"] = f"given-{i}"
             given.add(row["id"])
         rows.append(row)
-    bad = [
+    bad: list[tuple[dict[str, Any], str]] = [
         ({"topic": "bad topic!", "delay": "1s"}, "topic"),
         ({"topic": "__consumer_offsets", "delay": "1s"}, "topic"),
         ({"topic": "pipe-a", "delay": "1s", "headers": {"chronos-x": "1"}}, "headers[0]"),
@@ -262,7 +265,7 @@ def test_audit_catches_loss_duplicate_early_and_late(
     # Inner records a node dead-letters: never scheduled, so never "missing" (one rule,
     # chronos.inner), and a due time beyond 64 bits must not crash the audit.
     due_text = b"%d" % (base + 500)
-    refused = {
+    refused: dict[str, KafkaHeaders] = {
         "plus": [(wire.H_DUE, b"+" + due_text)],
         "spaces": [(wire.H_DUE, b" " + due_text + b" ")],
         "underscores": [(wire.H_DUE, due_text[:4] + b"_" + due_text[4:])],
@@ -274,7 +277,7 @@ def test_audit_catches_loss_duplicate_early_and_late(
         key, value, headers = wire.encode_add(
             DelayMessage(f"refused-{name}", topic, None, b"x", [], base + 500)
         )
-        kept = [h for h in headers if h[0] != wire.H_DUE]
+        kept: KafkaHeaders = [h for h in headers if h[0] != wire.H_DUE]
         producer.produce(settings.topics.names.inner, value, key, headers=kept + extra)
     producer.produce(
         topic,
@@ -288,7 +291,7 @@ def test_audit_catches_loss_duplicate_early_and_late(
     )
 
     def deliver(message_id: str, due: int, at: int, occurrence: int = 1, skipped: int = 0) -> None:
-        headers = [
+        headers: KafkaHeaders = [
             ("chronos-id", message_id.encode()),
             ("chronos-due-ms", b"%d" % due),
             ("chronos-occurrence", b"%d" % occurrence),

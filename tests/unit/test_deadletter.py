@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from confluent_kafka import KafkaError
 
+from chronos.kafka.producer import Delivery
 from chronos.metrics import CountingMetrics
 from chronos.node.deadletter import KEPT_HEADERS_BYTES, DeadLetters, Rejected, shrink
 from chronos.types import Headers
@@ -42,14 +44,17 @@ class SizeLimitedTopic:
 
 
 def rejected(
-    source: str, key: bytes = b"k", value: bytes = b"v", headers: Headers = ()
-) -> Rejected:  # type: ignore[assignment]
+    source: str,
+    key: bytes = b"k",
+    value: bytes = b"v",
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> Rejected:
     return key, value, list(headers), "bad record", source
 
 
 def test_bulk_in_headers_and_key_still_fits() -> None:
     topic = SizeLimitedTopic()
-    dead = DeadLetters(topic, "ns.deadletter", CountingMetrics())  # type: ignore[arg-type]
+    dead = DeadLetters(cast(Delivery, topic), "ns.deadletter", CountingMetrics())
     poison = rejected(
         "inner[0]@7",
         key=b"k" * 60_000,
@@ -73,11 +78,11 @@ def test_shrunk_headers_stay_within_their_budget() -> None:
 
 def test_acknowledged_dead_letters_are_not_sent_again_when_the_batch_is_retried() -> None:
     topic = SizeLimitedTopic(fail_transiently={"inner[0]@2"})
-    dead = DeadLetters(topic, "ns.deadletter", CountingMetrics())  # type: ignore[arg-type]
+    dead = DeadLetters(cast(Delivery, topic), "ns.deadletter", CountingMetrics())
     batch = [rejected(f"inner[0]@{offset}") for offset in range(3)]
     acknowledged: set[str] = set()
     assert not dead.send_and_wait(batch, 5.0, acknowledged)  # one failed: the batch is retried
     topic.fail_transiently.clear()
     assert dead.send_and_wait(batch, 5.0, acknowledged)
-    sources = [dict(h)[H_DLQ_SOURCE] for _k, _v, h in topic.sent]
+    sources = [cast(bytes, dict(h)[H_DLQ_SOURCE]) for _k, _v, h in topic.sent]
     assert sorted(sources) == [b"inner[0]@0", b"inner[0]@1", b"inner[0]@2", b"inner[0]@2"]

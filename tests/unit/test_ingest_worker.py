@@ -7,13 +7,14 @@ and the store are real.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from chronos.clock import FakeClock
 from chronos.metrics import CountingMetrics
 from chronos.model import DecodedRequest, DelayMessage
-from chronos.node.deadletter import Rejected
+from chronos.node.deadletter import DeadLetters, Rejected
 from chronos.node.frontier import Frontier
 from chronos.node.ingest import IngestWorker
 from chronos.node.inner_reader import DecodedBatch
@@ -73,7 +74,14 @@ class Rig:
         self.opened: list[ScriptedSource] = []
         self.dead = DeadLettersStub()
         self.worker = IngestWorker(
-            0, [0], self._next_source, self.ledger, self.dead, FakeClock(T0), 100, CountingMetrics()
+            0,
+            [0],
+            self._next_source,
+            self.ledger,
+            cast(DeadLetters, self.dead),
+            FakeClock(T0),
+            100,
+            CountingMetrics(),
         )
 
     def _next_source(self) -> ScriptedSource:

@@ -27,7 +27,7 @@ def _record(
         offset=offset,
         key=b"k",
         value=value,
-        headers=headers,
+        headers=headers,  # type: ignore[arg-type]  # the stub's list is invariant
         timestamp=(1, timestamp),
     )
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import queue
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import pytest
 from confluent_kafka import KafkaError
 
 from chronos.clock import FakeClock
+from chronos.kafka.producer import Delivery
 from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
 from chronos.node.deadletter import DeadLetters
@@ -70,7 +72,7 @@ def env() -> Env:
     clock, delivery, metrics = FakeClock(T0), FakeDelivery(), CountingMetrics()
     tracker, retries = ProgressTracker(0, metrics, clock), RetrySchedule()
     jobs: queue.Queue[list[DeliveryJob]] = queue.Queue()
-    dead = DeadLetters(delivery, "ns.deadletter", metrics)  # type: ignore[arg-type]
+    dead = DeadLetters(cast(Delivery, delivery), "ns.deadletter", metrics)
     settings = DeliverySettings(
         retry_backoff_initial_ms=100, retry_backoff_max_ms=1000, give_up_after_s=5
     )
@@ -78,11 +80,11 @@ def env() -> Env:
         0,
         jobs,
         retries,
-        delivery,
+        cast(Delivery, delivery),
         dead,
         tracker,
         clock,
-        settings,  # type: ignore[arg-type]
+        settings,
         metrics,
     )
     return Env(clock, delivery, tracker, retries, jobs, metrics, sender)
@@ -152,7 +154,8 @@ def test_dead_letter_refused_for_size_is_resent_without_value_and_never_dropped(
     env.sender.step()
     truncated = env.delivery.sent[-1]
     assert truncated.value is None and truncated.key == b"k"
-    assert dict(truncated.headers)[H_DLQ_TRUNCATED].startswith(b"value=1 key=1 headers=")
+    truncated_sizes = cast(bytes, dict(truncated.headers)[H_DLQ_TRUNCATED])
+    assert truncated_sizes.startswith(b"value=1 key=1 headers=")
     assert ("h", b"1") in truncated.headers
     truncated.on_done(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
     assert not doomed.done, "completed without any acknowledgement"

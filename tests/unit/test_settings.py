@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 from pydantic import ValidationError as PydanticValidationError
@@ -153,6 +154,10 @@ def test_producer_config_is_durable() -> None:
     assert config["partitioner"] == "murmur2_random"
 
 
+#: librdkafka options passed as keyword overrides: their names are not Python identifiers.
+ProducerOverrides = TypedDict("ProducerOverrides", {"linger.ms": int, "transactional.id": str})
+
+
 def test_librdkafka_passthrough(tmp_path: Path) -> None:
     path = _toml(
         tmp_path,
@@ -171,7 +176,8 @@ sasl_password = "s3cret"
 """,
     )
     kafka = load_settings(path).kafka
-    producer = kafka.producer(**{"linger.ms": 5, "transactional.id": "tx-1"})
+    overrides: ProducerOverrides = {"linger.ms": 5, "transactional.id": "tx-1"}
+    producer = kafka.producer(**overrides)
     assert producer["security.protocol"] == "SASL_SSL"
     assert producer["sasl.password"] == "s3cret"
     assert producer["linger.ms"] == 25  # producer_config beats call overrides and defaults
