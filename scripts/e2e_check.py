@@ -68,6 +68,10 @@ class Report:
     # measure the proxy->Kafka->node path rather than the scheduler; reported apart.
     lateness_p99_due_after_100ms: int = 0
     lateness_max_due_after_100ms: int = 0
+    # Of each duplicated message, how long before the kill that repeated it its first copy was
+    # stamped: the window a crash re-delivers (README, Delivery guarantees).
+    duplicate_window_p99_ms: int = 0
+    duplicate_window_max_ms: int = 0
 
     @property
     def ok(self) -> bool:
@@ -145,12 +149,14 @@ def run_check(
     watcher = DeliveryWatcher(bootstrap, [topic], on_delivered).start()
     expected: dict[str, Expected] = {}
     report = Report()
+    kill_ms: list[int] = []
 
     def killer() -> None:
         # SIGKILL at random moments while requests are being sent and delivered.
         kill_rng = random.Random(seed + 1)
         for _ in range(kills):
             time.sleep(kill_rng.uniform(0.3, 2.0))
+            kill_ms.append(int(time.time() * 1000))
             node.kill()
             report.kills += 1
             node.start()
@@ -199,6 +205,7 @@ def run_check(
 
     lateness: list[int] = []
     scheduled_ahead: list[int] = []
+    windows: list[int] = []
     for message_id, exp in expected.items():
         got = deliveries.get(message_id, [])
         if exp.cancelled:
@@ -209,6 +216,11 @@ def run_check(
             continue
         report.delivered_unique += 1
         report.duplicates += len(got) - 1
+        if len(got) > 1:
+            first = got[0].produced_ms
+            kill = next((k for k in kill_ms if k >= first), None)
+            if kill is not None:
+                windows.append(kill - first)
         for d in got:
             user_headers = [(n, v) for n, v in d.headers if not n.startswith(HEADER_PREFIX)]
             got_fields = (d.key, d.value, user_headers, d.due_ms)
@@ -230,6 +242,8 @@ def run_check(
             reverse=True,
         )[:40]
         print("lateness, due since start, due after ack:", worst, file=sys.stderr)
+    report.duplicate_window_p99_ms = percentile(windows, 0.99)
+    report.duplicate_window_max_ms = max(windows, default=0)
     report.lateness_p50_ms = percentile(lateness, 0.50)
     report.lateness_p99_ms = percentile(lateness, 0.99)
     report.lateness_max_ms = max(lateness, default=0)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from chronos.clock import FakeClock
 from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
+from chronos.node.frontier import Frontier
 from chronos.node.job import DeliveryJob
-from chronos.node.progress import ProgressTracker
+from chronos.node.ledger import Ledger
+from chronos.node.progress import ProgressTracker, ProgressWorker
 from chronos.repeat import Repeat, RepeatKind
+from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store import keys
+from chronos.store.rocks import RocksStore
 
 
 def _job(slot: int, message_id: str, followup: bool = False) -> DeliveryJob:
@@ -150,3 +156,29 @@ def test_ack_lateness_of_a_late_arrival_counts_from_its_slot() -> None:
     overdue(None)
     tracker.collect()
     assert metrics.summaries()["ack_lateness_ms"]["max"] == 10
+
+
+def test_a_failed_progress_write_is_kept_marked_and_retried(tmp_path: Path) -> None:
+    store = RocksStore(tmp_path / "store", StoreSettings())
+    try:
+        ledger = Ledger(store, Frontier(0), FakeClock(1_000), DeleteSettings())
+        tracker = ProgressTracker(0, CountingMetrics(), FakeClock(1_000))
+        worker = ProgressWorker(tracker, ledger, 20)
+        job = _job(100, "a")
+        job.attempts = 1
+        tracker.dispatched([job])
+        tracker.scanned_through(150)
+        job(None)
+        real = ledger.commit_progress
+
+        def full_disk(*_args: object) -> None:
+            raise OSError("IO error: No space left on device")
+
+        ledger.commit_progress = full_disk  # type: ignore[method-assign]
+        worker.commit()  # logged, not raised: the worker goes on and tries again
+        assert tracker.persist_failing_since is not None and ledger.seek_ms == 0
+        ledger.commit_progress = real  # type: ignore[method-assign]
+        worker.commit()
+        assert tracker.persist_failing_since is None and ledger.seek_ms == 150
+    finally:
+        store.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,3 +167,29 @@ def test_a_full_queue_blocks_the_scan_until_senders_take(env: Env, tmp_path: Pat
     scan.join(2)
     assert not scan.is_alive()
     assert taken == sorted(taken)
+
+
+def test_delivery_pauses_while_progress_cannot_be_persisted(env: Env) -> None:
+    """A full disk: what is delivered while the seek cannot be written is all delivered again
+    after a restart, so past ``max_unpersisted_s`` the scan waits."""
+    push = PushWorker(
+        env.store,
+        env.ledger,
+        env.frontier,
+        env.tracker,
+        env.jobs,
+        env.clock,
+        3,
+        NullMetrics(),
+        max_unpersisted_s=0.05,
+    )
+    env.add("a", T0)
+    env.tracker.persist_failing_since = time.monotonic() - 1.0
+    scanning = threading.Thread(target=push.scan_due)
+    scanning.start()
+    scanning.join(0.3)
+    assert scanning.is_alive() and env.drain() == []
+    env.tracker.persist_failing_since = None  # a write succeeded again
+    scanning.join(5)
+    assert not scanning.is_alive()
+    assert [job.message.id for job in env.drain() if job.message] == ["a"]
