@@ -346,7 +346,8 @@ def test_audit_catches_loss_duplicate_early_and_late(
         "cancelled": 1,
         "collapsed": 2,
     }
-    assert summary["messages"] == 24 and summary["unexpected_deliveries"] == 2
+    # "overflow" has no due time a 64-bit column holds: outside every window, not unexpected.
+    assert summary["messages"] == 24 and summary["unexpected_deliveries"] == 1
     details = {
         (r["id"], r["occurrence"]): r["status"]
         for r in spark.read.parquet(str(out / "details")).collect()
