@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -89,7 +89,8 @@ def _deliver_at_ms(deliver_at: datetime | int | None) -> int | None:
 class _Acks:
     """Waits for the acknowledgements of several records at once."""
 
-    def __init__(self, expected: int) -> None:
+    def __init__(self, expected: int, on_error: Callable[[KafkaError], None]) -> None:
+        self._on_error = on_error
         self._remaining = expected
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -98,6 +99,8 @@ class _Acks:
             self._done.set()
 
     def __call__(self, error: KafkaError | None, _msg: object = None) -> None:
+        if error is not None:
+            self._on_error(error)  # a producer fenced for good is replaced for the next call
         with self._lock:
             if error is not None:
                 self.errors.append(error)
@@ -229,7 +232,7 @@ class DelayClient:
             except ValidationError as exc:
                 field_name = f"messages[{index}].{exc.field}" if len(requests) > 1 else exc.field
                 raise ValidationError(field_name, exc.message, status=exc.status) from exc
-        acks = _Acks(len(messages))
+        acks = _Acks(len(messages), self._delivery.note_error)
         for message in messages:
             key, value, headers = wire.encode_add(message)
             self._delivery.send(self._names.inner, key, value, headers, acks)
@@ -248,7 +251,7 @@ class DelayClient:
             except ValidationError as exc:
                 field_name = f"ids[{index}]" if len(ids) > 1 else exc.field
                 raise ValidationError(field_name, exc.message) from exc
-        acks = _Acks(len(ids))
+        acks = _Acks(len(ids), self._delivery.note_error)
         for message_id in ids:
             key, value, headers = wire.encode_cancel(message_id)
             self._delivery.send(self._names.inner, key, value, headers, acks)

@@ -39,6 +39,32 @@ _OUTAGE = frozenset(
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.NOT_ENOUGH_REPLICAS,
         KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        # A producer whose idempotence state the broker refuses (see needs_new_producer) is
+        # replaced; what it had in flight or queued is purged and retried on the new one.
+        KafkaError.PRODUCER_FENCED,
+        KafkaError._FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.UNKNOWN_PRODUCER_ID,
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        KafkaError.INVALID_PRODUCER_ID_MAPPING,
+        KafkaError._FATAL,
+        KafkaError._PURGE_QUEUE,
+        KafkaError._PURGE_INFLIGHT,
+    }
+)
+
+# The producer's idempotence state (producer id, epoch, sequence) is broken: only a new
+# producer can deliver again. After an outage longer than message.timeout.ms librdkafka bumps
+# its epoch itself; Apache Kafka accepts that, Tansu 0.6 answers PRODUCER_FENCED for good.
+_PRODUCER_STATE = frozenset(
+    {
+        KafkaError.PRODUCER_FENCED,
+        KafkaError._FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.UNKNOWN_PRODUCER_ID,
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        KafkaError.INVALID_PRODUCER_ID_MAPPING,
+        KafkaError._FATAL,
     }
 )
 
@@ -46,6 +72,11 @@ _OUTAGE = frozenset(
 def is_outage(error: KafkaError) -> bool:
     """True when the error is about reaching Kafka, not about this record."""
     return error.code() in _OUTAGE
+
+
+def needs_new_producer(error: KafkaError) -> bool:
+    """True when the producer that reported ``error`` can never deliver again."""
+    return error.fatal() or error.code() in _PRODUCER_STATE
 
 
 def is_permanent(error: KafkaError) -> bool:

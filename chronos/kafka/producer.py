@@ -11,6 +11,7 @@ from typing import Any
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from chronos.kafka.errors import describe, needs_new_producer
 from chronos.types import Headers, KafkaConfig
 
 #: Called with (error or None, the confluent Message or None).
@@ -20,6 +21,8 @@ _librdkafka_log = logging.getLogger("librdkafka")
 log = structlog.get_logger(__name__)
 #: Seconds between two log lines of the same client error (see Delivery._on_client_error).
 ERROR_LOG_INTERVAL_S = 10.0
+#: Fewest seconds between two replacements of a producer (see Delivery.note_error).
+RENEW_INTERVAL_S = 5.0
 
 
 class Delivery:
@@ -28,6 +31,11 @@ class Delivery:
     ``send`` never raises for a record: synchronous refusals (record too large, bad topic)
     are reported through the callback like asynchronous ones, so callers have one path.
 
+    A producer the broker will not take records from again (fenced, a fatal idempotence error;
+    see ``needs_new_producer``) is replaced by a new one on the poll thread: callers report the
+    errors they get (:meth:`note_error`); the old producer's queued and in-flight records are
+    purged, so their callbacks report ``_PURGE_*`` errors, which callers retry like an outage.
+
     Parameters:
         config: librdkafka producer config (see ``KafkaSettings.producer``).
         name: component name for logs.
@@ -35,9 +43,17 @@ class Delivery:
 
     def __init__(self, config: KafkaConfig, name: str = "delivery") -> None:
         self.name = name
-        self._producer = Producer(
-            {**config, "logger": _librdkafka_log, "error_cb": self._on_client_error}
-        )
+        self._config: dict[str, Any] = {
+            **config,
+            "logger": _librdkafka_log,
+            "error_cb": self._on_client_error,
+        }
+        self._producer = Producer(self._config)
+        #: Replaced producers, polled until their purged records have reported back.
+        self._retiring: list[Producer] = []
+        #: Why the producer must be replaced (set by any thread, acted on by the poll thread).
+        self._renew_reason: str | None = None
+        self._renewed_at = -RENEW_INTERVAL_S
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll_loop, name=name, daemon=True)
         self._flush_timeout_s = 30.0
@@ -52,8 +68,8 @@ class Delivery:
         librdkafka repeats an outage's error every few hundred ms: each distinct error is
         logged once per :data:`ERROR_LOG_INTERVAL_S`, with how often it came meanwhile."""
         if error.fatal():
-            self.fatal_error = error
             log.critical("producer_fatal_error", producer=self.name, error=str(error))
+            self.note_error(error)
             return
         text = str(error)
         now = time.monotonic()
@@ -64,12 +80,36 @@ class Delivery:
         self._errors_seen[text] = (now, 0)
         log.warning("producer_error", producer=self.name, error=text, repeated=repeated)
 
+    def note_error(self, error: KafkaError) -> None:
+        """A delivery failed with ``error``: replace the producer when it cannot recover.
+
+        Errors of the records the last replacement purged arrive right after it: one
+        replacement per :data:`RENEW_INTERVAL_S` at most."""
+        if needs_new_producer(error) and self._renew_reason is None:
+            self._renew_reason = describe(error)
+
+    def _renew(self) -> None:
+        reason, self._renew_reason = self._renew_reason, None
+        if time.monotonic() - self._renewed_at < RENEW_INTERVAL_S:
+            return
+        self._renewed_at = time.monotonic()
+        old = self._producer
+        try:
+            self._producer = Producer(self._config)
+        except KafkaException as exc:
+            self.fatal_error = exc.args[0]
+            log.critical("producer_not_replaced", producer=self.name, error=str(exc))
+            return
+        log.warning("producer_replaced", producer=self.name, reason=reason, purged=len(old))
+        old.purge()  # queued and in-flight records report _PURGE_* and are retried by callers
+        self._retiring.append(old)
+
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         """Flush what is in flight (callbacks run), then stop polling."""
-        self._producer.flush(self._flush_timeout_s)
+        self.flush(self._flush_timeout_s)
         self._stop.set()
 
     def join(self, timeout: float) -> None:
@@ -81,6 +121,10 @@ class Delivery:
     def _poll_loop(self) -> None:
         while not self._stop.is_set():
             try:
+                if self._renew_reason is not None:
+                    self._renew()
+                if self._retiring:
+                    self._poll_retiring()
                 self._producer.poll(0.05)
             except Exception:
                 # confluent-kafka re-raises callback exceptions here; the thread must live on or
@@ -117,17 +161,28 @@ class Delivery:
                 on_done(exc.args[0], None)
                 return
 
+    def _poll_retiring(self) -> None:
+        for old in list(self._retiring):
+            old.poll(0)
+            if len(old) == 0:
+                self._retiring.remove(old)
+
     def flush(self, timeout_s: float) -> int:
         """Wait for in-flight records; returns how many are still unacknowledged."""
+        for old in list(self._retiring):
+            old.flush(0)
         remaining: int = self._producer.flush(timeout_s)
-        return remaining
+        return remaining + sum(len(old) for old in self._retiring)
 
     def in_flight(self) -> int:
         """Records handed to librdkafka and not yet acknowledged."""
-        return len(self._producer)
+        return len(self._producer) + sum(len(old) for old in self._retiring)
 
     def ping(self, timeout_s: float) -> bool:
-        """True when the cluster answered a metadata request within ``timeout_s``."""
+        """True when the cluster answered a metadata request within ``timeout_s`` and this
+        producer can deliver (not waiting to be replaced, not failed for good)."""
+        if self._renew_reason is not None or self.fatal_error is not None:
+            return False
         try:
             self._producer.list_topics(timeout=timeout_s)
             return True

@@ -113,6 +113,7 @@ class DeadLetters:
             if error is None:
                 self._metrics.incr("dead_lettered")
             else:
+                self._delivery.note_error(error)
                 log.error("dead_letter_failed", error=describe(error))
             on_result(error, message)
 

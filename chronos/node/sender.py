@@ -190,6 +190,7 @@ class Sender(LoopWorker):
     # produce happens on a sender thread.
 
     def _on_error(self, job: DeliveryJob, error: KafkaError) -> None:
+        self._delivery.note_error(error)  # a fenced producer is replaced; the job is retried
         reason = describe(error)
         now = self._clock.now_ms()
         if is_permanent(error):

@@ -24,6 +24,9 @@ class SizeLimitedTopic:
     sent: list[tuple[bytes | None, bytes | None, Headers]] = field(default_factory=list)
     fail_transiently: set[str] = field(default_factory=set)
 
+    def note_error(self, error: KafkaError) -> None:
+        """The producer is told of every failure (it replaces itself when fenced)."""
+
     def send(
         self,
         topic: str,

@@ -174,7 +174,7 @@ def test_a_failed_progress_write_is_kept_marked_and_retried(tmp_path: Path) -> N
         def full_disk(*_args: object) -> None:
             raise OSError("IO error: No space left on device")
 
-        ledger.commit_progress = full_disk  # type: ignore[method-assign]
+        ledger.commit_progress = full_disk  # type: ignore[method-assign, assignment]
         worker.commit()  # logged, not raised: the worker goes on and tries again
         assert tracker.persist_failing_since is not None and ledger.seek_ms == 0
         ledger.commit_progress = real  # type: ignore[method-assign]

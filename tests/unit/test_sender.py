@@ -40,6 +40,7 @@ class FakeDelivery:
     """Records what is produced; the test decides each outcome."""
 
     sent: list[Sent] = field(default_factory=list)
+    noted: list[KafkaError] = field(default_factory=list)
 
     def send(
         self,
@@ -50,6 +51,9 @@ class FakeDelivery:
         on_done: Callable[[KafkaError | None], None],
     ) -> None:
         self.sent.append(Sent(topic, key, value, headers, on_done))
+
+    def note_error(self, error: KafkaError) -> None:
+        self.noted.append(error)
 
     def in_flight(self) -> int:
         """Records not yet answered; this fake's tests answer by hand, so none are waited for."""
@@ -217,3 +221,19 @@ def test_a_stopping_sender_retries_what_waits_for_a_retry(env: Env) -> None:
     env.delivery.sent[2].on_done(None)
     env.tracker.scanned_through(T0)
     assert env.tracker.collect()[0] == T0  # the seek passes both
+
+
+def test_a_fenced_producer_is_reported_and_the_job_retried_not_dead_lettered(env: Env) -> None:
+    """After an outage Tansu fences librdkafka's epoch bump for good: the producer is replaced
+    (Delivery.note_error) and the job goes out again on the new one."""
+    fenced = job()
+    env.tracker.dispatched([fenced])
+    env.jobs.put([fenced])
+    env.sender.step()
+    env.clock.advance(10_000)  # past give_up_after_s: still not dead-lettered
+    env.delivery.sent[0].on_done(KafkaError(KafkaError.PRODUCER_FENCED))
+    assert [e.code() for e in env.delivery.noted] == [KafkaError.PRODUCER_FENCED]
+    env.clock.advance(1_000)
+    env.sender.step()
+    assert env.delivery.sent[-1].topic == "orders"  # retried on its target
+    assert fenced.dead_reason is None
