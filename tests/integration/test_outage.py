@@ -1,0 +1,71 @@
+"""A broker outage longer than the producers' message timeout heals without a restart.
+
+Its own broker (of the session's kind), because it is frozen: librdkafka then times out what
+it had in flight and bumps its idempotent epoch itself. Apache Kafka accepts that; Tansu 0.6
+answers PRODUCER_FENCED for good, so the node's and the client's producers must be replaced.
+``scripts/outage_check.py`` runs the 60 s version under load.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chronos.devstack.brokers import LocalBroker, start_local_broker
+from chronos.errors import ChronosError
+from proxy import DelayClient
+from proxy.client import DelayRequest
+from tests.broker import is_tansu
+from tests.integration.harness import Inbox, make_settings, running_node
+
+FREEZE_S = 8.0
+TIMEOUT_MS = 3000  # producers' message.timeout.ms, well inside the freeze
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[LocalBroker]:
+    started = start_local_broker("tansu" if is_tansu() else "kafka", tmp_path / "broker.log")
+    yield started
+    started.stop()
+
+
+@pytest.mark.timeout(150)
+def test_node_and_client_deliver_again_soon_after_a_long_freeze(
+    broker: LocalBroker, namespace: str, tmp_path: Path
+) -> None:
+    settings = make_settings(
+        broker.bootstrap,
+        namespace,
+        tmp_path / "store",
+        delivery={"message_timeout_ms": TIMEOUT_MS},
+        proxy={"ack_timeout_s": TIMEOUT_MS / 1000},
+    )
+    topic = f"{namespace}-target"
+    accepted: set[str] = set()
+    with running_node(settings), Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
+        before = client.send_batch([DelayRequest(topic, b"b", delay=1.5) for _ in range(50)])
+        accepted |= {r.id for r in before}
+        # Due during the freeze: the node's producer times them out, then must recover.
+        broker.freeze()
+        with pytest.raises(ChronosError):
+            client.send_delay(topic, b"during", delay=0)  # times out: not accepted
+        time.sleep(FREEZE_S - TIMEOUT_MS / 1000)
+        broker.thaw()
+        thawed = time.monotonic()
+        recovered_in: float | None = None
+        while recovered_in is None and time.monotonic() - thawed < 30:
+            try:
+                after = client.send_batch([DelayRequest(topic, b"a", delay=0) for _ in range(10)])
+            except ChronosError:
+                time.sleep(0.2)
+                continue
+            recovered_in = time.monotonic() - thawed
+            accepted |= {r.id for r in after}
+        assert recovered_in is not None, "the client never got a request acknowledged again"
+        assert inbox.wait_for(accepted, timeout_s=30), (
+            f"{len(accepted - inbox.by_id.keys())} acknowledged requests not delivered"
+        )
+    assert recovered_in < 10, f"requests flowed again only {recovered_in:.1f} s after the thaw"
