@@ -20,6 +20,7 @@ HORIZON_SLACK_MS = 3_600_000
 
 
 def accept_inner(
+    key: bytes | None,
     value: bytes | None,
     headers: Headers | None,
     limits: LimitSettings,
@@ -28,11 +29,18 @@ def accept_inner(
 ) -> InnerRequest:
     """Decode one inner record and check it with the proxy's rules, at ``now_ms``.
 
+    The record key must be the message id (the wire format's contract): it is what puts an
+    id's add and cancel on one partition, and it keeps the record's key as small as an id.
+
     Raises DecodeError with the reason a dead letter carries; any failure on the record,
     whatever raised it, becomes one, because bad input must never stop a reader.
     """
     try:
         request = wire.decode(value, headers)
+        if key != request.id.encode():
+            raise ValidationError(
+                "id", "the record key must be the message id (it partitions add and cancel)"
+            )
         if isinstance(request, DelayMessage):
             validate_message(request, limits, names, now_ms + HORIZON_SLACK_MS)
         return request

@@ -101,7 +101,14 @@ def decode_record(
     try:
         # Consumed headers are (str, bytes | None) pairs; the stub's union also covers the
         # forms produce() accepts (no cast(): a function call per record).
-        request = accept_inner(record.value(), record.headers(), limits, names, now_ms)  # type: ignore[arg-type]
+        request = accept_inner(
+            record.key(),
+            record.value(),
+            record.headers(),  # type: ignore[arg-type]
+            limits,
+            names,
+            now_ms,
+        )
         if isinstance(request, DelayMessage):
             # A request read from the wire is its first occurrence: due is first_due_ms.
             return request.id, request.first_due_ms, codec.encode(request)

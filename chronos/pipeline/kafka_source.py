@@ -292,7 +292,9 @@ def read_range(
                     for column in cols[7:_REJECTED]:
                         column.append(None)
                 cols[_REJECTED].append(
-                    _rejection(record.value(), headers, settings, timestamp) if inner else None
+                    _rejection(record.key(), record.value(), headers, settings, timestamp)
+                    if inner
+                    else None
                 )
                 if len(cols[0]) >= _BATCH_ROWS:
                     yield columns.batch()
@@ -304,12 +306,16 @@ def read_range(
 
 
 def _rejection(
-    value: bytes | None, headers: Headers | None, settings: ChronosSettings, timestamp: int
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers | None,
+    settings: ChronosSettings,
+    timestamp: int,
 ) -> str | None:
     """Why a node refuses this inner record, None when it accepts it. Judged at the record's
     timestamp, which is when a node reading along would have ingested it."""
     try:
-        accept_inner(value, headers, settings.limits, settings.topics.names, timestamp)
+        accept_inner(key, value, headers, settings.limits, settings.topics.names, timestamp)
     except DecodeError as exc:
         return exc.reason
     return None

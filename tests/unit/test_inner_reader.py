@@ -19,13 +19,18 @@ NAMES = TopicNames("chronos")
 
 
 def _record(
-    partition: int, offset: int, value: bytes | None, headers: Headers, timestamp: int = NOW
+    partition: int,
+    offset: int,
+    value: bytes | None,
+    headers: Headers,
+    timestamp: int = NOW,
+    key: bytes | None = b"k",
 ) -> Message:
     return Message(
         topic="chronos.inner",
         partition=partition,
         offset=offset,
-        key=b"k",
+        key=key,
         value=value,
         headers=headers,  # type: ignore[arg-type]  # the stub's list is invariant
         timestamp=(1, timestamp),
@@ -33,15 +38,15 @@ def _record(
 
 
 def _add(message: DelayMessage, partition: int, offset: int, timestamp: int = NOW) -> Message:
-    _key, value, headers = wire.encode_add(message)
-    return _record(partition, offset, value, headers, timestamp)
+    key, value, headers = wire.encode_add(message)
+    return _record(partition, offset, value, headers, timestamp, key)
 
 
 def test_adds_and_cancels_become_store_items_in_order() -> None:
     message = DelayMessage("a", "orders", b"key", b"payload", [("trace", b"1")], NOW + 5000)
     _key, _value, cancel_headers = wire.encode_cancel("b")
     batch = decode_batch(
-        [_add(message, 0, 7, NOW - 40), _record(1, 3, None, cancel_headers, NOW - 10)],
+        [_add(message, 0, 7, NOW - 40), _record(1, 3, None, cancel_headers, NOW - 10, b"b")],
         LimitSettings(),
         NAMES,
         NOW,
@@ -101,3 +106,15 @@ def test_merged_batches_read_as_one() -> None:
     idle = DecodedBatch()
     idle.merge(first)
     assert idle.oldest_ms == NOW - 5
+
+
+def test_a_record_whose_key_is_not_its_id_is_refused() -> None:
+    """The wire format keys a record by its id: that keeps an id's add and cancel on one
+    partition, and a record's key as small as an id (not 400 KB of anything)."""
+    message = DelayMessage("m1", "orders", None, b"v", [], NOW + 1000)
+    _key, value, headers = wire.encode_add(message)
+    for key in (b"not-the-id", b"x" * 400_000, None):
+        batch = decode_batch([_record(0, 1, value, headers, NOW, key)], LimitSettings(), NAMES, NOW)
+        assert not batch.items
+        ((_k, _v, _h, reason, _origin),) = batch.rejected
+        assert reason.startswith("invalid id: the record key must be the message id"), reason
