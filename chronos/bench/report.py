@@ -74,6 +74,16 @@ def _others(proc: dict[str, Any], rate: float) -> list[str]:
     ]
 
 
+def _worst_seconds(run: Result) -> str:
+    """The worst lateness of any one second in the first ten of a run (a cold node: each rate
+    starts a fresh broker and node) and in the whole run."""
+    per_second = run.get("worst_lateness_per_second_ms") or {}
+    if not per_second:
+        return "-"
+    ordered = [per_second[k] for k in sorted(per_second, key=int)]
+    return f"{max(ordered[:10])} / {max(ordered)}"
+
+
 def _with(rerun: Result) -> str:
     """The settings a re-run changed the meaning of its numbers with, when recorded."""
     settings = rerun.get("settings") or {}
@@ -145,6 +155,7 @@ def markdown(results: Result) -> str:
                         "p99 ms",
                         "p99.9 ms",
                         "max ms",
+                        "worst 1 s, first 10 s / all ms",
                         "CPU %",
                         "RSS MiB",
                         "broker CPU %",
@@ -153,7 +164,7 @@ def markdown(results: Result) -> str:
                         "ok",
                     ]
                 ),
-                _row(["---"] * 16),
+                _row(["---"] * 17),
             ]
             for run in scenarios[name]["runs"]:
                 late, proc = run["lateness_ms"], run.get("node") or run.get("redis_server")
@@ -170,6 +181,7 @@ def markdown(results: Result) -> str:
                             late["p99"],
                             late["p999"],
                             late["max"],
+                            _worst_seconds(run),
                             proc["cpu_percent_mean"],
                             proc["rss_mib_peak"],
                             *_others(proc, run["rate_target"]),

@@ -76,3 +76,11 @@ def test_a_rerun_line_says_which_partitions_and_batch_size_it_ran_with() -> None
         "1000; decoding in a process)." in text
     )
     assert "Re-run old: burst." in text
+
+
+def test_the_steady_table_shows_the_worst_second_of_a_cold_start() -> None:
+    run = _run({"inner_partitions": 1, "target_partitions": 8})
+    run["worst_lateness_per_second_ms"] = {str(s): 5 for s in range(30)} | {"3": 240, "20": 90}
+    text = markdown(_results([run]))
+    assert "worst 1 s, first 10 s / all ms" in text
+    assert "| 240 / 240 |" in text
