@@ -37,12 +37,12 @@ def accept_inner(
     """
     try:
         request = wire.decode(value, headers)
-        if key != request.id.encode():
+        if isinstance(request, DelayMessage):
+            validate_message(request, limits, names, now_ms + HORIZON_SLACK_MS)
+        if key != request.id.encode():  # after the rules, whose reasons say more
             raise ValidationError(
                 "id", "the record key must be the message id (it partitions add and cancel)"
             )
-        if isinstance(request, DelayMessage):
-            validate_message(request, limits, names, now_ms + HORIZON_SLACK_MS)
         return request
     except DecodeError:
         raise

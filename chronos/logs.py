@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO, cast
 
 import structlog
 
 from chronos.settings import LogSettings
+
+
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at each write, not the stream it was when logging
+    was configured: a command run in-process (tests) may swap and close its stderr, and a
+    logger bound to the closed one would fail in every thread that logs afterwards."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def configure_logging(settings: LogSettings, librdkafka_level: int = logging.WARNING) -> None:
@@ -28,7 +41,7 @@ def configure_logging(settings: LogSettings, librdkafka_level: int = logging.WAR
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(

@@ -61,6 +61,8 @@ class Report:
     cancelled_delivered: int = 0
     corrupted: int = 0
     kills: int = 0
+    graceful: bool = False
+    unclean_stops: int = 0
     lateness_p50_ms: int = 0
     lateness_p99_ms: int = 0
     lateness_max_ms: int = 0
@@ -75,7 +77,14 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.early or self.cancelled_delivered or self.corrupted)
+        return not (
+            self.missing
+            or self.early
+            or self.cancelled_delivered
+            or self.corrupted
+            or self.unclean_stops
+            or (self.graceful and self.duplicates)
+        )
 
 
 def _random_bytes(rng: random.Random, low: int, high: int) -> bytes:
@@ -125,6 +134,7 @@ def run_check(
     seed: int,
     workdir: Path,
     schedule_over_s: float = 0.0,
+    graceful: bool = False,
 ) -> Report:
     rng = random.Random(seed)
     namespace = f"e2e{uuid.uuid4().hex[:8]}"
@@ -148,16 +158,22 @@ def run_check(
 
     watcher = DeliveryWatcher(bootstrap, [topic], on_delivered).start()
     expected: dict[str, Expected] = {}
-    report = Report()
+    report = Report(graceful=graceful)
     kill_ms: list[int] = []
 
     def killer() -> None:
-        # SIGKILL at random moments while requests are being sent and delivered.
+        # SIGKILL (or SIGTERM, graceful) at random moments while requests are being sent and
+        # delivered.
         kill_rng = random.Random(seed + 1)
         for _ in range(kills):
             time.sleep(kill_rng.uniform(0.3, 2.0))
             kill_ms.append(int(time.time() * 1000))
-            node.kill()
+            if graceful:
+                code = node.terminate()
+                if code != 0:
+                    report.unclean_stops += 1
+            else:
+                node.kill()
             report.kills += 1
             node.start()
             node.wait_ready(60)
@@ -267,6 +283,12 @@ def main() -> int:
     )
     parser.add_argument("--kills", type=int, default=0, help="SIGKILL the node this many times")
     parser.add_argument(
+        "--graceful",
+        action="store_true",
+        help="stop the node with SIGTERM instead of SIGKILL: a clean stop re-delivers nothing, "
+        "so any duplicate fails the check",
+    )
+    parser.add_argument(
         "--bootstrap",
         default=os.environ.get("CHRONOS_TEST_BOOTSTRAP"),
         help="existing Kafka (default: start a local broker, see --broker)",
@@ -297,6 +319,7 @@ def main() -> int:
                 args.seed,
                 workdir,
                 args.schedule_over,
+                args.graceful,
             )
         finally:
             if broker is not None:

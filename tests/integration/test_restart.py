@@ -8,6 +8,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from chronos.node.node import Node
+from chronos.store.rocks import RocksStore
 from proxy.client import DelayClient, DelayRequest
 from tests.integration.harness import Inbox, make_settings, running_node
 
@@ -68,3 +72,21 @@ def test_sigkill_at_random_moments_loses_nothing(kafka_bootstrap: str) -> None:
     assert report["cancelled_delivered"] == 0
     assert report["corrupted"] == 0
     assert report["ok"] is True
+
+
+def test_a_stop_that_cannot_close_the_store_says_so_without_raising(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk at stop: RocksDB's close fails. The stop reports it (exit code 1 from
+    ``chronos run``), with no traceback."""
+    node = Node(make_settings(kafka_bootstrap, namespace, tmp_path / "store"))
+    node.start()
+    assert node.wait_ready(30)
+    real_close = RocksStore.close
+
+    def close_on_a_full_disk(self: RocksStore) -> None:
+        real_close(self)  # closed for real, so nothing is left open behind the test
+        raise OSError("IO error: No space left on device")
+
+    monkeypatch.setattr(RocksStore, "close", close_on_a_full_disk)
+    assert node.stop() is False
