@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from types import TracebackType
 
 from confluent_kafka.admin import AdminClient
 
+from chronos.devstack.broker_process import BrokerProcess
 from chronos.devstack.tansu import free_port, port_in_use
 from chronos.errors import ConfigError
 
@@ -132,7 +131,7 @@ def server_properties(host: str, port: int, controller_port: int, log_dir: Path)
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
-class KafkaBroker:
+class KafkaBroker(BrokerProcess):
     """A single-node Apache Kafka broker (KRaft) in a temporary directory; gone when stopped.
 
     Parameters:
@@ -163,11 +162,6 @@ class KafkaBroker:
     def bootstrap(self) -> str:
         """Bootstrap servers string for clients."""
         return f"{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        """The broker's process id while it runs (for CPU accounting in benchmarks)."""
-        return None if self._process is None else self._process.pid
 
     @property
     def log_path(self) -> Path | None:
@@ -242,7 +236,11 @@ class KafkaBroker:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 code = self._process.returncode
-                raise ConfigError(f"Apache Kafka exited with code {code}: see {self._log_path}")
+                output = (
+                    self._log_path.read_text(errors="replace")[-3000:] if self._log_path else ""
+                )
+                self.stop()
+                raise ConfigError(f"Apache Kafka exited with code {code}:\n{output}")
             try:
                 if admin.list_topics(timeout=1.0).brokers:
                     return
@@ -252,44 +250,12 @@ class KafkaBroker:
         self.stop()
         raise ConfigError(f"Apache Kafka did not answer on {self.bootstrap} within {timeout_s} s")
 
-    def freeze(self) -> None:
-        """SIGSTOP the broker: an outage in which sockets stay open but nothing answers."""
-        if self._process is not None:
-            self._process.send_signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        """SIGCONT after :meth:`freeze`."""
-        if self._process is not None:
-            self._process.send_signal(signal.SIGCONT)
-
     def stop(self) -> None:
-        """Terminate the broker and remove its data."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGCONT)  # a frozen JVM cannot handle SIGTERM
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(10)
-        self._process = None
+        """Terminate the broker and remove its data (and its log, unless placed elsewhere)."""
+        self._terminate(10)
         if self._workdir is not None:
-            keep_log = self._log_path is not None and self._log_path.is_relative_to(self._workdir)
-            shutil.rmtree(self._workdir / "data", ignore_errors=True)
-            if not keep_log:
-                shutil.rmtree(self._workdir, ignore_errors=True)
+            shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def main(argv: list[str]) -> int:

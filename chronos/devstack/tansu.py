@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
 from confluent_kafka.admin import AdminClient
 
+from chronos.devstack.broker_process import BrokerProcess
 from chronos.errors import ConfigError
 
 
@@ -40,7 +39,7 @@ def port_in_use(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-class TansuBroker:
+class TansuBroker(BrokerProcess):
     """A memory-only Tansu broker on ``host:port``; data is gone when it stops.
 
     Parameters:
@@ -96,42 +95,8 @@ class TansuBroker:
         self.stop()
         raise ConfigError(f"Tansu did not answer on {self.bootstrap} within {timeout_s} s")
 
-    @property
-    def pid(self) -> int | None:
-        """The broker's process id while it runs (for CPU accounting in benchmarks)."""
-        return None if self._process is None else self._process.pid
-
-    def freeze(self) -> None:
-        """SIGSTOP the broker: an outage in which sockets stay open but nothing answers."""
-        if self._process is not None:
-            self._process.send_signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        """SIGCONT after :meth:`freeze`."""
-        if self._process is not None:
-            self._process.send_signal(signal.SIGCONT)
-
     def stop(self) -> None:
         """Terminate the broker."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGCONT)  # a frozen broker cannot handle SIGTERM
-            self._process.terminate()
-            try:
-                # Tansu waits up to 5 s for clients to hang up; storage is memory-only, so
-                # there is nothing to flush and a short grace period is enough.
-                self._process.wait(0.5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(10)
-        self._process = None
-
-    def __enter__(self) -> TansuBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        # Tansu waits up to 5 s for clients to hang up; storage is memory-only, so there is
+        # nothing to flush and a short grace period is enough.
+        self._terminate(0.5)

@@ -25,6 +25,22 @@ _PERMANENT = frozenset(
 )
 
 
+# The producer's idempotence state (producer id, epoch, sequence) is broken: only a new
+# producer can deliver again. After an outage longer than message.timeout.ms librdkafka bumps
+# its epoch itself; Apache Kafka accepts that, Tansu 0.6 answers PRODUCER_FENCED for good.
+_PRODUCER_STATE = frozenset(
+    {
+        KafkaError.PRODUCER_FENCED,
+        KafkaError._FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.UNKNOWN_PRODUCER_ID,
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        KafkaError.INVALID_PRODUCER_ID_MAPPING,
+        KafkaError._FATAL,
+    }
+)
+
+
 # Failures of the cluster or the connection, not of one record: retried for as long as they last.
 _OUTAGE = frozenset(
     {
@@ -41,30 +57,9 @@ _OUTAGE = frozenset(
         KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         # A producer whose idempotence state the broker refuses (see needs_new_producer) is
         # replaced; what it had in flight or queued is purged and retried on the new one.
-        KafkaError.PRODUCER_FENCED,
-        KafkaError._FENCED,
-        KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError.UNKNOWN_PRODUCER_ID,
-        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
-        KafkaError.INVALID_PRODUCER_ID_MAPPING,
-        KafkaError._FATAL,
+        *_PRODUCER_STATE,
         KafkaError._PURGE_QUEUE,
         KafkaError._PURGE_INFLIGHT,
-    }
-)
-
-# The producer's idempotence state (producer id, epoch, sequence) is broken: only a new
-# producer can deliver again. After an outage longer than message.timeout.ms librdkafka bumps
-# its epoch itself; Apache Kafka accepts that, Tansu 0.6 answers PRODUCER_FENCED for good.
-_PRODUCER_STATE = frozenset(
-    {
-        KafkaError.PRODUCER_FENCED,
-        KafkaError._FENCED,
-        KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError.UNKNOWN_PRODUCER_ID,
-        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
-        KafkaError.INVALID_PRODUCER_ID_MAPPING,
-        KafkaError._FATAL,
     }
 )
 
