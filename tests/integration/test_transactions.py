@@ -18,6 +18,13 @@ from confluent_kafka.cimpl import NewTopic
 TXN_TIMEOUT_MS = 10_000
 
 
+def one_partition_topic(admin: AdminClient, topic: str) -> str:
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(
+        timeout=30
+    )
+    return topic
+
+
 def transactional(bootstrap: str, transactional_id: str) -> Producer:
     producer = Producer(
         {
@@ -58,10 +65,7 @@ def read_values(bootstrap: str, topic: str, isolation: str, until: bytes) -> lis
 def test_read_committed_hides_aborted_transactions(
     kafka_bootstrap: str, admin: AdminClient, namespace: str
 ) -> None:
-    topic = f"{namespace}.txn"
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(
-        timeout=30
-    )
+    topic = one_partition_topic(admin, f"{namespace}.txn")
     producer = transactional(kafka_bootstrap, f"{namespace}.txn-1")
     producer.begin_transaction()
     for i in range(5):
@@ -85,10 +89,7 @@ def test_read_committed_hides_aborted_transactions(
 def test_second_producer_with_the_same_transactional_id_fences_the_first(
     kafka_bootstrap: str, admin: AdminClient, namespace: str
 ) -> None:
-    topic = f"{namespace}.fence"
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(
-        timeout=30
-    )
+    topic = one_partition_topic(admin, f"{namespace}.fence")
     zombie = transactional(kafka_bootstrap, f"{namespace}.txn-1")
     zombie.begin_transaction()
     zombie.produce(topic, b"zombie")
