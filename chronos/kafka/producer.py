@@ -59,7 +59,8 @@ class Delivery:
         self._flush_timeout_s = 30.0
         #: Per distinct client error: when it was last logged and how often it came since.
         self._errors_seen: dict[str, tuple[float, int]] = {}
-        #: Set when librdkafka reports a fatal error: this producer can never deliver again.
+        #: Set when no replacement producer could be created: this Delivery can never deliver
+        #: again (a fatal error of librdkafka's only leads to a replacement).
         self.fatal_error: KafkaError | None = None
 
     def _on_client_error(self, error: KafkaError) -> None:
