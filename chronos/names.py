@@ -9,6 +9,7 @@ CF_MESSAGES = "messages"  # slot_ms|id -> encoded message (the delivery schedule
 CF_INDEX = "index"  # id -> slot key or tombstone (idempotency and cancel lookups)
 CF_EXPIRY = "expiry"  # expire_ms|id -> b"" (when a tombstone may be forgotten)
 CF_META = "meta"  # format version, seek timestamp
+CF_ARRIVALS = "arrivals"  # partition|offset -> id of each add a replica stored (replica groups)
 
 #: Header prefix reserved for chronos' own fields, on the inner topic and on delivered records.
 HEADER_PREFIX = "chronos-"
@@ -37,6 +38,23 @@ class TopicNames:
     def node_group(self, node_id: str) -> str:
         """Each node consumes the whole inner topic in a consumer group of its own."""
         return f"{self.namespace}.node.{node_id}"
+
+    def election(self, group: str) -> str:
+        """One-partition topic whose consumer-group assignment names a replica group's master."""
+        return f"{self.namespace}.election.{group}"
+
+    def election_group(self, group: str) -> str:
+        """The consumer group of a replica group's election."""
+        return f"{self.namespace}.election.{group}"
+
+    def progress(self, group: str) -> str:
+        """One-partition compacted topic of a replica group's committed progress."""
+        return f"{self.namespace}.progress.{group}"
+
+    def transactional_id(self, group: str) -> str:
+        """The delivery producer's ``transactional.id``: one per group, so a new master's
+        ``init_transactions`` fences the old one."""
+        return f"{self.namespace}.delivery.{group}"
 
     def is_internal(self, topic: str) -> bool:
         """True for chronos' own topics and Kafka's internal ones; never a delivery target."""

@@ -13,13 +13,20 @@ and under load getting it back took milliseconds; with the write under the lock,
 worker waited that long on every scan (a quarter of its time at 10,000 msg/s). A reservation
 only holds the frontier back below the messages being written, usually seconds ahead of now,
 so the push worker goes on.
+
+Replica groups also need the *cut* of a move (``cut``): the inner offsets whose writes had
+completed when the frontier last moved. Every add below those offsets was placed while the
+frontier was lower, so its slot is at most the new frontier exactly when its due time is; every
+later add lands behind it. The pair (frontier, offsets) therefore says which adds a master has
+delivered using only the adds' due times and offsets, which every replica knows
+(``chronos/group/``).
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from chronos.types import EpochMs
@@ -42,26 +49,38 @@ class Frontier:
         self._held_back = False
         self._earliest: EpochMs | None = None
         self._stopped = False
+        #: Next inner offset per partition of every completed write, and its copy as of the
+        #: last move of the frontier (see ``cut``).
+        self._completed: dict[int, int] = {}
+        self._cut: dict[int, int] = {}
 
     @contextmanager
-    def placing(self, earliest_due: EpochMs | None) -> Iterator[EpochMs]:
+    def placing(
+        self, earliest_due: EpochMs | None, offsets: Mapping[int, int] | None = None
+    ) -> Iterator[EpochMs]:
         """Reserve slots for one write; yields the frontier F to place messages after.
 
         Inside the block, messages go to ``slot_for(F, due)`` with ``due >= earliest_due``,
         and the frontier stays below ``max(earliest_due, F + 1)``, the lowest such slot, until
         the block ends: make the write visible inside it. ``earliest_due`` None places nothing
-        (a write of cancels only); F is still the frontier as of the start.
+        (a write of cancels only); F is still the frontier as of the start. ``offsets`` are
+        the inner offsets the write stores: they count as completed when the block ends
+        without an exception.
         """
         with self._lock:
             frontier = self._value
             number = next(self._numbers)
             if earliest_due is not None:
                 self._reserved[number] = max(earliest_due, frontier + 1)
+        completed = False
         try:
             yield frontier
+            completed = True
         finally:
             with self._lock:
                 self._reserved.pop(number, None)
+                if completed and offsets:
+                    self._completed.update(offsets)
                 held_back, self._held_back = self._held_back, False
             if held_back:
                 self.notify(frontier + 1)  # the push worker waits for this write: wake it
@@ -85,7 +104,31 @@ class Frontier:
                     self._held_back = True
             if target > self._value:
                 self._value = target
+                self._cut = dict(self._completed)
             return self._value
+
+    def cut(self) -> tuple[EpochMs, dict[int, int]]:
+        """(frontier, offsets): the inner offsets of the writes completed before the frontier
+        last moved. An add below them has a slot <= frontier exactly when its due time is."""
+        with self._lock:
+            return self._value, dict(self._cut)
+
+    def reset(self, value: EpochMs, offsets: Mapping[int, int]) -> None:
+        """Set frontier and cut outright: a promoted replica starts from the committed progress.
+        Only while nothing places or scans."""
+        with self._lock:
+            self._value = value
+            self._completed = dict(offsets)
+            self._cut = dict(offsets)
+        with self._wake:
+            self._stopped = False
+
+    def seed_offsets(self, offsets: Mapping[int, int]) -> None:
+        """Offsets already in the store at start count as completed."""
+        with self._lock:
+            for partition, offset in offsets.items():
+                if offset > self._completed.get(partition, -1):
+                    self._completed[partition] = offset
 
     def slot_for(self, frontier: EpochMs, due_ms: EpochMs) -> EpochMs:
         """Where a message due at ``due_ms`` must be stored given the reserved ``frontier``."""

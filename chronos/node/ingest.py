@@ -132,7 +132,7 @@ class IngestWorker(LoopWorker):
         dead = self._dead_lettered
         if not self._dead.send_and_wait(batch.rejected, _DEAD_LETTER_TIMEOUT_S, dead):
             raise RuntimeError("dead-letter topic did not acknowledge rejected inner records")
-        outcome = self._ledger.apply_decoded(batch.items, batch.offsets)
+        outcome = self._ledger.apply_decoded(batch.items, batch.offsets, batch.origins)
         dead.clear()
         self._count(outcome)
         if not self.caught_up.is_set():

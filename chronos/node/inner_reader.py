@@ -41,6 +41,7 @@ class DecodedBatch:
         positions: while catching up, on an empty read: the consumer's position in the
             partitions not yet caught up. It moves past transaction markers that no record
             shows, which catching up must see.
+        origins: (partition, offset) of each item (replica groups record where adds came from).
     """
 
     items: list[DecodedRequest] = field(default_factory=list)
@@ -49,10 +50,12 @@ class DecodedBatch:
     errors: list[str] = field(default_factory=list)
     oldest_ms: EpochMs | None = None
     positions: dict[int, int] = field(default_factory=dict)
+    origins: list[tuple[int, int]] = field(default_factory=list)
 
     def merge(self, later: DecodedBatch) -> None:
         """Append ``later``, read after this one, as if both had been read at once."""
         self.items += later.items
+        self.origins += later.origins
         self.offsets.update(later.offsets)
         self.rejected += later.rejected
         self.errors += later.errors
@@ -126,7 +129,7 @@ def decode_batch(
 ) -> DecodedBatch:
     """Decode consumed records; rejected ones are kept aside with their reason."""
     batch = DecodedBatch()
-    items, offsets = batch.items, batch.offsets
+    items, offsets, origins = batch.items, batch.offsets, batch.origins
     for record in records:
         error = record.error()
         if error is not None:
@@ -139,6 +142,7 @@ def decode_batch(
         offsets[partition] = offset + 1
         try:
             items.append(decode_record(record, limits, names, now_ms))
+            origins.append((partition, offset))
         except DecodeError as exc:
             headers = cast("Headers | None", record.headers())  # see decode_record
             batch.rejected.append(

@@ -27,6 +27,21 @@ log = structlog.get_logger(__name__)
 _CHUNK = 10_000
 
 
+@dataclass(frozen=True, slots=True)
+class RepeatState:
+    """Where a master put a repeat's next occurrence, as its progress record says.
+
+    Parameters:
+        message_id: the repeat's id.
+        message: its next occurrence, None once it finished.
+        slot_ms: the slot that occurrence was given (``max(due, seek + 1)`` of its record).
+    """
+
+    message_id: str
+    message: DelayMessage | None
+    slot_ms: EpochMs
+
+
 @dataclass(slots=True)
 class ApplyOutcome:
     """What one ingest batch did (for metrics and tests)."""
@@ -51,9 +66,17 @@ class Ledger:
     """
 
     def __init__(
-        self, store: RocksStore, frontier: Frontier, clock: Clock, retention: DeleteSettings
+        self,
+        store: RocksStore,
+        frontier: Frontier,
+        clock: Clock,
+        retention: DeleteSettings,
+        track_arrivals: bool = False,
     ) -> None:
         self._store = store
+        self._track_arrivals = track_arrivals
+        #: False on a replica that follows a master (see ``set_leading``).
+        self.leading = True
         self._frontier = frontier
         self._clock = clock
         self._tombstone_ms = int(retention.tombstone_retention_s * 1000)
@@ -61,6 +84,16 @@ class Ledger:
         # One writer at a time: each write reads index entries and writes them back. The push
         # worker never takes this lock.
         self._lock = threading.Lock()
+
+    def set_leading(self, leading: bool) -> None:
+        """Switch placement between a node that delivers and a replica that follows.
+
+        A following replica places every add at its due time and applies every cancel: its
+        store must say "delivered" for exactly what the committed progress covers, which is
+        decided by due times and inner offsets alone (``frontier.py``, ``chronos/group/``).
+        """
+        with self._lock:
+            self.leading = leading
 
     @property
     def seek_ms(self) -> EpochMs:
@@ -88,14 +121,18 @@ class Ledger:
         return self.apply_decoded(items, offsets)
 
     def apply_decoded(
-        self, items: Sequence[DecodedRequest], offsets: Mapping[int, int] | None = None
+        self,
+        items: Sequence[DecodedRequest],
+        offsets: Mapping[int, int] | None = None,
+        origins: Sequence[tuple[int, int]] | None = None,
     ) -> ApplyOutcome:
         """Apply decoded requests in order as one atomic batch (durable after ``sync``).
 
         Each item is (id, due ms, stored value) for an add, (id, 0, None) for a cancel.
         ``offsets`` (inner partition -> next offset) are written in the same batch, so the
         store alone says where ingest resumes and a replay never skips or re-applies: a batch
-        lost before its WAL was synced is read again from Kafka.
+        lost before its WAL was synced is read again from Kafka. ``origins`` (partition,
+        offset per item) are recorded for each stored add when the ledger tracks arrivals.
         """
         outcome = ApplyOutcome()
         if not items and not offsets:
@@ -123,14 +160,16 @@ class Ledger:
             # (messages key, index key, stored value, index value) of every add, one store call.
             placed: list[tuple[bytes, bytes, bytes, bytes]] = []
             # The reservation lasts from reading the frontier to the write being visible.
-            with self._frontier.placing(earliest_due) as frontier:
-                for message_id, due, value in items:
+            leading = self.leading
+            arrivals = origins if self._track_arrivals and origins else None
+            with self._frontier.placing(earliest_due, offsets) as frontier:
+                for n, (message_id, due, value) in enumerate(items):
                     current = state[message_id]
                     if value is not None:
                         if current is not None:
                             outcome.duplicates += 1  # idempotent: first add of an id wins
                             continue
-                        slot = slot_for(frontier, due)
+                        slot = slot_for(frontier, due) if leading else due
                         if slot != due:
                             outcome.late += 1
                         raw_id = raw_ids[message_id]
@@ -138,6 +177,8 @@ class Ledger:
                         pending = keys.index_pending(key)
                         state[message_id] = pending
                         placed.append((key, raw_id, value, pending))
+                        if arrivals is not None:
+                            batch.put_arrival(keys.arrival_key(*arrivals[n]), raw_id)
                         if earliest is None or slot < earliest:
                             earliest = slot
                     else:
@@ -179,7 +220,9 @@ class Ledger:
         if current is not None:
             key = current[1:]
             slot = keys.slot_of(key)
-            if slot <= self._seek:
+            # A follower cannot tell a delivered add from one the master has not reached yet
+            # (both may sit behind its seek); deleting either is right.
+            if slot <= self._seek and self.leading:
                 outcome.cancel_too_late += 1
                 log.info("cancel_too_late", id=message_id, slot_ms=slot)
                 return current
@@ -227,6 +270,89 @@ class Ledger:
             self._seek = max(self._seek, seek_ms)
         if earliest is not None:
             self._frontier.notify(earliest)
+
+    def apply_cut(
+        self, seek_ms: EpochMs, states: Sequence[RepeatState], covered: Mapping[int, int]
+    ) -> None:
+        """Apply one committed progress record: the next occurrences of repeats at the slots
+        the master gave them, the seek, and forget arrivals the record covers.
+
+        A state moves its repeat only forward (a later occurrence than the stored one) and
+        never revives a cancelled or unknown id, so applying records again or out of date is
+        harmless. ``state.message`` None means the repeat finished: nothing to schedule."""
+        with self._lock:
+            live = [st for st in states if st.message is not None]
+            current = self._store.get_index([st.message_id for st in live])
+            old_keys = [c[1:] for c in current if c is not None and c[:1] == keys.INDEX_PENDING]
+            stored = dict(zip(old_keys, self._store.get_messages(old_keys), strict=True))
+            batch = self._store.batch()
+            earliest: EpochMs | None = None
+            with self._frontier.placing(min((st.slot_ms for st in live), default=None)):
+                for st, index in zip(live, current, strict=True):
+                    message = st.message
+                    if message is None or index is None or index[:1] != keys.INDEX_PENDING:
+                        continue
+                    old_key = index[1:]
+                    raw = stored.get(old_key)
+                    if raw is not None and codec.decode(raw).occurrence >= message.occurrence:
+                        continue
+                    key = keys.message_key(st.slot_ms, message.id)
+                    if raw is not None and key != old_key:
+                        batch.delete_message(old_key)
+                    batch.put_scheduled(
+                        key, message.id, codec.encode(message), keys.index_pending(key)
+                    )
+                    earliest = st.slot_ms if earliest is None else min(earliest, st.slot_ms)
+                if seek_ms > self._seek:
+                    batch.set_seek(seek_ms)
+                self._store.write(batch)
+            self._seek = max(self._seek, seek_ms)
+        for partition, offset in covered.items():
+            self._store.delete_arrivals(
+                keys.arrival_key(partition, 0), keys.arrival_key(partition, offset)
+            )
+        if earliest is not None:
+            self._frontier.notify(earliest)
+
+    def relocate_uncovered(self, seek_ms: EpochMs, covered: Mapping[int, int]) -> int:
+        """Move behind-the-seek adds that the committed progress does not cover past it.
+
+        Called once by a replica taking over, after ingest caught up with the cut ``covered``:
+        an add at or above its partition's offset there was not delivered by the old master
+        whatever its due time, so one stored at or before ``seek_ms`` moves to ``seek_ms + 1``
+        (delivered at once). Returns how many moved."""
+        moved = 0
+        for partition, offset in sorted(covered.items()):
+            start = keys.arrival_key(partition, offset)
+            stop = keys.arrival_key(partition + 1, 0)
+            while True:
+                rows = self._store.scan_arrivals(start, stop, _CHUNK)
+                if not rows:
+                    break
+                moved += self._relocate([raw_id.decode() for _, raw_id in rows], seek_ms)
+                start = rows[-1][0] + b"\x00"
+        return moved
+
+    def _relocate(self, message_ids: list[str], seek_ms: EpochMs) -> int:
+        with self._lock:
+            current = self._store.get_index(message_ids)
+            behind = [
+                (message_id, c[1:])
+                for message_id, c in zip(message_ids, current, strict=True)
+                if c is not None
+                and c[:1] == keys.INDEX_PENDING
+                and keys.slot_of(c[1:]) <= seek_ms
+            ]
+            values = self._store.get_messages([key for _, key in behind])
+            batch = self._store.batch()
+            for (message_id, old_key), value in zip(behind, values, strict=True):
+                if value is None:
+                    continue  # purged: delivered long ago by an earlier master
+                key = keys.message_key(seek_ms + 1, message_id)
+                batch.delete_message(old_key)
+                batch.put_scheduled(key, message_id, value, keys.index_pending(key))
+            self._store.write(batch)
+        return len(behind)
 
     def is_current(self, pairs: list[tuple[str, bytes]]) -> list[bool]:
         """Whether each (id, key) is still what the index schedules (false when superseded)."""

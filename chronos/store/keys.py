@@ -8,6 +8,8 @@ Layout (all integers fixed-width big-endian, so byte order is numeric order):
 * ``index``: ``id:utf8`` -> ``b"P" | messages key`` (scheduled or delivered) or
   ``b"C" | cancelled_ms:>Q`` (cancel tombstone).
 * ``expiry``: ``expire_ms:>Q | id:utf8`` -> ``b""``, when a tombstone may be forgotten.
+* ``arrivals`` (replica groups only): ``partition:>I | offset:>Q`` -> id of each add the store
+  took, until a committed progress record covers that offset (see ``chronos/group/``).
 * ``meta``: ``b"format-version"`` -> ASCII decimal; ``b"seek"`` -> ``seek_ms:>Q``;
   ``b"inner-offset:" | partition:>I`` -> next inner offset to read ``:>Q``, written in the same
   batch as the records it covers, so the store alone says where ingest resumes.
@@ -86,3 +88,17 @@ def expiry_key(expire_ms: EpochMs, message_id: str) -> bytes:
 def inner_offset_key(partition: int) -> bytes:
     """Meta key holding the next inner offset to read on ``partition``."""
     return _META_INNER_OFFSET + _PARTITION.pack(partition)
+
+
+_ARRIVAL = struct.Struct(">IQ")
+
+
+def arrival_key(partition: int, offset: int) -> bytes:
+    """Key of the add stored from inner ``partition`` at ``offset``: sorts by partition, offset."""
+    return _ARRIVAL.pack(partition, offset)
+
+
+def split_arrival_key(key: bytes) -> tuple[int, int]:
+    """(partition, offset) of an arrivals key."""
+    partition, offset = _ARRIVAL.unpack(key)
+    return int(partition), int(offset)

@@ -25,7 +25,7 @@ from rocksdict import (
 )
 
 from chronos.errors import StoreError
-from chronos.names import CF_EXPIRY, CF_INDEX, CF_MESSAGES, CF_META
+from chronos.names import CF_ARRIVALS, CF_EXPIRY, CF_INDEX, CF_MESSAGES, CF_META
 from chronos.settings import StoreSettings
 from chronos.store import keys
 from chronos.types import EpochMs
@@ -117,6 +117,13 @@ class RocksBatch:
         self._wb.delete(key, self._s.h_expiry)
         self._count += 1
 
+    def put_arrival(self, key: bytes, raw_id: bytes) -> None:
+        self._put(key, raw_id, self._s.h_arrivals)
+
+    def delete_arrival(self, key: bytes) -> None:
+        self._wb.delete(key, self._s.h_arrivals)
+        self._count += 1
+
     def set_seek(self, seek_ms: EpochMs) -> None:
         self._put(keys.META_SEEK, keys.pack_ms(seek_ms), self._s.h_meta)
 
@@ -152,7 +159,7 @@ class RocksStore:
         options.set_db_write_buffer_size(2 * settings.write_buffer_mb << 20)
         families = {
             name: self._options(settings, cache, point_reads=name in _POINT_READ_FAMILIES)
-            for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META)
+            for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META, CF_ARRIVALS)
         }
         try:
             self._db = Rdict(str(path), options, column_families=families)
@@ -162,10 +169,12 @@ class RocksStore:
         self.h_index = self._db.get_column_family_handle(CF_INDEX)
         self.h_expiry = self._db.get_column_family_handle(CF_EXPIRY)
         self.h_meta = self._db.get_column_family_handle(CF_META)
+        self.h_arrivals = self._db.get_column_family_handle(CF_ARRIVALS)
         self._messages = self._db.get_column_family(CF_MESSAGES)
         self._index = self._db.get_column_family(CF_INDEX)
         self._expiry = self._db.get_column_family(CF_EXPIRY)
         self._meta = self._db.get_column_family(CF_META)
+        self._arrivals = self._db.get_column_family(CF_ARRIVALS)
         # Writes are visible at once without waiting for the disk; ``sync`` makes them durable,
         # every ``wal_sync_interval_ms`` (see ``sync_if_due``).
         self._write_opts = WriteOptions()
@@ -270,6 +279,13 @@ class RocksStore:
         keys_: list[str | int | float | bytes | bool] = list(raw_ids)  # the stub's key type
         return cast("list[bytes | None]", self._index.get(keys_))
 
+    def get_messages(self, message_keys: list[bytes]) -> list[bytes | None]:
+        """Stored values of ``message_keys`` (None where absent), in one multi-get."""
+        if not message_keys:
+            return []
+        keys_: list[str | int | float | bytes | bool] = list(message_keys)
+        return cast("list[bytes | None]", self._messages.get(keys_))
+
     def read_inner_offsets(self, partitions: list[int]) -> dict[int, int]:
         """Next inner offset to read per partition, for those the store has seen."""
         raw = cast(
@@ -312,6 +328,19 @@ class RocksStore:
             it.next()
         return out
 
+    def scan_arrivals(self, start: bytes, stop: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` arrivals (key, raw id) with ``start <= key < stop``, in key order."""
+        read = ReadOptions()
+        read.set_iterate_upper_bound(stop)
+        rows = cast(
+            "Iterator[tuple[bytes, bytes]]", self._arrivals.items(from_key=start, read_opt=read)
+        )
+        return list(itertools.islice(rows, limit))
+
+    def delete_arrivals(self, start: bytes, stop: bytes) -> None:
+        """Range-delete arrivals keys in ``[start, stop)``."""
+        self._arrivals.delete_range(start, stop, self._write_opts)
+
     def delete_messages_before(self, stop: bytes) -> None:
         """Range-delete every message key below ``stop`` and compact the range away."""
         self._messages.delete_range(b"", stop, self._write_opts)
@@ -337,9 +366,9 @@ class RocksStore:
         Every column-family object and handle keeps RocksDB alive (and its LOCK held), so all
         of them are dropped, not only the database object.
         """
-        for cf in (self._messages, self._index, self._expiry, self._meta):
+        for cf in (self._messages, self._index, self._expiry, self._meta, self._arrivals):
             cf.close()
         self._db.close()
-        del self._messages, self._index, self._expiry, self._meta
-        del self.h_messages, self.h_index, self.h_expiry, self.h_meta
+        del self._messages, self._index, self._expiry, self._meta, self._arrivals
+        del self.h_messages, self.h_index, self.h_expiry, self.h_meta, self.h_arrivals
         del self._db

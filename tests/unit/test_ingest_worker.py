@@ -110,7 +110,9 @@ def test_a_failed_write_restarts_the_source_where_the_store_stands(tmp_path: Pat
     real_apply = rig.ledger.apply_decoded
     calls = {"n": 0}
 
-    def fail_second(items: list[DecodedRequest], offsets: dict[int, int]) -> object:
+    def fail_second(
+        items: list[DecodedRequest], offsets: dict[int, int], origins: object = None
+    ) -> object:
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError("injected store failure")
