@@ -327,6 +327,74 @@ class DeliverySettings(_Section):
     )
 
 
+class GroupSettings(_Section):
+    """Master/backup replication (README, "Replica groups"). Without a name a node is alone."""
+
+    name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._-]{1,64}$",
+        description=(
+            "Replica group of this node. Nodes naming the same group own the same inner "
+            "partitions (node.owned_partitions) and each ingests into its own store; one of "
+            "them, elected through Kafka, delivers in fenced transactions. Unset: a node alone "
+            "that delivers at least once (chronos dev)."
+        ),
+    )
+    session_timeout_ms: int = Field(
+        6000,
+        ge=1000,
+        le=60_000,
+        description=(
+            "Election session timeout: a master silent this long loses its role (a kill -9 "
+            "fails over after about this much). Apache Kafka refuses less than its "
+            "group.min.session.timeout.ms (6,000 by default)."
+        ),
+    )
+    heartbeat_interval_ms: int = Field(
+        1000, ge=100, description="Election heartbeat interval; well below the session timeout."
+    )
+    transaction_max_records: int = Field(
+        5000,
+        ge=1,
+        description=(
+            "Most due messages per delivery transaction (a burst is split into several): "
+            "read_committed consumers of a target wait while a transaction is open."
+        ),
+    )
+    transaction_interval_ms: int = Field(
+        20,
+        ge=0,
+        description=(
+            "Shortest time between two delivery transactions: what is due meanwhile shares "
+            "one commit (each commit is a few broker round trips)."
+        ),
+    )
+    progress_interval_ms: int = Field(
+        1000,
+        ge=10,
+        description=(
+            "Longest time between two progress records while nothing is due: how far behind "
+            "the master a backup's view of the committed progress may be."
+        ),
+    )
+    transaction_timeout_ms: int = Field(
+        10_000,
+        ge=1000,
+        description=(
+            "Kafka aborts a delivery transaction left open this long (a master frozen "
+            "mid-transaction); its records never become visible."
+        ),
+    )
+    takeover_catch_up_s: float = Field(
+        30.0,
+        gt=0,
+        description=(
+            "Longest a new master waits for ingest to reach the inner topic's end before it "
+            "delivers anyway (what arrives later is delivered as a late arrival)."
+        ),
+    )
+
+
 class DeleteSettings(_Section):
     """The delete worker: drops delivered data behind the seek timestamp."""
 
@@ -372,6 +440,7 @@ class ChronosSettings(BaseSettings):
     store: StoreSettings = Field(default_factory=StoreSettings)
     node: NodeSettings = Field(default_factory=NodeSettings)
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
+    group: GroupSettings = Field(default_factory=GroupSettings)
     delete: DeleteSettings = Field(default_factory=DeleteSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     log: LogSettings = Field(default_factory=LogSettings)

@@ -17,7 +17,8 @@ log = structlog.get_logger(__name__)
 
 
 def ensure_topics(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
-    """Create the inner and dead-letter topics when missing (idempotent)."""
+    """Create the inner and dead-letter topics, and a replica group's election and progress
+    topics, when missing (idempotent)."""
     names = settings.topics.names
     admin = AdminClient(settings.kafka.admin())
     # Internal topics must take the largest request the proxy accepts, with chronos' headers.
@@ -37,6 +38,18 @@ def ensure_topics(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
         raise ConfigError(
             f"cannot reach Kafka at {settings.kafka.bootstrap_servers}: {exc.args[0]}"
         ) from exc
+    if settings.group.name is not None:
+        group = settings.group.name
+        wanted += [
+            NewTopic(names.election(group), 1, settings.topics.replication_factor),
+            NewTopic(
+                names.progress(group),
+                1,
+                settings.topics.replication_factor,
+                # One cut and one state per live repeat survive compaction.
+                config={"cleanup.policy": "compact", "segment.ms": str(3600 * 1000)},
+            ),
+        ]
     missing = [t for t in wanted if t.topic not in existing]
     if not missing:
         return

@@ -61,7 +61,15 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         clock=clock,
         store=store,
         frontier=frontier,
-        ledger=Ledger(store, frontier, clock, settings.delete),
+        # A replica starts as a follower and records where each add came from (chronos/group/).
+        ledger=Ledger(
+            store,
+            frontier,
+            clock,
+            settings.delete,
+            track_arrivals=settings.group.name is not None,
+            leading=settings.group.name is None,
+        ),
         tracker=ProgressTracker(seek, metrics, clock),
         jobs=queue.Queue(maxsize=settings.node.queue_batches),
         retries=RetrySchedule(),

@@ -72,11 +72,12 @@ class Ledger:
         clock: Clock,
         retention: DeleteSettings,
         track_arrivals: bool = False,
+        leading: bool = True,
     ) -> None:
         self._store = store
         self._track_arrivals = track_arrivals
         #: False on a replica that follows a master (see ``set_leading``).
-        self.leading = True
+        self.leading = leading
         self._frontier = frontier
         self._clock = clock
         self._tombstone_ms = int(retention.tombstone_retention_s * 1000)
@@ -314,7 +315,19 @@ class Ledger:
         if earliest is not None:
             self._frontier.notify(earliest)
 
-    def relocate_uncovered(self, seek_ms: EpochMs, covered: Mapping[int, int]) -> int:
+    def lead(self, seek_ms: EpochMs, partitions: list[int]) -> EpochMs:
+        """Start placing as the node that delivers, from the committed ``seek_ms``: the
+        frontier restarts there, its cut at what the store holds. Returns the seek used."""
+        with self._lock:
+            seek = max(self._seek, seek_ms)
+            self._frontier.reset(seek, self._store.read_inner_offsets(partitions))
+            self._seek = seek
+            self.leading = True
+        return seek
+
+    def relocate_uncovered(
+        self, seek_ms: EpochMs, covered: Mapping[int, int], partitions: list[int]
+    ) -> int:
         """Move behind-the-seek adds that the committed progress does not cover past it.
 
         Called once by a replica taking over, after ingest caught up with the cut ``covered``:
@@ -322,8 +335,8 @@ class Ledger:
         whatever its due time, so one stored at or before ``seek_ms`` moves to ``seek_ms + 1``
         (delivered at once). Returns how many moved."""
         moved = 0
-        for partition, offset in sorted(covered.items()):
-            start = keys.arrival_key(partition, offset)
+        for partition in partitions:
+            start = keys.arrival_key(partition, covered.get(partition, 0))
             stop = keys.arrival_key(partition + 1, 0)
             while True:
                 rows = self._store.scan_arrivals(start, stop, _CHUNK)
@@ -339,9 +352,7 @@ class Ledger:
             behind = [
                 (message_id, c[1:])
                 for message_id, c in zip(message_ids, current, strict=True)
-                if c is not None
-                and c[:1] == keys.INDEX_PENDING
-                and keys.slot_of(c[1:]) <= seek_ms
+                if c is not None and c[:1] == keys.INDEX_PENDING and keys.slot_of(c[1:]) <= seek_ms
             ]
             values = self._store.get_messages([key for _, key in behind])
             batch = self._store.batch()

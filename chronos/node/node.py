@@ -16,7 +16,7 @@ from chronos.node.component import Component
 from chronos.node.context import NodeContext, build_context
 from chronos.node.ingest import IngestWorker
 from chronos.node.interpreter import tune_interpreter
-from chronos.node.roles import ROLES
+from chronos.node.roles import ROLES, role_of
 from chronos.settings import ChronosSettings
 
 log = structlog.get_logger(__name__)
@@ -28,12 +28,13 @@ class Node:
     Parameters:
         settings: the settings tree.
         clock: time source (the system clock outside tests).
-        role: a key of ``ROLES``.
+        role: a key of ``ROLES``; by default what the settings ask for (``role_of``).
     """
 
     def __init__(
-        self, settings: ChronosSettings, clock: Clock | None = None, role: str = "master"
+        self, settings: ChronosSettings, clock: Clock | None = None, role: str | None = None
     ) -> None:
+        role = role or role_of(settings)
         if role not in ROLES:
             raise ConfigError(f"unknown role {role!r}; expected one of {sorted(ROLES)}")
         self.settings = settings

@@ -111,7 +111,7 @@ class PushWorker(LoopWorker):
             rows = self._store.scan(start, stop, self._batch_max)
             if not rows:
                 break
-            jobs = self._jobs_for(rows, now)
+            jobs = jobs_for(rows, now, self._ledger)
             if not self._put(jobs):
                 return None  # stopping: the scan did not complete, the seek will not pass it
             start = self._cursor = rows[-1][0] + b"\x00"
@@ -156,36 +156,39 @@ class PushWorker(LoopWorker):
                 log.info("delivery_resumed")
         return stalled
 
-    def _jobs_for(self, rows: list[tuple[bytes, bytes]], now: EpochMs) -> list[DeliveryJob]:
-        jobs: list[DeliveryJob] = []
-        repeats: list[tuple[int, str]] = []
-        for key, raw in rows:
-            try:
-                message = codec.decode(raw)
-            except DecodeError as exc:
-                log.error("stored_message_undecodable", key=key.hex(), reason=exc.reason)
-                jobs.append(DeliveryJob(key, None, 0, raw=raw, dead_reason=exc.reason))
-                continue
-            if message.repeat is None:
-                jobs.append(DeliveryJob(key, message, message.first_due_ms))
-                continue
-            first = message.occurrence
-            occurrence, due = message.repeat.latest_due(message.first_due_ms, first, now)
-            current = replace(message, occurrence=occurrence)
-            jobs.append(
-                DeliveryJob(
-                    key, current, due, skipped=occurrence - first, followup=next_occurrence(current)
-                )
+
+def jobs_for(rows: list[tuple[bytes, bytes]], now: EpochMs, ledger: Ledger) -> list[DeliveryJob]:
+    """Delivery jobs of scanned rows: undecodable ones marked for dead letters, repeats at
+    their latest due occurrence with the next one as follow-up, superseded repeats done."""
+    jobs: list[DeliveryJob] = []
+    repeats: list[tuple[int, str]] = []
+    for key, raw in rows:
+        try:
+            message = codec.decode(raw)
+        except DecodeError as exc:
+            log.error("stored_message_undecodable", key=key.hex(), reason=exc.reason)
+            jobs.append(DeliveryJob(key, None, 0, raw=raw, dead_reason=exc.reason))
+            continue
+        if message.repeat is None:
+            jobs.append(DeliveryJob(key, message, message.first_due_ms))
+            continue
+        first = message.occurrence
+        occurrence, due = message.repeat.latest_due(message.first_due_ms, first, now)
+        current = replace(message, occurrence=occurrence)
+        jobs.append(
+            DeliveryJob(
+                key, current, due, skipped=occurrence - first, followup=next_occurrence(current)
             )
-            repeats.append((len(jobs) - 1, message.id))
-        if repeats:
-            # A repeat key re-scanned after a crash may already have been superseded by its
-            # next occurrence (or cancelled): deliver only what the index still schedules.
-            current_flags = self._ledger.is_current([(i, jobs[n].key) for n, i in repeats])
-            for (n, _), is_current in zip(repeats, current_flags, strict=True):
-                if not is_current:
-                    jobs[n].followup = None
-                    jobs[n].done = True
-                    jobs[n].message = None
-                    jobs[n].dead_reason = None
-        return jobs
+        )
+        repeats.append((len(jobs) - 1, message.id))
+    if repeats:
+        # A repeat key re-scanned after a crash may already have been superseded by its
+        # next occurrence (or cancelled): deliver only what the index still schedules.
+        current_flags = ledger.is_current([(i, jobs[n].key) for n, i in repeats])
+        for (n, _), is_current in zip(repeats, current_flags, strict=True):
+            if not is_current:
+                jobs[n].followup = None
+                jobs[n].done = True
+                jobs[n].message = None
+                jobs[n].dead_reason = None
+    return jobs

@@ -13,6 +13,7 @@ from functools import partial
 import structlog
 
 from chronos.errors import ConfigError
+from chronos.group.replica import Replica
 from chronos.kafka.admin import partition_count
 from chronos.node.checkpointer import CheckpointWorker
 from chronos.node.component import Component
@@ -25,21 +26,26 @@ from chronos.node.progress import ProgressWorker
 from chronos.node.push import PushWorker
 from chronos.node.reporter import MetricsReporter
 from chronos.node.sender import Sender
-from chronos.settings import DecoderPlace
+from chronos.settings import ChronosSettings, DecoderPlace
 
 Role = Callable[[NodeContext], list[Component]]
 
 log = structlog.get_logger(__name__)
 
 
-def _ingest(ctx: NodeContext) -> list[IngestWorker]:
+def _owned(ctx: NodeContext) -> list[int]:
     s = ctx.settings
-    names = s.topics.names
-    config = s.kafka.consumer(names.node_group(s.node.node_id))
-    count = partition_count(s, names.inner)
+    count = partition_count(s, s.topics.names.inner)
     owned = owned_partitions(s.node.owned_partitions, count)
     _check_store_owns(ctx, owned, count)
     log.info("ingest_partitions", owned=owned, inner_partitions=count)
+    return owned
+
+
+def _ingest(ctx: NodeContext, owned: list[int]) -> list[IngestWorker]:
+    s = ctx.settings
+    names = s.topics.names
+    config = s.kafka.consumer(names.node_group(s.node.node_id))
     workers: list[IngestWorker] = []
     for i, partitions in enumerate(thread_shares(owned, s.node.ingest_threads)):
         spec = ReaderSpec(
@@ -143,9 +149,9 @@ def _delivery(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:
     return [ctx.delivery, *senders, push]
 
 
-def master(ctx: NodeContext) -> list[Component]:
-    """Ingests everything and delivers."""
-    ingest = _ingest(ctx)
+def alone(ctx: NodeContext) -> list[Component]:
+    """A node without a group: ingests everything and delivers at least once."""
+    ingest = _ingest(ctx, _owned(ctx))
     return [
         MetricsReporter(ctx.metrics, ctx.ledger),
         ProgressWorker(ctx.tracker, ctx.ledger, ctx.settings.node.progress_interval_ms),
@@ -156,4 +162,23 @@ def master(ctx: NodeContext) -> list[Component]:
     ]
 
 
-ROLES: dict[str, Role] = {"master": master}
+def replica(ctx: NodeContext) -> list[Component]:
+    """A member of a replica group: ingests everything; delivers only while elected master,
+    in fenced transactions, and otherwise follows the master's committed progress."""
+    owned = _owned(ctx)
+    return [
+        MetricsReporter(ctx.metrics, ctx.ledger),
+        ctx.delivery,  # ingest's dead letters: not transactional, every replica sends them
+        *_ingest(ctx, owned),
+        Replica(ctx, owned),
+        DeleteWorker(ctx.ledger, ctx.settings.delete),
+        CheckpointWorker(ctx.store, ctx.settings.node.data_dir),
+    ]
+
+
+ROLES: dict[str, Role] = {"alone": alone, "replica": replica}
+
+
+def role_of(settings: ChronosSettings) -> str:
+    """The role the settings ask for: ``replica`` when they name a group."""
+    return "replica" if settings.group.name is not None else "alone"

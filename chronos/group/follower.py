@@ -1,0 +1,157 @@
+"""A replica's view of its group's committed progress, applied to its own store."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+
+import structlog
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from chronos.errors import DecodeError
+from chronos.group.record import Cut, decode
+from chronos.node.component import LoopWorker
+from chronos.node.ledger import Ledger, RepeatState
+from chronos.settings import ChronosSettings, KafkaValue
+
+log = structlog.get_logger(__name__)
+
+_POLL_S = 0.1
+_BATCH = 1000
+
+
+class ProgressLog:
+    """Reads the progress topic from its beginning with ``read_committed``: what committed
+    delivery transactions wrote, nothing of an aborted or open one.
+
+    Parameters:
+        settings: the settings tree.
+    """
+
+    def __init__(self, settings: ChronosSettings) -> None:
+        group = settings.group.name
+        if group is None:
+            raise ValueError("a progress log needs group.name")
+        names = settings.topics.names
+        self.topic = names.progress(group)
+        options: dict[str, KafkaValue] = {
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+        group_id = f"{names.namespace}.progress-reader.{settings.node.node_id}"
+        self._consumer = Consumer(settings.kafka.consumer(group_id, **options))
+        self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+        #: The offset of the last end of the topic reached, -1 before any.
+        self.end_reached = -1
+
+    def read(self, timeout_s: float) -> list[Cut | RepeatState]:
+        """The records that arrived, in order (at most a batch)."""
+        out: list[Cut | RepeatState] = []
+        for message in self._consumer.consume(_BATCH, timeout_s):
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    self.end_reached = message.offset() or 0
+                else:
+                    log.warning("progress_consumer_error", error=str(error))
+                continue
+            try:
+                out.append(decode(message.key(), message.value()))
+            except DecodeError as exc:
+                log.error("progress_record_undecodable", offset=message.offset(), reason=str(exc))
+        return out
+
+    def end_offset(self, timeout_s: float, topic: str | None = None, partition: int = 0) -> int:
+        """The end of the progress topic now (after a fencing ``init_transactions``: its
+        committed end), or of another topic's partition."""
+        _low, high = self._consumer.get_watermark_offsets(
+            TopicPartition(topic or self.topic, partition), timeout=timeout_s
+        )
+        return int(high)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class Follower:
+    """Committed progress waiting until this store's ingest covers it, then applied.
+
+    A record is applied once ingest has stored every add below its cut (otherwise a repeat
+    state could name an id not stored yet, and the seek would pass adds not stored yet).
+
+    Parameters:
+        ledger: the store's writer.
+        ingested: the store's next inner offset per owned partition.
+    """
+
+    def __init__(self, ledger: Ledger, ingested: Callable[[], dict[int, int]]) -> None:
+        self._ledger = ledger
+        self._ingested = ingested
+        self._waiting: deque[tuple[Cut, list[RepeatState]]] = deque()
+        self._states: list[RepeatState] = []
+        #: The newest cut applied to the store.
+        self.applied: Cut | None = None
+        #: The newest cut read.
+        self.latest: Cut | None = None
+
+    def take(self, records: list[Cut | RepeatState]) -> None:
+        """Records in the order the progress topic holds them."""
+        for record in records:
+            if isinstance(record, Cut):
+                self._waiting.append((record, self._states))
+                self._states = []
+                self.latest = record
+            else:
+                self._states.append(record)
+
+    def apply_covered(self) -> int:
+        """Apply every waiting record ingest now covers; returns how many."""
+        if not self._waiting:
+            return 0
+        ingested = self._ingested()
+        covered = 0
+        for cut, _ in self._waiting:
+            if any(ingested.get(p, 0) < o for p, o in cut.offsets.items()):
+                break
+            covered += 1
+        if not covered:
+            return 0
+        states: dict[str, RepeatState] = {}
+        cut = self._waiting[0][0]
+        for _ in range(covered):
+            cut, batch = self._waiting.popleft()
+            for state in batch:
+                states[state.message_id] = state
+        self._ledger.apply_cut(cut.seek_ms, list(states.values()), cut.offsets)
+        self.applied = cut
+        return covered
+
+    @property
+    def waiting(self) -> int:
+        """Records read and not applied yet."""
+        return len(self._waiting)
+
+
+class FollowWorker(LoopWorker):
+    """A backup's loop: read the progress topic, apply what ingest covers.
+
+    Parameters:
+        log_: the progress topic reader.
+        follower: applies records to the store.
+    """
+
+    def __init__(self, log_: ProgressLog, follower: Follower) -> None:
+        super().__init__("follow")
+        self._log = log_
+        self._follower = follower
+        self._logged_lag_at = 0.0
+
+    def step(self) -> None:
+        self._follower.take(self._log.read(_POLL_S))
+        self._follower.apply_covered()
+        waiting = self._follower.waiting
+        if waiting > 1000 and time.monotonic() - self._logged_lag_at > 10:
+            self._logged_lag_at = time.monotonic()
+            log.warning("follower_behind_ingest", waiting_records=waiting)

@@ -1,0 +1,83 @@
+"""The progress topic's records: one cut per group, one state per live repeat (compacted)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from chronos.errors import DecodeError
+from chronos.node.ledger import RepeatState
+from chronos.store import codec, keys
+from chronos.types import EpochMs
+
+#: Key of the committed cut; compaction keeps the latest.
+CUT_KEY = b"cut"
+#: Prefix of a repeat's state; compaction keeps its latest, a tombstone once it finished.
+REPEAT_PREFIX = b"repeat:"
+_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """What a master's committed transactions delivered (see ``chronos/group/__init__.py``).
+
+    Parameters:
+        term: the master's term, one more than the term it took over from.
+        seek_ms: its frontier: adds below ``offsets`` with due <= this are delivered.
+        offsets: next inner offset per partition of the adds it had written before that move.
+        node: the master's node id.
+        committed_at_ms: the master's clock when it wrote the record.
+    """
+
+    term: int
+    seek_ms: EpochMs
+    offsets: dict[int, int]
+    node: str
+    committed_at_ms: EpochMs
+
+
+def encode_cut(cut: Cut) -> tuple[bytes, bytes]:
+    """(key, value) of a cut record."""
+    body = {
+        "v": _VERSION,
+        "term": cut.term,
+        "seek_ms": cut.seek_ms,
+        "offsets": {str(p): o for p, o in sorted(cut.offsets.items())},
+        "node": cut.node,
+        "at_ms": cut.committed_at_ms,
+    }
+    return CUT_KEY, json.dumps(body, separators=(",", ":")).encode()
+
+
+def encode_repeat(state: RepeatState) -> tuple[bytes, bytes | None]:
+    """(key, value) of a repeat's state; a None value (tombstone) once it finished."""
+    key = REPEAT_PREFIX + state.message_id.encode()
+    if state.message is None:
+        return key, None
+    return key, keys.pack_ms(state.slot_ms) + codec.encode(state.message)
+
+
+def decode(key: bytes | None, value: bytes | None) -> Cut | RepeatState:
+    """A progress record; DecodeError for anything else (the topic is chronos' own)."""
+    if key == CUT_KEY and value is not None:
+        try:
+            body = json.loads(value)
+            if body.get("v") != _VERSION:
+                raise DecodeError(f"progress record version {body.get('v')!r} is not {_VERSION}")
+            return Cut(
+                term=int(body["term"]),
+                seek_ms=int(body["seek_ms"]),
+                offsets={int(p): int(o) for p, o in body["offsets"].items()},
+                node=str(body["node"]),
+                committed_at_ms=int(body["at_ms"]),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise DecodeError(f"undecodable cut record: {exc}") from exc
+    if key is not None and key.startswith(REPEAT_PREFIX):
+        message_id = key[len(REPEAT_PREFIX) :].decode()
+        if value is None:
+            return RepeatState(message_id, None, 0)
+        if len(value) <= keys.MS_WIDTH:
+            raise DecodeError(f"repeat state of {message_id!r} is too short")
+        return RepeatState(message_id, codec.decode(value[keys.MS_WIDTH :]), keys.unpack_ms(value))
+    raise DecodeError(f"unknown progress record key {key!r}")
