@@ -18,9 +18,11 @@ class NodeProcess:
     Parameters:
         config: the node's TOML settings file.
         log_path: where stdout and stderr go.
+        ready_event: the log event ``wait_ready`` waits for (a replica: ``ingest_caught_up``).
     """
 
-    def __init__(self, config: Path, log_path: Path) -> None:
+    def __init__(self, config: Path, log_path: Path, ready_event: str = READY_EVENT) -> None:
+        self._ready_event = ready_event
         self._config = config
         self._log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
@@ -47,7 +49,7 @@ class NodeProcess:
     def _count_ready(self) -> int:
         if not self._log_path.exists():
             return 0
-        return self._log_path.read_text(errors="replace").count(READY_EVENT)
+        return self._log_path.read_text(errors="replace").count(self._ready_event)
 
     def wait_ready(self, timeout_s: float) -> bool:
         """True once this run caught up with the inner topic and started delivering."""
@@ -70,6 +72,11 @@ class NodeProcess:
         assert self._process is not None
         self._process.send_signal(signal.SIGKILL)
         self._process.wait()
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` (SIGSTOP/SIGCONT: freeze and thaw)."""
+        assert self._process is not None
+        self._process.send_signal(signum)
 
     def terminate(self, timeout_s: float = 60.0) -> int:
         """SIGTERM and wait for the graceful drain; returns the exit code."""

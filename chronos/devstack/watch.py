@@ -11,7 +11,7 @@ from typing import cast
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from chronos.types import Headers
-from chronos.wire import H_DUE, H_ID, H_OCCURRENCE
+from chronos.wire import H_DUE, H_ID, H_OCCURRENCE, H_SKIPPED
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,10 @@ class Delivered:
     key: bytes | None
     value: bytes | None
     headers: Headers
+    #: Overdue repeat occurrences collapsed into this one (``chronos-skipped``).
+    skipped: int = 0
+    #: When this consumer received it (epoch ms): visibility, for read_committed readers.
+    received_ms: int = 0
 
     @property
     def lateness_ms(self) -> int:
@@ -63,17 +67,24 @@ class DeliveryWatcher:
         bootstrap: Kafka bootstrap servers.
         topics: topics to read (they must exist).
         on_delivered: called for every record that carries chronos headers.
+        isolation: ``read_committed`` (what a librdkafka consumer does by default) or
+            ``read_uncommitted`` (the Java consumer's default: records of aborted
+            transactions too).
     """
 
     def __init__(
-        self, bootstrap: str, topics: list[str], on_delivered: Callable[[Delivered], None]
+        self,
+        bootstrap: str,
+        topics: list[str],
+        on_delivered: Callable[[Delivered], None],
+        isolation: str = "read_committed",
     ) -> None:
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": "chronos-watch",
                 "enable.auto.commit": False,
-                "isolation.level": "read_committed",
+                "isolation.level": isolation,
             }
         )
         self._consumer.assign(
@@ -111,6 +122,7 @@ class DeliveryWatcher:
                 if raw_id is None or raw_due is None:
                     continue
                 occurrence = _header(headers, H_OCCURRENCE) or b"1"
+                skipped = _header(headers, H_SKIPPED) or b"0"
                 self._on_delivered(
                     Delivered(
                         topic=topic,
@@ -121,5 +133,7 @@ class DeliveryWatcher:
                         key=record.key(),
                         value=record.value(),
                         headers=headers,
+                        skipped=int(skipped),
+                        received_ms=int(time.time() * 1000),
                     )
                 )

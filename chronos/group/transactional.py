@@ -53,6 +53,7 @@ _FENCED = frozenset(
         KafkaError._FENCED,
         KafkaError.INVALID_PRODUCER_EPOCH,
         KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError._FATAL,
     }
 )
 #: How long a topic missing from Kafka's metadata stays missing before it is asked again.

@@ -228,7 +228,7 @@ class Ledger:
                 log.info("cancel_too_late", id=message_id, slot_ms=slot)
                 return current
             batch.delete_message(key)
-            if slot <= frontier:
+            if slot <= frontier and self.leading:
                 outcome.cancel_raced += 1  # already handed to a sender: may still be delivered
                 log.warning("cancel_raced_delivery", id=message_id, slot_ms=slot)
             else:

@@ -11,6 +11,7 @@ import structlog
 
 from chronos.clock import Clock, SystemClock
 from chronos.errors import ConfigError
+from chronos.group.replica import Replica
 from chronos.kafka.admin import ensure_topics
 from chronos.node.component import Component
 from chronos.node.context import NodeContext, build_context
@@ -59,6 +60,11 @@ class Node:
             seek_ms=self.context.ledger.seek_ms,
             data_dir=str(self.settings.node.data_dir),
         )
+
+    @property
+    def replica(self) -> Replica | None:
+        """This node's role in its replica group, None for a node alone."""
+        return next((c for c in self._components if isinstance(c, Replica)), None)
 
     def wait_ready(self, timeout_s: float) -> bool:
         """True once every ingest consumer joined its group and caught up with the inner topic."""

@@ -1,0 +1,476 @@
+#!/usr/bin/env python3
+"""Failover check of a replica group: a master and a backup as separate processes under load.
+
+A steady load (default 2,000 requests/s, delays 0-5 s, 10 % cancelled before due, 2 % repeats)
+runs while a scenario hurts the group; afterwards a ``read_committed`` consumer must have seen
+every expected delivery exactly once (repeats: every occurrence once, overdue ones collapsed as
+documented), none early and no cancelled one. A ``read_uncommitted`` consumer's duplicates
+(records of aborted transactions) are counted and reported, not failed on.
+
+Scenarios (``--scenario``):
+
+* ``kill``: kill -9 the current master ``--kills`` times, every ``--interval`` s, restarting
+  each killed node once the other took over, so it rejoins as backup. Failover time: kill to
+  the new master's first committed delivery transaction.
+* ``zombie``: SIGSTOP the master past the session timeout, let the backup take over, SIGCONT
+  the old master: it must log that it was fenced and become a backup.
+* ``both``: kill -9 both replicas at once, restart both.
+* ``lagging``: stop the backup for ``--backup-down`` s while the master delivers, restart it,
+  let it catch up, then kill -9 the master.
+* ``broker-freeze``: SIGSTOP the broker for ``--freeze`` s (a broker this script started), then
+  resume: exactly one master afterwards and deliveries flowing again.
+
+    python scripts/failover_check.py                       # kill, 10 kills, Apache Kafka
+    python scripts/failover_check.py --scenario zombie
+    python scripts/failover_check.py --scenario lagging --backup-down 600
+
+The last line of output is the JSON summary. Exit code 0 when every check holds, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
+from chronos.devstack.process import NodeProcess
+from chronos.devstack.watch import Delivered, DeliveryWatcher
+from chronos.kafka.admin import create_topic
+from chronos.quantiles import percentile
+from chronos.repeat import Repeat, RepeatKind
+from chronos.settings import load_settings
+from proxy.client import DelayClient, DelayRequest
+
+GROUP = "g"
+NODES = ("a", "b")
+#: Repeats: long enough intervals that a failover never makes an occurrence overdue by more
+#: than one interval, so every occurrence is delivered on its own.
+REPEAT = Repeat(RepeatKind.FIXED, interval_ms=10_000, times=3)
+
+
+@dataclass
+class Expected:
+    due_ms: int
+    times: int = 1
+    cancelled: bool = False
+
+
+@dataclass
+class Summary:
+    scenario: str
+    broker: str
+    scheduled: int = 0
+    repeats: int = 0
+    cancelled: int = 0
+    expected_deliveries: int = 0
+    delivered: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    early: int = 0
+    cancelled_delivered: int = 0
+    repeat_occurrences_collapsed: int = 0
+    uncommitted_duplicates: int = 0
+    kills: int = 0
+    failovers: int = 0
+    failover_p50_ms: int = 0
+    failover_max_ms: int = 0
+    failover_ms: list[int] = field(default_factory=list)
+    zombie_fenced: int = 0
+    masters_at_end: int = 0
+    flowing_again_after_ms: int | None = None
+    visible_lateness_p50_ms: int = 0
+    visible_lateness_p99_ms: int = 0
+    visible_lateness_max_ms: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.lost or self.duplicates or self.early or self.cancelled_delivered or self.problems
+        )
+
+
+class Replica:
+    """One node process of the group and what its log says about its role."""
+
+    def __init__(self, name: str, workdir: Path, bootstrap: str, namespace: str) -> None:
+        self.name = name
+        self.config = workdir / f"{name}.toml"
+        self.log_path = workdir / f"{name}.log"
+        self.config.write_text(
+            f"""[kafka]
+bootstrap_servers = "{bootstrap}"
+[topics]
+namespace = "{namespace}"
+inner_partitions = 4
+[node]
+node_id = "{name}"
+data_dir = "{workdir / ("store-" + name)}"
+ingest_threads = 1
+[group]
+name = "{GROUP}"
+[log]
+format = "json"
+"""
+        )
+        self.process = NodeProcess(self.config, self.log_path, ready_event="ingest_caught_up")
+
+    def events(self, *names: str) -> list[dict[str, Any]]:
+        """This node's log events with these names, oldest first."""
+        if not self.log_path.exists():
+            return []
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if not line.startswith("{"):
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") in names:
+                out.append(event)
+        return out
+
+    def is_master(self) -> bool:
+        """Its last role event says master (and it runs)."""
+        roles = self.events("became_master", "became_backup", "node_started")
+        return self.process.running() and bool(roles) and roles[-1].get("event") == "became_master"
+
+    def term(self) -> int:
+        terms = [int(e.get("term", 0)) for e in self.events("became_master")]
+        return max(terms, default=0)
+
+
+def _epoch_ms(event: dict[str, Any]) -> int:
+    stamp = str(event["timestamp"]).replace("Z", "+00:00")
+    return int(datetime.fromisoformat(stamp).timestamp() * 1000)
+
+
+class Group:
+    def __init__(self, workdir: Path, bootstrap: str, namespace: str) -> None:
+        self.replicas = [Replica(n, workdir, bootstrap, namespace) for n in NODES]
+
+    def master(self, timeout_s: float = 60.0, newer_than: int = 0) -> Replica:
+        """The replica that is master with a term above ``newer_than``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for replica in self.replicas:
+                if replica.is_master() and replica.term() > newer_than:
+                    return replica
+            time.sleep(0.05)
+        raise RuntimeError(f"no master with a term above {newer_than} within {timeout_s} s")
+
+    def first_commit_ms(self, replica: Replica, term: int, timeout_s: float = 60.0) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for event in replica.events("master_first_commit"):
+                if int(event.get("term", 0)) == term:
+                    return _epoch_ms(event)
+            time.sleep(0.05)
+        raise RuntimeError(f"{replica.name} made no commit in term {term}")
+
+    def other(self, replica: Replica) -> Replica:
+        return next(r for r in self.replicas if r is not replica)
+
+
+class Load:
+    """Steady requests at ``rate`` per second until stopped; remembers what it expects."""
+
+    def __init__(self, client: DelayClient, topic: str, rate: int, seed: int) -> None:
+        self._client = client
+        self._topic = topic
+        self._rate = rate
+        self._rng = random.Random(seed)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
+        self.expected: dict[str, Expected] = {}
+        self.errors: list[str] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        tick = 0.05
+        per_tick = max(1, round(self._rate * tick))
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            requests = []
+            for _ in range(per_tick):
+                repeat = REPEAT if self._rng.random() < 0.02 else None
+                requests.append(
+                    DelayRequest(
+                        self._topic,
+                        self._rng.randbytes(32),
+                        delay=self._rng.uniform(0, 5.0),
+                        id=uuid.uuid4().hex,
+                        repeat=repeat,
+                    )
+                )
+            try:
+                receipts = self._client.send_batch(requests)
+            except Exception as exc:  # a broker freeze: keep trying, report it
+                self.errors.append(str(exc))
+                continue
+            now_ms = int(time.time() * 1000)
+            for request, receipt in zip(requests, receipts, strict=True):
+                times = request.repeat.times if request.repeat else 1
+                self.expected[receipt.id] = Expected(receipt.deliver_at_ms, times)
+            ahead = [
+                r.id
+                for r in requests
+                if r.id and r.repeat is None and self.expected[r.id].due_ms - now_ms >= 1500
+            ]
+            chosen = self._rng.sample(ahead, min(len(ahead), round(len(requests) * 0.1)))
+            try:
+                self._client.cancel_batch(chosen)
+                for message_id in chosen:
+                    self.expected[message_id].cancelled = True
+            except Exception as exc:
+                self.errors.append(f"cancel: {exc}")
+            next_at += tick
+            pause = next_at - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            else:
+                next_at = time.monotonic()
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_id: dict[str, list[Delivered]] = {}
+
+    def __call__(self, delivered: Delivered) -> None:
+        with self.lock:
+            self.by_id.setdefault(delivered.id, []).append(delivered)
+
+
+def _kill_master(group: Group, summary: Summary) -> None:
+    master = group.master()
+    term = master.term()
+    killed_ms = int(time.time() * 1000)
+    master.process.kill()
+    summary.kills += 1
+    new = group.master(newer_than=term)
+    failover = group.first_commit_ms(new, new.term()) - killed_ms
+    master.process.start()  # rejoins as backup
+    master.process.wait_ready(60)
+    summary.failover_ms.append(failover)
+    summary.failovers += 1
+    print(f"killed {master.name} (term {term}); {new.name} delivers after {failover} ms")
+
+
+def run_scenario(args: argparse.Namespace, group: Group, summary: Summary, broker: Any) -> None:
+    if args.scenario == "kill":
+        for _ in range(args.kills):
+            time.sleep(args.interval)
+            _kill_master(group, summary)
+    elif args.scenario == "zombie":
+        for _ in range(args.kills):
+            time.sleep(args.interval)
+            master = group.master()
+            term = master.term()
+            stopped_ms = int(time.time() * 1000)
+            demoted_before = len(master.events("became_backup"))
+            master.process.signal(signal.SIGSTOP)
+            new = group.master(newer_than=term)
+            summary.failover_ms.append(group.first_commit_ms(new, new.term()) - stopped_ms)
+            summary.failovers += 1
+            time.sleep(2.0)  # the new master delivers while the zombie is frozen
+            master.process.signal(signal.SIGCONT)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if len(master.events("became_backup")) > demoted_before:
+                    break
+                time.sleep(0.1)
+            if len(master.events("became_backup")) > demoted_before and not master.is_master():
+                summary.zombie_fenced += 1
+            else:
+                summary.problems.append(f"zombie {master.name} did not become a backup")
+            print(f"zombie {master.name} thawed; {new.name} is master")
+    elif args.scenario == "both":
+        for _ in range(args.kills):
+            time.sleep(args.interval)
+            term = group.master().term()
+            killed_ms = int(time.time() * 1000)
+            for replica in group.replicas:
+                replica.process.kill()
+            summary.kills += 2
+            for replica in group.replicas:
+                replica.process.start()
+            new = group.master(newer_than=term)
+            summary.failover_ms.append(group.first_commit_ms(new, new.term()) - killed_ms)
+            summary.failovers += 1
+            print(f"killed both; {new.name} delivers again")
+    elif args.scenario == "lagging":
+        time.sleep(args.interval)
+        master = group.master()
+        backup = group.other(master)
+        backup.process.kill()
+        print(f"backup {backup.name} down for {args.backup_down} s")
+        time.sleep(args.backup_down)
+        backup.process.start()
+        if not backup.process.wait_ready(300):
+            summary.problems.append("the lagging backup did not catch up within 300 s")
+        time.sleep(args.interval)
+        _kill_master(group, summary)
+    elif args.scenario == "broker-freeze":
+        if broker is None:
+            raise SystemExit("--scenario broker-freeze needs a broker this script starts")
+        time.sleep(args.interval)
+        broker.freeze()
+        print(f"broker frozen for {args.freeze} s")
+        time.sleep(args.freeze)
+        broker.thaw()
+        resumed_ms = int(time.time() * 1000)
+        summary.flowing_again_after_ms = _flowing_again(resumed_ms, args.seen)
+        time.sleep(args.interval)
+    time.sleep(args.interval)
+
+
+def _flowing_again(since_ms: int, seen: Seen, timeout_s: float = 120.0) -> int | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with seen.lock:
+            first = min(
+                (
+                    d.received_ms
+                    for ds in seen.by_id.values()
+                    for d in ds
+                    if d.received_ms > since_ms
+                ),
+                default=None,
+            )
+        if first is not None:
+            return first - since_ms
+        time.sleep(0.1)
+    return None
+
+
+def verify(load: Load, committed: Seen, uncommitted: Seen, summary: Summary) -> None:
+    lateness: list[int] = []
+    for message_id, exp in load.expected.items():
+        got = committed.by_id.get(message_id, [])
+        if exp.cancelled:
+            summary.cancelled += 1
+            summary.cancelled_delivered += bool(got)
+            continue
+        summary.expected_deliveries += exp.times
+        occurrences = [d.occurrence for d in got]
+        distinct = set(occurrences)
+        summary.duplicates += len(occurrences) - len(distinct)
+        covered = sum(1 + d.skipped for d in got if d.occurrence in distinct)
+        summary.repeat_occurrences_collapsed += sum(d.skipped for d in got)
+        summary.delivered += len(distinct)
+        summary.lost += max(0, exp.times - covered)
+        for d in got:
+            if d.produced_ms < d.due_ms:
+                summary.early += 1
+            lateness.append(d.received_ms - d.due_ms)
+        raw = [d.occurrence for d in uncommitted.by_id.get(message_id, [])]
+        summary.uncommitted_duplicates += len(raw) - len(set(raw))
+    summary.scheduled = len(load.expected)
+    summary.repeats = sum(e.times > 1 for e in load.expected.values())
+    summary.visible_lateness_p50_ms = percentile(lateness, 0.5)
+    summary.visible_lateness_p99_ms = percentile(lateness, 0.99)
+    summary.visible_lateness_max_ms = max(lateness, default=0)
+    if summary.failover_ms:
+        summary.failover_p50_ms = percentile(summary.failover_ms, 0.5)
+        summary.failover_max_ms = max(summary.failover_ms)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--scenario",
+        choices=["kill", "zombie", "both", "lagging", "broker-freeze"],
+        default="kill",
+        help="what happens to the group under load (see above)",
+    )
+    parser.add_argument("--kills", type=int, default=10, help="how many times (kill, zombie, both)")
+    parser.add_argument("--interval", type=float, default=12.0, help="seconds between events")
+    parser.add_argument("--rate", type=int, default=2000, help="requests per second")
+    parser.add_argument("--backup-down", type=float, default=600.0, help="lagging: seconds")
+    parser.add_argument("--freeze", type=float, default=60.0, help="broker-freeze: seconds")
+    parser.add_argument("--broker", choices=BROKER_KINDS, default="kafka", help="broker to start")
+    parser.add_argument("--bootstrap", default=None, help="use this cluster instead")
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--keep", default=None, help="work directory to keep (logs, stores)")
+    args = parser.parse_args()
+
+    workdir = Path(args.keep or tempfile.mkdtemp(prefix="chronos-failover-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    broker: LocalBroker | None = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        broker = start_local_broker(args.broker, workdir / "broker.log")
+        bootstrap = broker.bootstrap
+    summary = Summary(scenario=args.scenario, broker=args.broker if broker else "external")
+    namespace = f"fo{uuid.uuid4().hex[:8]}"
+    group = Group(workdir, bootstrap, namespace)
+    try:
+        group.replicas[0].process.start()
+        first = group.master(timeout_s=120)
+        group.other(first).process.start()
+        group.other(first).process.wait_ready(60)
+        settings = load_settings(group.replicas[0].config)
+        topic = f"{namespace}-target"
+        create_topic(settings, topic, partitions=4)
+        committed, uncommitted = Seen(), Seen()
+        watchers = [
+            DeliveryWatcher(bootstrap, [topic], committed).start(),
+            DeliveryWatcher(bootstrap, [topic], uncommitted, "read_uncommitted").start(),
+        ]
+        args.seen = committed
+        with DelayClient(settings) as client:
+            load = Load(client, topic, args.rate, args.seed)
+            load.start()
+            try:
+                run_scenario(args, group, summary, broker)
+            finally:
+                load.stop()
+        # Everything due, repeats' last occurrences included, then stragglers.
+        last_due = max((e.due_ms for e in load.expected.values()), default=0)
+        last_due += (REPEAT.times - 1) * REPEAT.interval_ms
+        while time.time() * 1000 < last_due + 5000:
+            time.sleep(0.5)
+        time.sleep(3.0)
+        for watcher in watchers:
+            watcher.stop()
+        summary.masters_at_end = sum(r.is_master() for r in group.replicas)
+        if summary.masters_at_end != 1:
+            summary.problems.append(f"{summary.masters_at_end} masters at the end")
+        if load.errors:
+            print(f"load errors: {len(load.errors)}, first: {load.errors[0]}")
+        verify(load, committed, uncommitted, summary)
+    finally:
+        for replica in group.replicas:
+            if replica.process.running():
+                replica.process.signal(signal.SIGCONT)
+                replica.process.terminate()
+        if broker is not None:
+            broker.stop()
+    print(f"logs: {workdir}")
+    print(json.dumps(asdict(summary) | {"ok": summary.ok}))
+    return 0 if summary.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

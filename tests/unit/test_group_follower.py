@@ -1,0 +1,69 @@
+"""Progress records round-trip, and a follower applies them only once ingest covers them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from chronos.errors import DecodeError
+from chronos.group.follower import Follower
+from chronos.group.record import Cut, decode, encode_cut, encode_repeat
+from chronos.model import DelayMessage
+from chronos.node.ledger import RepeatState
+from chronos.repeat import Repeat, RepeatKind
+
+T0 = 1_700_000_000_000
+
+
+def test_a_cut_round_trips() -> None:
+    cut = Cut(term=3, seek_ms=T0, offsets={0: 10, 3: 7}, node="a", committed_at_ms=T0 + 5)
+    assert decode(*encode_cut(cut)) == cut
+
+
+def test_a_repeat_state_round_trips_and_finishes_as_a_tombstone() -> None:
+    repeat = Repeat(RepeatKind.FIXED, interval_ms=1000, times=3)
+    message = DelayMessage("r", "orders", None, b"v", [("h", b"1")], T0, repeat, occurrence=2)
+    state = RepeatState("r", message, T0 + 1001)
+    assert decode(*encode_repeat(state)) == state
+    key, value = encode_repeat(RepeatState("r", None, 0))
+    assert value is None
+    assert decode(key, value) == RepeatState("r", None, 0)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [(b"cut", b"{"), (b"cut", b'{"v": 9}'), (b"other", b"x"), (b"repeat:r", b"\x00")],
+)
+def test_foreign_progress_records_are_refused(key: bytes, value: bytes) -> None:
+    with pytest.raises(DecodeError):
+        decode(key, value)
+
+
+@dataclass
+class FakeLedger:
+    applied: list[tuple[int, list[RepeatState], dict[int, int]]] = field(default_factory=list)
+
+    def apply_cut(self, seek_ms: int, states: list[RepeatState], covered: dict[int, int]) -> None:
+        self.applied.append((seek_ms, states, covered))
+
+
+def test_a_cut_waits_until_ingest_stored_everything_below_it() -> None:
+    ledger = FakeLedger()
+    ingested = {0: 5, 1: 0}
+    follower = Follower(ledger, lambda: dict(ingested))  # type: ignore[arg-type]
+    state = RepeatState("r", None, 0)
+    follower.take(
+        [
+            state,
+            Cut(1, T0, {0: 5}, "a", T0),
+            Cut(1, T0 + 10, {0: 6, 1: 2}, "a", T0),
+        ]
+    )
+    assert follower.apply_covered() == 1
+    assert ledger.applied == [(T0, [state], {0: 5})]
+    assert follower.apply_covered() == 0  # partition 1 not ingested far enough
+    ingested.update({0: 6, 1: 2})
+    assert follower.apply_covered() == 1
+    assert ledger.applied[-1] == (T0 + 10, [], {0: 6, 1: 2})
+    assert follower.applied is not None and follower.applied.seek_ms == T0 + 10
