@@ -14,7 +14,19 @@ from collections.abc import Sequence
 from confluent_kafka import KafkaException
 
 from chronos import __version__
-from chronos.cli import bench, check, checkpoint, demo, dev, pipeline, proxy_cmd, run, send, tail
+from chronos.cli import (
+    bench,
+    check,
+    checkpoint,
+    demo,
+    dev,
+    group,
+    pipeline,
+    proxy_cmd,
+    run,
+    send,
+    tail,
+)
 from chronos.cli.args import attach_signed_values
 from chronos.errors import ChronosError, ConfigError, KafkaDeliveryError, ValidationError
 from chronos.logs import configure_logging
@@ -25,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chronos", description="Delay-message broker for Kafka")
     parser.add_argument("--version", action="version", version=f"chronos {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, proxy_cmd, dev, send, tail, demo, check, checkpoint, bench, pipeline):
+    commands = (run, proxy_cmd, dev, send, tail, demo, check, checkpoint, group, bench, pipeline)
+    for module in commands:
         module.register(sub)
     return parser
 

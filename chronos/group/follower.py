@@ -27,9 +27,10 @@ class ProgressLog:
 
     Parameters:
         settings: the settings tree.
+        reader: distinguishes this reader's client (its consumer group is never joined).
     """
 
-    def __init__(self, settings: ChronosSettings) -> None:
+    def __init__(self, settings: ChronosSettings, reader: str = "node") -> None:
         group = settings.group.name
         if group is None:
             raise ValueError("a progress log needs group.name")
@@ -40,7 +41,7 @@ class ProgressLog:
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
         }
-        group_id = f"{names.namespace}.progress-reader.{settings.node.node_id}"
+        group_id = f"{names.namespace}.progress-reader.{settings.node.node_id}.{reader}"
         self._consumer = Consumer(settings.kafka.consumer(group_id, **options))
         self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
         #: The offset of the last end of the topic reached, -1 before any.

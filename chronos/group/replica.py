@@ -68,7 +68,7 @@ class Replica(LoopWorker):
         self._retry_at = 0.0
         #: When this node last saw itself lose or gain the election (failover measurements).
         self.elected_at: float | None = None
-        #: "backup" or "master".
+        #: "backup", "master", or "stopped" once this component stopped.
         self.role = "backup"
 
     @property
@@ -124,6 +124,7 @@ class Replica(LoopWorker):
         self._election.join(10.0)
         self._stop_following()
         self._log.close()
+        self.role = "stopped"
 
     # -- backup -------------------------------------------------------------------------------
 

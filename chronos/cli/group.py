@@ -1,0 +1,41 @@
+"""``chronos group``: a replica group's members, master, term, committed seek and lag."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+
+from chronos.cli.args import add_config, settings_from
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "group", help="show the replica group: members, master, term, committed seek, lag"
+    )
+    add_config(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from chronos.group.status import group_status  # Kafka clients only when asked
+
+    status = group_status(settings_from(args))
+    if args.json:
+        print(json.dumps(status.as_dict()))
+        return 0
+    print(f"group {status.group} ({status.state}), master {status.master or 'none'}")
+    if status.term is not None and status.committed_seek_ms is not None:
+        seek = datetime.fromtimestamp(status.committed_seek_ms / 1000, tz=UTC).isoformat()
+        print(
+            f"term {status.term}, committed seek {seek} by {status.committed_by} "
+            f"({status.committed_age_ms} ms ago)"
+        )
+    else:
+        print("no progress committed yet")
+    for member in status.members:
+        role = "master" if member.master else "backup"
+        lag = "?" if member.ingest_lag is None else str(member.ingest_lag)
+        print(f"  {member.node:<20} {role:<7} ingest lag {lag:>8} records  {member.host}")
+    return 0 if status.master is not None else 1

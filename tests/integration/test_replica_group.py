@@ -1,0 +1,216 @@
+"""Replica groups on the real broker: election, fencing, takeover and progress following.
+
+Two nodes of one group run in this process (separate stores, node ids and Kafka clients); the
+failover script (scripts/failover_check.py) does the same with processes and kill -9. Exactly
+once for ``read_committed`` consumers needs a broker that hides aborted records: Apache Kafka.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from chronos.group.replica import Replica
+from chronos.group.status import group_status
+from chronos.node.node import Node
+from chronos.repeat import Repeat, RepeatKind
+from chronos.settings import ChronosSettings
+from chronos.store import codec, keys
+from proxy.client import DelayClient
+from tests.integration.harness import Inbox, make_settings
+
+pytestmark = pytest.mark.kafka_only(
+    reason="exactly once for read_committed consumers needs aborted records hidden"
+)
+
+GROUP = "g"
+
+
+def _settings(bootstrap: str, namespace: str, tmp_path: Path, name: str) -> ChronosSettings:
+    return make_settings(
+        bootstrap,
+        namespace,
+        tmp_path / name,
+        node={"node_id": name, "data_dir": tmp_path / name, "ingest_threads": 1},
+        group={"name": GROUP},
+    )
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting until {what}")
+
+
+def _role(node: Node) -> str:
+    replica = node.replica
+    assert isinstance(replica, Replica)
+    return replica.role
+
+
+class Group:
+    """Nodes of one group, started in order; each stopped once at the end."""
+
+    def __init__(self, bootstrap: str, namespace: str, tmp_path: Path) -> None:
+        self.bootstrap, self.namespace, self.tmp_path = bootstrap, namespace, tmp_path
+        self.nodes: dict[str, Node] = {}
+
+    def start(self, name: str) -> Node:
+        node = Node(_settings(self.bootstrap, self.namespace, self.tmp_path, name))
+        node.start()
+        self.nodes[name] = node
+        return node
+
+    def masters(self) -> list[str]:
+        return [n for n, node in self.nodes.items() if _role(node) == "master"]
+
+    def stop_all(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+
+
+@pytest.fixture
+def group(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Iterator[Group]:
+    g = Group(kafka_bootstrap, namespace, tmp_path)
+    try:
+        yield g
+    finally:
+        g.stop_all()
+
+
+def _send(client: DelayClient, topic: str, count: int, delay_s: float, prefix: str) -> set[str]:
+    return {
+        client.send_delay(topic, f"{prefix}{i}", delay=delay_s, id=f"{prefix}{i}").id
+        for i in range(count)
+    }
+
+
+def _exactly_once(inbox: Inbox, ids: set[str]) -> None:
+    assert inbox.wait_for(ids, 40), f"missing: {sorted(ids - inbox.by_id.keys())[:5]}"
+    time.sleep(1.0)  # duplicates would arrive now
+    twice = sorted(i for i in ids if inbox.count(i) > 1)
+    assert not twice, f"delivered more than once: {twice[:5]}"
+    for message_id in ids:
+        first = inbox.first(message_id)
+        assert first.produced_ms >= first.due_ms, f"{message_id} delivered early"
+
+
+def test_one_replica_is_elected_and_a_stopped_master_hands_over_without_loss_or_duplicate(
+    group: Group, kafka_bootstrap: str, namespace: str
+) -> None:
+    a = group.start("a")
+    _wait(lambda: group.masters() == ["a"], 30, "a is master")
+    group.start("b")
+    topic = f"{namespace}-target"
+    settings = a.settings
+    with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
+        first = _send(client, topic, 30, 0.3, "before-")
+        assert inbox.wait_for(first, 30)
+        _wait(lambda: _role(group.nodes["b"]) == "backup", 5, "b stays a backup")
+        assert group.masters() == ["a"], "a backup joining took the role from a live master"
+        status = group_status(settings)
+        assert status.master == "a" and status.term == 1
+        assert sorted(m.node for m in status.members) == ["a", "b"]
+        later = _send(client, topic, 30, 1.5, "across-")
+        a.stop()
+        _wait(lambda: group.masters() == ["b"], 30, "b took over")
+        after = _send(client, topic, 30, 0.2, "after-")
+        _exactly_once(inbox, first | later | after)
+
+
+def test_a_fenced_master_stops_and_turns_into_a_backup_without_a_restart(
+    group: Group, kafka_bootstrap: str, namespace: str
+) -> None:
+    a = group.start("a")
+    _wait(lambda: group.masters() == ["a"], 30, "a is master")
+    replica = a.replica
+    assert isinstance(replica, Replica)
+    term = replica.term
+    topic = f"{namespace}-target"
+    with Inbox(a.settings, [topic]) as inbox, DelayClient(a.settings) as client:
+        ids = _send(client, topic, 20, 0.2, "x-")
+        assert inbox.wait_for(ids, 30)
+        # A second producer with the group's transactional.id: what a new master does first.
+        usurper = Producer(
+            {
+                "bootstrap.servers": kafka_bootstrap,
+                "transactional.id": a.settings.topics.names.transactional_id(GROUP),
+            }
+        )
+        usurper.init_transactions(30)
+        more = _send(client, topic, 20, 0.1, "y-")
+        context = a.context
+        assert context is not None
+        _wait(lambda: context.metrics.totals().get("demotions", 0) >= 1, 20, "a was demoted")
+        assert context.metrics.totals().get("fenced", 0) >= 1
+        # Still elected, it takes over again with the next term, fencing the usurper in turn.
+        _wait(lambda: replica.role == "master" and replica.term > term, 30, "a leads again")
+        _exactly_once(inbox, ids | more)
+
+
+def test_a_backup_follows_the_committed_progress_and_continues_a_repeat_after_takeover(
+    group: Group, kafka_bootstrap: str, namespace: str
+) -> None:
+    a = group.start("a")
+    _wait(lambda: group.masters() == ["a"], 30, "a is master")
+    b = group.start("b")
+    topic = f"{namespace}-target"
+    repeat = Repeat(RepeatKind.FIXED, interval_ms=3000, times=3)
+    with Inbox(a.settings, [topic]) as inbox, DelayClient(a.settings) as client:
+        client.send_delay(topic, b"r", delay=0.3, id="rep", repeat=repeat)
+        ids = _send(client, topic, 20, 0.3, "f-")
+        assert inbox.wait_for(ids | {"rep"}, 30)
+        assert b.context is not None
+        ledger, store = b.context.ledger, b.context.store
+
+        def followed() -> bool:
+            state = store.get_index(["rep"])[0]
+            if state is None or state[:1] != keys.INDEX_PENDING:
+                return False
+            raw = store.get_messages([state[1:]])[0]
+            return raw is not None and codec.decode(raw).occurrence == 2
+
+        _wait(followed, 20, "the backup holds the repeat's next occurrence")
+        assert ledger.seek_ms >= inbox.first("rep").due_ms, "the backup's seek did not follow"
+        a.stop()
+        _wait(lambda: group.masters() == ["b"], 30, "b took over")
+        _wait(lambda: inbox.count("rep") >= 3, 20, "every occurrence arrived")
+        time.sleep(1.0)
+        with inbox._lock:
+            occurrences = sorted(d.occurrence for d in inbox.by_id["rep"])
+        assert occurrences == [1, 2, 3]
+        _exactly_once(inbox, ids)
+
+
+def test_an_undeliverable_record_is_dead_lettered_inside_the_transaction(
+    group: Group, kafka_bootstrap: str, namespace: str, admin: Any
+) -> None:
+    from confluent_kafka.cimpl import NewTopic
+
+    a = group.start("a")
+    _wait(lambda: group.masters() == ["a"], 30, "a is master")
+    topic, small = f"{namespace}-target", f"{namespace}-small"
+    admin.create_topics([NewTopic(small, 1, 1, config={"max.message.bytes": "2000"})])[
+        small
+    ].result(30)
+    dead = a.settings.topics.names.dead_letter
+    with ExitStack() as stack:
+        inbox = stack.enter_context(Inbox(a.settings, [topic]))
+        dlq = stack.enter_context(Inbox(a.settings, [dead], partitions=1))
+        client = stack.enter_context(DelayClient(a.settings))
+        good = _send(client, topic, 10, 0.5, "ok-")
+        client.send_delay(small, b"x" * 5000, delay=0.5, id="too-large")
+        client.send_delay(f"{namespace}-missing", b"x", delay=0.5, id="no-topic")
+        _exactly_once(inbox, good)
+        assert dlq.wait_for({"too-large", "no-topic"}, 30)
+        time.sleep(1.0)
+        assert dlq.count("too-large") == 1 and dlq.count("no-topic") == 1
