@@ -123,7 +123,12 @@ class Observation:
 
 
 def observe(
-    bootstrap: str, topic: str, expected: int, timeout_s: float, idle_timeout_s: float = 30.0
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    timeout_s: float,
+    idle_timeout_s: float = 30.0,
+    visible: bool = False,
 ) -> Observation:
     """Read ``topic`` from the beginning until ``expected`` distinct ids arrived (or time out).
 
@@ -131,7 +136,12 @@ def observe(
     ``chronos-due-ms`` header: it measures the broker, not this consumer. So the observer may
     read late and in large fetches, and leaves every per-second figure until the last record:
     during a run it shares the two cores with what it measures.
+
+    ``visible``: lateness is when this ``read_committed`` consumer received the record instead,
+    fetching without waiting: what a consumer of transactional delivery sees (a record becomes
+    visible at its transaction's commit, after its timestamp).
     """
+    fetch: dict[str, int] = {"fetch.wait.max.ms": 10, "fetch.min.bytes": 1} if visible else {}
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -144,6 +154,7 @@ def observe(
             # scripts/broker_fetch_cost.py). The observer gives up nothing by waiting.
             "fetch.wait.max.ms": 500,
             "fetch.min.bytes": 262_144,
+            **fetch,
         }
     )
     consumer.assign(
@@ -183,7 +194,7 @@ def observe(
                     duplicates += 1
                     continue
                 seen.add(message_id)
-                produced = record.timestamp()[1]
+                produced = int(time.time() * 1000) if visible else record.timestamp()[1]
                 produced_ms.append(produced)
                 lateness_ms.append(produced - int(due))
     finally:

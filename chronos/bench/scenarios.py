@@ -34,18 +34,25 @@ def spawn_pool(workers: int = 2) -> cf.ProcessPoolExecutor:
 
 
 def run_load(
-    stack: BenchStack, spec: LoadSpec, timeout_s: float, quiet_s: float = 30.0
+    stack: BenchStack,
+    spec: LoadSpec,
+    timeout_s: float,
+    quiet_s: float = 30.0,
+    visible: bool = False,
 ) -> tuple[dict[str, float], Observation, Result]:
     """Generate ``spec`` and observe its deliveries in child processes, sampling the node.
 
-    The observer gives up after ``quiet_s`` without a delivery (longer than any planned wait).
+    The observer gives up after ``quiet_s`` without a delivery (longer than any planned wait);
+    ``visible``: lateness when the observer received a record (see ``observe``).
     """
     broker = stack.broker_pid
     broker_cpu = cpu_seconds(broker) if broker else 0.0
+    backups = [b.pid for b in stack.backups]
+    backup_cpu = sum(cpu_seconds(pid) for pid in backups)
     started = time.monotonic()
     with spawn_pool() as pool, ProcessSampler(stack.node.pid) as sampler:
         watching = pool.submit(
-            observe, stack.bootstrap, spec.target, spec.count, timeout_s, quiet_s
+            observe, stack.bootstrap, spec.target, spec.count, timeout_s, quiet_s, visible
         )
         sent = pool.submit(generate, spec).result()
         seen = watching.result()
@@ -59,11 +66,20 @@ def run_load(
         "load_generator": round(100 * sent["cpu_s"] / elapsed, 1),
         "observer": round(100 * seen.cpu_s / elapsed, 1),
     }
+    if backups:
+        node["machine_cpu_percent"]["backups"] = round(
+            100 * (sum(cpu_seconds(pid) for pid in backups) - backup_cpu) / elapsed, 1
+        )
     return sent, seen, node
 
 
 def steady(
-    stack: BenchStack, rate: float, seconds: float, payload: int = 200, max_delay_ms: int = 10_000
+    stack: BenchStack,
+    rate: float,
+    seconds: float,
+    payload: int = 200,
+    max_delay_ms: int = 10_000,
+    visible: bool = False,
 ) -> Result:
     """Schedule at ``rate``/s for ``seconds`` with delays over 1 s .. ``max_delay_ms``."""
     count = int(rate * seconds)
@@ -77,7 +93,7 @@ def steady(
         payload_bytes=payload,
         prefix=f"s{rate:.0f}-{time.time_ns()}",
     )
-    sent, seen, node = run_load(stack, spec, seconds + max_delay_ms / 1000 + 90)
+    sent, seen, node = run_load(stack, spec, seconds + max_delay_ms / 1000 + 90, visible=visible)
     result: Result = {
         "rate_target": rate,
         "seconds": seconds,
@@ -119,6 +135,49 @@ def highest_rate(
             break
     best = max((r["rate_target"] for r in runs if r["sustained"]), default=0)
     return {"runs": runs, "highest_sustained_rate": best}
+
+
+def replicated(
+    bootstrap: str | None,
+    rates: list[float],
+    seconds: float,
+    log: Callable[[str], None],
+    max_delay_ms: int = 10_000,
+    layout: TopicLayout | None = None,
+    broker: BrokerKind = "kafka",
+) -> Result:
+    """What master/backup costs: at each rate, a node alone (at least once) and a replica group
+    of two (transactional delivery, a backup following), fresh each, until both fail; lateness
+    measured when a ``read_committed`` consumer receives the record, for both."""
+    modes = {"alone": 0, "group": 2}
+    runs: dict[str, list[Result]] = {mode: [] for mode in modes}
+    for rate in rates:
+        for mode, replicas in modes.items():
+            if runs[mode] and not runs[mode][-1]["sustained"]:
+                continue
+            with BenchStack(bootstrap, layout=layout, broker=broker, replicas=replicas) as stack:
+                stack.start_node()
+                run = steady(stack, rate, seconds, max_delay_ms=max_delay_ms, visible=True)
+            run["mode"] = mode
+            # Exactly once is the point of the group: a duplicate fails the rate.
+            run["sustained"] = run["sustained"] and run["duplicates"] == 0
+            log(
+                f"replicated {mode:<5} {rate:>8.0f}/s: ingest {run['ingest_rate']:.0f}/s, "
+                f"delivered {run['delivered']}/{run['expected']}, p99 "
+                f"{run['lateness_ms']['p99']} ms, duplicates {run['duplicates']}"
+            )
+            runs[mode].append(run)
+        if all(r and not r[-1]["sustained"] for r in runs.values()):
+            break
+    best = {
+        mode: max((r["rate_target"] for r in found if r["sustained"]), default=0)
+        for mode, found in runs.items()
+    }
+    return {
+        "runs": runs,
+        "highest_sustained_rate": best,
+        "ratio": round(best["group"] / best["alone"], 3) if best["alone"] else None,
+    }
 
 
 def burst(

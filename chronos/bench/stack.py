@@ -47,6 +47,8 @@ class BenchStack:
         node_settings: extra ``[node]`` TOML lines (e.g. thread counts).
         layout: partitions of the inner topic and of the target topic.
         broker: the local broker to start when no bootstrap is given.
+        replicas: 0 for a node alone; N for a replica group of N node processes (the first
+            started is the master: ``node``; the others are ``backups``).
     """
 
     def __init__(
@@ -55,7 +57,10 @@ class BenchStack:
         node_settings: str = "",
         layout: TopicLayout | None = None,
         broker: BrokerKind = "tansu",
+        replicas: int = 0,
     ) -> None:
+        self._replicas = replicas
+        self.backups: list[NodeProcess] = []
         self._given = bootstrap
         self._kind: BrokerKind = broker
         self._broker: LocalBroker | None = None
@@ -75,23 +80,41 @@ class BenchStack:
     def __enter__(self) -> BenchStack:
         if not self._given:
             self._broker = start_local_broker(self._kind, self.workdir / f"{self._kind}.log")
-        config = self.workdir / "chronos.toml"
-        config.write_text(
-            f'[kafka]\nbootstrap_servers = "{self.bootstrap}"\n'
-            f'[topics]\nnamespace = "{self.namespace}"\ninner_partitions = {self.layout.inner}\n'
-            f'[node]\ndata_dir = "{self.workdir / "store"}"\n{self._node_settings}\n'
-            '[log]\nformat = "json"\n'
-        )
-        self.settings: ChronosSettings = load_settings(config)
+        configs = [self._config(r) for r in range(max(1, self._replicas))]
+        self.settings: ChronosSettings = load_settings(configs[0])
         ensure_topics(self.settings)
         create_topic(self.settings, self.target, self.layout.target)
-        self.node = NodeProcess(config, self.workdir / "node.log")
+        if not self._replicas:
+            self.node = NodeProcess(configs[0], self.workdir / "node.log")
+            return self
+        self.node = NodeProcess(configs[0], self.workdir / "node.log", "became_master")
+        self.backups = [
+            NodeProcess(c, self.workdir / f"backup-{n}.log", "ingest_caught_up")
+            for n, c in enumerate(configs[1:])
+        ]
         return self
+
+    def _config(self, replica: int) -> Path:
+        """The TOML of one node; a replica of group ``bench`` when the stack has replicas."""
+        path = self.workdir / f"chronos-{replica}.toml"
+        store = self.workdir / ("store" if replica == 0 else f"store-{replica}")
+        group = '[group]\nname = "bench"\n' if self._replicas else ""
+        path.write_text(
+            f'[kafka]\nbootstrap_servers = "{self.bootstrap}"\n'
+            f'[topics]\nnamespace = "{self.namespace}"\ninner_partitions = {self.layout.inner}\n'
+            f'[node]\nnode_id = "n{replica}"\ndata_dir = "{store}"\n{self._node_settings}\n'
+            f'{group}[log]\nformat = "json"\n'
+        )
+        return path
 
     def start_node(self) -> None:
         self.node.start()
         if not self.node.wait_ready(120):
             raise RuntimeError(f"node not ready, see {self.workdir / 'node.log'}")
+        for backup in self.backups:
+            backup.start()
+            if not backup.wait_ready(120):
+                raise RuntimeError(f"backup not ready, see {self.workdir}")
 
     @property
     def broker(self) -> LocalBroker | None:
@@ -117,10 +140,11 @@ class BenchStack:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        try:
-            self.node.terminate()
-        except (AssertionError, OSError):
-            pass
+        for node in (*self.backups, self.node):
+            try:
+                node.terminate()
+            except (AssertionError, OSError):
+                pass
         if self._broker is not None:
             self._broker.stop()
         if exc is None:

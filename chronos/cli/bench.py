@@ -16,7 +16,7 @@ from chronos.bench.stack import TopicLayout
 from chronos.devstack.brokers import BROKER_KINDS
 from chronos.settings import NodeSettings
 
-ALL = ("relay", "steady", "redis", "burst", "scale", "proxy")
+ALL = ("relay", "steady", "redis", "burst", "scale", "proxy", "replicated")
 
 # (steady rates, seconds per rate, max delay ms, burst count, scale count, relay count, proxy s)
 _QUICK = ([5_000.0], 8.0, 3_000, 20_000, 50_000, 50_000, 3.0)
@@ -190,6 +190,10 @@ def main(args: argparse.Namespace) -> int:
             found["burst"] = scenarios.burst(args.bootstrap, burst_n, log, layout, args.broker)
         if "scale" in args.only:
             found["scale"] = scenarios.scale(args.bootstrap, scale_n, log, layout, args.broker)
+        if "replicated" in args.only:
+            found["replicated"] = scenarios.replicated(
+                args.bootstrap, rates, seconds, log, max_delay, layout, args.broker
+            )
         if "proxy" in args.only:
             found["proxy"] = scenarios.proxy_http(
                 args.bootstrap, proxy_s, 100, log, layout, args.broker
