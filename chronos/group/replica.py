@@ -178,6 +178,11 @@ class Replica(LoopWorker):
         self._delivery.start()
         self.role = "master"
         self._ctx.metrics.incr("promotions")
+        # The group delivered nothing between the old master's last commit and now: the
+        # failover as the group saw it (clocks of two machines: approximate).
+        gap_ms = None if cut is None else self._ctx.clock.now_ms() - cut.committed_at_ms
+        if gap_ms is not None:
+            self._ctx.metrics.observe("failover_gap_ms", gap_ms)
         log.info(
             "became_master",
             node=s.node.node_id,
@@ -188,6 +193,7 @@ class Replica(LoopWorker):
             ingest_caught_up=caught_up,
             fence_ms=round((fenced_at - started) * 1000),
             takeover_ms=round((time.monotonic() - started) * 1000),
+            since_last_commit_ms=gap_ms,
         )
 
     def _read_committed_progress(self) -> Cut | None:
