@@ -171,7 +171,8 @@ def observe(
     gc.disable()
     try:
         while len(seen) < expected and time.monotonic() < deadline:
-            records = consumer.consume(5000, 0.5)
+            # consume() waits for its whole batch or the timeout: at visibility, not long.
+            records = consumer.consume(5000, 0.005 if visible else 0.5)
             if not records:
                 if time.monotonic() - last_progress > idle_timeout_s:
                     break
