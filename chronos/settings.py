@@ -362,11 +362,12 @@ class GroupSettings(_Section):
         ),
     )
     transaction_interval_ms: int = Field(
-        20,
+        5,
         ge=0,
         description=(
             "Shortest time between two delivery transactions: what is due meanwhile shares "
-            "one commit (each commit is a few broker round trips)."
+            "one commit (each commit is a few broker round trips). At 10,000 msg/s on 2 cores, "
+            "20 ms gave p99 145-277 ms at visibility, 5 ms 130 ms (docs/benchmarks)."
         ),
     )
     progress_interval_ms: int = Field(

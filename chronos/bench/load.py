@@ -120,6 +120,9 @@ class Observation:
     first_ms: int = 0
     last_ms: int = 0
     cpu_s: float = 0.0
+    #: At visibility (``observe(visible=True)``): each record's timestamp minus its due time,
+    #: to tell what the producing side took from what reading took.
+    stamped_lateness_ms: list[int] = field(default_factory=list)
 
 
 def observe(
@@ -166,6 +169,7 @@ def observe(
     seen: set[bytes] = set()
     produced_ms: list[int] = []
     lateness_ms: list[int] = []
+    stamped_lateness: list[int] = []
     duplicates = 0
     deadline = time.monotonic() + timeout_s
     last_progress = time.monotonic()
@@ -198,15 +202,19 @@ def observe(
                     duplicates += 1
                     continue
                 seen.add(message_id)
-                produced = int(time.time() * 1000) if visible else record.timestamp()[1]
+                stamped = record.timestamp()[1]
+                produced = int(time.time() * 1000) if visible else stamped
                 produced_ms.append(produced)
                 lateness_ms.append(produced - int(due))
+                if visible:
+                    stamped_lateness.append(stamped - int(due))
     finally:
         if gc_was_enabled:
             gc.enable()
         consumer.close()
     result = summarize_arrivals(produced_ms, lateness_ms)
     result.duplicates = duplicates
+    result.stamped_lateness_ms = stamped_lateness
     result.cpu_s = time.process_time()
     return result
 

@@ -28,6 +28,13 @@ def sustained_rate(observation: Observation) -> float:
 
 def summarize(observation: Observation, expected: int) -> dict[str, object]:
     """The numbers every delivery scenario reports."""
+    summary = _summarize(observation, expected)
+    if observation.stamped_lateness_ms:
+        summary["stamped_lateness_ms"] = percentiles(observation.stamped_lateness_ms)
+    return summary
+
+
+def _summarize(observation: Observation, expected: int) -> dict[str, object]:
     return {
         "expected": expected,
         "delivered": observation.unique,

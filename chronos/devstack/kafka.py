@@ -171,14 +171,25 @@ class KafkaBroker(BrokerProcess):
     def _java(self, main: str, *args: str, heap: str) -> list[str]:
         libs = fetch_jars(self._version)
         assert self._workdir is not None
+        extra = os.environ.get("KAFKA_OPTS", "").split()
+        # Kafka's own default collector, unless KAFKA_OPTS chooses one.
+        gc = (
+            []
+            if any(o.startswith("-XX:+Use") and o.endswith("GC") for o in extra)
+            else [
+                "-XX:+UseG1GC",
+                "-XX:MaxGCPauseMillis=20",
+            ]
+        )
         return [
             java_binary(),
             f"-Xms{heap}" if main == "kafka.Kafka" else "-Xms64m",
             f"-Xmx{heap}",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
+            *gc,
             "-XX:+ExplicitGCInvokesConcurrent",
             "-Djava.awt.headless=true",
+            # Extra JVM options, as Kafka's own scripts take them (e.g. "-Xlog:gc:file=gc.log").
+            *extra,
             f"-Dlog4j2.configurationFile={self._workdir / 'log4j2.properties'}",
             "-cp",
             f"{libs}/*",
