@@ -110,8 +110,14 @@ class Replica(LoopWorker):
         elif elected and time.monotonic() >= self._retry_at and not self.stopping:
             try:
                 self._promote()
-            except (_TakeoverAborted, Fenced, KafkaException) as exc:
-                log.warning("takeover_failed", reason=str(exc), retry_in_s=_RETRY_S)
+            except Exception as exc:  # any failure: stay a backup that follows, try again later
+                expected = isinstance(exc, (_TakeoverAborted, Fenced, KafkaException))
+                log.warning(
+                    "takeover_failed",
+                    reason=str(exc) if expected else repr(exc),
+                    retry_in_s=_RETRY_S,
+                    exc_info=not expected,
+                )
                 self._retry_at = time.monotonic() + _RETRY_S
                 self._ctx.ledger.set_leading(False)
                 if self._follow is None:

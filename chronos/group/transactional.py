@@ -197,6 +197,12 @@ class TransactionalDelivery(LoopWorker):
             committed = self._transact(jobs, upto, covered)
         except _Aborted:
             committed = False
+        except Fenced:
+            raise
+        except Exception:
+            # Whatever broke, no transaction may stay open: the next one could not begin.
+            self._call(self._producer.abort_transaction, self._timeout_s, quiet=True)
+            raise
         if committed:
             self._failures = 0
         else:
