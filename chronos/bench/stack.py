@@ -96,7 +96,8 @@ class BenchStack:
 
     def _config(self, replica: int) -> Path:
         """The TOML of one node; a replica of group ``bench`` when the stack has replicas."""
-        path = self.workdir / f"chronos-{replica}.toml"
+        # The first node's file is chronos.toml: the proxy scenario extends it.
+        path = self.workdir / ("chronos.toml" if replica == 0 else f"chronos-{replica}.toml")
         store = self.workdir / ("store" if replica == 0 else f"store-{replica}")
         group = '[group]\nname = "bench"\n' if self._replicas else ""
         path.write_text(
