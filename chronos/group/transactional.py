@@ -31,7 +31,7 @@ from chronos.group.record import Cut, encode_cut, encode_repeat
 from chronos.kafka.errors import describe, is_permanent
 from chronos.metrics import Metrics
 from chronos.node.component import LoopWorker
-from chronos.node.deadletter import dead_letter_headers, shrink
+from chronos.node.deadletter import dead_letter_headers, job_record, shrink
 from chronos.node.frontier import Frontier
 from chronos.node.job import DeliveryJob
 from chronos.node.ledger import Ledger, RepeatState
@@ -223,7 +223,10 @@ class TransactionalDelivery(LoopWorker):
         return slot - 1 if slot - 1 > self._seek else slot
 
     def _rows_through(self, upto: EpochMs) -> list[tuple[bytes, bytes]]:
-        """Every stored message with a slot in (seek, upto]: all of them, or the cut lies."""
+        """Every stored message with a slot in (seek, upto]: all of them, or the cut lies.
+
+        A second scan after ``_target``'s on purpose: writes that completed between that one
+        and the frontier's move may hold slots in range."""
         rows: list[tuple[bytes, bytes]] = []
         start, stop = keys.slot_bound(self._seek + 1), keys.slot_bound(upto + 1)
         while True:
@@ -314,13 +317,7 @@ class TransactionalDelivery(LoopWorker):
         self, n: int, job: DeliveryJob, reason: str, failures: dict[int, KafkaError]
     ) -> None:
         message = job.message
-        if message is None:
-            key, value, headers = None, job.raw, []
-            source, target = "store:" + job.key.hex(), None
-        else:
-            key, value = message.key, message.value
-            headers = delivery_headers(message, job.due_ms, job.skipped)
-            source, target = "delivery", message.topic
+        key, value, headers, source, target = job_record(job)
         truncated = None
         if job.key in self._shrink:
             key, headers, truncated = shrink(key, value, headers)

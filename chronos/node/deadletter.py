@@ -12,8 +12,15 @@ from confluent_kafka import KafkaError
 from chronos.kafka.errors import describe, is_permanent
 from chronos.kafka.producer import Delivery, DeliveryCallback
 from chronos.metrics import Metrics
+from chronos.node.job import DeliveryJob
 from chronos.types import Headers
-from chronos.wire import H_DLQ_REASON, H_DLQ_SOURCE, H_DLQ_TARGET, H_DLQ_TRUNCATED
+from chronos.wire import (
+    H_DLQ_REASON,
+    H_DLQ_SOURCE,
+    H_DLQ_TARGET,
+    H_DLQ_TRUNCATED,
+    delivery_headers,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -62,6 +69,18 @@ def shrink(
     key_bytes = len(key or b"")
     sizes = f"value={len(value or b'')} key={key_bytes} headers={header_bytes}"
     return (key if key_bytes <= KEPT_PART_BYTES else None), kept, sizes
+
+
+def job_record(
+    job: DeliveryJob,
+) -> tuple[bytes | None, bytes | None, Headers, str, str | None]:
+    """(key, value, headers, source, target) of a delivery job's dead letter: the record as it
+    would have been delivered, or the raw stored bytes of one that could not be decoded."""
+    message = job.message
+    if message is None:
+        return None, job.raw, [], "store:" + job.key.hex(), None
+    headers = delivery_headers(message, job.due_ms, job.skipped)
+    return message.key, message.value, headers, "delivery", message.topic
 
 
 class DeadLetters:

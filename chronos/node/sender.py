@@ -18,7 +18,7 @@ from chronos.kafka.errors import describe, is_outage, is_permanent
 from chronos.kafka.producer import Delivery
 from chronos.metrics import Metrics
 from chronos.node.component import LoopWorker
-from chronos.node.deadletter import DeadLetters
+from chronos.node.deadletter import DeadLetters, job_record
 from chronos.node.job import DeliveryJob
 from chronos.node.progress import ProgressTracker
 from chronos.settings import DeliverySettings
@@ -226,14 +226,7 @@ class Sender(LoopWorker):
 
     def _send_dead_letter(self, job: DeliveryJob) -> None:
         reason = job.dead_reason or "undecodable stored message"
-        message = job.message
-        if message is None:
-            key, value, headers = None, job.raw, []
-            source, target = "store:" + job.key.hex(), None
-        else:
-            key, value = message.key, message.value
-            headers = delivery_headers(message, job.due_ms, job.skipped)
-            source, target = "delivery", message.topic
+        key, value, headers, source, target = job_record(job)
         self._dead.send(
             key,
             value,
