@@ -266,3 +266,5 @@ class Replica(LoopWorker):
             return
         delivery.stop()
         delivery.join(self._ctx.settings.group.transaction_timeout_ms / 1000.0 + 5)
+        if not delivery.is_alive():
+            delivery.close()

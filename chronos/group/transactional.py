@@ -268,7 +268,7 @@ class TransactionalDelivery(LoopWorker):
         key, value = encode_cut(cut)
         self._produce(self._progress_topic, key, value, None, -1, failures)
         produced_at = time.monotonic()
-        left = producer.flush(self._timeout_s)
+        left = self._flush()
         if failures or left:
             self._abort(jobs, failures, left)
             return False
@@ -296,6 +296,30 @@ class TransactionalDelivery(LoopWorker):
             self._metrics.observe("ack_lateness_ms", now - oldest)
         self._metrics.incr("transactions")
         return True
+
+    def _flush(self) -> int:
+        """Wait for the transaction's records to be acknowledged; how many were not."""
+        try:
+            return int(self._producer.flush(self._timeout_s))
+        except KafkaException as exc:
+            if is_fenced(exc.args[0]):
+                raise Fenced(describe(exc.args[0])) from None
+            raise
+        except SystemError as exc:
+            # confluent-kafka serves the callbacks of a producer that just failed fatally (as
+            # fenced ones do) with the error still set, and the first callback raises this.
+            # The producer keeps the error: without its traceback it cannot keep this loop's
+            # frames (and through them the producer itself) alive.
+            exc.__traceback__ = None
+            raise Fenced(f"the producer failed while flushing: {exc}") from None
+
+    def close(self) -> None:
+        """Release the producer (its threads and connections) once the loop has ended: a node
+        demoted and promoted again must not keep one per term."""
+        producer = self._producer
+        producer.purge()
+        producer.poll(0)
+        del self._producer
 
     def _produce_job(self, n: int, job: DeliveryJob, failures: dict[int, KafkaError]) -> bool:
         """Produce one job to its target or, when it has a reason, to the dead-letter topic.
