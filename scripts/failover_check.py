@@ -275,7 +275,9 @@ def _kill_master(group: Group, summary: Summary) -> None:
     print(f"killed {master.name} (term {term}); {new.name} delivers after {failover} ms")
 
 
-def run_scenario(args: argparse.Namespace, group: Group, summary: Summary, broker: Any) -> None:
+def run_scenario(
+    args: argparse.Namespace, group: Group, summary: Summary, broker: Any, seen: Seen
+) -> None:
     if args.scenario == "kill":
         for _ in range(args.kills):
             time.sleep(args.interval)
@@ -338,7 +340,7 @@ def run_scenario(args: argparse.Namespace, group: Group, summary: Summary, broke
         time.sleep(args.freeze)
         broker.thaw()
         resumed_ms = int(time.time() * 1000)
-        summary.flowing_again_after_ms = _flowing_again(resumed_ms, args.seen)
+        summary.flowing_again_after_ms = _flowing_again(resumed_ms, seen)
         time.sleep(args.interval)
     time.sleep(args.interval)
 
@@ -438,12 +440,11 @@ def main() -> int:
             DeliveryWatcher(bootstrap, [topic], committed).start(),
             DeliveryWatcher(bootstrap, [topic], uncommitted, "read_uncommitted").start(),
         ]
-        args.seen = committed
         with DelayClient(settings) as client:
             load = Load(client, topic, args.rate, args.seed)
             load.start()
             try:
-                run_scenario(args, group, summary, broker)
+                run_scenario(args, group, summary, broker, committed)
             finally:
                 load.stop()
         # Everything due, repeats' last occurrences included, then stragglers.

@@ -66,8 +66,6 @@ class Replica(LoopWorker):
         self._follow: FollowWorker | None = None
         self._delivery: TransactionalDelivery | None = None
         self._retry_at = 0.0
-        #: When this node last saw itself lose or gain the election (failover measurements).
-        self.elected_at: float | None = None
         #: "backup", "master", or "stopped" once this component stopped.
         self.role = "backup"
 
@@ -79,9 +77,7 @@ class Replica(LoopWorker):
         cut = self._follower.latest
         return 0 if cut is None else cut.term
 
-    def _on_election(self, elected: bool) -> None:
-        if elected:
-            self.elected_at = time.monotonic()
+    def _on_election(self, _elected: bool) -> None:
         self._changed.set()
 
     def _on_fenced(self, _reason: str) -> None:

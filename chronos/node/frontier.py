@@ -123,13 +123,6 @@ class Frontier:
         with self._wake:
             self._stopped = False
 
-    def seed_offsets(self, offsets: Mapping[int, int]) -> None:
-        """Offsets already in the store at start count as completed."""
-        with self._lock:
-            for partition, offset in offsets.items():
-                if offset > self._completed.get(partition, -1):
-                    self._completed[partition] = offset
-
     def slot_for(self, frontier: EpochMs, due_ms: EpochMs) -> EpochMs:
         """Where a message due at ``due_ms`` must be stored given the reserved ``frontier``."""
         return due_ms if due_ms > frontier else frontier + 1

@@ -9,6 +9,7 @@ place messages reserve their slots on the push frontier (see ``frontier.py``).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -25,6 +26,8 @@ from chronos.types import EpochMs
 log = structlog.get_logger(__name__)
 
 _CHUNK = 10_000
+#: Fewest seconds between two range deletes of covered arrivals (see ``_forget_arrivals``).
+_FORGET_ARRIVALS_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,7 @@ class Ledger:
         self._track_arrivals = track_arrivals
         #: False on a replica that follows a master (see ``set_leading``).
         self.leading = leading
+        self._arrivals_forgotten_at = -_FORGET_ARRIVALS_S
         self._frontier = frontier
         self._clock = clock
         self._tombstone_ms = int(retention.tombstone_retention_s * 1000)
@@ -308,10 +312,7 @@ class Ledger:
                     batch.set_seek(seek_ms)
                 self._store.write(batch)
             self._seek = max(self._seek, seek_ms)
-        for partition, offset in covered.items():
-            self._store.delete_arrivals(
-                keys.arrival_key(partition, 0), keys.arrival_key(partition, offset)
-            )
+        self._forget_arrivals(covered)
         if earliest is not None:
             self._frontier.notify(earliest)
 
@@ -324,6 +325,19 @@ class Ledger:
             self._seek = seek
             self.leading = True
         return seek
+
+    def _forget_arrivals(self, covered: Mapping[int, int]) -> None:
+        """Range-delete arrivals below a cut, at most once a second: a range tombstone per
+        transaction (tens a second) would pile up for nothing, as a takeover reads arrivals
+        only from the cut's offsets on."""
+        now = time.monotonic()
+        if now - self._arrivals_forgotten_at < _FORGET_ARRIVALS_S:
+            return
+        self._arrivals_forgotten_at = now
+        for partition, offset in covered.items():
+            self._store.delete_arrivals(
+                keys.arrival_key(partition, 0), keys.arrival_key(partition, offset)
+            )
 
     def relocate_uncovered(
         self, seek_ms: EpochMs, covered: Mapping[int, int], partitions: list[int]
@@ -356,14 +370,16 @@ class Ledger:
             ]
             values = self._store.get_messages([key for _, key in behind])
             batch = self._store.batch()
+            moved = 0
             for (message_id, old_key), value in zip(behind, values, strict=True):
                 if value is None:
                     continue  # purged: delivered long ago by an earlier master
                 key = keys.message_key(seek_ms + 1, message_id)
                 batch.delete_message(old_key)
                 batch.put_scheduled(key, message_id, value, keys.index_pending(key))
+                moved += 1
             self._store.write(batch)
-        return len(behind)
+        return moved
 
     def is_current(self, pairs: list[tuple[str, bytes]]) -> list[bool]:
         """Whether each (id, key) is still what the index schedules (false when superseded)."""
