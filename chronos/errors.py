@@ -37,5 +37,6 @@ class StoreError(ChronosError):
     """The RocksDB store is unusable (wrong format version, corrupt metadata)."""
 
 
-class KafkaDeliveryError(ChronosError):
-    """Kafka did not acknowledge a record in time or refused it."""
+class NotAcknowledged(ChronosError):
+    """Kafka did not acknowledge a request (the inner topic) in time, or refused it: its outcome
+    is unknown or negative, never "accepted"."""

@@ -51,6 +51,10 @@ class TopicNames:
         """One-partition compacted topic of a replica group's committed progress."""
         return f"{self.namespace}.progress.{group}"
 
+    def progress_reader_group(self, node_id: str, reader: str) -> str:
+        """Group id of a progress-topic reader (assigned, never joined: librdkafka wants one)."""
+        return f"{self.namespace}.progress-reader.{node_id}.{reader}"
+
     def transactional_id(self, group: str) -> str:
         """The delivery producer's ``transactional.id``: one per group, so a new master's
         ``init_transactions`` fences the old one."""

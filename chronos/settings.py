@@ -22,8 +22,45 @@ from chronos.types import KafkaConfig
 
 KafkaValue = str | int | float | bool
 _RECORD_OVERHEAD_BYTES = 64 * 1024
-#: librdkafka's names of the producer's acks setting.
-_ACKS_KEYS = frozenset({"acks", "request.required.acks"})
+
+#: librdkafka options chronos sets itself, per client, and relies on: no passthrough table
+#: (``kafka.client_config``, ``producer_config``, ``consumer_config``) may name one. Each with
+#: what chronos relies on it for.
+PROTECTED_KAFKA_KEYS: dict[str, str] = {
+    "group.id": "each consumer's group is chronos' (ingest, election, progress reader)",
+    "group.instance.id": "static membership would keep a dead master's role for a session",
+    "client.id": "a replica is named by its client.id (node.node_id) in chronos group",
+    "isolation.level": "the progress reader and ingest read committed records only",
+    "enable.auto.commit": "ingest's offsets live in its store; the group's are advisory",
+    "enable.auto.offset.store": "ingest offers the group only offsets its store fsynced",
+    "auto.offset.reset": "a store that fell behind retention must read from the earliest record",
+    "enable.partition.eof": "a takeover knows it read the progress topic to its end by it",
+    "partition.assignment.strategy": "the election relies on cooperative-sticky",
+    "session.timeout.ms": "set group.session_timeout_ms instead",
+    "heartbeat.interval.ms": "set group.heartbeat_interval_ms instead",
+    "transactional.id": "one per replica group, set by chronos",
+    "transaction.timeout.ms": "set group.transaction_timeout_ms instead",
+    "message.timeout.ms": "set delivery.message_timeout_ms (the proxy's is proxy.ack_timeout_s)",
+    "delivery.timeout.ms": "set delivery.message_timeout_ms (the proxy's is proxy.ack_timeout_s)",
+}
+#: Options chronos sets to one value for every producer: spelling out that value is allowed.
+_FIXED_PRODUCER_KEYS: dict[str, tuple[frozenset[str], str]] = {
+    "acks": (
+        frozenset({"all", "-1"}),
+        "would answer requests before every in-sync replica has them; chronos produces with "
+        "acks=all",
+    ),
+    "request.required.acks": (
+        frozenset({"all", "-1"}),
+        "would answer requests before every in-sync replica has them; chronos produces with "
+        "acks=all",
+    ),
+    "enable.idempotence": (
+        frozenset({"true"}),
+        "lets a retried produce write a record twice or out of order; chronos' producers are "
+        "idempotent",
+    ),
+}
 
 
 class _Section(BaseModel):
@@ -49,25 +86,22 @@ class KafkaSettings(_Section):
         default_factory=dict, description="librdkafka options for consumers only."
     )
 
-    @field_validator("client_config", "producer_config")
+    @field_validator("client_config", "producer_config", "consumer_config")
     @classmethod
-    def _keep_durability(cls, config: dict[str, KafkaValue]) -> dict[str, KafkaValue]:
-        """Refuse options that would break "accepted means durable" or chronos' own producers:
-        an accepted request must be on every in-sync replica, written once."""
+    def _keep_protected(cls, config: dict[str, KafkaValue]) -> dict[str, KafkaValue]:
+        """Refuse options chronos relies on (``PROTECTED_KAFKA_KEYS``): set there, they would
+        silently win over chronos' own, e.g. ``isolation.level`` over the progress reader's
+        ``read_committed``, or ``group.id`` over the election's group."""
         for key, value in config.items():
-            normal = str(value).strip().lower()
-            if key in _ACKS_KEYS and normal not in ("all", "-1"):
+            fixed = _FIXED_PRODUCER_KEYS.get(key)
+            if fixed is not None:
+                allowed, why = fixed
+                if str(value).strip().lower() not in allowed:
+                    raise ValueError(f"{key}={value!r} {why} (remove the option)")
+            elif key in PROTECTED_KAFKA_KEYS:
                 raise ValueError(
-                    f"{key}={value!r} would answer requests before every in-sync replica has "
-                    "them; chronos produces with acks=all (remove the option)"
+                    f"{key} is chronos' to set: {PROTECTED_KAFKA_KEYS[key]} (remove the option)"
                 )
-            if key == "enable.idempotence" and normal != "true":
-                raise ValueError(
-                    f"{key}={value!r} lets a retried produce write a record twice or out of "
-                    "order; chronos' producers are idempotent (remove the option)"
-                )
-            if key == "transactional.id":
-                raise ValueError(f"{key} is chronos' to set, per producer (remove the option)")
         return config
 
     def _common(self) -> KafkaConfig:

@@ -13,14 +13,18 @@ from confluent_kafka import KafkaError
 
 from chronos import wire
 from chronos.clock import Clock, SystemClock
-from chronos.errors import KafkaDeliveryError, ValidationError
+from chronos.errors import NotAcknowledged, ValidationError
+from chronos.kafka.clients import KafkaClients
 from chronos.kafka.errors import describe
-from chronos.kafka.producer import Delivery
+from chronos.kafka.publishers.idempotent import IdempotentPublisher
 from chronos.model import DelayMessage
 from chronos.repeat import Repeat
 from chronos.settings import ChronosSettings
 from chronos.types import EpochMs, Headers
 from chronos.validation import resolve_due, validate_id, validate_message
+
+#: ``client.id`` of the client library's and the proxy's Kafka clients.
+CLIENT_ID = "chronos-client"
 
 HeaderInput = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]]
 
@@ -110,7 +114,7 @@ class _Acks:
 
     def wait(self, timeout_s: float) -> None:
         if not self._done.wait(timeout_s):
-            raise KafkaDeliveryError(
+            raise NotAcknowledged(
                 f"Kafka did not acknowledge within {timeout_s} s; the outcome is unknown: "
                 "retry with the same id (ids make scheduling idempotent)"
             )
@@ -120,7 +124,7 @@ class _Acks:
                 raise ValidationError(
                     "value", f"Kafka refused the size: {describe(error)}", status=413
                 )
-            raise KafkaDeliveryError(
+            raise NotAcknowledged(
                 f"Kafka refused {len(self.errors)} record(s): {describe(error)}; others of the "
                 "same call may have been accepted: retry with the same ids"
             )
@@ -141,8 +145,8 @@ class DelayClient:
         self._settings = settings or ChronosSettings()
         self._clock = clock or SystemClock()
         self._names = self._settings.topics.names
-        self._delivery_lock = threading.Lock()
-        self._started: Delivery | None = None
+        self._publisher_lock = threading.Lock()
+        self._started: IdempotentPublisher | None = None
         self._timeout_s = self._settings.proxy.ack_timeout_s
 
     def __enter__(self) -> DelayClient:
@@ -158,34 +162,31 @@ class DelayClient:
 
     def close(self) -> None:
         """Flush and stop the producer."""
-        with self._delivery_lock:
+        with self._publisher_lock:
             if self._started is not None:
                 self._started.stop()
                 self._started.join(5.0)
                 self._started = None
 
     @property
-    def _delivery(self) -> Delivery:
+    def _publisher(self) -> IdempotentPublisher:
         """The producer, started on first use (constructing a client never connects)."""
-        with self._delivery_lock:
+        with self._publisher_lock:
             if self._started is None:
                 # librdkafka gives up no later than the caller does, so a timed-out request is
                 # not delivered minutes later behind the caller's back.
                 timeout_ms = int(self._timeout_s * 1000)
-                delivery = Delivery(
-                    self._settings.kafka.producer(
-                        self._settings.limits.max_message_bytes,
-                        **{"message.timeout.ms": timeout_ms},
-                    ),
-                    name="proxy-producer",
+                clients = KafkaClients(
+                    self._settings.kafka, CLIENT_ID, self._settings.limits.max_message_bytes
                 )
-                delivery.start()
-                self._started = delivery
+                publisher = clients.idempotent("requests", **{"message.timeout.ms": timeout_ms})
+                publisher.start()
+                self._started = publisher
             return self._started
 
     def healthy(self, timeout_s: float = 2.0) -> bool:
         """True when Kafka answers."""
-        return self._delivery.ping(timeout_s)
+        return self._publisher.ping(timeout_s)
 
     def build(self, request: DelayRequest) -> DelayMessage:
         """Validate a request into the message that will be scheduled (raises ValidationError)."""
@@ -232,10 +233,10 @@ class DelayClient:
             except ValidationError as exc:
                 field_name = f"messages[{index}].{exc.field}" if len(requests) > 1 else exc.field
                 raise ValidationError(field_name, exc.message, status=exc.status) from exc
-        acks = _Acks(len(messages), self._delivery.note_error)
+        acks = _Acks(len(messages), self._publisher.note_error)
         for message in messages:
             key, value, headers = wire.encode_add(message)
-            self._delivery.send(self._names.inner, key, value, headers, acks)
+            self._publisher.publish(self._names.inner, key, value, headers, acks)
         acks.wait(self._timeout_s)
         return [Receipt(m.id, m.first_due_ms) for m in messages]
 
@@ -251,9 +252,9 @@ class DelayClient:
             except ValidationError as exc:
                 field_name = f"ids[{index}]" if len(ids) > 1 else exc.field
                 raise ValidationError(field_name, exc.message) from exc
-        acks = _Acks(len(ids), self._delivery.note_error)
+        acks = _Acks(len(ids), self._publisher.note_error)
         for message_id in ids:
             key, value, headers = wire.encode_cancel(message_id)
-            self._delivery.send(self._names.inner, key, value, headers, acks)
+            self._publisher.publish(self._names.inner, key, value, headers, acks)
         acks.wait(self._timeout_s)
         return [CancelReceipt(message_id) for message_id in ids]

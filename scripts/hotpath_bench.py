@@ -25,19 +25,19 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, Topic
 
 from chronos import wire
 from chronos.clock import SystemClock
+from chronos.delivery.deadletter import DeadLetterPolicy, DeadLetters
 from chronos.devstack.tansu import TansuBroker
 from chronos.kafka.admin import create_topic
-from chronos.kafka.producer import Delivery
+from chronos.kafka.clients import KafkaClients
 from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
-from chronos.node.deadletter import DeadLetters
-from chronos.node.frontier import Frontier
 from chronos.node.inner_reader import decode_record
 from chronos.node.interpreter import tune_interpreter
-from chronos.node.ledger import Ledger
 from chronos.node.progress import ProgressTracker
 from chronos.node.push import JobQueue, PushWorker
 from chronos.node.sender import RetrySchedule, Sender
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger
 from chronos.settings import ChronosSettings, KafkaSettings
 from chronos.store.rocks import RocksStore
 
@@ -112,13 +112,16 @@ def run(bootstrap: str, count: int, batch: int) -> dict[str, float]:
             batches.append(jobs_q.get())
         assert sum(len(b) for b in batches) == count, sum(len(b) for b in batches)
 
-        delivery = Delivery(settings.kafka.producer(None, **{"linger.ms": 5}))
+        publisher = KafkaClients(settings.kafka, "hotpath").idempotent(
+            "hotpath", **{"linger.ms": 5}
+        )
         sender = Sender(
             0,
             jobs_q,
             RetrySchedule(),
-            delivery,
-            DeadLetters(delivery, "dlq", metrics),
+            publisher,
+            DeadLetters(publisher, "dlq", metrics),
+            DeadLetterPolicy.of(settings.delivery.give_up_after_s, publisher),
             tracker,
             clock,
             settings.delivery,
@@ -131,7 +134,7 @@ def run(bootstrap: str, count: int, batch: int) -> dict[str, float]:
                 sender.send(job, now)
         cost["send (headers, produce)"] = _cpu() - started
         started = _cpu()
-        delivery.flush(60)  # acknowledgements run here, on this thread
+        publisher.flush(60)  # acknowledgements run here, on this thread
         cost["acks (flush + callbacks)"] = _cpu() - started
         started = _cpu()
         seek, followups = tracker.collect()

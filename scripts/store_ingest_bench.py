@@ -31,9 +31,9 @@ from typing import Any
 from chronos.bench.host import dir_bytes
 from chronos.clock import SystemClock
 from chronos.model import DelayMessage
-from chronos.node.frontier import Frontier
 from chronos.node.interpreter import tune_interpreter
-from chronos.node.ledger import Ledger
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger
 from chronos.settings import ChronosSettings
 from chronos.store import codec
 from chronos.store.rocks import RocksStore

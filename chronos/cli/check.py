@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from confluent_kafka.admin import AdminClient
-
 from chronos.cli.args import add_config, settings_from
-from chronos.node.roles import owned_partitions
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,9 +14,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from chronos.kafka.clients import KafkaClients  # Kafka clients only when asked
+    from chronos.node.partitions import owned_partitions
+
     settings = settings_from(args)
     print(f"settings ok (node {settings.node.node_id}, data {settings.node.data_dir})")
-    admin = AdminClient(settings.kafka.admin())
+    admin = KafkaClients(settings.kafka, settings.node.node_id).admin()
     topics = admin.list_topics(timeout=10).topics
     names = settings.topics.names
     for topic in (names.inner, names.dead_letter):

@@ -14,7 +14,7 @@ from chronos.cli.args import add_config, settings_from
 from chronos.cli.demo import run_demo
 from chronos.devstack.tansu import TansuBroker
 from chronos.logs import configure_logging
-from chronos.node.node import Node
+from chronos.runtime.node import Node
 from chronos.settings import ChronosSettings, KafkaSettings
 from proxy.http.server import ProxyServer
 

@@ -19,9 +19,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from chronos.group.status import group_status  # Kafka clients only when asked
+    # Kafka clients only when asked.
+    from chronos.errors import ConfigError
+    from chronos.group.spec import GroupSpec
+    from chronos.group.status import group_status
+    from chronos.kafka.clients import KafkaClients
 
-    status = group_status(settings_from(args))
+    settings = settings_from(args)
+    spec = GroupSpec.of(settings)
+    if spec is None:
+        raise ConfigError("group.name is not set: this node is not in a replica group")
+    status = group_status(spec, KafkaClients(settings.kafka, "chronos-cli"))
     if args.json:
         print(json.dumps(status.as_dict()))
         return 0

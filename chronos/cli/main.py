@@ -28,7 +28,7 @@ from chronos.cli import (
     tail,
 )
 from chronos.cli.args import attach_signed_values
-from chronos.errors import ChronosError, ConfigError, KafkaDeliveryError, ValidationError
+from chronos.errors import ChronosError, ConfigError, NotAcknowledged, ValidationError
 from chronos.logs import configure_logging
 from chronos.settings import LogSettings
 
@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValidationError) as exc:
         print(f"chronos: {exc}", file=sys.stderr)
         return 2
-    except (KafkaDeliveryError, KafkaException, ChronosError, TimeoutError) as exc:
+    except (NotAcknowledged, KafkaException, ChronosError, TimeoutError) as exc:
         print(f"chronos: {exc}", file=sys.stderr)
         return 1
 

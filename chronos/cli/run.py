@@ -6,7 +6,7 @@ import argparse
 
 from chronos.cli.args import add_config, settings_from
 from chronos.logs import configure_logging
-from chronos.node.node import Node
+from chronos.runtime.node import Node
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -17,47 +17,78 @@ who should try.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import structlog
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
-from chronos.node.component import LoopWorker
-from chronos.settings import ChronosSettings, KafkaValue
+from chronos.group.spec import GroupSpec
+from chronos.kafka.clients import ClientErrors
+from chronos.lifecycle import LoopWorker
+from chronos.settings import KafkaValue
 
 log = structlog.get_logger(__name__)
 
 _POLL_S = 0.1
+
+RebalanceCallback = Callable[..., None]
+
+
+class ElectionConsumer(Protocol):
+    """What the election needs of a consumer (confluent-kafka's ``Consumer``, or a test's)."""
+
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: RebalanceCallback | None = ...,
+        on_revoke: RebalanceCallback | None = ...,
+        on_lost: RebalanceCallback | None = ...,
+    ) -> None: ...
+
+    def poll(self, timeout: float = ...) -> Message | None: ...
+
+    def close(self) -> None: ...
+
+
+#: Builds the election's consumer: (group id, its error handler, options) -> consumer
+#: (``KafkaClients.consumer``).
+OpenConsumer = Callable[[str, ClientErrors, Mapping[str, KafkaValue]], ElectionConsumer]
 
 
 class Election(LoopWorker):
     """Keeps this node a member of its group's election and reports when it wins or loses.
 
     Parameters:
-        settings: the settings tree (group name, session timeout).
+        spec: the group (election topic and consumer group, session timeout).
+        open_consumer: builds the election consumer.
+        errors: the consumer's error handler (an authorization failure ends the node).
         on_change: called with True when this node was assigned the election partition, False
             when it lost it (revoked, or the coordinator dropped this member); from this
             worker's thread, so it must not block.
     """
 
-    def __init__(self, settings: ChronosSettings, on_change: Callable[[bool], None]) -> None:
+    def __init__(
+        self,
+        spec: GroupSpec,
+        open_consumer: OpenConsumer,
+        errors: ClientErrors,
+        on_change: Callable[[bool], None],
+    ) -> None:
         super().__init__("election")
-        group = settings.group
-        if group.name is None:
-            raise ValueError("an election needs group.name")
-        names = settings.topics.names
-        self._topic = names.election(group.name)
-        options: dict[str, KafkaValue] = {
-            "session.timeout.ms": group.session_timeout_ms,
-            "heartbeat.interval.ms": group.heartbeat_interval_ms,
+        self._topic = spec.election_topic
+        self._group = spec.election_group
+        self._options: dict[str, KafkaValue] = {
+            "session.timeout.ms": spec.settings.session_timeout_ms,
+            "heartbeat.interval.ms": spec.settings.heartbeat_interval_ms,
             "partition.assignment.strategy": "cooperative-sticky",
             "enable.auto.commit": False,
             "auto.offset.reset": "latest",
-            "client.id": f"chronos-election-{settings.node.node_id}",
         }
-        self._config = settings.kafka.consumer(names.election_group(group.name), **options)
+        self._open_consumer = open_consumer
+        self._errors = errors
         self._on_change = on_change
-        self._consumer: Consumer | None = None
+        self._consumer: ElectionConsumer | None = None
         self._elected = threading.Event()
 
     @property
@@ -65,13 +96,13 @@ class Election(LoopWorker):
         """True while this node holds the election partition (as far as it knows)."""
         return self._elected.is_set()
 
-    def _assigned(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _assigned(self, _consumer: object, partitions: list[TopicPartition]) -> None:
         if any(tp.topic == self._topic for tp in partitions) and not self._elected.is_set():
             self._elected.set()
             log.info("election_won", topic=self._topic)
             self._on_change(True)
 
-    def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _revoked(self, _consumer: object, partitions: list[TopicPartition]) -> None:
         if any(tp.topic == self._topic for tp in partitions) and self._elected.is_set():
             self._elected.clear()
             log.warning("election_lost", topic=self._topic)
@@ -79,7 +110,7 @@ class Election(LoopWorker):
 
     def step(self) -> None:
         if self._consumer is None:
-            consumer = Consumer(self._config)
+            consumer = self._open_consumer(self._group, self._errors, self._options)
             consumer.subscribe(
                 [self._topic],
                 on_assign=self._assigned,
@@ -89,9 +120,8 @@ class Election(LoopWorker):
             self._consumer = consumer
         message = self._consumer.poll(_POLL_S)
         error = None if message is None else message.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                log.warning("election_consumer_error", error=str(error))
+        if error is not None and error.code() != KafkaError._PARTITION_EOF:
+            self._errors(error)  # logged once per interval; an authorization failure is fatal
 
     def finish(self) -> None:
         consumer, self._consumer = self._consumer, None

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
 from chronos.errors import DecodeError
-from chronos.group.record import Cut, decode
-from chronos.node.component import LoopWorker
-from chronos.node.ledger import Ledger, RepeatState
-from chronos.settings import ChronosSettings, KafkaValue
+from chronos.group.record import Cut, RepeatState, decode
+from chronos.group.spec import GroupSpec
+from chronos.kafka.clients import ClientErrors
+from chronos.lifecycle import LoopWorker
+from chronos.settings import KafkaValue
+from chronos.types import EpochMs
 
 log = structlog.get_logger(__name__)
 
@@ -21,28 +24,58 @@ _POLL_S = 0.1
 _BATCH = 1000
 
 
+class ProgressConsumer(Protocol):
+    """What the progress reader needs of a consumer (confluent-kafka's, or a test's)."""
+
+    def assign(self, partitions: list[TopicPartition]) -> None: ...
+    def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Message]: ...
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = ..., cached: bool = ...
+    ) -> tuple[int, int]: ...
+    def close(self) -> None: ...
+
+
+#: Builds a consumer: (group id, error handler, options) -> consumer (``KafkaClients.consumer``).
+OpenProgressConsumer = Callable[[str, ClientErrors, Mapping[str, KafkaValue]], ProgressConsumer]
+
+
+class ProgressReader(Protocol):
+    """What a replica reads the committed progress through (``ProgressLog``, or a test's)."""
+
+    #: The offset of the last end of the topic reached, -1 before any.
+    end_reached: int
+
+    def read(self, timeout_s: float) -> list[Cut | RepeatState]: ...
+    def end_offset(self, timeout_s: float, topic: str | None = None, partition: int = 0) -> int: ...
+    def close(self) -> None: ...
+
+
 class ProgressLog:
     """Reads the progress topic from its beginning with ``read_committed``: what committed
     delivery transactions wrote, nothing of an aborted or open one.
 
     Parameters:
-        settings: the settings tree.
+        spec: the group (progress topic, this replica).
+        open_consumer: builds its consumer.
+        errors: the consumer's error handler (an authorization failure ends the node).
         reader: distinguishes this reader's client (its consumer group is never joined).
     """
 
-    def __init__(self, settings: ChronosSettings, reader: str = "node") -> None:
-        group = settings.group.name
-        if group is None:
-            raise ValueError("a progress log needs group.name")
-        names = settings.topics.names
-        self.topic = names.progress(group)
+    def __init__(
+        self,
+        spec: GroupSpec,
+        open_consumer: OpenProgressConsumer,
+        errors: ClientErrors,
+        reader: str = "node",
+    ) -> None:
+        self.topic = spec.progress_topic
         options: dict[str, KafkaValue] = {
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
         }
-        group_id = f"{names.namespace}.progress-reader.{settings.node.node_id}.{reader}"
-        self._consumer = Consumer(settings.kafka.consumer(group_id, **options))
+        self._errors = errors
+        self._consumer = open_consumer(spec.progress_reader_group(reader), errors, options)
         self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
         #: The offset of the last end of the topic reached, -1 before any.
         self.end_reached = -1
@@ -56,7 +89,7 @@ class ProgressLog:
                 if error.code() == KafkaError._PARTITION_EOF:
                     self.end_reached = message.offset() or 0
                 else:
-                    log.warning("progress_consumer_error", error=str(error))
+                    self._errors(error)
                 continue
             try:
                 out.append(decode(message.key(), message.value()))
@@ -65,8 +98,8 @@ class ProgressLog:
         return out
 
     def end_offset(self, timeout_s: float, topic: str | None = None, partition: int = 0) -> int:
-        """The end of the progress topic now (after a fencing ``init_transactions``: its
-        committed end), or of another topic's partition."""
+        """The end of the progress topic now (after a fencing ``init``: its committed end), or
+        of another topic's partition."""
         _low, high = self._consumer.get_watermark_offsets(
             TopicPartition(topic or self.topic, partition), timeout=timeout_s
         )
@@ -76,6 +109,10 @@ class ProgressLog:
         self._consumer.close()
 
 
+#: Applies one committed record to the store (``ReplicaStore.apply_cut``).
+ApplyCut = Callable[[EpochMs, Sequence[RepeatState], Mapping[int, int]], None]
+
+
 class Follower:
     """Committed progress waiting until this store's ingest covers it, then applied.
 
@@ -83,12 +120,12 @@ class Follower:
     state could name an id not stored yet, and the seek would pass adds not stored yet).
 
     Parameters:
-        ledger: the store's writer.
+        apply: writes one committed record to the store.
         ingested: the store's next inner offset per owned partition.
     """
 
-    def __init__(self, ledger: Ledger, ingested: Callable[[], dict[int, int]]) -> None:
-        self._ledger = ledger
+    def __init__(self, apply: ApplyCut, ingested: Callable[[], dict[int, int]]) -> None:
+        self._apply = apply
         self._ingested = ingested
         self._waiting: deque[tuple[Cut, list[RepeatState]]] = deque()
         self._states: list[RepeatState] = []
@@ -125,7 +162,7 @@ class Follower:
             cut, batch = self._waiting.popleft()
             for state in batch:
                 states[state.message_id] = state
-        self._ledger.apply_cut(cut.seek_ms, list(states.values()), cut.offsets)
+        self._apply(cut.seek_ms, list(states.values()), cut.offsets)
         self.applied = cut
         return covered
 
@@ -143,7 +180,7 @@ class FollowWorker(LoopWorker):
         follower: applies records to the store.
     """
 
-    def __init__(self, log_: ProgressLog, follower: Follower) -> None:
+    def __init__(self, log_: ProgressReader, follower: Follower) -> None:
         super().__init__("follow")
         self._log = log_
         self._follower = follower

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 
 from chronos.errors import DecodeError
-from chronos.node.ledger import RepeatState
+from chronos.model import DelayMessage
 from chronos.store import codec, keys
 from chronos.types import EpochMs
 
@@ -15,6 +15,21 @@ CUT_KEY = b"cut"
 #: Prefix of a repeat's state; compaction keeps its latest, a tombstone once it finished.
 REPEAT_PREFIX = b"repeat:"
 _VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RepeatState:
+    """Where a master put a repeat's next occurrence, as its progress record says.
+
+    Parameters:
+        message_id: the repeat's id.
+        message: its next occurrence, None once it finished.
+        slot_ms: the slot that occurrence was given (``max(due, seek + 1)`` of its record).
+    """
+
+    message_id: str
+    message: DelayMessage | None
+    slot_ms: EpochMs
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,13 @@
 """A replica's role over time: backup (follow the committed progress) or master (deliver).
 
-Roles are start lists here too: a backup runs the follow worker, a master the transactional
-delivery worker; ingest, deletion and checkpoints run in both (``node/roles.py``). This
-controller moves between them as the election and the producer's fencing say.
+Roles are start lists here too: a backup runs the follow worker, a master the transaction
+loop; ingest, deletion and checkpoints run in both (``runtime/roles.py``). This controller moves
+between them as the election and the publisher's fencing say.
 
 Takeover (``_promote``), in this order, each step needed by the next:
 
-1. ``init_transactions`` with the group's ``transactional.id``: the old master is fenced, its
-   open transaction aborted, and a commit it had started is finished first.
+1. ``init`` of the group's transactional publisher: the old master is fenced, its open
+   transaction aborted, and a commit it had started is finished first.
 2. Read the progress topic to its end: the last cut any master committed.
 3. Wait until ingest stored every add below that cut, then apply it (seek, repeats).
 4. Lead from the cut's seek: adds placed from now on go after it, and adds stored while
@@ -17,30 +17,62 @@ Takeover (``_promote``), in this order, each step needed by the next:
 6. Deliver, with the next term.
 
 Demotion (election lost, or fenced): stop delivering at once (the open transaction is aborted),
-place as a follower again, and follow the progress topic, without a restart.
+place as a follower again, and follow the progress topic, without a restart. Kafka refusing
+chronos' credentials is neither: the node ends (``lifecycle.Fatal``), since a takeover retried
+every second could never succeed.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 import structlog
 from confluent_kafka import KafkaException
 
-from chronos.group.election import Election
-from chronos.group.follower import Follower, FollowWorker, ProgressLog
+from chronos.clock import Clock
+from chronos.group.follower import Follower, FollowWorker, ProgressReader
+from chronos.group.placement import ReplicaStore
 from chronos.group.record import Cut
-from chronos.group.transactional import Fenced, TransactionalDelivery, transactional_producer
-from chronos.kafka.errors import describe
-from chronos.node.component import LoopWorker
-from chronos.node.context import NodeContext
+from chronos.group.spec import GroupSpec
+from chronos.group.transactions import MasterState
+from chronos.kafka.errors import Fenced, NotAuthorized
+from chronos.kafka.publisher import TransactionalPublisher
+from chronos.lifecycle import Component, Fatal, LoopWorker
+from chronos.metrics import Metrics
 
 log = structlog.get_logger(__name__)
 
 _TICK_S = 0.05
 #: Pause before trying to lead again after a failed takeover or a fencing.
-_RETRY_S = 1.0
+RETRY_S = 1.0
+
+
+class Elector(Protocol):
+    """What the controller needs of the election (``Election``, or a test's)."""
+
+    @property
+    def elected(self) -> bool: ...
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def join(self, timeout: float) -> None: ...
+
+
+class MasterLoop(Component, Protocol):
+    """One term's delivery loop (``TransactionLoop``)."""
+
+    term: int
+    #: Why it stopped delivering for good, else None.
+    fenced: str | None
+
+    def close(self) -> None: ...
+
+
+#: Builds one term's loop around an initialised publisher.
+NewMaster = Callable[[TransactionalPublisher, MasterState], MasterLoop]
 
 
 class _TakeoverAborted(Exception):
@@ -51,20 +83,47 @@ class Replica(LoopWorker):
     """Runs this node as its group's backup or master.
 
     Parameters:
-        ctx: the node context.
+        spec: the group.
         partitions: the inner partitions this group owns.
+        store: the replica's writes to its store beyond ingest.
+        open_election: builds the election, given the callback it reports changes to.
+        progress: the progress topic reader.
+        open_publisher: a new transactional publisher (``init`` not called).
+        new_master: builds one term's delivery loop.
+        inner_end: the inner topic's end offset of a partition now (blocking, bounded).
+        fatal: where a failure no retry can mend is reported (the node ends).
+        clock: time source.
+        metrics: counters.
     """
 
-    def __init__(self, ctx: NodeContext, partitions: list[int]) -> None:
+    def __init__(
+        self,
+        spec: GroupSpec,
+        partitions: list[int],
+        store: ReplicaStore,
+        open_election: Callable[[Callable[[bool], None]], Elector],
+        progress: ProgressReader,
+        open_publisher: Callable[[], TransactionalPublisher],
+        new_master: NewMaster,
+        fatal: Fatal,
+        clock: Clock,
+        metrics: Metrics,
+    ) -> None:
         super().__init__("replica")
-        self._ctx = ctx
+        self._spec = spec
         self._partitions = partitions
+        self._store = store
         self._changed = threading.Event()
-        self._election = Election(ctx.settings, self._on_election)
-        self._log = ProgressLog(ctx.settings)
-        self._follower = Follower(ctx.ledger, lambda: ctx.ledger.inner_offsets(partitions))
+        self._election = open_election(self._on_election)
+        self._log = progress
+        self._open_publisher = open_publisher
+        self._new_master = new_master
+        self._fatal = fatal
+        self._clock = clock
+        self._metrics = metrics
+        self._follower = Follower(store.apply_cut, lambda: store.inner_offsets(partitions))
         self._follow: FollowWorker | None = None
-        self._delivery: TransactionalDelivery | None = None
+        self._master: MasterLoop | None = None
         self._retry_at = 0.0
         #: "backup", "master", or "stopped" once this component stopped.
         self.role = "backup"
@@ -72,8 +131,8 @@ class Replica(LoopWorker):
     @property
     def term(self) -> int:
         """The term this node leads in, or the last term it saw committed."""
-        if self._delivery is not None:
-            return self._delivery.term
+        if self._master is not None:
+            return self._master.term
         cut = self._follower.latest
         return 0 if cut is None else cut.term
 
@@ -84,7 +143,7 @@ class Replica(LoopWorker):
         self._changed.set()
 
     def start(self) -> None:
-        self._ctx.ledger.set_leading(False)
+        self._store.follow()
         self._start_following()
         self._election.start()
         super().start()
@@ -96,14 +155,14 @@ class Replica(LoopWorker):
     def step(self) -> None:
         self._changed.wait(_TICK_S)
         self._changed.clear()
-        delivery = self._delivery
+        master = self._master
         elected = self._election.elected
-        if delivery is not None:
-            if delivery.fenced is not None:
-                self._demote(f"fenced: {delivery.fenced}")
+        if master is not None:
+            if master.fenced is not None:
+                self._demote(f"fenced: {master.fenced}")
             elif not elected:
                 self._demote("election lost")
-        elif elected and time.monotonic() >= self._retry_at and not self.stopping:
+        elif elected and time.monotonic() >= self._retry_at and not self._cannot_lead():
             try:
                 self._promote()
             except Exception as exc:  # any failure: stay a backup that follows, try again later
@@ -111,16 +170,19 @@ class Replica(LoopWorker):
                 log.warning(
                     "takeover_failed",
                     reason=str(exc) if expected else repr(exc),
-                    retry_in_s=_RETRY_S,
+                    retry_in_s=RETRY_S,
                     exc_info=not expected,
                 )
-                self._retry_at = time.monotonic() + _RETRY_S
-                self._ctx.ledger.set_leading(False)
+                self._retry_at = time.monotonic() + RETRY_S
+                self._store.follow()
                 if self._follow is None:
                     self._start_following()
 
+    def _cannot_lead(self) -> bool:
+        return self.stopping or self._fatal.reason is not None
+
     def finish(self) -> None:
-        if self._delivery is not None:
+        if self._master is not None:
             self._stop_delivering()
         self._election.stop()
         self._election.join(10.0)
@@ -145,49 +207,40 @@ class Replica(LoopWorker):
 
     def _promote(self) -> None:
         started = time.monotonic()
-        s = self._ctx.settings
-        log.info("takeover_started", node=s.node.node_id)
+        timeout_s = self._spec.settings.transaction_timeout_ms / 1000.0
+        log.info("takeover_started", node=self._spec.node_id)
         self._stop_following()
-        producer = transactional_producer(s)
+        publisher = self._open_publisher()
         try:
-            producer.init_transactions(s.group.transaction_timeout_ms / 1000.0)
-        except KafkaException as exc:
-            error = exc.args[0]
-            raise _TakeoverAborted(f"init_transactions: {describe(error)}") from exc
-        fenced_at = time.monotonic()
-        cut = self._read_committed_progress()
-        self._catch_up_to(cut)
-        seek = self._ctx.ledger.lead(
-            cut.seek_ms if cut is not None else self._ctx.ledger.seek_ms, self._partitions
-        )
-        moved = self._ctx.ledger.relocate_uncovered(
-            seek, cut.offsets if cut is not None else {}, self._partitions
-        )
-        caught_up = self._wait_ingest_end()
+            self._fence(publisher, timeout_s)
+            fenced_at = time.monotonic()
+            cut = self._read_committed_progress(timeout_s)
+            self._catch_up_to(cut)
+            seek = self._store.lead(
+                cut.seek_ms if cut is not None else self._store.seek_ms, self._partitions
+            )
+            moved = self._store.relocate_uncovered(
+                seek, cut.offsets if cut is not None else {}, self._partitions
+            )
+            caught_up = self._wait_ingest_end()
+        except BaseException:
+            publisher.close()
+            raise
         term = (cut.term if cut is not None else 0) + 1
-        self._delivery = TransactionalDelivery(
-            s,
-            producer,
-            self._ctx.store,
-            self._ctx.ledger,
-            self._ctx.frontier,
-            self._ctx.clock,
-            self._ctx.metrics,
-            term,
-            seek,
-            self._on_fenced,
+        self._master = self._new_master(
+            publisher, MasterState(term, self._on_fenced, self._fatal.report)
         )
-        self._delivery.start()
+        self._master.start()
         self.role = "master"
-        self._ctx.metrics.incr("promotions")
+        self._metrics.incr("promotions")
         # The group delivered nothing between the old master's last commit and now: the
         # failover as the group saw it (clocks of two machines: approximate).
-        gap_ms = None if cut is None else self._ctx.clock.now_ms() - cut.committed_at_ms
+        gap_ms = None if cut is None else self._clock.now_ms() - cut.committed_at_ms
         if gap_ms is not None:
-            self._ctx.metrics.observe("failover_gap_ms", gap_ms)
+            self._metrics.observe("failover_gap_ms", gap_ms)
         log.info(
             "became_master",
-            node=s.node.node_id,
+            node=self._spec.node_id,
             term=term,
             seek_ms=seek,
             previous_master=cut.node if cut is not None else None,
@@ -198,9 +251,18 @@ class Replica(LoopWorker):
             since_last_commit_ms=gap_ms,
         )
 
-    def _read_committed_progress(self) -> Cut | None:
+    def _fence(self, publisher: TransactionalPublisher, timeout_s: float) -> None:
+        """Step 1: ``init`` fences the previous master. Refused credentials end the node."""
+        try:
+            publisher.init(timeout_s)
+        except NotAuthorized as exc:
+            self._fatal.report(str(exc))
+            raise _TakeoverAborted(str(exc)) from exc
+        except KafkaException as exc:
+            raise _TakeoverAborted(f"init_transactions: {exc.args[0]}") from exc
+
+    def _read_committed_progress(self, timeout_s: float) -> Cut | None:
         """Everything committed to the progress topic, up to its end after the fencing."""
-        timeout_s = self._ctx.settings.group.transaction_timeout_ms / 1000.0
         end = self._log.end_offset(timeout_s)
         while self._log.end_reached < end:
             self._check_still_elected()
@@ -209,7 +271,7 @@ class Replica(LoopWorker):
 
     def _catch_up_to(self, cut: Cut | None) -> None:
         """Apply every committed record: ingest must first store all adds below the cut."""
-        deadline = time.monotonic() + self._ctx.settings.group.takeover_catch_up_s
+        deadline = time.monotonic() + self._spec.settings.takeover_catch_up_s
         while self._follower.waiting:
             self._follower.apply_covered()
             if not self._follower.waiting:
@@ -218,17 +280,18 @@ class Replica(LoopWorker):
             if time.monotonic() > deadline:
                 raise _TakeoverAborted(
                     f"ingest did not reach the committed cut {cut.offsets if cut else {}} "
-                    f"(store at {self._ctx.ledger.inner_offsets(self._partitions)})"
+                    f"(store at {self._store.inner_offsets(self._partitions)})"
                 )
             time.sleep(0.01)
 
     def _wait_ingest_end(self) -> bool:
         """Wait, bounded, until ingest stored the inner topic up to its end as of now."""
-        s = self._ctx.settings
-        deadline = time.monotonic() + s.group.takeover_catch_up_s
-        ends = self._inner_ends(s.group.takeover_catch_up_s)
+        wait_s = self._spec.settings.takeover_catch_up_s
+        deadline = time.monotonic() + wait_s
+        topic = self._spec.inner_topic
+        ends = {p: self._log.end_offset(wait_s, topic, p) for p in self._partitions}
         while True:
-            stored = self._ctx.ledger.inner_offsets(self._partitions)
+            stored = self._store.inner_offsets(self._partitions)
             if all(stored.get(p, 0) >= end for p, end in ends.items()):
                 return True
             self._check_still_elected()
@@ -236,10 +299,6 @@ class Replica(LoopWorker):
                 log.warning("takeover_before_ingest_caught_up", stored=stored, ends=ends)
                 return False
             time.sleep(0.01)
-
-    def _inner_ends(self, timeout_s: float) -> dict[int, int]:
-        inner = self._ctx.settings.topics.names.inner
-        return {p: self._log.end_offset(timeout_s, inner, p) for p in self._partitions}
 
     def _check_still_elected(self) -> None:
         if self.stopping:
@@ -250,17 +309,17 @@ class Replica(LoopWorker):
     def _demote(self, reason: str) -> None:
         term = self.term
         self._stop_delivering()
-        self._ctx.ledger.set_leading(False)
+        self._store.follow()
         self._start_following()
-        self._retry_at = time.monotonic() + _RETRY_S
-        self._ctx.metrics.incr("demotions")
-        log.warning("became_backup", node=self._ctx.settings.node.node_id, term=term, reason=reason)
+        self._retry_at = time.monotonic() + RETRY_S
+        self._metrics.incr("demotions")
+        log.warning("became_backup", node=self._spec.node_id, term=term, reason=reason)
 
     def _stop_delivering(self) -> None:
-        delivery, self._delivery = self._delivery, None
-        if delivery is None:
+        master, self._master = self._master, None
+        if master is None:
             return
-        delivery.stop()
-        delivery.join(self._ctx.settings.group.transaction_timeout_ms / 1000.0 + 5)
-        if not delivery.is_alive():
-            delivery.close()
+        master.stop()
+        master.join(self._spec.settings.transaction_timeout_ms / 1000.0 + 5)
+        if not master.is_alive():
+            master.close()

@@ -1,4 +1,9 @@
-"""What ``chronos group`` reports: members, the master, the committed progress, replica lag."""
+"""What ``chronos group`` reports: members, the master, the committed progress, replica lag.
+
+Two halves: :func:`ask_kafka` gathers the facts (the election group as the coordinator
+describes it, the last committed cut, each member's committed inner offsets and the inner
+topic's ends) and :func:`build_status` turns facts into the view, without Kafka.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException, TopicPartition
 
 from chronos.errors import ConfigError
 from chronos.group.follower import ProgressLog
 from chronos.group.record import Cut
-from chronos.settings import ChronosSettings
-
-#: The election consumer's client.id is this prefix plus the node id (``election.py``).
-ELECTION_CLIENT_PREFIX = "chronos-election-"
+from chronos.group.spec import GroupSpec
+from chronos.kafka.clients import KafkaClients
+from chronos.types import EpochMs
 
 
 @dataclass
@@ -46,40 +49,101 @@ class GroupStatus:
         return asdict(self)
 
 
-def group_status(settings: ChronosSettings, timeout_s: float = 10.0) -> GroupStatus:
-    """Ask Kafka: the election group's members and assignment, the last committed cut, and
-    each member's ingest lag on the inner topic."""
-    group = settings.group.name
-    if group is None:
-        raise ConfigError("group.name is not set: this node is not in a replica group")
-    names = settings.topics.names
-    admin = AdminClient(settings.kafka.admin())
-    election = names.election_group(group)
-    try:
-        described = admin.describe_consumer_groups([election])[election].result(timeout_s)
-    except KafkaException as exc:
-        raise ConfigError(f"cannot describe the election group {election}: {exc}") from exc
-    status = GroupStatus(group=group, state=str(described.state).split(".")[-1].lower())
-    for member in described.members:
-        node = member.client_id.removeprefix(ELECTION_CLIENT_PREFIX)
-        assigned = member.assignment.topic_partitions if member.assignment else []
-        is_master = any(tp.topic == names.election(group) for tp in assigned)
-        status.members.append(Member(node, member.host, is_master))
+@dataclass(frozen=True)
+class MemberFacts:
+    """One member of the election group as the coordinator describes it.
+
+    Parameters:
+        client_id: its ``client.id``: the replica's node id (``KafkaClients``).
+        host: where it connects from.
+        assigned_topics: the topics of the partitions assigned to it.
+    """
+
+    client_id: str
+    host: str
+    assigned_topics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GroupFacts:
+    """What Kafka says about a group, gathered by :func:`ask_kafka`.
+
+    Parameters:
+        state: the election group's state (``stable``, ``empty``, ...).
+        members: its members.
+        cut: the last committed progress record, None before any.
+        committed: per node id, its ingest group's committed offset per inner partition.
+        ends: the inner topic's end offset per partition.
+    """
+
+    state: str
+    members: tuple[MemberFacts, ...]
+    cut: Cut | None
+    committed: dict[str, dict[int, int]]
+    ends: dict[int, int]
+
+
+def build_status(spec: GroupSpec, facts: GroupFacts, now_ms: EpochMs) -> GroupStatus:
+    """The view of a group: its master is the member assigned the election topic."""
+    status = GroupStatus(group=spec.name, state=facts.state)
+    for facts_of in facts.members:
+        is_master = spec.election_topic in facts_of.assigned_topics
+        status.members.append(Member(facts_of.client_id, facts_of.host, is_master))
         if is_master:
-            status.master = node
-    cut = _last_cut(settings, timeout_s)
+            status.master = facts_of.client_id
+    cut = facts.cut
     if cut is not None:
         status.term = cut.term
         status.committed_seek_ms = cut.seek_ms
         status.committed_by = cut.node
-        status.committed_age_ms = int(time.time() * 1000) - cut.committed_at_ms
-    _fill_lag(settings, status.members, timeout_s)
+        status.committed_age_ms = now_ms - cut.committed_at_ms
+    for member in status.members:
+        committed = facts.committed.get(member.node)
+        if committed is not None and facts.ends:
+            member.ingest_lag = sum(
+                end - max(committed.get(p, 0), 0) for p, end in facts.ends.items()
+            )
     status.members.sort(key=lambda m: (not m.master, m.node))
     return status
 
 
-def _last_cut(settings: ChronosSettings, timeout_s: float) -> Cut | None:
-    log = ProgressLog(settings, reader=f"status-{time.time_ns()}")
+def group_status(spec: GroupSpec, clients: KafkaClients, timeout_s: float = 10.0) -> GroupStatus:
+    """Ask Kafka about ``spec``'s group and build its view."""
+    return build_status(spec, ask_kafka(spec, clients, timeout_s), int(time.time() * 1000))
+
+
+def ask_kafka(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> GroupFacts:
+    """The election group's description, the last cut, and each member's ingest offsets."""
+    admin = clients.admin()
+    election = spec.election_group
+    try:
+        described = admin.describe_consumer_groups([election])[election].result(timeout_s)
+    except KafkaException as exc:
+        raise ConfigError(f"cannot describe the election group {election}: {exc}") from exc
+    members = tuple(
+        MemberFacts(
+            member.client_id,
+            member.host,
+            tuple(
+                tp.topic for tp in (member.assignment.topic_partitions if member.assignment else [])
+            ),
+        )
+        for member in described.members
+    )
+    ends, committed = _offsets(spec, clients, [m.client_id for m in members], timeout_s)
+    return GroupFacts(
+        state=str(described.state).split(".")[-1].lower(),
+        members=members,
+        cut=_last_cut(spec, clients, timeout_s),
+        committed=committed,
+        ends=ends,
+    )
+
+
+def _last_cut(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Cut | None:
+    log = ProgressLog(
+        spec, clients.consumer, clients.errors("progress-status"), reader=f"status-{time.time_ns()}"
+    )
     try:
         end = log.end_offset(timeout_s)
         last: Cut | None = None
@@ -93,20 +157,26 @@ def _last_cut(settings: ChronosSettings, timeout_s: float) -> Cut | None:
         log.close()
 
 
-def _fill_lag(settings: ChronosSettings, members: list[Member], timeout_s: float) -> None:
-    names = settings.topics.names
-    for member in members:
-        consumer = Consumer(settings.kafka.consumer(names.node_group(member.node)))
+def _offsets(
+    spec: GroupSpec, clients: KafkaClients, nodes: list[str], timeout_s: float
+) -> tuple[dict[int, int], dict[str, dict[int, int]]]:
+    """The inner topic's ends, and each node's committed ingest offsets (advisory, fsynced)."""
+    inner = spec.inner_topic
+    ends: dict[int, int] = {}
+    committed: dict[str, dict[int, int]] = {}
+    errors = clients.errors("status")
+    for node in nodes:
+        consumer = clients.consumer(spec.names.node_group(node), errors)
         try:
-            meta = consumer.list_topics(names.inner, timeout=timeout_s).topics.get(names.inner)
+            meta = consumer.list_topics(inner, timeout=timeout_s).topics.get(inner)
             if meta is None or not meta.partitions:
                 continue
-            partitions = [TopicPartition(names.inner, p) for p in sorted(meta.partitions)]
-            committed = consumer.committed(partitions, timeout=timeout_s)
-            lag = 0
-            for tp in committed:
-                _low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
-                lag += high - max(tp.offset, 0)
-            member.ingest_lag = lag
+            partitions = [TopicPartition(inner, p) for p in sorted(meta.partitions)]
+            if not ends:
+                for tp in partitions:
+                    _low, ends[tp.partition] = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+            found = consumer.committed(partitions, timeout=timeout_s)
+            committed[node] = {tp.partition: tp.offset for tp in found}
         finally:
             consumer.close()
+    return ends, committed

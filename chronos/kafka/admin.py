@@ -11,16 +11,21 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from chronos.errors import ConfigError
+from chronos.kafka.clients import KafkaClients
 from chronos.settings import ChronosSettings
 
 log = structlog.get_logger(__name__)
+
+
+def _admin(settings: ChronosSettings) -> AdminClient:
+    return KafkaClients(settings.kafka, settings.node.node_id).admin()
 
 
 def ensure_topics(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
     """Create the inner and dead-letter topics, and a replica group's election and progress
     topics, when missing (idempotent)."""
     names = settings.topics.names
-    admin = AdminClient(settings.kafka.admin())
+    admin = _admin(settings)
     # Internal topics must take the largest request the proxy accepts, with chronos' headers.
     config = {"max.message.bytes": str(settings.limits.max_message_bytes + 64 * 1024)}
     wanted = [
@@ -66,7 +71,7 @@ def create_topic(
     settings: ChronosSettings, topic: str, partitions: int = 1, timeout_s: float = 30.0
 ) -> None:
     """Create a (target) topic; no error when it exists."""
-    admin = AdminClient(settings.kafka.admin())
+    admin = _admin(settings)
     new = NewTopic(topic, partitions, settings.topics.replication_factor)
     for name, future in admin.create_topics([new], request_timeout=timeout_s).items():
         try:
@@ -78,7 +83,7 @@ def create_topic(
 
 def partition_count(settings: ChronosSettings, topic: str, timeout_s: float = 30.0) -> int:
     """Number of partitions of ``topic``; ConfigError when it does not exist."""
-    admin = AdminClient(settings.kafka.admin())
+    admin = _admin(settings)
     meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         raise ConfigError(f"topic {topic} does not exist (run with topics.create = true)")

@@ -7,7 +7,7 @@ from pathlib import Path
 import structlog
 
 from chronos.errors import ChronosError
-from chronos.node.component import LoopWorker
+from chronos.lifecycle import LoopWorker
 from chronos.store import checkpoint
 from chronos.store.rocks import RocksStore
 

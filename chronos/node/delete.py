@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import structlog
 
-from chronos.node.component import LoopWorker
-from chronos.node.ledger import Ledger
+from chronos.lifecycle import LoopWorker
+from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings
 
 log = structlog.get_logger(__name__)

@@ -8,11 +8,11 @@ from collections.abc import Callable
 import structlog
 
 from chronos.clock import Clock
+from chronos.delivery.deadletter import DeadLetters
+from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
-from chronos.node.component import LoopWorker
-from chronos.node.deadletter import DeadLetters
 from chronos.node.inner_reader import BatchSource, DecodedBatch
-from chronos.node.ledger import ApplyOutcome, Ledger
+from chronos.schedule.ledger import ApplyOutcome, Ledger
 
 log = structlog.get_logger(__name__)
 
@@ -37,6 +37,7 @@ class IngestWorker(LoopWorker):
         clock: time source, for the ingest lag.
         poll_timeout_ms: how long one read waits.
         metrics: counters.
+        on_fatal: told when Kafka refuses chronos reading the inner topic (the node ends).
     """
 
     def __init__(
@@ -49,6 +50,7 @@ class IngestWorker(LoopWorker):
         clock: Clock,
         poll_timeout_ms: int,
         metrics: Metrics,
+        on_fatal: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(f"ingest-{index}")
         self._partitions = partitions
@@ -58,6 +60,7 @@ class IngestWorker(LoopWorker):
         self._clock = clock
         self._timeout_s = poll_timeout_ms / 1000.0
         self._metrics = metrics
+        self._on_fatal = on_fatal
         self._source: BatchSource | None = None
         #: Set once this worker has applied its partitions up to their end offsets as of its
         #: start: the push worker waits for it after a restart, so cancels that Kafka accepted
@@ -121,6 +124,8 @@ class IngestWorker(LoopWorker):
         """Apply one decoded batch: dead letters first, then the store with the offsets."""
         for error in batch.errors:
             log.warning("ingest_consumer_error", error=error)
+        if batch.not_authorized is not None and self._on_fatal is not None:
+            self._on_fatal(f"Kafka refused reading the inner topic: {batch.not_authorized}")
         for _key, _value, _headers, reason, origin in batch.rejected:
             self._metrics.incr("inner_rejected")
             log.warning("inner_record_rejected", origin=origin, reason=reason)

@@ -7,7 +7,6 @@ out is plain data (strings, ints, bytes), cheap to send between processes.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
@@ -15,17 +14,18 @@ from typing import Protocol, cast
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
+from chronos.delivery.deadletter import Rejected
 from chronos.errors import DecodeError
 from chronos.inner import accept_inner
+from chronos.kafka.clients import ClientErrors, consumer
+from chronos.kafka.errors import ErrorKind, classify, describe
 from chronos.model import DecodedRequest, DelayMessage
 from chronos.names import TopicNames
-from chronos.node.deadletter import Rejected
 from chronos.settings import LimitSettings
 from chronos.store import codec
 from chronos.types import EpochMs, Headers, KafkaConfig
 
 log = structlog.get_logger(__name__)
-_librdkafka_log = logging.getLogger("librdkafka")
 
 
 @dataclass(slots=True)
@@ -42,6 +42,7 @@ class DecodedBatch:
             partitions not yet caught up. It moves past transaction markers that no record
             shows, which catching up must see.
         origins: (partition, offset) of each item (replica groups record where adds came from).
+        not_authorized: set when Kafka refused chronos reading the inner topic (the node ends).
     """
 
     items: list[DecodedRequest] = field(default_factory=list)
@@ -51,6 +52,7 @@ class DecodedBatch:
     oldest_ms: EpochMs | None = None
     positions: dict[int, int] = field(default_factory=dict)
     origins: list[tuple[int, int]] = field(default_factory=list)
+    not_authorized: str | None = None
 
     def merge(self, later: DecodedBatch) -> None:
         """Append ``later``, read after this one, as if both had been read at once."""
@@ -62,6 +64,7 @@ class DecodedBatch:
         if self.oldest_ms is None:
             self.oldest_ms = later.oldest_ms
         self.positions.update(later.positions)
+        self.not_authorized = self.not_authorized or later.not_authorized
 
     @property
     def empty(self) -> bool:
@@ -134,6 +137,8 @@ def decode_batch(
         error = record.error()
         if error is not None:
             batch.errors.append(str(error))
+            if classify(error) is ErrorKind.AUTHORIZATION:
+                batch.not_authorized = describe(error)
             continue
         partition, offset = record.partition(), record.offset()
         if partition is None or offset is None:
@@ -196,8 +201,11 @@ class InnerReader:
         #: End offsets as of ``open`` not reached yet: positions are reported until they are.
         self._catching_up: dict[int, int] = {}
 
+    def _open_consumer(self) -> Consumer:
+        return consumer(self._spec.consumer_config, ClientErrors("ingest"))
+
     def open(self, start: dict[int, int]) -> dict[int, int]:
-        consumer = Consumer({**self._spec.consumer_config, "logger": _librdkafka_log})
+        consumer = self._open_consumer()
         assignment = [
             TopicPartition(self._topic, p, start.get(p, OFFSET_BEGINNING))
             for p in self._spec.partitions

@@ -9,11 +9,11 @@ from collections import deque
 import structlog
 
 from chronos.clock import Clock
+from chronos.delivery.job import DeliveryJob
+from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics, NullMetrics
 from chronos.model import DelayMessage
-from chronos.node.component import LoopWorker
-from chronos.node.job import DeliveryJob
-from chronos.node.ledger import Ledger
+from chronos.schedule.ledger import Ledger
 from chronos.store import keys
 from chronos.types import EpochMs
 

@@ -5,19 +5,17 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
 import structlog
 
 from chronos.clock import Clock
-from chronos.errors import DecodeError
+from chronos.delivery.job import DeliveryJob, jobs_for
+from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
-from chronos.node.component import LoopWorker
-from chronos.node.frontier import Frontier
-from chronos.node.job import DeliveryJob
-from chronos.node.ledger import Ledger, next_occurrence
 from chronos.node.progress import ProgressTracker
-from chronos.store import codec, keys
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger
+from chronos.store import keys
 from chronos.store.rocks import RocksStore
 from chronos.types import EpochMs
 
@@ -155,40 +153,3 @@ class PushWorker(LoopWorker):
             else:
                 log.info("delivery_resumed")
         return stalled
-
-
-def jobs_for(rows: list[tuple[bytes, bytes]], now: EpochMs, ledger: Ledger) -> list[DeliveryJob]:
-    """Delivery jobs of scanned rows: undecodable ones marked for dead letters, repeats at
-    their latest due occurrence with the next one as follow-up, superseded repeats done."""
-    jobs: list[DeliveryJob] = []
-    repeats: list[tuple[int, str]] = []
-    for key, raw in rows:
-        try:
-            message = codec.decode(raw)
-        except DecodeError as exc:
-            log.error("stored_message_undecodable", key=key.hex(), reason=exc.reason)
-            jobs.append(DeliveryJob(key, None, 0, raw=raw, dead_reason=exc.reason))
-            continue
-        if message.repeat is None:
-            jobs.append(DeliveryJob(key, message, message.first_due_ms))
-            continue
-        first = message.occurrence
-        occurrence, due = message.repeat.latest_due(message.first_due_ms, first, now)
-        current = replace(message, occurrence=occurrence)
-        jobs.append(
-            DeliveryJob(
-                key, current, due, skipped=occurrence - first, followup=next_occurrence(current)
-            )
-        )
-        repeats.append((len(jobs) - 1, message.id))
-    if repeats:
-        # A repeat key re-scanned after a crash may already have been superseded by its
-        # next occurrence (or cancelled): deliver only what the index still schedules.
-        current_flags = ledger.is_current([(i, jobs[n].key) for n, i in repeats])
-        for (n, _), is_current in zip(repeats, current_flags, strict=True):
-            if not is_current:
-                jobs[n].followup = None
-                jobs[n].done = True
-                jobs[n].message = None
-                jobs[n].dead_reason = None
-    return jobs

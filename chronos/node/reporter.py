@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import structlog
 
+from chronos.lifecycle import LoopWorker
 from chronos.metrics import CountingMetrics
-from chronos.node.component import LoopWorker
-from chronos.node.ledger import Ledger
+from chronos.schedule.ledger import Ledger
 
 log = structlog.get_logger(__name__)
 

@@ -14,12 +14,12 @@ import structlog
 from confluent_kafka import KafkaError
 
 from chronos.clock import Clock
-from chronos.kafka.errors import describe, is_outage, is_permanent
-from chronos.kafka.producer import Delivery
+from chronos.delivery.deadletter import DeadLetterPolicy, DeadLetters, Refusal, job_record
+from chronos.delivery.job import DeliveryJob
+from chronos.kafka.errors import describe
+from chronos.kafka.publisher import Publisher
+from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
-from chronos.node.component import LoopWorker
-from chronos.node.deadletter import DeadLetters, job_record
-from chronos.node.job import DeliveryJob
 from chronos.node.progress import ProgressTracker
 from chronos.settings import DeliverySettings
 from chronos.types import EpochMs
@@ -79,11 +79,12 @@ class Sender(LoopWorker):
         index: sender number, for the thread name.
         jobs: the bounded queue filled by the push worker.
         retries: shared retry schedule.
-        delivery: the producer.
-        dead_letters: where permanent failures go.
+        publisher: the idempotent publisher.
+        dead_letters: where dead letters go.
+        policy: when a job goes to the dead-letter topic (shared with a master's loop).
         tracker: told when a job is acknowledged (on its target or as a dead letter).
         clock: time source.
-        settings: retry backoff and give-up time.
+        settings: retry backoff.
         metrics: counters and lateness.
         drain_timeout_s: longest a stopping sender keeps retrying (half of
             ``node.shutdown_timeout_s``: the producer's flush and the last progress follow).
@@ -94,8 +95,9 @@ class Sender(LoopWorker):
         index: int,
         jobs: JobQueue,
         retries: RetrySchedule,
-        delivery: Delivery,
+        publisher: Publisher,
         dead_letters: DeadLetters,
+        policy: DeadLetterPolicy,
         tracker: ProgressTracker,
         clock: Clock,
         settings: DeliverySettings,
@@ -105,8 +107,9 @@ class Sender(LoopWorker):
         super().__init__(f"sender-{index}")
         self._jobs = jobs
         self._retries = retries
-        self._delivery = delivery
+        self._publisher = publisher
         self._dead = dead_letters
+        self._policy = policy
         self._tracker = tracker
         self._clock = clock
         self._settings = settings
@@ -151,14 +154,14 @@ class Sender(LoopWorker):
             for job in self._retries.pop_all():
                 self.send(job, now)
                 sent += 1
-            if not sent and not len(self._retries) and self._delivery.in_flight() == 0:
+            if not sent and not len(self._retries) and self._publisher.in_flight() == 0:
                 return
             if time.monotonic() >= deadline:
                 log.error(
                     "sender_drain_incomplete",
                     sender=self.name,
                     retries=len(self._retries),
-                    in_flight=self._delivery.in_flight(),
+                    in_flight=self._publisher.in_flight(),
                     effect="the seek stops at the first of them: they and what follows them "
                     "are delivered again at the next start",
                 )
@@ -174,11 +177,15 @@ class Sender(LoopWorker):
             job.first_attempt_ms = now_ms
         job.attempts += 1
         message = job.message
+        if job.dead_reason is None:
+            reason = self._policy.reason_before(job)
+            if reason is not None:
+                self._dead_letter_reason(job, reason)
         if message is None or job.dead_reason is not None:
             self._send_dead_letter(job)
             return
         job.on_error = self._on_error
-        self._delivery.send(
+        self._publisher.publish(
             message.topic,
             message.key,
             message.value,
@@ -190,39 +197,33 @@ class Sender(LoopWorker):
     # produce happens on a sender thread.
 
     def _on_error(self, job: DeliveryJob, error: KafkaError) -> None:
-        self._delivery.note_error(error)  # a fenced producer is replaced; the job is retried
-        reason = describe(error)
+        self._publisher.note_error(error)  # a fenced producer is replaced; the job is retried
         now = self._clock.now_ms()
-        if is_permanent(error):
-            self._to_dead_letters(job, reason, now)
-        elif (
-            not is_outage(error)
-            and now - job.first_attempt_ms > self._settings.give_up_after_s * 1000
-        ):
-            self._to_dead_letters(job, f"gave up after {job.attempts} attempts: {reason}", now)
-        else:
-            # Cluster-wide failures (Kafka unreachable, timeouts) are retried for as long as
-            # they last: they say nothing about this message, so it is not dead-lettered.
-            self._metrics.incr("retried")
-            log.warning(
-                "delivery_retry",
-                id=job.message.id if job.message else None,
-                error=reason,
-                attempt=job.attempts,
-            )
-            self._retries.add(job, now + self._retry_delay_ms(job.attempts))
+        reason = self._policy.reason_after(error, job.first_attempt_ms, job.attempts, now)
+        if reason is not None:
+            self._dead_letter_reason(job, reason)
+            job.attempts = 0
+            self._retries.add(job, now)
+            return
+        self._metrics.incr("retried")
+        log.warning(
+            "delivery_retry",
+            id=job.message.id if job.message else None,
+            error=describe(error),
+            attempt=job.attempts,
+        )
+        self._retries.add(job, now + self._retry_delay_ms(job.attempts))
 
     def _retry_delay_ms(self, attempts: int) -> int:
         doubled: int = self._settings.retry_backoff_initial_ms << min(max(attempts - 1, 0), 20)
         return min(doubled, self._settings.retry_backoff_max_ms)
 
-    def _to_dead_letters(self, job: DeliveryJob, reason: str, now: EpochMs) -> None:
+    @staticmethod
+    def _dead_letter_reason(job: DeliveryJob, reason: str) -> None:
         log.error(
             "delivery_dead_lettered", id=job.message.id if job.message else None, reason=reason
         )
         job.dead_reason = reason
-        job.attempts = 0
-        self._retries.add(job, now)
 
     def _send_dead_letter(self, job: DeliveryJob) -> None:
         reason = job.dead_reason or "undecodable stored message"
@@ -244,7 +245,7 @@ class Sender(LoopWorker):
         if error is None:
             self._tracker.completed(job)
             return
-        if is_permanent(error) and not job.dlq_truncated:
+        if self._dead.refused(error, job.dlq_truncated) is Refusal.SHRINK:
             job.dlq_truncated = True  # most likely too large: send the shrunk form
             self._retries.add(job, self._clock.now_ms())
             return

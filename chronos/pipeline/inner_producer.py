@@ -10,9 +10,9 @@ from __future__ import annotations
 from confluent_kafka import KafkaError
 
 from chronos import wire
-from chronos.errors import KafkaDeliveryError
+from chronos.errors import NotAcknowledged
+from chronos.kafka.clients import KafkaClients
 from chronos.kafka.errors import describe
-from chronos.kafka.producer import Delivery
 from chronos.model import DelayMessage
 from chronos.settings import ChronosSettings
 
@@ -31,14 +31,13 @@ class InnerProducer:
         # A longer linger than the proxy's: a batch job wants full batches, not low latency.
         # Only failures call back: success is what flush() returning with nothing left means,
         # which spares a Python callback per row.
-        self._delivery = Delivery(
-            settings.kafka.producer(
-                settings.limits.max_message_bytes,
-                **{"linger.ms": 20, "delivery.report.only.error": True},
-            ),
-            name="pipeline-producer",
+        clients = KafkaClients(
+            settings.kafka, "chronos-pipeline", settings.limits.max_message_bytes
         )
-        self._delivery.start()
+        self._publisher = clients.idempotent(
+            "pipeline-requests", **{"linger.ms": 20, "delivery.report.only.error": True}
+        )
+        self._publisher.start()
         self.sent = 0
         self._failed = 0
         self._first_error: KafkaError | None = None
@@ -52,21 +51,19 @@ class InnerProducer:
     def send(self, message: DelayMessage) -> None:
         """Queue ``message``'s add request (waits while the local queue is full)."""
         key, value, headers = wire.encode_add(message)
-        self._delivery.send(self._topic, key, value, headers, self._on_delivery)
+        self._publisher.publish(self._topic, key, value, headers, self._on_delivery)
         self.sent += 1
 
     def finish(self) -> int:
-        """Wait for every acknowledgement; the count sent, or KafkaDeliveryError."""
-        remaining = self._delivery.flush(_FLUSH_TIMEOUT_S)
-        self._delivery.stop()
-        self._delivery.join(5.0)
+        """Wait for every acknowledgement; the count sent, or NotAcknowledged."""
+        remaining = self._publisher.flush(_FLUSH_TIMEOUT_S)
+        self._publisher.stop()
+        self._publisher.join(5.0)
         if remaining:
-            raise KafkaDeliveryError(
-                f"{remaining} records not acknowledged in {_FLUSH_TIMEOUT_S} s"
-            )
+            raise NotAcknowledged(f"{remaining} records not acknowledged in {_FLUSH_TIMEOUT_S} s")
         if self._failed:
             assert self._first_error is not None
-            raise KafkaDeliveryError(
+            raise NotAcknowledged(
                 f"Kafka refused {self._failed} records: {describe(self._first_error)}"
             )
         return self.sent

@@ -33,6 +33,8 @@ from pyspark.sql.types import StructType
 from chronos import wire
 from chronos.errors import ConfigError, DecodeError
 from chronos.inner import accept_inner
+from chronos.kafka.clients import ClientErrors, KafkaClients
+from chronos.kafka.clients import consumer as kafka_consumer
 from chronos.pipeline.options import int_option, settings_from_options
 from chronos.pipeline.schema import KAFKA_COLUMNS, arrow_schema, ddl
 from chronos.settings import ChronosSettings
@@ -88,7 +90,7 @@ def split_range(span: OffsetRange, estimate_end: int, max_records: int) -> list[
 
 def _reader_config(settings: ChronosSettings) -> dict[str, str | int | float | bool]:
     """A consumer that only reads assigned partitions: no group membership, no commits."""
-    config = settings.kafka.consumer(
+    config = KafkaClients(settings.kafka, "chronos-pipeline").consumer_config(
         "chronos-pipeline-reader",
         **{
             "enable.auto.commit": False,
@@ -136,7 +138,7 @@ def plan_splits(settings: ChronosSettings, options: Mapping[str, str]) -> list[O
     start_ts = time_filter(options).start_ms
     start_spec = _position(options.get("startingOffsets"), "earliest")
     end_spec = _position(options.get("endingOffsets"), "latest")
-    consumer = Consumer(_reader_config(settings))
+    consumer = kafka_consumer(_reader_config(settings), ClientErrors("pipeline-reader"))
     try:
         metadata = consumer.list_topics(timeout=10)
         splits: list[OffsetRange] = []
@@ -230,7 +232,7 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """Every record of ``span`` (within ``times``) as Arrow batches; raises when the broker
     stops answering before the end."""
-    consumer = Consumer(_reader_config(settings))
+    consumer = kafka_consumer(_reader_config(settings), ClientErrors("pipeline-reader"))
     consumer.assign([TopicPartition(span.topic, span.partition, span.start)])
     columns = _Columns()
     cols = columns.cols

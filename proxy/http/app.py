@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from chronos.errors import KafkaDeliveryError, ValidationError
+from chronos.errors import NotAcknowledged, ValidationError
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient, Receipt
 from proxy.http.schemas import (
@@ -97,8 +97,8 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
             headers=exc.headers,
         )
 
-    @app.exception_handler(KafkaDeliveryError)
-    def _unavailable(_request: Request, exc: KafkaDeliveryError) -> JSONResponse:
+    @app.exception_handler(NotAcknowledged)
+    def _unavailable(_request: Request, exc: NotAcknowledged) -> JSONResponse:
         return JSONResponse(status_code=503, content={"error": str(exc), "field": None})
 
     @app.post("/v1/messages", response_model=ReceiptOut, status_code=201, responses=_ERRORS)

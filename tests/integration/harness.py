@@ -11,7 +11,7 @@ from typing import Any
 
 from chronos.devstack.watch import Delivered, DeliveryWatcher
 from chronos.kafka.admin import create_topic
-from chronos.node.node import Node
+from chronos.runtime.node import Node
 from chronos.settings import ChronosSettings
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from chronos.bench.sampler import process_tree
 from chronos.bench.stack import BenchStack, TopicLayout
-from chronos.node.ledger import ApplyOutcome, Ledger
+from chronos.schedule.ledger import ApplyOutcome, Ledger
 from proxy.client import DelayClient, DelayRequest
 from tests.integration.harness import Inbox, make_settings, running_node
 

@@ -11,7 +11,7 @@ import pytest
 from chronos.cli.main import main as cli_main
 from chronos.errors import ConfigError
 from chronos.kafka.admin import ensure_topics
-from chronos.node.node import Node
+from chronos.runtime.node import Node
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient, DelayRequest
 from tests.integration.harness import Inbox, make_settings, running_node

@@ -17,9 +17,11 @@ import pytest
 from confluent_kafka import Producer
 
 from chronos.group.replica import Replica
+from chronos.group.spec import GroupSpec
 from chronos.group.status import group_status
-from chronos.node.node import Node
+from chronos.kafka.clients import KafkaClients
 from chronos.repeat import Repeat, RepeatKind
+from chronos.runtime.node import Node
 from chronos.settings import ChronosSettings
 from chronos.store import codec, keys
 from proxy.client import DelayClient
@@ -117,7 +119,9 @@ def test_one_replica_is_elected_and_a_stopped_master_hands_over_without_loss_or_
         assert inbox.wait_for(first, 30)
         _wait(lambda: _role(group.nodes["b"]) == "backup", 5, "b stays a backup")
         assert group.masters() == ["a"], "a backup joining took the role from a live master"
-        status = group_status(settings)
+        spec = GroupSpec.of(settings)
+        assert spec is not None
+        status = group_status(spec, KafkaClients(settings.kafka, "test"))
         assert status.master == "a" and status.term == 1
         assert sorted(m.node for m in status.members) == ["a", "b"]
         later = _send(client, topic, 30, 1.5, "across-")

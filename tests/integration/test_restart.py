@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chronos.node.node import Node
+from chronos.runtime.node import Node
 from chronos.store.rocks import RocksStore
 from proxy.client import DelayClient, DelayRequest
 from tests.integration.harness import Inbox, make_settings, running_node

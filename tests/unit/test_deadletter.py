@@ -2,48 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import cast
+from collections.abc import Sequence
 
 from confluent_kafka import KafkaError
 
-from chronos.kafka.producer import Delivery
+from chronos.delivery.deadletter import KEPT_HEADERS_BYTES, DeadLetters, Rejected, shrink
+from chronos.kafka.publishers.stub import StubPublisher, StubRecord
 from chronos.metrics import CountingMetrics
-from chronos.node.deadletter import KEPT_HEADERS_BYTES, DeadLetters, Rejected, shrink
 from chronos.types import Headers
 from chronos.wire import H_DLQ_REASON, H_DLQ_SOURCE, H_DLQ_TRUNCATED
 
 LIMIT = 100_000  # the dead-letter topic's max.message.bytes in these tests
 
 
-@dataclass
-class SizeLimitedTopic:
-    """Acknowledges at once what fits, refuses the rest as Kafka does; counts every send."""
+def size_limited(transient: set[str]) -> StubPublisher:
+    """Acknowledges at once what fits, refuses the rest as Kafka does; records every send."""
 
-    sent: list[tuple[bytes | None, bytes | None, Headers]] = field(default_factory=list)
-    fail_transiently: set[str] = field(default_factory=set)
+    def outcome(record: StubRecord) -> KafkaError | None:
+        size = len(record.key or b"") + len(record.value or b"")
+        size += sum(len(n) + len(v or b"") for n, v in record.headers)
+        if (record.header(H_DLQ_SOURCE) or b"").decode() in transient:
+            return KafkaError(KafkaError._MSG_TIMED_OUT)
+        if size > LIMIT:
+            return KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+        return None
 
-    def note_error(self, error: KafkaError) -> None:
-        """The producer is told of every failure (it replaces itself when fenced)."""
-
-    def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers,
-        on_done: Callable[[KafkaError | None], None],
-    ) -> None:
-        self.sent.append((key, value, headers))
-        size = len(key or b"") + len(value or b"") + sum(len(n) + len(v or b"") for n, v in headers)
-        source = (dict(headers).get(H_DLQ_SOURCE) or b"").decode()
-        if source in self.fail_transiently:
-            on_done(KafkaError(KafkaError._MSG_TIMED_OUT))
-        elif size > LIMIT:
-            on_done(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
-        else:
-            on_done(None)
+    return StubPublisher(outcome=outcome, auto=True)
 
 
 def rejected(
@@ -56,8 +40,8 @@ def rejected(
 
 
 def test_bulk_in_headers_and_key_still_fits() -> None:
-    topic = SizeLimitedTopic()
-    dead = DeadLetters(cast(Delivery, topic), "ns.deadletter", CountingMetrics())
+    topic = size_limited(set())
+    dead = DeadLetters(topic, "ns.deadletter", CountingMetrics())
     poison = rejected(
         "inner[0]@7",
         key=b"k" * 60_000,
@@ -65,7 +49,8 @@ def test_bulk_in_headers_and_key_still_fits() -> None:
         headers=[("big", b"h" * 60_000), ("small", b"s"), ("chronos-id", b"x" * 70_000)],
     )
     assert dead.send_and_wait([poison], 5.0)
-    key, value, headers = topic.sent[-1]
+    last = topic.published[-1]
+    key, value, headers = last.key, last.value, last.headers
     assert key is None and value is None  # too large to keep
     names = dict(headers)
     assert names["small"] == b"s" and "big" not in names and "chronos-id" not in names
@@ -80,12 +65,13 @@ def test_shrunk_headers_stay_within_their_budget() -> None:
 
 
 def test_acknowledged_dead_letters_are_not_sent_again_when_the_batch_is_retried() -> None:
-    topic = SizeLimitedTopic(fail_transiently={"inner[0]@2"})
-    dead = DeadLetters(cast(Delivery, topic), "ns.deadletter", CountingMetrics())
+    transient = {"inner[0]@2"}
+    topic = size_limited(transient)
+    dead = DeadLetters(topic, "ns.deadletter", CountingMetrics())
     batch = [rejected(f"inner[0]@{offset}") for offset in range(3)]
     acknowledged: set[str] = set()
     assert not dead.send_and_wait(batch, 5.0, acknowledged)  # one failed: the batch is retried
-    topic.fail_transiently.clear()
+    transient.clear()
     assert dead.send_and_wait(batch, 5.0, acknowledged)
-    sources = [cast(bytes, dict(h)[H_DLQ_SOURCE]) for _k, _v, h in topic.sent]
+    sources = [r.header(H_DLQ_SOURCE) or b"" for r in topic.published]
     assert sorted(sources) == [b"inner[0]@0", b"inner[0]@1", b"inner[0]@2", b"inner[0]@2"]

@@ -8,7 +8,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chronos.node.frontier import Frontier
+from chronos.schedule.frontier import Frontier
 
 NOW = 1_700_000_000_000
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pytest
 
 from chronos.errors import DecodeError
 from chronos.group.follower import Follower
-from chronos.group.record import Cut, decode, encode_cut, encode_repeat
+from chronos.group.record import Cut, RepeatState, decode, encode_cut, encode_repeat
 from chronos.model import DelayMessage
-from chronos.node.ledger import RepeatState
 from chronos.repeat import Repeat, RepeatKind
 
 T0 = 1_700_000_000_000
@@ -44,14 +44,16 @@ def test_foreign_progress_records_are_refused(key: bytes, value: bytes) -> None:
 class FakeLedger:
     applied: list[tuple[int, list[RepeatState], dict[int, int]]] = field(default_factory=list)
 
-    def apply_cut(self, seek_ms: int, states: list[RepeatState], covered: dict[int, int]) -> None:
-        self.applied.append((seek_ms, states, covered))
+    def apply_cut(
+        self, seek_ms: int, states: Sequence[RepeatState], covered: Mapping[int, int]
+    ) -> None:
+        self.applied.append((seek_ms, list(states), dict(covered)))
 
 
 def test_a_cut_waits_until_ingest_stored_everything_below_it() -> None:
     ledger = FakeLedger()
     ingested = {0: 5, 1: 0}
-    follower = Follower(ledger, lambda: dict(ingested))  # type: ignore[arg-type]
+    follower = Follower(ledger.apply_cut, lambda: dict(ingested))
     state = RepeatState("r", None, 0)
     follower.take(
         [

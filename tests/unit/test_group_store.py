@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from chronos.clock import FakeClock
+from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.group.record import RepeatState
 from chronos.model import DelayMessage
-from chronos.node.frontier import Frontier
-from chronos.node.ledger import Ledger, RepeatState
 from chronos.repeat import Repeat, RepeatKind
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksStore
@@ -29,14 +31,10 @@ class Replica:
     def __init__(self, path: Path, leading: bool) -> None:
         self.store = RocksStore(path, StoreSettings(wal_sync_interval_ms=60_000))
         self.frontier = Frontier(0)
-        self.ledger = Ledger(
-            self.store,
-            self.frontier,
-            FakeClock(T0),
-            DeleteSettings(),
-            track_arrivals=True,
-            leading=leading,
-        )
+        placement = ReplicaPlacement()
+        placement.leading = leading
+        self.ledger = Ledger(self.store, self.frontier, FakeClock(T0), DeleteSettings(), placement)
+        self.replica = ReplicaStore(self.store, self.frontier, self.ledger, placement)
 
     def add(self, message: DelayMessage, partition: int, offset: int) -> None:
         item = (message.id, message.first_due_ms, codec.encode(message))
@@ -96,7 +94,7 @@ def test_a_backup_places_adds_at_their_due_time_and_applies_every_cancel(
 ) -> None:
     master, backup = pair
     for replica in pair:
-        replica.ledger.apply_cut(T0 + 5000, [], {})
+        replica.replica.apply_cut(T0 + 5000, [], {})
     backup.frontier.advance(T0 + 5000)  # as a demoted master's frontier stands
     backup.add(_msg("overdue", T0 + 1000), 0, 0)
     backup.add(_msg("ahead", T0 + 9000), 0, 1)
@@ -118,9 +116,9 @@ def test_takeover_moves_what_the_cut_does_not_cover_past_the_seek(
     backup.add(_msg("uncovered-due", T0 + 1500), 0, 2)  # the old master never stored it
     backup.add(_msg("other-partition", T0 + 2000), 1, 0)  # no cut offset for partition 1
     seek, cut = T0 + 5000, {0: 2}
-    backup.ledger.apply_cut(seek, [], cut)
-    assert backup.ledger.lead(seek, [0, 1]) == seek
-    moved = backup.ledger.relocate_uncovered(seek, cut, [0, 1])
+    backup.replica.apply_cut(seek, [], cut)
+    assert backup.replica.lead(seek, [0, 1]) == seek
+    moved = backup.replica.relocate_uncovered(seek, cut, [0, 1])
     assert moved == 2
     assert backup.slots() == {
         "covered-due": T0 + 1000,
@@ -137,7 +135,7 @@ def test_applied_progress_forgets_covered_arrivals(pair: tuple[Replica, Replica]
     _, backup = pair
     backup.add(_msg("a", T0 + 1000), 0, 0)
     backup.add(_msg("b", T0 + 1000), 0, 1)
-    backup.ledger.apply_cut(T0 + 5000, [], {0: 1})
+    backup.replica.apply_cut(T0 + 5000, [], {0: 1})
     rows = backup.store.scan_arrivals(b"", b"\xff" * 12, 100)
     assert [keys.split_arrival_key(k) for k, _ in rows] == [(0, 1)]
 
@@ -149,17 +147,17 @@ def test_a_backup_follows_repeat_states_forward_only(pair: tuple[Replica, Replic
     backup.add(first, 0, 0)
     second = replace(first, occurrence=2)
     state = RepeatState("r", second, T0 + 11_000)
-    backup.ledger.apply_cut(T0 + 2000, [state], {0: 1})
+    backup.replica.apply_cut(T0 + 2000, [state], {0: 1})
     assert backup.slots() == {"r": T0 + 11_000}
     stored = codec.decode(backup.store.scan(b"", ALL, 10)[0][1])
     assert stored.occurrence == 2
     # An older state (a record read again) does not move it back.
-    backup.ledger.apply_cut(T0 + 2000, [RepeatState("r", first, T0 + 1000)], {0: 1})
+    backup.replica.apply_cut(T0 + 2000, [RepeatState("r", first, T0 + 1000)], {0: 1})
     assert backup.slots() == {"r": T0 + 11_000}
     # A cancelled repeat is not revived by a later state.
     backup.cancel("r", 0, 1)
     third = replace(first, occurrence=3)
-    backup.ledger.apply_cut(T0 + 12_000, [RepeatState("r", third, T0 + 21_000)], {0: 2})
+    backup.replica.apply_cut(T0 + 12_000, [RepeatState("r", third, T0 + 21_000)], {0: 2})
     assert backup.slots() == {}
 
 
@@ -187,8 +185,8 @@ def test_a_follower_and_its_master_agree_on_what_was_delivered(
     seek, cut = master.frontier.cut()
     for message, offset in records[cursor:]:
         backup.add(message, 0, offset)
-    backup.ledger.apply_cut(seek, [], cut)
-    backup.ledger.lead(seek, [0])
-    backup.ledger.relocate_uncovered(seek, cut, [0])
+    backup.replica.apply_cut(seek, [], cut)
+    backup.replica.lead(seek, [0])
+    backup.replica.relocate_uncovered(seek, cut, [0])
     assert backup.delivered_through(seek) == master.delivered_through(seek)
     assert set(backup.slots()) == set(master.slots())

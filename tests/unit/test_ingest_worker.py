@@ -12,13 +12,13 @@ from typing import cast
 import pytest
 
 from chronos.clock import FakeClock
+from chronos.delivery.deadletter import DeadLetters, Rejected
 from chronos.metrics import CountingMetrics
 from chronos.model import DecodedRequest, DelayMessage
-from chronos.node.deadletter import DeadLetters, Rejected
-from chronos.node.frontier import Frontier
 from chronos.node.ingest import IngestWorker
 from chronos.node.inner_reader import DecodedBatch
-from chronos.node.ledger import Ledger
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store import codec
 from chronos.store.rocks import RocksStore

@@ -12,9 +12,9 @@ import pytest
 
 from chronos.clock import FakeClock
 from chronos.model import CancelRequest, DelayMessage
-from chronos.node.frontier import Frontier
-from chronos.node.ledger import Ledger, next_occurrence
 from chronos.repeat import Repeat, RepeatKind
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger, next_occurrence
 from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksBatch, RocksStore

@@ -1,4 +1,5 @@
-"""Delivery replaces a producer the broker will not take records from again."""
+"""The idempotent publisher replaces a producer the broker will not take records from again;
+every Kafka error has one kind."""
 
 from __future__ import annotations
 
@@ -6,16 +7,17 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaError
 
 from chronos.devstack.tansu import free_port
-from chronos.kafka.errors import is_outage, needs_new_producer
-from chronos.kafka.producer import Delivery
+from chronos.kafka.errors import ErrorKind, classify
+from chronos.kafka.publishers.idempotent import IdempotentPublisher
 
 
 def test_a_fenced_producer_is_replaced_and_its_records_purged_for_retry() -> None:
     # Nobody listens there: the record waits in the producer's queue.
-    delivery = Delivery({"bootstrap.servers": f"127.0.0.1:{free_port()}"}, name="test")
+    delivery = IdempotentPublisher({"bootstrap.servers": f"127.0.0.1:{free_port()}"}, "test")
     outcome: list[KafkaError | None] = []
     done = threading.Event()
 
@@ -26,13 +28,13 @@ def test_a_fenced_producer_is_replaced_and_its_records_purged_for_retry() -> Non
     delivery.start()
     try:
         before = delivery._producer
-        delivery.send("t", b"k", b"v", [], on_done)
+        delivery.publish("t", b"k", b"v", [], on_done)
         delivery.note_error(KafkaError(KafkaError.PRODUCER_FENCED))
         assert done.wait(10), "the purged record never reported back"
         assert delivery._producer is not before
         (error,) = outcome
         assert error is not None and error.code() == KafkaError._PURGE_QUEUE
-        assert is_outage(error), "a purged record must be retried, not dead-lettered"
+        assert classify(error) is ErrorKind.OUTAGE, "a purged record is retried, not dead-lettered"
         deadline = time.monotonic() + 5
         while delivery.in_flight() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -41,8 +43,32 @@ def test_a_fenced_producer_is_replaced_and_its_records_purged_for_retry() -> Non
         delivery._stop.set()
 
 
-def test_which_errors_need_a_new_producer() -> None:
-    assert needs_new_producer(KafkaError(KafkaError.PRODUCER_FENCED))
-    assert needs_new_producer(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER))
-    assert not needs_new_producer(KafkaError(KafkaError._MSG_TIMED_OUT))
-    assert not needs_new_producer(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [
+        (KafkaError.PRODUCER_FENCED, ErrorKind.FENCED),
+        (KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorKind.FENCED),
+        (KafkaError.INVALID_PRODUCER_EPOCH, ErrorKind.FENCED),
+        (KafkaError._MSG_TIMED_OUT, ErrorKind.OUTAGE),
+        (KafkaError._TRANSPORT, ErrorKind.OUTAGE),
+        (KafkaError._PURGE_INFLIGHT, ErrorKind.OUTAGE),
+        (KafkaError.MSG_SIZE_TOO_LARGE, ErrorKind.RECORD),
+        (KafkaError.UNKNOWN_TOPIC_OR_PART, ErrorKind.RECORD),
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, ErrorKind.AUTHORIZATION),
+        (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ErrorKind.AUTHORIZATION),
+        (KafkaError.GROUP_AUTHORIZATION_FAILED, ErrorKind.AUTHORIZATION),
+        (KafkaError.CLUSTER_AUTHORIZATION_FAILED, ErrorKind.AUTHORIZATION),
+        (KafkaError._AUTHENTICATION, ErrorKind.AUTHORIZATION),
+        (KafkaError.KAFKA_STORAGE_ERROR, ErrorKind.OTHER),
+    ],
+)
+def test_each_error_has_one_kind(code: int, kind: ErrorKind) -> None:
+    assert classify(KafkaError(code)) is kind
+
+
+def test_an_authorization_error_librdkafka_marks_fatal_is_still_authorization() -> None:
+    """Counted as "fenced", a refused transactional id became a takeover retried every second
+    for ever instead of a clear exit."""
+    error = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal=True)
+    assert classify(error) is ErrorKind.AUTHORIZATION
+    assert classify(KafkaError(KafkaError._FATAL, fatal=True)) is ErrorKind.FENCED

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from chronos.clock import FakeClock
+from chronos.delivery.job import DeliveryJob
 from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
-from chronos.node.frontier import Frontier
-from chronos.node.job import DeliveryJob
-from chronos.node.ledger import Ledger
 from chronos.node.progress import ProgressTracker, ProgressWorker
 from chronos.repeat import Repeat, RepeatKind
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store import keys
 from chronos.store.rocks import RocksStore

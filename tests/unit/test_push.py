@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from chronos.clock import FakeClock
+from chronos.delivery.job import DeliveryJob
 from chronos.metrics import NullMetrics
 from chronos.model import DelayMessage
-from chronos.node.frontier import Frontier
-from chronos.node.job import DeliveryJob
-from chronos.node.ledger import Ledger
 from chronos.node.progress import ProgressTracker
 from chronos.node.push import PushWorker
 from chronos.repeat import Repeat, RepeatKind
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksStore

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from chronos.errors import ConfigError
-from chronos.node.roles import owned_partitions, thread_shares
+from chronos.node.partitions import owned_partitions, thread_shares
 from chronos.settings import NodeSettings
 
 

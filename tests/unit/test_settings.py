@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TypedDict
 
@@ -10,7 +11,7 @@ import pytest
 from pydantic import ValidationError as PydanticValidationError
 
 from chronos.errors import ConfigError
-from chronos.settings import ChronosSettings, KafkaSettings, load_settings
+from chronos.settings import PROTECTED_KAFKA_KEYS, ChronosSettings, KafkaSettings, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -172,7 +173,7 @@ sasl_password = "s3cret"
 "compression.type" = "zstd"
 [kafka.consumer_config]
 "fetch.min.bytes" = 1024
-"auto.offset.reset" = "latest"
+"fetch.max.bytes" = 1048576
 """,
     )
     kafka = load_settings(path).kafka
@@ -190,7 +191,8 @@ sasl_password = "s3cret"
     assert consumer["group.id"] == "chronos.node.n1"
     assert consumer["security.protocol"] == "SASL_SSL"
     assert consumer["fetch.min.bytes"] == 1024
-    assert consumer["auto.offset.reset"] == "latest"
+    assert consumer["fetch.max.bytes"] == 1048576
+    assert consumer["auto.offset.reset"] == "earliest"
     assert consumer["enable.auto.offset.store"] is False
     assert consumer["session.timeout.ms"] == 6000
     assert "linger.ms" not in consumer and "acks" not in consumer
@@ -218,6 +220,21 @@ def test_settings_that_would_weaken_durability_are_refused(
     literal = f'"{value}"' if isinstance(value, str) else str(value).lower()
     path = _toml(tmp_path, f'[kafka.{section}]\n"{option}" = {literal}\n')
     with pytest.raises(ConfigError, match=rf"kafka\.{section}.*{option}"):
+        load_settings(path)
+
+
+@pytest.mark.parametrize("key", sorted(PROTECTED_KAFKA_KEYS))
+@pytest.mark.parametrize("section", ["client_config", "producer_config", "consumer_config"])
+def test_keys_chronos_relies_on_are_refused_in_every_passthrough_table(
+    tmp_path: Path, section: str, key: str
+) -> None:
+    """Set there, they won silently over chronos' own: isolation.level over the progress
+    reader's read_committed, group.id over the election's group, message.timeout.ms over the
+    proxy's ack timeout."""
+    path = _toml(tmp_path, f'[kafka.{section}]\n"{key}" = "x"\n')
+    with pytest.raises(
+        ConfigError, match=rf"kafka\.{section}.*{re.escape(key)} is chronos' to set"
+    ):
         load_settings(path)
 
 

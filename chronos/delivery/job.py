@@ -1,16 +1,22 @@
-"""A delivery job: one occurrence of one stored message on its way to Kafka."""
+"""A delivery job: one occurrence of one stored message on its way to Kafka; and the jobs of
+scanned rows, which both delivery modes build the same way."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import structlog
 from confluent_kafka import KafkaError
 
+from chronos.errors import DecodeError
 from chronos.model import DelayMessage
-from chronos.store import keys
+from chronos.schedule.ledger import Ledger, next_occurrence
+from chronos.store import codec, keys
 from chronos.types import EpochMs
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(slots=True, eq=False)
@@ -61,3 +67,40 @@ class DeliveryJob:
             self.message = None  # only key and follow-up are needed from here on
         elif self.on_error is not None:
             self.on_error(self, error)
+
+
+def jobs_for(rows: list[tuple[bytes, bytes]], now: EpochMs, ledger: Ledger) -> list[DeliveryJob]:
+    """Delivery jobs of scanned rows: undecodable ones marked for dead letters, repeats at
+    their latest due occurrence with the next one as follow-up, superseded repeats done."""
+    jobs: list[DeliveryJob] = []
+    repeats: list[tuple[int, str]] = []
+    for key, raw in rows:
+        try:
+            message = codec.decode(raw)
+        except DecodeError as exc:
+            log.error("stored_message_undecodable", key=key.hex(), reason=exc.reason)
+            jobs.append(DeliveryJob(key, None, 0, raw=raw, dead_reason=exc.reason))
+            continue
+        if message.repeat is None:
+            jobs.append(DeliveryJob(key, message, message.first_due_ms))
+            continue
+        first = message.occurrence
+        occurrence, due = message.repeat.latest_due(message.first_due_ms, first, now)
+        current = replace(message, occurrence=occurrence)
+        jobs.append(
+            DeliveryJob(
+                key, current, due, skipped=occurrence - first, followup=next_occurrence(current)
+            )
+        )
+        repeats.append((len(jobs) - 1, message.id))
+    if repeats:
+        # A repeat key re-scanned after a crash may already have been superseded by its
+        # next occurrence (or cancelled): deliver only what the index still schedules.
+        current_flags = ledger.is_current([(i, jobs[n].key) for n, i in repeats])
+        for (n, _), is_current in zip(repeats, current_flags, strict=True):
+            if not is_current:
+                jobs[n].followup = None
+                jobs[n].done = True
+                jobs[n].message = None
+                jobs[n].dead_reason = None
+    return jobs

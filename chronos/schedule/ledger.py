@@ -4,20 +4,25 @@ Ingest (adds, cancels), progress (seek timestamp, next repeat occurrences) and t
 worker all change the same keys; doing it in one place, one writer at a time, keeps the index
 consistent with the messages and the seek timestamp atomic with what it covers. Writes that
 place messages reserve their slots on the push frontier (see ``frontier.py``).
+
+The ledger owns the seek timestamp (``seek_ms``); every other component reads it here. Where an
+add goes is its ``Placement``'s call: a node alone and a master place after the frontier, a
+following replica at the due time (``chronos/group/placement.py`` builds on ``writing``).
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import structlog
 
 from chronos.clock import Clock
 from chronos.model import DecodedRequest, DelayMessage, InnerRequest
-from chronos.node.frontier import Frontier
+from chronos.schedule.frontier import Frontier
 from chronos.settings import DeleteSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksBatch, RocksStore
@@ -26,23 +31,57 @@ from chronos.types import EpochMs
 log = structlog.get_logger(__name__)
 
 _CHUNK = 10_000
-#: Fewest seconds between two range deletes of covered arrivals (see ``_forget_arrivals``).
-_FORGET_ARRIVALS_S = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class RepeatState:
-    """Where a master put a repeat's next occurrence, as its progress record says.
+class Placement(Protocol):
+    """Where the ledger puts an add and what a cancel may conclude; read once per write, under
+    the ledger's lock, so a switch made under ``Ledger.locked`` applies from the next write."""
+
+    @property
+    def leading(self) -> bool:
+        """True: adds go after the frontier (``Frontier.slot_for``) and a cancel behind the
+        seek is "too late". False (a following replica): adds go to their due time and every
+        cancel deletes, since the store cannot tell delivered from not yet reached."""
+        ...
+
+    @property
+    def tracks_arrivals(self) -> bool:
+        """True: each add's inner ``partition|offset`` is recorded (the arrivals column)."""
+        ...
+
+
+@dataclass(frozen=True)
+class FixedPlacement:
+    """A placement that never changes."""
+
+    leading: bool = True
+    tracks_arrivals: bool = False
+
+
+#: A node alone: places after the frontier, records no arrivals.
+ALONE = FixedPlacement()
+
+
+@dataclass
+class LedgerWrite:
+    """One atomic write under the ledger's lock (see ``Ledger.writing``).
 
     Parameters:
-        message_id: the repeat's id.
-        message: its next occurrence, None once it finished.
-        slot_ms: the slot that occurrence was given (``max(due, seek + 1)`` of its record).
+        batch: the write batch, written when the block ends.
+        frontier: the frontier as of the write's start (its slots are reserved after it).
+        seek_ms: the seek; raise it to move the seek in the same batch.
+        earliest: the earliest slot placed, to wake the push worker for.
     """
 
-    message_id: str
-    message: DelayMessage | None
-    slot_ms: EpochMs
+    batch: RocksBatch
+    frontier: EpochMs
+    seek_ms: EpochMs
+    earliest: EpochMs | None = None
+
+    def placed(self, slot_ms: EpochMs) -> None:
+        """A message was put at ``slot_ms``."""
+        if self.earliest is None or slot_ms < self.earliest:
+            self.earliest = slot_ms
 
 
 @dataclass(slots=True)
@@ -66,6 +105,7 @@ class Ledger:
         frontier: the push frontier (writes that place messages reserve their slots on it).
         clock: time source, for tombstone expiry.
         retention: delete-worker settings (tombstone lifetime).
+        placement: where adds go (a replica group injects its own).
     """
 
     def __init__(
@@ -74,14 +114,10 @@ class Ledger:
         frontier: Frontier,
         clock: Clock,
         retention: DeleteSettings,
-        track_arrivals: bool = False,
-        leading: bool = True,
+        placement: Placement = ALONE,
     ) -> None:
         self._store = store
-        self._track_arrivals = track_arrivals
-        #: False on a replica that follows a master (see ``set_leading``).
-        self.leading = leading
-        self._arrivals_forgotten_at = -_FORGET_ARRIVALS_S
+        self._placement = placement
         self._frontier = frontier
         self._clock = clock
         self._tombstone_ms = int(retention.tombstone_retention_s * 1000)
@@ -90,15 +126,27 @@ class Ledger:
         # worker never takes this lock.
         self._lock = threading.Lock()
 
-    def set_leading(self, leading: bool) -> None:
-        """Switch placement between a node that delivers and a replica that follows.
-
-        A following replica places every add at its due time and applies every cancel: its
-        store must say "delivered" for exactly what the committed progress covers, which is
-        decided by due times and inner offsets alone (``frontier.py``, ``chronos/group/``).
-        """
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold off every write: for switching the placement or resetting the frontier."""
         with self._lock:
-            self.leading = leading
+            yield
+
+    @contextmanager
+    def writing(self, earliest_slot: EpochMs | None = None) -> Iterator[LedgerWrite]:
+        """One atomic write of its own (a replica applying committed progress, relocating):
+        the batch is written, with the seek if it was raised, when the block ends without an
+        exception. ``earliest_slot`` is reserved on the frontier as in ``Frontier.placing``."""
+        with self._lock:
+            with self._frontier.placing(earliest_slot) as frontier:
+                write = LedgerWrite(self._store.batch(), frontier, self._seek)
+                yield write
+                if write.seek_ms > self._seek:
+                    write.batch.set_seek(write.seek_ms)
+                self._store.write(write.batch)
+            self._seek = max(self._seek, write.seek_ms)
+        if write.earliest is not None:
+            self._frontier.notify(write.earliest)
 
     @property
     def seek_ms(self) -> EpochMs:
@@ -165,8 +213,9 @@ class Ledger:
             # (messages key, index key, stored value, index value) of every add, one store call.
             placed: list[tuple[bytes, bytes, bytes, bytes]] = []
             # The reservation lasts from reading the frontier to the write being visible.
-            leading = self.leading
-            arrivals = origins if self._track_arrivals and origins else None
+            placement = self._placement
+            leading = placement.leading
+            arrivals = origins if placement.tracks_arrivals and origins else None
             with self._frontier.placing(earliest_due, offsets) as frontier:
                 for n, (message_id, due, value) in enumerate(items):
                     current = state[message_id]
@@ -192,7 +241,7 @@ class Ledger:
                         batch.put_scheduled_many(placed)
                         placed = []
                         state[message_id] = self._cancel(
-                            batch, message_id, current, frontier, now, outcome
+                            batch, message_id, current, frontier, now, outcome, leading
                         )
                 outcome.added += len(placed)
                 batch.put_scheduled_many(placed)
@@ -219,6 +268,7 @@ class Ledger:
         frontier: EpochMs,
         now: EpochMs,
         outcome: ApplyOutcome,
+        leading: bool,
     ) -> bytes | None:
         if current is not None and current[:1] == keys.INDEX_CANCELLED:
             return current  # already cancelled
@@ -227,12 +277,12 @@ class Ledger:
             slot = keys.slot_of(key)
             # A follower cannot tell a delivered add from one the master has not reached yet
             # (both may sit behind its seek); deleting either is right.
-            if slot <= self._seek and self.leading:
+            if slot <= self._seek and leading:
                 outcome.cancel_too_late += 1
                 log.info("cancel_too_late", id=message_id, slot_ms=slot)
                 return current
             batch.delete_message(key)
-            if slot <= frontier and self.leading:
+            if slot <= frontier and leading:
                 outcome.cancel_raced += 1  # already handed to a sender: may still be delivered
                 log.warning("cancel_raced_delivery", id=message_id, slot_ms=slot)
             else:
@@ -275,111 +325,6 @@ class Ledger:
             self._seek = max(self._seek, seek_ms)
         if earliest is not None:
             self._frontier.notify(earliest)
-
-    def apply_cut(
-        self, seek_ms: EpochMs, states: Sequence[RepeatState], covered: Mapping[int, int]
-    ) -> None:
-        """Apply one committed progress record: the next occurrences of repeats at the slots
-        the master gave them, the seek, and forget arrivals the record covers.
-
-        A state moves its repeat only forward (a later occurrence than the stored one) and
-        never revives a cancelled or unknown id, so applying records again or out of date is
-        harmless. ``state.message`` None means the repeat finished: nothing to schedule."""
-        with self._lock:
-            live = [st for st in states if st.message is not None]
-            current = self._store.get_index([st.message_id for st in live])
-            old_keys = [c[1:] for c in current if c is not None and c[:1] == keys.INDEX_PENDING]
-            stored = dict(zip(old_keys, self._store.get_messages(old_keys), strict=True))
-            batch = self._store.batch()
-            earliest: EpochMs | None = None
-            with self._frontier.placing(min((st.slot_ms for st in live), default=None)):
-                for st, index in zip(live, current, strict=True):
-                    message = st.message
-                    if message is None or index is None or index[:1] != keys.INDEX_PENDING:
-                        continue
-                    old_key = index[1:]
-                    raw = stored.get(old_key)
-                    if raw is not None and codec.decode(raw).occurrence >= message.occurrence:
-                        continue
-                    key = keys.message_key(st.slot_ms, message.id)
-                    if raw is not None and key != old_key:
-                        batch.delete_message(old_key)
-                    batch.put_scheduled(
-                        key, message.id, codec.encode(message), keys.index_pending(key)
-                    )
-                    earliest = st.slot_ms if earliest is None else min(earliest, st.slot_ms)
-                if seek_ms > self._seek:
-                    batch.set_seek(seek_ms)
-                self._store.write(batch)
-            self._seek = max(self._seek, seek_ms)
-        self._forget_arrivals(covered)
-        if earliest is not None:
-            self._frontier.notify(earliest)
-
-    def lead(self, seek_ms: EpochMs, partitions: list[int]) -> EpochMs:
-        """Start placing as the node that delivers, from the committed ``seek_ms``: the
-        frontier restarts there, its cut at what the store holds. Returns the seek used."""
-        with self._lock:
-            seek = max(self._seek, seek_ms)
-            self._frontier.reset(seek, self._store.read_inner_offsets(partitions))
-            self._seek = seek
-            self.leading = True
-        return seek
-
-    def _forget_arrivals(self, covered: Mapping[int, int]) -> None:
-        """Range-delete arrivals below a cut, at most once a second: a range tombstone per
-        transaction (tens a second) would pile up for nothing, as a takeover reads arrivals
-        only from the cut's offsets on."""
-        now = time.monotonic()
-        if now - self._arrivals_forgotten_at < _FORGET_ARRIVALS_S:
-            return
-        self._arrivals_forgotten_at = now
-        for partition, offset in covered.items():
-            self._store.delete_arrivals(
-                keys.arrival_key(partition, 0), keys.arrival_key(partition, offset)
-            )
-
-    def relocate_uncovered(
-        self, seek_ms: EpochMs, covered: Mapping[int, int], partitions: list[int]
-    ) -> int:
-        """Move behind-the-seek adds that the committed progress does not cover past it.
-
-        Called once by a replica taking over, after ingest caught up with the cut ``covered``:
-        an add at or above its partition's offset there was not delivered by the old master
-        whatever its due time, so one stored at or before ``seek_ms`` moves to ``seek_ms + 1``
-        (delivered at once). Returns how many moved."""
-        moved = 0
-        for partition in partitions:
-            start = keys.arrival_key(partition, covered.get(partition, 0))
-            stop = keys.arrival_key(partition + 1, 0)
-            while True:
-                rows = self._store.scan_arrivals(start, stop, _CHUNK)
-                if not rows:
-                    break
-                moved += self._relocate([raw_id.decode() for _, raw_id in rows], seek_ms)
-                start = rows[-1][0] + b"\x00"
-        return moved
-
-    def _relocate(self, message_ids: list[str], seek_ms: EpochMs) -> int:
-        with self._lock:
-            current = self._store.get_index(message_ids)
-            behind = [
-                (message_id, c[1:])
-                for message_id, c in zip(message_ids, current, strict=True)
-                if c is not None and c[:1] == keys.INDEX_PENDING and keys.slot_of(c[1:]) <= seek_ms
-            ]
-            values = self._store.get_messages([key for _, key in behind])
-            batch = self._store.batch()
-            moved = 0
-            for (message_id, old_key), value in zip(behind, values, strict=True):
-                if value is None:
-                    continue  # purged: delivered long ago by an earlier master
-                key = keys.message_key(seek_ms + 1, message_id)
-                batch.delete_message(old_key)
-                batch.put_scheduled(key, message_id, value, keys.index_pending(key))
-                moved += 1
-            self._store.write(batch)
-        return moved
 
     def is_current(self, pairs: list[tuple[str, bytes]]) -> list[bool]:
         """Whether each (id, key) is still what the index schedules (false when superseded)."""

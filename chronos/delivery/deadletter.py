@@ -1,19 +1,27 @@
-"""The dead-letter topic: records that can never be delivered, with the reason in a header."""
+"""The dead-letter topic: records that can never be delivered, with the reason in a header;
+and the one policy that decides when a delivery goes there, for both delivery modes.
+
+What is permanent (``DeadLetterPolicy``), when to give up, and what a dead letter says
+(``job_record``, ``dead_letter_headers``, ``shrink``) are decided here once: a node alone's
+sender and a master's transaction loop ask the same questions and get the same answers.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
 import structlog
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
-from chronos.kafka.errors import describe, is_permanent
-from chronos.kafka.producer import Delivery, DeliveryCallback
+from chronos.delivery.job import DeliveryJob
+from chronos.kafka.errors import ErrorKind, classify, describe
+from chronos.kafka.publisher import DeliveryCallback, Publisher
 from chronos.metrics import Metrics
-from chronos.node.job import DeliveryJob
-from chronos.types import Headers
+from chronos.types import EpochMs, Headers
 from chronos.wire import (
     H_DLQ_REASON,
     H_DLQ_SOURCE,
@@ -83,6 +91,103 @@ def job_record(
     return message.key, message.value, headers, "delivery", message.topic
 
 
+#: How long a topic found missing stays missing before Kafka is asked again.
+UNKNOWN_TOPIC_RECHECK_S = 1.0
+#: Longest wait for Kafka's metadata about a target topic.
+TOPIC_CHECK_TIMEOUT_S = 5.0
+#: The reason given for a stored message that does not decode.
+UNDECODABLE = "undecodable stored message"
+
+
+class Refusal(Enum):
+    """What to do when the dead-letter topic refused a dead letter."""
+
+    #: Send it again in its ``shrink`` form, which any topic takes.
+    SHRINK = "shrink"
+    #: Try again later: nothing passes the seek without an acknowledgement.
+    RETRY = "retry"
+    #: chronos may not write its own dead-letter topic: the node cannot go on.
+    FATAL = "fatal"
+
+
+def when_dead_letter_refused(error: KafkaError, truncated: bool) -> Refusal:
+    """The dead-letter topic refused a dead letter (``truncated``: its shrunk form)."""
+    kind = classify(error)
+    if kind is ErrorKind.AUTHORIZATION:
+        return Refusal.FATAL
+    if kind is ErrorKind.RECORD and not truncated:
+        return Refusal.SHRINK
+    return Refusal.RETRY
+
+
+class DeadLetterPolicy:
+    """When a delivery goes to the dead-letter topic instead of its target (both modes).
+
+    * Before producing: a stored message that does not decode; a target topic Kafka's
+      metadata says does not exist (asked at most every :data:`UNKNOWN_TOPIC_RECHECK_S` per
+      topic; in a transaction librdkafka would otherwise hold the record, and the commit, for
+      its whole metadata timeout, and a node alone would hold its seek as long).
+    * After an error (``errors.classify``): a ``RECORD`` error, or ``AUTHORIZATION`` on the
+      target topic, at once; ``OUTAGE`` and ``FENCED`` never (they say nothing about the
+      record: retried for as long as they last); ``OTHER`` once ``give_up_after_s`` have passed
+      since the first attempt.
+
+    Parameters:
+        give_up_after_s: ``delivery.give_up_after_s``.
+        topic_exists: asks Kafka whether a topic exists (``Publisher.topic_exists``); may raise
+            ``KafkaException`` when Kafka does not answer (then the topic counts as existing).
+    """
+
+    def __init__(self, give_up_after_s: float, topic_exists: Callable[[str], bool]) -> None:
+        self._give_up_ms = give_up_after_s * 1000
+        self._topic_exists = topic_exists
+        self._known: set[str] = set()
+        self._missing: dict[str, float] = {}
+
+    @classmethod
+    def of(cls, give_up_after_s: float, publisher: Publisher) -> DeadLetterPolicy:
+        """The policy, asking ``publisher`` about topics."""
+        return cls(give_up_after_s, lambda t: publisher.topic_exists(t, TOPIC_CHECK_TIMEOUT_S))
+
+    def reason_before(self, job: DeliveryJob) -> str | None:
+        """Why ``job`` goes to the dead-letter topic without being tried, or None."""
+        if job.dead_reason is not None:
+            return job.dead_reason
+        message = job.message
+        if message is None:
+            return UNDECODABLE
+        topic = message.topic
+        if topic in self._known:
+            return None
+        return self._topic_missing(topic)
+
+    def _topic_missing(self, topic: str) -> str | None:
+        checked = self._missing.get(topic)
+        if checked is None or time.monotonic() - checked > UNKNOWN_TOPIC_RECHECK_S:
+            try:
+                exists = self._topic_exists(topic)
+            except KafkaException:
+                return None  # Kafka did not answer: produce, and let the outcome decide
+            if exists:
+                self._known.add(topic)
+                self._missing.pop(topic, None)
+                return None
+            self._missing[topic] = time.monotonic()
+        return f"UNKNOWN_TOPIC_OR_PART: topic {topic} does not exist"
+
+    def reason_after(
+        self, error: KafkaError, first_attempt_ms: EpochMs, attempts: int, now_ms: EpochMs
+    ) -> str | None:
+        """Why a delivery that failed with ``error`` (its ``attempts``-th try, the first at
+        ``first_attempt_ms``) goes to the dead-letter topic now, or None to retry it."""
+        kind = classify(error)
+        if kind in (ErrorKind.RECORD, ErrorKind.AUTHORIZATION):
+            return describe(error)
+        if kind is ErrorKind.OTHER and now_ms - first_attempt_ms > self._give_up_ms:
+            return f"gave up after {attempts} attempts: {describe(error)}"
+        return None
+
+
 class DeadLetters:
     """Produces to the dead-letter topic. One attempt per call: callers own the retries, so no
     produce ever runs inside a delivery callback and no thread is spawned per failure.
@@ -92,15 +197,32 @@ class DeadLetters:
     giving the original sizes: the evidence survives and the dead letter always fits.
 
     Parameters:
-        delivery: the shared producer.
+        publisher: the shared idempotent publisher.
         topic: the dead-letter topic name.
         metrics: counts dead letters.
+        on_fatal: told when chronos may not write its dead-letter topic (``Refusal.FATAL``).
     """
 
-    def __init__(self, delivery: Delivery, topic: str, metrics: Metrics) -> None:
-        self._delivery = delivery
+    def __init__(
+        self,
+        publisher: Publisher,
+        topic: str,
+        metrics: Metrics,
+        on_fatal: Callable[[str], None] | None = None,
+    ) -> None:
+        self._publisher = publisher
         self._topic = topic
         self._metrics = metrics
+        self._on_fatal = on_fatal
+
+    def refused(self, error: KafkaError, truncated: bool) -> Refusal:
+        """What to do about a refused dead letter; reports a fatal refusal."""
+        refusal = when_dead_letter_refused(error, truncated)
+        if refusal is Refusal.FATAL and self._on_fatal is not None:
+            self._on_fatal(
+                f"Kafka refused writing the dead-letter topic {self._topic}: {describe(error)}"
+            )
+        return refusal
 
     def send(
         self,
@@ -119,7 +241,7 @@ class DeadLetters:
         if truncate:
             key, headers, truncated = shrink(key, value, headers)
             value = None
-        self._delivery.send(
+        self._publisher.publish(
             self._topic,
             key,
             value,
@@ -132,7 +254,7 @@ class DeadLetters:
             if error is None:
                 self._metrics.incr("dead_lettered")
             else:
-                self._delivery.note_error(error)
+                self._publisher.note_error(error)
                 log.error("dead_letter_failed", error=describe(error))
             on_result(error, message)
 
@@ -177,7 +299,7 @@ class DeadLetters:
             retry = [
                 (record, True)
                 for (record, truncate), error in zip(pending, errors, strict=True)
-                if error is not None and is_permanent(error) and not truncate
+                if error is not None and self.refused(error, truncate) is Refusal.SHRINK
             ]
             if len(retry) != sum(error is not None for error in errors):
                 return False  # a transient failure, or a truncated record refused again

@@ -1,4 +1,5 @@
-"""Lifecycle of long-running components: start, stop, join, and loops that survive errors."""
+"""Lifecycle of long-running components: start, stop, join, loops that survive errors, and the
+one way a component says the process cannot go on."""
 
 from __future__ import annotations
 
@@ -78,3 +79,35 @@ class LoopWorker:
             self.finish()
         except Exception:
             log.exception("component_finish_failed", component=self.name)
+
+
+class Fatal:
+    """Why this process cannot go on, reported by any thread; its entry point exits with it.
+
+    Loops survive their errors (``LoopWorker``); what no retry can mend (Kafka refusing
+    chronos' credentials, a producer that cannot be replaced) is reported here instead, once,
+    and the node stops with exit code 1 and this reason.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reason: str | None = None
+        self._reported = threading.Event()
+
+    def report(self, reason: str) -> None:
+        """Say why the process must end; the first reason is the one kept."""
+        with self._lock:
+            if self._reason is not None:
+                return
+            self._reason = reason
+        log.critical("fatal_error", reason=reason)
+        self._reported.set()
+
+    @property
+    def reason(self) -> str | None:
+        """The first reported reason, None while there is none."""
+        return self._reason
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once a reason was reported (waits at most ``timeout_s``)."""
+        return self._reported.wait(timeout_s)

@@ -12,20 +12,28 @@ from functools import partial
 
 import structlog
 
+from chronos.delivery.deadletter import DeadLetterPolicy
 from chronos.errors import ConfigError
-from chronos.group.replica import Replica
+from chronos.group.election import Election
+from chronos.group.follower import ProgressLog
+from chronos.group.placement import ReplicaStore
+from chronos.group.replica import Elector, Replica
+from chronos.group.spec import GroupSpec
+from chronos.group.transactions import MasterState, TransactionLoop
 from chronos.kafka.admin import partition_count
+from chronos.kafka.publisher import TransactionalPublisher
+from chronos.lifecycle import Component
 from chronos.node.checkpointer import CheckpointWorker
-from chronos.node.component import Component
-from chronos.node.context import NodeContext
 from chronos.node.decoder_process import DecoderProcess
 from chronos.node.delete import DeleteWorker
 from chronos.node.ingest import IngestWorker
 from chronos.node.inner_reader import BatchSource, InnerReader, ReaderSpec
-from chronos.node.progress import ProgressWorker
-from chronos.node.push import PushWorker
+from chronos.node.partitions import owned_partitions, thread_shares
+from chronos.node.progress import ProgressTracker, ProgressWorker
+from chronos.node.push import JobQueue, PushWorker
 from chronos.node.reporter import MetricsReporter
-from chronos.node.sender import Sender
+from chronos.node.sender import RetrySchedule, Sender
+from chronos.runtime.context import NodeContext
 from chronos.settings import ChronosSettings, DecoderPlace
 
 Role = Callable[[NodeContext], list[Component]]
@@ -45,7 +53,7 @@ def _owned(ctx: NodeContext) -> list[int]:
 def _ingest(ctx: NodeContext, owned: list[int]) -> list[IngestWorker]:
     s = ctx.settings
     names = s.topics.names
-    config = s.kafka.consumer(names.node_group(s.node.node_id))
+    config = ctx.clients.consumer_config(names.node_group(s.node.node_id))
     workers: list[IngestWorker] = []
     for i, partitions in enumerate(thread_shares(owned, s.node.ingest_threads)):
         spec = ReaderSpec(
@@ -67,28 +75,10 @@ def _ingest(ctx: NodeContext, owned: list[int]) -> list[IngestWorker]:
                 ctx.clock,
                 s.node.ingest_poll_timeout_ms,
                 ctx.metrics,
+                ctx.fatal.report,
             )
         )
     return workers
-
-
-def owned_partitions(configured: list[int], count: int) -> list[int]:
-    """The inner partitions a node reads: those configured (all when none), each existing."""
-    if not configured:
-        return list(range(count))
-    missing = sorted({p for p in configured if not 0 <= p < count})
-    if missing:
-        raise ConfigError(
-            f"node.owned_partitions {missing} do not exist: the inner topic has {count} "
-            f"partitions (0-{count - 1})"
-        )
-    return sorted(set(configured))
-
-
-def thread_shares(owned: list[int], threads: int) -> list[list[int]]:
-    """Partitions per ingest thread, round robin; no more threads than partitions."""
-    threads = min(threads, len(owned))
-    return [owned[i::threads] for i in range(threads)]
 
 
 def _check_store_owns(ctx: NodeContext, owned: list[int], count: int) -> None:
@@ -114,20 +104,27 @@ def _source(spec: ReaderSpec, decoder: DecoderPlace, ctx: NodeContext, name: str
     return InnerReader(spec, ctx.clock.now_ms)
 
 
-def _delivery(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:
+def _at_least_once(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:
+    """A node alone's delivery: push worker -> bounded queue -> senders -> publisher; the
+    progress worker persists the seek as acknowledgements come in."""
     s = ctx.settings
+    tracker = ProgressTracker(ctx.ledger.seek_ms, ctx.metrics, ctx.clock)
+    jobs: JobQueue = JobQueue(maxsize=s.node.queue_batches)
+    retries = RetrySchedule()
+    policy = DeadLetterPolicy.of(s.delivery.give_up_after_s, ctx.publisher)
     senders: list[Component] = [
         Sender(
             i,
-            ctx.jobs,
-            ctx.retries,
-            ctx.delivery,
+            jobs,
+            retries,
+            ctx.publisher,
             ctx.dead_letters,
-            ctx.tracker,
+            policy,
+            tracker,
             ctx.clock,
             s.delivery,
             ctx.metrics,
-            # Senders drain first; the producer's flush and the last progress follow.
+            # Senders drain first; the publisher's flush and the last progress follow.
             drain_timeout_s=s.node.shutdown_timeout_s / 2,
         )
         for i in range(s.node.sender_threads)
@@ -136,8 +133,8 @@ def _delivery(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:
         ctx.store,
         ctx.ledger,
         ctx.frontier,
-        ctx.tracker,
-        ctx.jobs,
+        tracker,
+        jobs,
         ctx.clock,
         s.node.push_batch_max,
         ctx.metrics,
@@ -146,7 +143,12 @@ def _delivery(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:
         max_in_flight=s.node.max_in_flight,
         max_unpersisted_s=s.node.max_unpersisted_s,
     )
-    return [ctx.delivery, *senders, push]
+    return [
+        ProgressWorker(tracker, ctx.ledger, s.node.progress_interval_ms),
+        ctx.publisher,
+        *senders,
+        push,
+    ]
 
 
 def alone(ctx: NodeContext) -> list[Component]:
@@ -154,23 +156,65 @@ def alone(ctx: NodeContext) -> list[Component]:
     ingest = _ingest(ctx, _owned(ctx))
     return [
         MetricsReporter(ctx.metrics, ctx.ledger),
-        ProgressWorker(ctx.tracker, ctx.ledger, ctx.settings.node.progress_interval_ms),
-        *_delivery(ctx, ingest),
+        *_at_least_once(ctx, ingest),
         *ingest,
         DeleteWorker(ctx.ledger, ctx.settings.delete),
         CheckpointWorker(ctx.store, ctx.settings.node.data_dir),
     ]
 
 
+def _replica(ctx: NodeContext, spec: GroupSpec, store: ReplicaStore, owned: list[int]) -> Replica:
+    """The controller of a replica's role, with the group's Kafka clients."""
+    s = ctx.settings
+    clients = ctx.clients
+
+    def open_election(on_change: Callable[[bool], None]) -> Elector:
+        return Election(spec, clients.consumer, clients.errors("election"), on_change)
+
+    def open_publisher() -> TransactionalPublisher:
+        return clients.transactional(spec.transactional_id, spec.settings.transaction_timeout_ms)
+
+    def new_master(publisher: TransactionalPublisher, state: MasterState) -> TransactionLoop:
+        policy = DeadLetterPolicy.of(s.delivery.give_up_after_s, publisher)
+        return TransactionLoop(
+            spec,
+            publisher,
+            ctx.store,
+            ctx.ledger,
+            store,
+            ctx.frontier,
+            policy,
+            s.delivery,
+            ctx.clock,
+            ctx.metrics,
+            state,
+        )
+
+    return Replica(
+        spec,
+        owned,
+        store,
+        open_election,
+        ProgressLog(spec, clients.consumer, clients.errors("progress")),
+        open_publisher,
+        new_master,
+        ctx.fatal,
+        ctx.clock,
+        ctx.metrics,
+    )
+
+
 def replica(ctx: NodeContext) -> list[Component]:
     """A member of a replica group: ingests everything; delivers only while elected master,
     in fenced transactions, and otherwise follows the master's committed progress."""
+    if ctx.group is None or ctx.replica_store is None:
+        raise ConfigError("a replica needs group.name")
     owned = _owned(ctx)
     return [
         MetricsReporter(ctx.metrics, ctx.ledger),
-        ctx.delivery,  # ingest's dead letters: not transactional, every replica sends them
+        ctx.publisher,  # ingest's dead letters: not transactional, every replica sends them
         *_ingest(ctx, owned),
-        Replica(ctx, owned),
+        _replica(ctx, ctx.group, ctx.replica_store, owned),
         DeleteWorker(ctx.ledger, ctx.settings.delete),
         CheckpointWorker(ctx.store, ctx.settings.node.data_dir),
     ]

@@ -1,54 +1,48 @@
-"""The one producer abstraction every delivery goes through (targets and dead letters)."""
+"""The idempotent publisher: a node alone's deliveries, dead letters, and every request producer
+(proxy, client library, pipeline)."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from chronos.kafka.errors import describe, needs_new_producer
+from chronos.kafka.clients import ClientErrors, OnFatal, producer
+from chronos.kafka.errors import ErrorKind, classify, describe
+from chronos.kafka.publisher import DeliveryCallback
 from chronos.types import Headers, KafkaConfig
 
-#: Called with (error or None, the confluent Message or None).
-DeliveryCallback = Callable[[KafkaError | None, Any], None]
-
-_librdkafka_log = logging.getLogger("librdkafka")
 log = structlog.get_logger(__name__)
-#: Seconds between two log lines of the same client error (see Delivery._on_client_error).
-ERROR_LOG_INTERVAL_S = 10.0
-#: Fewest seconds between two replacements of a producer (see Delivery.note_error).
+#: Fewest seconds between two replacements of a producer (see ``note_error``).
 RENEW_INTERVAL_S = 5.0
 
 
-class Delivery:
+class IdempotentPublisher:
     """An idempotent producer with its own poll thread, so callbacks run without help.
 
-    ``send`` never raises for a record: synchronous refusals (record too large, bad topic)
+    ``publish`` never raises for a record: synchronous refusals (record too large, bad topic)
     are reported through the callback like asynchronous ones, so callers have one path.
 
-    A producer the broker will not take records from again (fenced, a fatal idempotence error;
-    see ``needs_new_producer``) is replaced by a new one on the poll thread: callers report the
+    A producer the broker will not take records from again (``ErrorKind.FENCED``: fenced, or a
+    fatal idempotence error) is replaced by a new one on the poll thread: callers report the
     errors they get (:meth:`note_error`); the old producer's queued and in-flight records are
     purged, so their callbacks report ``_PURGE_*`` errors, which callers retry like an outage.
 
     Parameters:
-        config: librdkafka producer config (see ``KafkaSettings.producer``).
+        config: librdkafka producer config (see ``KafkaClients.producer_config``).
         name: component name for logs.
+        on_fatal: told when Kafka refuses chronos' credentials (see ``KafkaClients``).
     """
 
-    def __init__(self, config: KafkaConfig, name: str = "delivery") -> None:
+    def __init__(
+        self, config: KafkaConfig, name: str = "publisher", on_fatal: OnFatal | None = None
+    ) -> None:
         self.name = name
-        self._config: dict[str, Any] = {
-            **config,
-            "logger": _librdkafka_log,
-            "error_cb": self._on_client_error,
-        }
-        self._producer = Producer(self._config)
+        self._config = config
+        self._errors = ClientErrors(name, on_fatal, on_client_fatal=self.note_error)
+        self._producer = producer(config, self._errors)
         #: Replaced producers, polled until their purged records have reported back.
         self._retiring: list[Producer] = []
         #: Why the producer must be replaced (set by any thread, acted on by the poll thread).
@@ -57,36 +51,16 @@ class Delivery:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll_loop, name=name, daemon=True)
         self._flush_timeout_s = 30.0
-        #: Per distinct client error: when it was last logged and how often it came since.
-        self._errors_seen: dict[str, tuple[float, int]] = {}
-        #: Set when no replacement producer could be created: this Delivery can never deliver
+        #: Set when no replacement producer could be created: this publisher can never deliver
         #: again (a fatal error of librdkafka's only leads to a replacement).
         self.fatal_error: KafkaError | None = None
 
-    def _on_client_error(self, error: KafkaError) -> None:
-        """librdkafka's client-level errors; a fatal one means this producer is done for.
-
-        librdkafka repeats an outage's error every few hundred ms: each distinct error is
-        logged once per :data:`ERROR_LOG_INTERVAL_S`, with how often it came meanwhile."""
-        if error.fatal():
-            log.critical("producer_fatal_error", producer=self.name, error=str(error))
-            self.note_error(error)
-            return
-        text = str(error)
-        now = time.monotonic()
-        last, repeated = self._errors_seen.get(text, (-ERROR_LOG_INTERVAL_S, 0))
-        if now - last < ERROR_LOG_INTERVAL_S:
-            self._errors_seen[text] = (last, repeated + 1)
-            return
-        self._errors_seen[text] = (now, 0)
-        log.warning("producer_error", producer=self.name, error=text, repeated=repeated)
-
     def note_error(self, error: KafkaError) -> None:
-        """A delivery failed with ``error``: replace the producer when it cannot recover.
+        """A record failed with ``error``: replace the producer when it cannot recover.
 
         Errors of the records the last replacement purged arrive right after it: one
         replacement per :data:`RENEW_INTERVAL_S` at most."""
-        if needs_new_producer(error) and self._renew_reason is None:
+        if classify(error) is ErrorKind.FENCED and self._renew_reason is None:
             self._renew_reason = describe(error)
 
     def _renew(self) -> None:
@@ -96,7 +70,7 @@ class Delivery:
         self._renewed_at = time.monotonic()
         old = self._producer
         try:
-            self._producer = Producer(self._config)
+            self._producer = producer(self._config, self._errors)
         except KafkaException as exc:
             self.fatal_error = exc.args[0]
             log.critical("producer_not_replaced", producer=self.name, error=str(exc))
@@ -130,9 +104,9 @@ class Delivery:
             except Exception:
                 # confluent-kafka re-raises callback exceptions here; the thread must live on or
                 # no acknowledgement would ever arrive again.
-                log.exception("delivery_callback_failed", producer=self.name)
+                log.exception("publisher_callback_failed", producer=self.name)
 
-    def send(
+    def publish(
         self,
         topic: str,
         key: bytes | None,
@@ -178,6 +152,12 @@ class Delivery:
     def in_flight(self) -> int:
         """Records handed to librdkafka and not yet acknowledged."""
         return len(self._producer) + sum(len(old) for old in self._retiring)
+
+    def topic_exists(self, topic: str, timeout_s: float) -> bool:
+        """Whether the broker's metadata has ``topic`` with partitions (KafkaException when it
+        does not answer)."""
+        meta = self._producer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        return meta is not None and meta.error is None and bool(meta.partitions)
 
     def ping(self, timeout_s: float) -> bool:
         """True when the cluster answered a metadata request within ``timeout_s`` and this

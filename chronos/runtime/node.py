@@ -13,11 +13,11 @@ from chronos.clock import Clock, SystemClock
 from chronos.errors import ConfigError
 from chronos.group.replica import Replica
 from chronos.kafka.admin import ensure_topics
-from chronos.node.component import Component
-from chronos.node.context import NodeContext, build_context
+from chronos.lifecycle import Component
 from chronos.node.ingest import IngestWorker
 from chronos.node.interpreter import tune_interpreter
-from chronos.node.roles import ROLES, role_of
+from chronos.runtime.context import NodeContext, build_context
+from chronos.runtime.roles import ROLES, role_of
 from chronos.settings import ChronosSettings
 
 log = structlog.get_logger(__name__)
@@ -110,9 +110,15 @@ class Node:
         return True
 
     def fatal_error(self) -> str | None:
-        """Why this node cannot go on (the producer failed fatally), or None."""
-        if self.context is not None and self.context.delivery.fatal_error is not None:
-            return str(self.context.delivery.fatal_error)
+        """Why this node cannot go on, or None: a component reported it (Kafka refused
+        chronos' credentials), or the publisher could not replace a failed producer."""
+        context = self.context
+        if context is None:
+            return None
+        if context.fatal.reason is not None:
+            return context.fatal.reason
+        if context.publisher.fatal_error is not None:
+            return f"no producer could replace a failed one: {context.publisher.fatal_error}"
         return None
 
     def run(self) -> int:
@@ -128,7 +134,7 @@ class Node:
         self.start()
         tune_interpreter()
         fatal = None
-        while not stop.wait(1.0):
+        while not stop.wait(0.2):
             fatal = self.fatal_error()
             if fatal is not None:
                 break

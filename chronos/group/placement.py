@@ -1,0 +1,169 @@
+"""What a replica does to its store beyond ingest: follow or lead, apply committed progress,
+and relocate at takeover what the committed progress does not cover.
+
+The core writer (``schedule/ledger.py``) knows nothing of groups: it asks its ``Placement``
+where an add goes, and this module injects one (``ReplicaPlacement``) and writes through
+``Ledger.writing``. The argument these rules rest on is in ``chronos/group/__init__.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from chronos.group.record import RepeatState
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger
+from chronos.store import codec, keys
+from chronos.store.rocks import RocksStore
+from chronos.types import EpochMs
+
+_CHUNK = 10_000
+#: Fewest seconds between two range deletes of covered arrivals (see ``_forget_arrivals``).
+_FORGET_ARRIVALS_S = 1.0
+
+
+class ReplicaPlacement:
+    """A replica's ``Placement``: records every add's arrival; places at the due time while
+    following, after the frontier while leading. Switched only under ``Ledger.locked``."""
+
+    tracks_arrivals = True
+
+    def __init__(self) -> None:
+        #: A replica starts following.
+        self.leading = False
+
+
+class ReplicaStore:
+    """A replica's writes to its store beyond ingest.
+
+    Parameters:
+        store: the replica's store.
+        frontier: its push frontier.
+        ledger: the store's writer, built with ``placement``.
+        placement: the placement this class switches.
+    """
+
+    def __init__(
+        self, store: RocksStore, frontier: Frontier, ledger: Ledger, placement: ReplicaPlacement
+    ) -> None:
+        self._store = store
+        self._frontier = frontier
+        self._ledger = ledger
+        self._placement = placement
+        self._arrivals_forgotten_at = -_FORGET_ARRIVALS_S
+
+    @property
+    def seek_ms(self) -> EpochMs:
+        """The store's seek (the ledger owns it)."""
+        return self._ledger.seek_ms
+
+    @property
+    def leading(self) -> bool:
+        return self._placement.leading
+
+    def inner_offsets(self, partitions: list[int]) -> dict[int, int]:
+        """The next inner offset per partition ingest stored."""
+        return self._ledger.inner_offsets(partitions)
+
+    def follow(self) -> None:
+        """Place as a follower: every add at its due time, every cancel applied. Its store must
+        say "delivered" for exactly what the committed progress covers, which is decided by due
+        times and inner offsets alone."""
+        with self._ledger.locked():
+            self._placement.leading = False
+
+    def lead(self, seek_ms: EpochMs, partitions: list[int]) -> EpochMs:
+        """Place as the node that delivers, from the committed ``seek_ms``: the frontier
+        restarts there, its cut at what the store holds. Returns the seek used."""
+        with self._ledger.writing() as write:
+            seek = max(write.seek_ms, seek_ms)
+            write.seek_ms = seek
+            self._frontier.reset(seek, self._store.read_inner_offsets(partitions))
+            self._placement.leading = True
+        return seek
+
+    def apply_cut(
+        self, seek_ms: EpochMs, states: Sequence[RepeatState], covered: Mapping[int, int]
+    ) -> None:
+        """Apply one committed progress record: the next occurrences of repeats at the slots
+        the master gave them, the seek, and forget arrivals the record covers.
+
+        A state moves its repeat only forward (a later occurrence than the stored one) and
+        never revives a cancelled or unknown id, so applying records again or out of date is
+        harmless. ``state.message`` None means the repeat finished: nothing to schedule."""
+        live = [st for st in states if st.message is not None]
+        with self._ledger.writing(min((st.slot_ms for st in live), default=None)) as write:
+            current = self._store.get_index([st.message_id for st in live])
+            old_keys = [c[1:] for c in current if c is not None and c[:1] == keys.INDEX_PENDING]
+            stored = dict(zip(old_keys, self._store.get_messages(old_keys), strict=True))
+            for st, index in zip(live, current, strict=True):
+                message = st.message
+                if message is None or index is None or index[:1] != keys.INDEX_PENDING:
+                    continue
+                old_key = index[1:]
+                raw = stored.get(old_key)
+                if raw is not None and codec.decode(raw).occurrence >= message.occurrence:
+                    continue
+                key = keys.message_key(st.slot_ms, message.id)
+                if raw is not None and key != old_key:
+                    write.batch.delete_message(old_key)
+                write.batch.put_scheduled(
+                    key, message.id, codec.encode(message), keys.index_pending(key)
+                )
+                write.placed(st.slot_ms)
+            write.seek_ms = max(write.seek_ms, seek_ms)
+        self._forget_arrivals(covered)
+
+    def _forget_arrivals(self, covered: Mapping[int, int]) -> None:
+        """Range-delete arrivals below a cut, at most once a second: a range tombstone per
+        transaction (tens a second) would pile up for nothing, as a takeover reads arrivals
+        only from the cut's offsets on."""
+        now = time.monotonic()
+        if now - self._arrivals_forgotten_at < _FORGET_ARRIVALS_S:
+            return
+        self._arrivals_forgotten_at = now
+        for partition, offset in covered.items():
+            self._store.delete_arrivals(
+                keys.arrival_key(partition, 0), keys.arrival_key(partition, offset)
+            )
+
+    def relocate_uncovered(
+        self, seek_ms: EpochMs, covered: Mapping[int, int], partitions: list[int]
+    ) -> int:
+        """Move behind-the-seek adds that the committed progress does not cover past it.
+
+        Called once by a replica taking over, after ingest caught up with the cut ``covered``:
+        an add at or above its partition's offset there was not delivered by the old master
+        whatever its due time, so one stored at or before ``seek_ms`` moves to ``seek_ms + 1``
+        (delivered at once). Returns how many moved."""
+        moved = 0
+        for partition in partitions:
+            start = keys.arrival_key(partition, covered.get(partition, 0))
+            stop = keys.arrival_key(partition + 1, 0)
+            while True:
+                rows = self._store.scan_arrivals(start, stop, _CHUNK)
+                if not rows:
+                    break
+                moved += self._relocate([raw_id.decode() for _, raw_id in rows], seek_ms)
+                start = rows[-1][0] + b"\x00"
+        return moved
+
+    def _relocate(self, message_ids: list[str], seek_ms: EpochMs) -> int:
+        with self._ledger.writing() as write:
+            current = self._store.get_index(message_ids)
+            behind = [
+                (message_id, c[1:])
+                for message_id, c in zip(message_ids, current, strict=True)
+                if c is not None and c[:1] == keys.INDEX_PENDING and keys.slot_of(c[1:]) <= seek_ms
+            ]
+            values = self._store.get_messages([key for _, key in behind])
+            moved = 0
+            for (message_id, old_key), value in zip(behind, values, strict=True):
+                if value is None:
+                    continue  # purged: delivered long ago by an earlier master
+                key = keys.message_key(seek_ms + 1, message_id)
+                write.batch.delete_message(old_key)
+                write.batch.put_scheduled(key, message_id, value, keys.index_pending(key))
+                moved += 1
+        return moved

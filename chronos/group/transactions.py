@@ -1,0 +1,416 @@
+"""The master's delivery loop: what is due, and the progress that covers it, in one transaction.
+
+Each transaction moves the push frontier to F (at most ``group.transaction_max_records`` due
+messages ahead), takes the frontier's cut O, and publishes every message with a slot in
+(previous F, F], the dead letters among them, and the progress record (term, F, O, the next
+occurrences of the repeats it delivered). Kafka commits all of them or none; only then does
+the local store move its seek (a cache of the committed progress). Why one thread: a
+transaction is one producer's, its records must all be sent before its commit, and a
+``read_committed`` consumer sees nothing of it until then, so overlapping transactions would
+buy little and complicate the cut (see ``chronos/group/__init__.py``).
+
+What goes to the dead-letter topic is the shared policy's call (``delivery/deadletter.py``), as
+for a node alone. A record refused at once is dead-lettered in the same transaction; one refused
+in its acknowledgement aborts the transaction, and the retry dead-letters it, so one bad record
+never abort-loops its batch. An outage aborts and retries the same range after a backoff. A
+fenced producer (another master's ``init``, or Kafka aborting a transaction left open past
+``transaction_timeout_ms``) ends this loop: the node turns into a backup (``replica.py``). An
+authorization failure ends the node.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException
+
+from chronos.clock import Clock
+from chronos.delivery.deadletter import (
+    UNDECODABLE,
+    DeadLetterPolicy,
+    Refusal,
+    dead_letter_headers,
+    job_record,
+    shrink,
+    when_dead_letter_refused,
+)
+from chronos.delivery.job import DeliveryJob, jobs_for
+from chronos.group.placement import ReplicaStore
+from chronos.group.record import Cut, RepeatState, encode_cut, encode_repeat
+from chronos.group.spec import GroupSpec
+from chronos.kafka.errors import (
+    ErrorKind,
+    Fenced,
+    NotAuthorized,
+    TransactionAborted,
+    classify,
+    describe,
+)
+from chronos.kafka.publisher import TransactionalPublisher
+from chronos.lifecycle import LoopWorker
+from chronos.metrics import Metrics
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger
+from chronos.settings import DeliverySettings
+from chronos.store import keys
+from chronos.store.rocks import RocksStore
+from chronos.types import EpochMs, Headers
+from chronos.wire import delivery_headers
+
+log = structlog.get_logger(__name__)
+
+#: Longest sleep while idle, so the loop notices a stop or a clock jump.
+_MAX_WAIT_S = 1.0
+#: Index of the progress records among a transaction's failures (jobs are 0..n-1).
+_PROGRESS = -1
+
+
+@dataclass(frozen=True)
+class MasterState:
+    """What one term of a master is: passed to its loop by the takeover.
+
+    Parameters:
+        term: this master's term.
+        on_fenced: called once, from the loop's thread, when it may not deliver any more.
+        on_fatal: called once when Kafka refuses chronos' credentials (the node ends).
+    """
+
+    term: int
+    on_fenced: Callable[[str], None]
+    on_fatal: Callable[[str], None]
+
+
+class TransactionLoop(LoopWorker):
+    """Delivers through one fenced transactional publisher until stopped or fenced.
+
+    Parameters:
+        spec: the group's names and timings.
+        publisher: initialised (``init`` done: the old master is fenced).
+        store: the schedule, scanned.
+        ledger: the store's writer (owner of the seek; repeat checks).
+        replica: applies the committed progress to the store.
+        frontier: the push frontier (reset to the seek by the takeover).
+        policy: when a delivery goes to the dead-letter topic (shared with a node alone).
+        retry: backoff between failed transactions.
+        clock: time source.
+        metrics: counters.
+        state: term and callbacks.
+    """
+
+    def __init__(
+        self,
+        spec: GroupSpec,
+        publisher: TransactionalPublisher,
+        store: RocksStore,
+        ledger: Ledger,
+        replica: ReplicaStore,
+        frontier: Frontier,
+        policy: DeadLetterPolicy,
+        retry: DeliverySettings,
+        clock: Clock,
+        metrics: Metrics,
+        state: MasterState,
+    ) -> None:
+        super().__init__("transactions")
+        group = spec.settings
+        self._spec = spec
+        self._max_records = group.transaction_max_records
+        self._interval_s = group.transaction_interval_ms / 1000.0
+        self._heartbeat_s = group.progress_interval_ms / 1000.0
+        self._timeout_s = group.transaction_timeout_ms / 1000.0
+        self._backoff_ms = retry.retry_backoff_initial_ms
+        self._backoff_max_ms = retry.retry_backoff_max_ms
+        self._publisher = publisher
+        self._store = store
+        self._ledger = ledger
+        self._replica = replica
+        self._frontier = frontier
+        self._policy = policy
+        self._clock = clock
+        self._metrics = metrics
+        self._state = state
+        self.term = state.term
+        #: Why a message (by key) goes to the dead-letter topic instead of its target.
+        self._dead: dict[bytes, str] = {}
+        #: Keys whose dead letter the dead-letter topic refused whole: send the shrunk form.
+        self._shrink: set[bytes] = set()
+        #: When a key's delivery first failed, and how often (the policy gives up after a
+        #: while).
+        self._failed: dict[bytes, tuple[EpochMs, int]] = {}
+        self._last_commit = 0.0
+        self._failures = 0
+        #: Why this loop stopped delivering for good (fenced, or not authorized), else None.
+        self.fenced: str | None = None
+        #: Monotonic time of the first committed transaction (failover measurements).
+        self.first_commit_at: float | None = None
+
+    def stop(self) -> None:
+        super().stop()
+        self._frontier.stop()
+        self._publisher.interrupt()
+
+    def step(self) -> None:
+        if self.fenced is not None:
+            self._stop.wait(0.1)
+            return
+        try:
+            self._deliver_once()
+        except Fenced as exc:
+            self.fenced = str(exc)
+            log.error("master_fenced", term=self.term, reason=self.fenced)
+            self._metrics.incr("fenced")
+            self._state.on_fenced(self.fenced)
+        except NotAuthorized as exc:
+            self.fenced = str(exc)
+            self._quiet_abort()
+            self._state.on_fatal(str(exc))
+
+    def finish(self) -> None:
+        # Nothing of an open transaction may become visible later; Kafka would also abort it
+        # after transaction_timeout_ms, and the next master's init at once.
+        self._quiet_abort()
+
+    def close(self) -> None:
+        """Release the publisher once the loop has ended: a node demoted and promoted again
+        must not keep one per term."""
+        self._publisher.close()
+
+    def _quiet_abort(self) -> None:
+        try:
+            self._publisher.abort()
+        except (Fenced, NotAuthorized, KafkaException):
+            pass
+
+    def _deliver_once(self) -> None:
+        now = self._clock.now_ms()
+        since = time.monotonic() - self._last_commit
+        if since < self._interval_s:
+            self._stop.wait(self._interval_s - since)
+            return
+        target = self._target(now)
+        self._frontier.advance(target)
+        upto, covered = self._frontier.cut()
+        rows = self._rows_through(upto)
+        if not rows and since < self._heartbeat_s:
+            upcoming = self._store.first_key_from(keys.slot_bound(upto + 1))
+            wake = None if upcoming is None else keys.slot_of(upcoming)
+            wait_s = min(_MAX_WAIT_S, self._heartbeat_s - since)
+            self._frontier.wait(wake, self._clock.now_ms(), wait_s)
+            return
+        jobs = jobs_for(rows, now, self._ledger)
+        try:
+            committed = self._transact(jobs, upto, covered)
+        except TransactionAborted:
+            committed = False
+        except (Fenced, NotAuthorized):
+            raise
+        except Exception:
+            # Whatever broke, no transaction may stay open: the next one could not begin.
+            self._quiet_abort()
+            raise
+        if committed:
+            self._failures = 0
+        else:
+            self._failures += 1
+            backoff = min(self._backoff_ms << min(self._failures - 1, 10), self._backoff_max_ms)
+            self._metrics.incr("transactions_aborted")
+            self._stop.wait(backoff / 1000.0)
+
+    def _target(self, now: EpochMs) -> EpochMs:
+        """How far this transaction may move the frontier: to now, or short of the slot where
+        the due messages pass ``transaction_max_records`` (a whole slot at least)."""
+        seek = self._ledger.seek_ms
+        rows = self._store.scan(
+            keys.slot_bound(seek + 1), keys.slot_bound(now + 1), self._max_records + 1
+        )
+        if len(rows) <= self._max_records:
+            return now
+        slot = keys.slot_of(rows[self._max_records][0])
+        return slot - 1 if slot - 1 > seek else slot
+
+    def _rows_through(self, upto: EpochMs) -> list[tuple[bytes, bytes]]:
+        """Every stored message with a slot in (seek, upto]: all of them, or the cut lies.
+
+        A second scan after ``_target``'s on purpose: writes that completed between that one
+        and the frontier's move may hold slots in range."""
+        rows: list[tuple[bytes, bytes]] = []
+        start, stop = keys.slot_bound(self._ledger.seek_ms + 1), keys.slot_bound(upto + 1)
+        while True:
+            chunk = self._store.scan(start, stop, 10_000)
+            rows += chunk
+            if len(chunk) < 10_000:
+                return rows
+            start = chunk[-1][0] + b"\x00"
+
+    def _transact(self, jobs: list[DeliveryJob], upto: EpochMs, covered: dict[int, int]) -> bool:
+        """One transaction; True once committed. Raises Fenced, NotAuthorized,
+        TransactionAborted."""
+        publisher = self._publisher
+        failures: dict[int, KafkaError] = {}
+        began = time.monotonic()
+        publisher.begin()
+        states: list[RepeatState] = []
+        delivered = 0
+        oldest: EpochMs | None = None
+        for n, job in enumerate(jobs):
+            if job.done:
+                continue  # a repeat occurrence superseded before a crash
+            if self._publish_job(n, job, failures):
+                delivered += 1
+                if oldest is None:
+                    oldest = job.lateness_base_ms
+            if job.message is not None and job.message.repeat is not None:
+                followup = job.followup
+                states.append(
+                    RepeatState(
+                        job.message.id,
+                        followup,
+                        0 if followup is None else max(followup.due_ms, upto + 1),
+                    )
+                )
+        cut = Cut(self.term, upto, covered, self._spec.node_id, self._clock.now_ms())
+        topic = self._spec.progress_topic
+        for state in states:
+            key, value = encode_repeat(state)
+            self._publish(topic, key, value, [], _PROGRESS, failures)
+        key, value = encode_cut(cut)
+        self._publish(topic, key, value, [], _PROGRESS, failures)
+        produced_at = time.monotonic()
+        left = publisher.flush(self._timeout_s)
+        if failures or left:
+            self._abort(jobs, failures, left)
+            return False
+        flushed_at = time.monotonic()
+        publisher.commit()
+        committed_at = time.monotonic()
+        # Where a transaction's time goes (node_stats): producing, acknowledgements, commit.
+        self._metrics.observe("transaction_produce_ms", round((produced_at - began) * 1000))
+        self._metrics.observe("transaction_flush_ms", round((flushed_at - produced_at) * 1000))
+        self._metrics.observe("transaction_commit_ms", round((committed_at - flushed_at) * 1000))
+        now = self._clock.now_ms()
+        if self.first_commit_at is None:
+            self.first_commit_at = time.monotonic()
+            log.info("master_first_commit", term=self.term, seek_ms=upto)
+        self._last_commit = time.monotonic()
+        self._replica.apply_cut(upto, states, covered)
+        for job in jobs:
+            self._dead.pop(job.key, None)
+            self._shrink.discard(job.key)
+            self._failed.pop(job.key, None)
+        if delivered:
+            self._metrics.incr("delivered", delivered)
+        if oldest is not None:
+            # Due -> committed, which is when read_committed consumers can see it.
+            self._metrics.observe("ack_lateness_ms", now - oldest)
+        self._metrics.incr("transactions")
+        return True
+
+    def _publish_job(self, n: int, job: DeliveryJob, failures: dict[int, KafkaError]) -> bool:
+        """Publish one job to its target or, when the policy says so, to the dead-letter topic.
+        True when it went to its target."""
+        reason = self._dead.get(job.key) or self._policy.reason_before(job)
+        message = job.message
+        if reason is None and message is not None:
+            headers = delivery_headers(message, job.due_ms, job.skipped)
+            self._publish(message.topic, message.key, message.value, headers, n, failures)
+            refused = failures.get(n)
+            if refused is None:
+                return True  # queued: its outcome arrives at the flush
+            # Refused at once (too large, ...): never part of the transaction.
+            reason = self._reason_after(job.key, refused)
+            if reason is None:
+                return False  # the flush sees the failure and aborts: tried again
+            del failures[n]
+        self._dead[job.key] = reason or UNDECODABLE
+        self._publish_dead_letter(n, job, self._dead[job.key], failures)
+        return False
+
+    def _publish_dead_letter(
+        self, n: int, job: DeliveryJob, reason: str, failures: dict[int, KafkaError]
+    ) -> None:
+        message = job.message
+        key, value, headers, source, target = job_record(job)
+        truncated = None
+        if job.key in self._shrink:
+            key, headers, truncated = shrink(key, value, headers)
+            value = None
+        log.error("delivery_dead_lettered", id=message.id if message else None, reason=reason)
+        self._metrics.incr("dead_lettered")
+        self._publish(
+            self._spec.dead_letter_topic,
+            key,
+            value,
+            dead_letter_headers(headers, reason, source, target, truncated),
+            n,
+            failures,
+        )
+        refused = failures.get(n)
+        if refused is not None and job.key not in self._shrink:
+            if when_dead_letter_refused(refused, False) is Refusal.SHRINK:
+                del failures[n]
+                self._shrink.add(job.key)
+                self._publish_dead_letter(n, job, reason, failures)
+
+    def _publish(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        n: int,
+        failures: dict[int, KafkaError],
+    ) -> None:
+        self._publisher.publish(topic, key, value, headers, partial(_noted, n, failures))
+
+    def _reason_after(self, key: bytes, error: KafkaError) -> str | None:
+        """The policy's verdict on one more failure of ``key``'s delivery."""
+        now = self._clock.now_ms()
+        first, attempts = self._failed.get(key, (now, 0))
+        self._failed[key] = (first, attempts + 1)
+        return self._policy.reason_after(error, first, attempts + 1, now)
+
+    def _abort(self, jobs: list[DeliveryJob], failures: dict[int, KafkaError], left: int) -> None:
+        """Abort; remember what the policy dead-letters, so the retry sends it there."""
+        dead_lettered = 0
+        for n, error in failures.items():
+            kind = classify(error)
+            if kind is ErrorKind.FENCED:
+                self._quiet_abort()
+                raise Fenced(describe(error))
+            if n == _PROGRESS or not 0 <= n < len(jobs):
+                if kind is ErrorKind.AUTHORIZATION:
+                    raise NotAuthorized(f"writing {self._spec.progress_topic}", error)
+                continue
+            key = jobs[n].key
+            if key in self._dead:  # the dead letter itself was refused
+                refusal = when_dead_letter_refused(error, key in self._shrink)
+                if refusal is Refusal.FATAL:
+                    raise NotAuthorized(f"writing {self._spec.dead_letter_topic}", error)
+                if refusal is Refusal.SHRINK:
+                    self._shrink.add(key)
+                continue
+            reason = self._reason_after(key, error)
+            if reason is not None:
+                self._dead[key] = reason
+                dead_lettered += 1
+        first = next(iter(failures.values()), None)
+        log.warning(
+            "transaction_aborted",
+            term=self.term,
+            records=len(jobs),
+            to_dead_letters=dead_lettered,
+            unanswered=left,
+            error=describe(first) if first is not None else "flush timed out",
+        )
+        self._publisher.abort()
+
+
+def _noted(n: int, failures: dict[int, KafkaError], error: KafkaError | None, _msg: Any) -> None:
+    """A record's outcome: a failure is kept, by the job's index (the first one wins)."""
+    if error is not None:
+        failures.setdefault(n, error)

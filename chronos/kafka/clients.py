@@ -1,0 +1,185 @@
+"""Every Kafka client chronos makes is built here: one place for log routing, client ids and
+error handling.
+
+Why one place: clients built ad hoc (a raw ``Consumer(config)``) printed librdkafka's lines past
+chronos' logger, repeated an outage's error every few hundred ms, and met an authorization error
+with retries for ever. Here each client gets chronos' logger for librdkafka's lines
+(:data:`LIBRDKAFKA_LOGGER`), an ``error_cb`` that logs each distinct error at most every
+:data:`ERROR_LOG_INTERVAL_S` and reports an authorization failure to ``on_fatal``, and the
+``client.id`` of its owner. The configs come from ``KafkaSettings``, which refuses passthrough
+options that would change what chronos relies on (``settings.PROTECTED_KAFKA_KEYS``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient
+
+from chronos.kafka.errors import ErrorKind, classify, describe
+from chronos.types import KafkaConfig
+
+if TYPE_CHECKING:
+    from chronos.kafka.publishers.idempotent import IdempotentPublisher
+    from chronos.kafka.publishers.transactional import TransactionalProducer
+    from chronos.settings import KafkaSettings
+
+#: librdkafka's own log lines go to this stdlib logger (configured in ``chronos.logs``).
+LIBRDKAFKA_LOGGER = logging.getLogger("librdkafka")
+#: Seconds between two log lines of the same client error.
+ERROR_LOG_INTERVAL_S = 10.0
+
+log = structlog.get_logger(__name__)
+
+#: Told why the process cannot go on (an authorization failure); see ``lifecycle.Fatal``.
+OnFatal = Callable[[str], None]
+
+
+class ClientErrors:
+    """The ``error_cb`` of one client: librdkafka's client-level errors.
+
+    librdkafka repeats an outage's error every few hundred ms, from every client: each
+    distinct error is logged once per :data:`ERROR_LOG_INTERVAL_S`, with how often it came
+    meanwhile. An authorization failure is reported to ``on_fatal`` (and logged critical); a
+    fatal one to ``on_client_fatal`` (a publisher replaces its producer).
+
+    Parameters:
+        client: the client's name in logs.
+        on_fatal: told when chronos' credentials are refused; None only logs.
+        on_client_fatal: told of errors librdkafka marks fatal for this client.
+    """
+
+    def __init__(
+        self,
+        client: str,
+        on_fatal: OnFatal | None = None,
+        on_client_fatal: Callable[[KafkaError], None] | None = None,
+    ) -> None:
+        self._client = client
+        self._on_fatal = on_fatal
+        self._on_client_fatal = on_client_fatal
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[float, int]] = {}
+
+    def __call__(self, error: KafkaError) -> None:
+        kind = classify(error)
+        if kind is ErrorKind.AUTHORIZATION:
+            log.critical("kafka_not_authorized", client=self._client, error=describe(error))
+            if self._on_fatal is not None:
+                self._on_fatal(f"Kafka refused {self._client}: {describe(error)}")
+            return
+        if error.fatal():
+            log.critical("kafka_client_fatal_error", client=self._client, error=str(error))
+            if self._on_client_fatal is not None:
+                self._on_client_fatal(error)
+            return
+        text = str(error)
+        now = time.monotonic()
+        with self._lock:
+            last, repeated = self._seen.get(text, (-ERROR_LOG_INTERVAL_S, 0))
+            if now - last < ERROR_LOG_INTERVAL_S:
+                self._seen[text] = (last, repeated + 1)
+                return
+            self._seen[text] = (now, 0)
+        log.warning("kafka_client_error", client=self._client, error=text, repeated=repeated)
+
+
+def routed(config: KafkaConfig, errors: ClientErrors) -> dict[str, Any]:
+    """``config`` with chronos' logger and error callback: what every client is built from
+    (also in a decoder child, which receives the plain config)."""
+    return {**config, "logger": LIBRDKAFKA_LOGGER, "error_cb": errors}
+
+
+def consumer(config: KafkaConfig, errors: ClientErrors) -> Consumer:
+    """A consumer of ``config`` (a decoder child receives a plain config) with log routing and
+    error handling."""
+    return Consumer(routed(config, errors))
+
+
+def producer(config: KafkaConfig, errors: ClientErrors) -> Producer:
+    """A raw producer of ``config`` for the publisher drivers."""
+    return Producer(routed(config, errors))
+
+
+class KafkaClients:
+    """Builds the clients of one process (a node, the proxy, a CLI command, a pipeline task).
+
+    Parameters:
+        settings: how to reach Kafka, and the passthrough options.
+        client_id: ``client.id`` of every client (a node's id; how ``chronos group`` names a
+            replica).
+        max_message_bytes: the largest request (``limits.max_message_bytes``): producers take
+            it with room for chronos' headers.
+        on_fatal: told when Kafka refuses chronos' credentials (the node ends); None only logs.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        client_id: str,
+        max_message_bytes: int | None = None,
+        on_fatal: OnFatal | None = None,
+    ) -> None:
+        self._settings = settings
+        self.client_id = client_id
+        self._max_message_bytes = max_message_bytes
+        self.on_fatal = on_fatal
+
+    def producer_config(self, **overrides: str | int | float | bool) -> KafkaConfig:
+        """A durable producer's config (see ``KafkaSettings.producer``)."""
+        return self._settings.producer(
+            self._max_message_bytes, **{"client.id": self.client_id, **overrides}
+        )
+
+    def consumer_config(self, group_id: str, **overrides: str | int | float | bool) -> KafkaConfig:
+        """A consumer's config (see ``KafkaSettings.consumer``)."""
+        return self._settings.consumer(group_id, **{"client.id": self.client_id, **overrides})
+
+    def errors(self, client: str) -> ClientErrors:
+        """An error handler for ``client`` that reports authorization failures to ``on_fatal``:
+        a component passes its consumer's poll errors to it too."""
+        return ClientErrors(client, self.on_fatal)
+
+    def consumer(
+        self,
+        group_id: str,
+        errors: ClientErrors,
+        overrides: Mapping[str, str | int | float | bool] | None = None,
+    ) -> Consumer:
+        """A consumer in ``group_id`` (joined only by ``subscribe``; ``assign`` does not)."""
+        return consumer(self.consumer_config(group_id, **(overrides or {})), errors)
+
+    def admin(self) -> AdminClient:
+        """An admin client."""
+        config = {**self._settings.admin(), "client.id": self.client_id}
+        return AdminClient(routed(config, ClientErrors("admin", self.on_fatal)))
+
+    def idempotent(self, name: str, **overrides: str | int | float | bool) -> IdempotentPublisher:
+        """An idempotent publisher with its own poll thread (not started)."""
+        from chronos.kafka.publishers.idempotent import IdempotentPublisher
+
+        return IdempotentPublisher(self.producer_config(**overrides), name, self.on_fatal)
+
+    def transactional(
+        self, transactional_id: str, timeout_ms: int, name: str = "transactions"
+    ) -> TransactionalProducer:
+        """A transactional publisher with ``transactional_id`` (``init`` not called yet).
+
+        Its records wait at most ``timeout_ms`` (the transaction timeout) for an answer: a
+        transaction cannot outlive that anyway."""
+        from chronos.kafka.publishers.transactional import TransactionalProducer
+
+        options: dict[str, str | int | float | bool] = {
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": timeout_ms,
+            "message.timeout.ms": timeout_ms,
+            "linger.ms": 5,
+        }
+        config = self.producer_config(**options)
+        return TransactionalProducer(config, name, timeout_ms / 1000.0, self.on_fatal)

@@ -1,0 +1,1 @@
+"""Drivers of ``chronos.kafka.publisher.Publisher``: idempotent, transactional, and a stub."""

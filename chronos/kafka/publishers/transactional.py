@@ -1,0 +1,171 @@
+"""The transactional publisher: a replica group's master delivers through it.
+
+It turns librdkafka's transaction API into the ``TransactionalPublisher`` seam: retriable errors
+are retried here, and what remains is raised as one of three exceptions the master's loop acts
+on (``chronos/kafka/errors.py``): ``Fenced`` (its term is over), ``NotAuthorized`` (the node
+ends) and ``TransactionAborted`` (the range is tried again).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from chronos.kafka.clients import ClientErrors, OnFatal, producer
+from chronos.kafka.errors import (
+    ErrorKind,
+    Fenced,
+    NotAuthorized,
+    TransactionAborted,
+    classify,
+    describe,
+)
+from chronos.kafka.publisher import DeliveryCallback
+from chronos.types import Headers, KafkaConfig
+
+log = structlog.get_logger(__name__)
+
+_RETRY_PAUSE_S = 0.1
+
+
+class TransactionalProducer:
+    """A producer with a ``transactional.id``, behind the ``TransactionalPublisher`` seam.
+
+    Parameters:
+        config: librdkafka config with ``transactional.id`` (``KafkaClients.transactional``).
+        name: for logs.
+        timeout_s: the transaction timeout: longest wait of any one call.
+        on_fatal: told when Kafka refuses chronos' credentials (client-level errors).
+    """
+
+    def __init__(
+        self, config: KafkaConfig, name: str, timeout_s: float, on_fatal: OnFatal | None = None
+    ) -> None:
+        self.name = name
+        self._timeout_s = timeout_s
+        self._producer: Producer | None = producer(config, ClientErrors(name, on_fatal))
+        self._interrupted = threading.Event()
+
+    def _live(self) -> Producer:
+        if self._producer is None:
+            raise Fenced(f"{self.name} was closed")
+        return self._producer
+
+    def init(self, timeout_s: float) -> None:
+        try:
+            self._live().init_transactions(timeout_s)
+        except KafkaException as exc:
+            self._raise_for(exc.args[0], "init_transactions")
+            raise
+
+    def begin(self) -> None:
+        self._call(self._live().begin_transaction)
+
+    def publish(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        on_done: DeliveryCallback,
+    ) -> None:
+        live = self._live()
+        while True:
+            try:
+                live.produce(topic, value, key, headers=headers, on_delivery=on_done)  # type: ignore[arg-type]
+                return
+            except BufferError:
+                live.poll(0.05)
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                self._raise_for(error, f"produce to {topic}")
+                on_done(error, None)  # refused at once for this record (too large, ...)
+                return
+
+    def flush(self, timeout_s: float) -> int:
+        try:
+            return int(self._live().flush(timeout_s))
+        except KafkaException as exc:
+            self._raise_for(exc.args[0], "flush")
+            raise
+        except SystemError as exc:
+            # confluent-kafka serves the callbacks of a producer that just failed fatally (as
+            # fenced ones do) with the error still set, and the first callback raises this.
+            # The producer keeps the error: without its traceback it cannot keep the caller's
+            # frames (and through them the producer itself) alive.
+            exc.__traceback__ = None
+            raise Fenced(f"the producer failed while flushing: {exc}") from None
+
+    def commit(self) -> None:
+        """Commit, retrying what librdkafka says may be retried: giving up on a commit whose
+        outcome is unknown and aborting could hide records already visible."""
+        live = self._live()
+        while True:
+            try:
+                live.commit_transaction(self._timeout_s)
+                return
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                self._raise_for(error, "commit_transaction")
+                if error.txn_requires_abort():
+                    self.abort()
+                    raise TransactionAborted(describe(error)) from exc
+                if not error.retriable() or self._interrupted.is_set():
+                    raise
+                log.warning("transaction_commit_retry", error=describe(error))
+
+    def abort(self) -> None:
+        self._call(self._live().abort_transaction, self._timeout_s)
+
+    def in_flight(self) -> int:
+        return 0 if self._producer is None else len(self._producer)
+
+    def note_error(self, error: KafkaError) -> None:
+        """Nothing to heal: a fenced transactional producer ends its master's term."""
+
+    def topic_exists(self, topic: str, timeout_s: float) -> bool:
+        meta = self._live().list_topics(topic, timeout=timeout_s).topics.get(topic)
+        return meta is not None and meta.error is None and bool(meta.partitions)
+
+    def interrupt(self) -> None:
+        """Stop retrying: a call in progress raises instead of retrying a retriable error."""
+        self._interrupted.set()
+
+    def close(self) -> None:
+        """Release the producer (its threads and connections): a node demoted and promoted
+        again must not keep one per term."""
+        live, self._producer = self._producer, None
+        if live is not None:
+            live.purge()
+            live.poll(0)
+
+    def _call(self, method: Callable[..., None], *args: Any) -> None:
+        """A transaction API call; retriable failures are retried until interrupted."""
+        while True:
+            try:
+                method(*args)
+                return
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                self._raise_for(error, getattr(method, "__name__", "transaction call"))
+                if not error.retriable() or self._interrupted.is_set():
+                    raise
+                self._interrupted.wait(_RETRY_PAUSE_S)
+
+    @staticmethod
+    def _raise_for(error: KafkaError, what: str) -> None:
+        """Raise what ``error`` means for this producer as a whole, if anything."""
+        kind = classify(error)
+        if (
+            kind is ErrorKind.AUTHORIZATION
+            and error.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED
+        ):
+            # A target topic chronos may not write concerns that record (dead-lettered);
+            # the transactional id or the cluster concerns every transaction.
+            raise NotAuthorized(what, error)
+        if kind is ErrorKind.FENCED:
+            raise Fenced(describe(error))

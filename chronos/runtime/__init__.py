@@ -1,0 +1,1 @@
+"""Wiring: the only package that knows both ``node/`` and ``group/``; builds a node's role."""
