@@ -114,12 +114,20 @@ def _row(cells: list[object]) -> str:
 
 
 def _replicated(found: Result) -> list[str]:
-    """The cost of master/backup: a node alone against a group of two, rate by rate."""
+    """The cost of master/backup: a node alone against a group, rate by rate."""
+    size = found.get("group_size", 2)
+    stamped = found.get("lateness") == "stamped"
+    measure = (
+        "Lateness is the record's timestamp (stamped when the node produced it) minus its due "
+        "time, for both."
+        if stamped
+        else "Lateness measured when a `read_committed` consumer received each record, for "
+        "both; stamped: the record's timestamp (when the node produced it) minus its due time."
+    )
     lines = [
-        "## Replica group (transactional delivery, one backup) against a node alone",
+        f"## Replica group of {size} (transactional delivery) against a node alone",
         "",
-        "Lateness measured when a `read_committed` consumer received each record, for both; "
-        "stamped: the record's timestamp (when the node produced it) minus its due time.",
+        measure + " Node µs/msg: the (first) node's CPU per scheduled message.",
         "",
         _row(
             [
@@ -134,12 +142,13 @@ def _replicated(found: Result) -> list[str]:
                 "stamped p99 ms",
                 "worst 1 s, first 10 s / all ms",
                 "node CPU %",
+                "node µs/msg",
                 "backup CPU %",
                 "broker CPU %",
                 "ok",
             ]
         ),
-        _row(["---"] * 14),
+        _row(["---"] * 15),
     ]
     for mode, runs in found["runs"].items():
         for run in runs:
@@ -159,6 +168,7 @@ def _replicated(found: Result) -> list[str]:
                         (run.get("stamped_lateness_ms") or {}).get("p99", "—"),
                         _worst_seconds(run),
                         proc["cpu_percent_mean"],
+                        round(proc["cpu_percent_mean"] * 10_000 / run["rate_target"], 1),
                         shares.get("backups", "—"),
                         shares.get("broker", "—"),
                         "yes" if run["sustained"] else "no",
@@ -168,7 +178,8 @@ def _replicated(found: Result) -> list[str]:
     best = found["highest_sustained_rate"]
     lines += [
         "",
-        f"Highest sustained rate (p99 ≤ 100 ms at visibility, nothing missing, no duplicate): "
+        f"Highest sustained rate (p99 ≤ 100 ms {'stamped' if stamped else 'at visibility'}, "
+        "nothing missing, no duplicate): "
         f"group **{best['group']:.0f}/s**, alone **{best['alone']:.0f}/s**, "
         f"ratio **{found['ratio']}**",
         "",

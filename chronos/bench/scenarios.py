@@ -145,11 +145,17 @@ def replicated(
     max_delay_ms: int = 10_000,
     layout: TopicLayout | None = None,
     broker: BrokerKind = "kafka",
+    group_size: int = 2,
+    visible: bool = True,
 ) -> Result:
     """What master/backup costs: at each rate, a node alone (at least once) and a replica group
-    of two (transactional delivery, a backup following), fresh each, until both fail; lateness
-    measured when a ``read_committed`` consumer receives the record, for both."""
-    modes = {"alone": 0, "group": 2}
+    of ``group_size`` (transactional delivery, backups following), fresh each, until both fail.
+    Lateness is measured when a ``read_committed`` consumer receives the record (``visible``)
+    or from the delivered record's timestamp (stamped when produced), for both.
+
+    A group of one compares the two delivery engines alone: transactions against the
+    at-least-once pipeline, without a backup's share of the cores."""
+    modes = {"alone": 0, "group": group_size}
     runs: dict[str, list[Result]] = {mode: [] for mode in modes}
     for rate in rates:
         for mode, replicas in modes.items():
@@ -157,7 +163,7 @@ def replicated(
                 continue
             with BenchStack(bootstrap, layout=layout, broker=broker, replicas=replicas) as stack:
                 stack.start_node()
-                run = steady(stack, rate, seconds, max_delay_ms=max_delay_ms, visible=True)
+                run = steady(stack, rate, seconds, max_delay_ms=max_delay_ms, visible=visible)
             run["mode"] = mode
             # Exactly once is the point of the group: a duplicate fails the rate.
             run["sustained"] = run["sustained"] and run["duplicates"] == 0
@@ -174,6 +180,8 @@ def replicated(
         for mode, found in runs.items()
     }
     return {
+        "group_size": group_size,
+        "lateness": "visible" if visible else "stamped",
         "runs": runs,
         "highest_sustained_rate": best,
         "ratio": round(best["group"] / best["alone"], 3) if best["alone"] else None,

@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chronos.errors import ValidationError
 from chronos.repeat import Repeat, RepeatKind
-from chronos.settings import ChronosSettings, load_settings
-from chronos.validation import parse_duration_ms
+
+if TYPE_CHECKING:
+    from chronos.settings import ChronosSettings
+
+# Subcommand modules import only argparse and this module at their top: every one of them is
+# imported to build ``chronos --help``, so what they need to run is imported in their main().
 
 #: Options whose value may start with '-' (a negative delay means "deliver now").
 SIGNED_OPTIONS = frozenset({"--delay"})
@@ -38,6 +43,8 @@ def duration_ms(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"{text!r}: a delay cannot be negative (0 delivers now; --at takes a time in the past)"
         )
+    from chronos.validation import parse_duration_ms
+
     try:
         return parse_duration_ms(text)
     except ValidationError as exc:
@@ -83,5 +90,7 @@ def add_config(parser: argparse.ArgumentParser) -> None:
 
 def settings_from(args: argparse.Namespace) -> ChronosSettings:
     """Settings from ``--config`` and the environment."""
+    from chronos.settings import load_settings
+
     path: Path | None = args.config
     return load_settings(path)

@@ -9,12 +9,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from chronos.bench.host import meminfo_bytes
-from chronos.bench.stack import TopicLayout
-from chronos.devstack.brokers import BROKER_KINDS
-from chronos.settings import NodeSettings
+from chronos.devstack import BROKER_KINDS
+
+if TYPE_CHECKING:
+    from chronos.bench.stack import TopicLayout
 
 ALL = ("relay", "steady", "redis", "burst", "scale", "proxy", "replicated")
 
@@ -53,6 +53,8 @@ _TANSU_BYTES_PER_RECORD = 480
 def _scale_fits_embedded_broker(pending: int) -> tuple[bool, int, int | None]:
     """Whether ``pending`` inner records fit in the memory of the embedded broker: (fits,
     bytes needed, bytes available). Unknown memory counts as fitting."""
+    from chronos.bench.host import meminfo_bytes
+
     needed = pending * _TANSU_BYTES_PER_RECORD
     available = meminfo_bytes("MemAvailable")
     return available is None or needed <= available * 0.8, needed, available
@@ -98,26 +100,50 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--inner-partitions",
         type=int,
-        default=TopicLayout().inner,
-        help="partitions of the inner topic (default %(default)s, as topics.inner_partitions)",
+        default=None,
+        help="partitions of the inner topic (default: topics.inner_partitions, 1)",
     )
     parser.add_argument(
         "--target-partitions",
         type=int,
-        default=TopicLayout().target,
-        help="partitions of the topic delivered to, chronos' and Redis' (default %(default)s)",
+        default=None,
+        help="partitions of the topic delivered to, chronos' and Redis' (default 8)",
+    )
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        default=2,
+        help="replicated: nodes of the replica group compared with a node alone (default 2; "
+        "1 compares the two delivery engines alone)",
+    )
+    parser.add_argument(
+        "--lateness",
+        choices=("visible", "stamped"),
+        default="visible",
+        help="replicated: lateness when a read_committed consumer receives each record "
+        "(visible, default) or from its timestamp, stamped when produced (stamped)",
     )
     parser.set_defaults(func=main)
 
 
+def layout_of(args: argparse.Namespace) -> TopicLayout:
+    """The topics' partitions: those given, else the settings' inner count and 8 targets
+    (ValueError below one)."""
+    from chronos.bench.stack import TopicLayout
+
+    given = {"inner": args.inner_partitions, "target": args.target_partitions}
+    return TopicLayout(**{k: v for k, v in given.items() if v is not None})
+
+
 def main(args: argparse.Namespace) -> int:
     from chronos.bench import baselines, report, scenarios
+    from chronos.settings import NodeSettings
 
     rates, seconds, max_delay, burst_n, scale_n, relay_n, proxy_s = _QUICK if args.quick else _FULL
     rates, seconds = args.rates or rates, args.seconds or seconds
     burst_n, scale_n = args.burst or burst_n, args.scale or scale_n
     try:
-        layout = TopicLayout(args.inner_partitions, args.target_partitions)
+        layout = layout_of(args)
     except ValueError as exc:
         print(f"[bench] {exc}", file=sys.stderr)
         return 2
@@ -192,7 +218,15 @@ def main(args: argparse.Namespace) -> int:
             found["scale"] = scenarios.scale(args.bootstrap, scale_n, log, layout, args.broker)
         if "replicated" in args.only:
             found["replicated"] = scenarios.replicated(
-                args.bootstrap, rates, seconds, log, max_delay, layout, args.broker
+                args.bootstrap,
+                rates,
+                seconds,
+                log,
+                max_delay,
+                layout,
+                args.broker,
+                group_size=args.group_size,
+                visible=args.lateness == "visible",
             )
         if "proxy" in args.only:
             found["proxy"] = scenarios.proxy_http(

@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from chronos.cli.args import add_config, settings_from
-from chronos.store.checkpoint import take_checkpoint
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,6 +23,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def main(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    from chronos.store.checkpoint import take_checkpoint
+
     result = take_checkpoint(settings.node.data_dir, settings.store, args.out, args.timeout)
     print(f"checkpoint {result.path} (seek {result.seek_ms}, {result.took_ms} ms)")
     return 0

@@ -8,13 +8,13 @@ import sys
 import threading
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from chronos.cli.args import add_config, duration_ms, settings_from
-from chronos.devstack.watch import Delivered, DeliveryWatcher
-from chronos.kafka.admin import create_topic
-from chronos.quantiles import percentile
-from chronos.settings import ChronosSettings
-from proxy.client import DelayClient, DelayRequest
+
+if TYPE_CHECKING:
+    from chronos.devstack.watch import Delivered
+    from chronos.settings import ChronosSettings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,6 +38,11 @@ def _bar(done: int, total: int, width: int = 40) -> str:
 
 
 def run_demo(settings: ChronosSettings, count: int, max_delay_ms: int) -> int:
+    from chronos.devstack.watch import DeliveryWatcher
+    from chronos.kafka.admin import create_topic
+    from chronos.quantiles import percentile
+    from proxy.client import DelayClient, DelayRequest
+
     """Schedule ``count`` messages over 0..max_delay; returns 0 when all came, none early."""
     topic = f"demo.{uuid.uuid4().hex[:8]}"
     create_topic(settings, topic, partitions=3)

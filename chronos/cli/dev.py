@@ -9,14 +9,12 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chronos.cli.args import add_config, settings_from
-from chronos.cli.demo import run_demo
-from chronos.devstack.tansu import TansuBroker
-from chronos.logs import configure_logging
-from chronos.runtime.node import Node
-from chronos.settings import ChronosSettings, KafkaSettings
-from proxy.http.server import ProxyServer
+
+if TYPE_CHECKING:
+    from chronos.settings import ChronosSettings
 
 _BANNER = """
 chronos dev stack is up
@@ -53,17 +51,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _kafka_configured(settings: ChronosSettings) -> bool:
     """True when the settings name a Kafka of their own: any other address than the default
     (which config/chronos.toml spells out) means "use that one, start no broker"."""
+    from chronos.settings import KafkaSettings
+
     return settings.kafka.bootstrap_servers != KafkaSettings().bootstrap_servers
 
 
 def _hint_prefix(bootstrap: str) -> str:
     """What the printed commands need in front to reach a broker off the default address."""
+    from chronos.settings import KafkaSettings
+
     if bootstrap == KafkaSettings().bootstrap_servers:
         return ""
     return f"CHRONOS_KAFKA__BOOTSTRAP_SERVERS={bootstrap} "
 
 
 def main(args: argparse.Namespace) -> int:
+    from chronos.cli.demo import run_demo
+    from chronos.devstack.tansu import TansuBroker
+    from chronos.logs import configure_logging
+    from chronos.runtime.node import Node
+    from chronos.settings import ChronosSettings
+    from proxy.http.server import ProxyServer
+
     base = settings_from(args)
     configure_logging(base.log)
     broker = None

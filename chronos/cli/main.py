@@ -11,8 +11,6 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from confluent_kafka import KafkaException
-
 from chronos import __version__
 from chronos.cli import (
     bench,
@@ -29,8 +27,6 @@ from chronos.cli import (
 )
 from chronos.cli.args import attach_signed_values
 from chronos.errors import ChronosError, ConfigError, NotAcknowledged, ValidationError
-from chronos.logs import configure_logging
-from chronos.settings import LogSettings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(attach_signed_values(sys.argv[1:] if argv is None else argv))
+    from chronos.logs import configure_logging
+    from chronos.settings import LogSettings
+
     # Until a command configures its own (run, proxy, dev): errors only, on stderr; librdkafka's
     # connection retries left to the one clear error a command ends with.
     configure_logging(LogSettings(level="error"), librdkafka_level=logging.CRITICAL)
@@ -54,9 +53,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValidationError) as exc:
         print(f"chronos: {exc}", file=sys.stderr)
         return 2
-    except (NotAcknowledged, KafkaException, ChronosError, TimeoutError) as exc:
+    except (NotAcknowledged, ChronosError, TimeoutError) as exc:
         print(f"chronos: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        from confluent_kafka import KafkaException  # loaded by then: the command used Kafka
+
+        if isinstance(exc, KafkaException):
+            print(f"chronos: {exc}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 
 from chronos.cli.args import add_config, settings_from
-from chronos.logs import configure_logging
-from proxy.http.server import ProxyServer
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,6 +15,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def main(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    from chronos.logs import configure_logging
+    from proxy.http.server import ProxyServer
+
     configure_logging(settings.log)
     ProxyServer(settings).serve_forever()
     return 0

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 
 from chronos.cli.args import add_config, settings_from
-from chronos.logs import configure_logging
-from chronos.runtime.node import Node
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,6 +17,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from chronos.logs import configure_logging
+    from chronos.runtime.node import Node
+
     settings = settings_from(args)
     configure_logging(settings.log)
     return Node(settings).run()

@@ -8,7 +8,6 @@ import sys
 
 from chronos.cli.args import add_config, duration_ms, header, repeat, settings_from
 from chronos.cli.waiting import waiting_notice
-from proxy.client import DelayClient
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,6 +54,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def send_main(args: argparse.Namespace) -> int:
+    from proxy.client import DelayClient
+
     value = sys.stdin.buffer.read() if args.value == "-" else args.value
     settings = settings_from(args)
     with (
@@ -84,6 +85,8 @@ def send_main(args: argparse.Namespace) -> int:
 
 
 def cancel_main(args: argparse.Namespace) -> int:
+    from proxy.client import DelayClient
+
     settings = settings_from(args)
     with (
         waiting_notice(settings.kafka.bootstrap_servers, settings.proxy.ack_timeout_s),

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import threading
+from typing import TYPE_CHECKING
 
 from chronos.cli.args import add_config, settings_from
-from chronos.devstack.watch import Delivered, DeliveryWatcher
+
+if TYPE_CHECKING:
+    from chronos.devstack.watch import Delivered
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,6 +26,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from chronos.devstack.watch import DeliveryWatcher
+
     settings = settings_from(args)
     seen = 0
     enough = threading.Event()

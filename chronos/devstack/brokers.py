@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
+from chronos.devstack import BROKER_KINDS as BROKER_KINDS
+from chronos.devstack import BrokerKind as BrokerKind
 from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.tansu import TansuBroker
-
-#: ``kafka``: Apache Kafka (KRaft) from Maven Central jars; ``tansu``: memory-only, zero setup.
-BrokerKind = Literal["kafka", "tansu"]
-BROKER_KINDS: tuple[BrokerKind, ...] = ("kafka", "tansu")
 
 
 class LocalBroker(Protocol):

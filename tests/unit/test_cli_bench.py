@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from chronos.bench import host
 from chronos.bench.stack import TopicLayout
 from chronos.cli import bench
 from chronos.settings import TopicSettings
@@ -42,7 +43,7 @@ def test_scale_beyond_the_embedded_brokers_memory_is_a_usage_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """30 M records took 13.6 GiB in the memory-only broker: refused before it starts."""
-    monkeypatch.setattr(bench, "meminfo_bytes", lambda field: 8 << 30)
+    monkeypatch.setattr(host, "meminfo_bytes", lambda field: 8 << 30)
     args = argparse.Namespace(
         quick=True,
         only=["scale"],
@@ -65,10 +66,10 @@ def test_scale_beyond_the_embedded_brokers_memory_is_a_usage_error(
 def test_scale_fits_up_to_four_fifths_of_the_available_memory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(bench, "meminfo_bytes", lambda field: 8 << 30)
+    monkeypatch.setattr(host, "meminfo_bytes", lambda field: 8 << 30)
     assert bench._scale_fits_embedded_broker(10_000_000)[0]  # ~4.5 GiB
     assert not bench._scale_fits_embedded_broker(15_000_000)[0]  # ~6.7 GiB > 6.4 GiB
-    monkeypatch.setattr(bench, "meminfo_bytes", lambda field: None)
+    monkeypatch.setattr(host, "meminfo_bytes", lambda field: None)
     assert bench._scale_fits_embedded_broker(10**12)[0]  # unknown memory: not refused
 
 
@@ -93,8 +94,5 @@ def test_partitions_default_to_the_settings_inner_count_and_eight_targets() -> N
     parser = argparse.ArgumentParser()
     bench.register(parser.add_subparsers())
     args = parser.parse_args(["bench"])
-    assert (args.inner_partitions, args.target_partitions) == (
-        TopicSettings().inner_partitions,
-        8,
-    )
+    assert bench.layout_of(args) == TopicLayout(TopicSettings().inner_partitions, 8)
     assert TopicLayout() == TopicLayout(TopicSettings().inner_partitions, 8)

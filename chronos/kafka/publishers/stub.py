@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError
 
-from chronos.kafka.errors import Fenced
+from chronos.kafka.errors import Fenced, TransactionAborted
 from chronos.kafka.publisher import DeliveryCallback
 from chronos.types import Headers
 
@@ -46,11 +46,14 @@ class StubPublisher:
         outcome: the error Kafka would answer a record with, or None for an acknowledgement.
         topics: the topics ``topic_exists`` knows (None: every topic).
         auto: answer each record as it is published (else at ``flush`` or ``answer``).
+        at_once: the error ``produce()`` itself would refuse a record with (librdkafka does
+            for some, e.g. too large): answered inside ``publish``, never part of a transaction.
     """
 
     outcome: Callable[[StubRecord], KafkaError | None] = lambda _record: None
     topics: set[str] | None = None
     auto: bool = False
+    at_once: Callable[[StubRecord], KafkaError | None] = lambda _record: None
     #: Every record published, in order.
     published: list[StubRecord] = field(default_factory=list)
     #: Records of committed transactions (and acknowledged ones outside transactions).
@@ -95,6 +98,11 @@ class StubPublisher:
         self._check("publish")
         record = StubRecord(topic, key, value, list(headers), on_done, self._transaction)
         self.published.append(record)
+        refused = self.at_once(record)
+        if refused is not None:
+            record.transaction, record.answered, record.error = 0, True, refused
+            on_done(refused, None)
+            return
         if self.auto:
             self.answer(record, self.outcome(record))
 
@@ -146,7 +154,11 @@ class StubPublisher:
         self.calls.append("begin")
 
     def commit(self) -> None:
-        self._check("commit")
+        try:
+            self._check("commit")
+        except TransactionAborted:
+            self.abort()  # as the driver does before it raises this
+            raise
         if not self._open:
             raise AssertionError("commit() without a transaction")
         mine = [r for r in self.published if r.transaction == self._transaction]

@@ -1,0 +1,66 @@
+"""What ``chronos group`` shows, built from facts as Kafka states them (no broker).
+
+Each test names the mutant it was seen to catch.
+"""
+
+from __future__ import annotations
+
+from chronos.group.record import Cut
+from chronos.group.spec import GroupSpec
+from chronos.group.status import GroupFacts, MemberFacts, build_status
+from chronos.settings import ChronosSettings
+
+T0 = 1_700_000_000_000
+
+
+def _spec() -> GroupSpec:
+    settings = ChronosSettings.model_validate(
+        {"topics": {"namespace": "ns"}, "group": {"name": "g"}}
+    )
+    spec = GroupSpec.of(settings)
+    assert spec is not None
+    return spec
+
+
+def test_the_master_is_the_member_assigned_the_election_partition() -> None:
+    """Mutant caught: any member with an assignment taken for the master (during a
+    cooperative rebalance a backup holds an empty assignment object)."""
+    spec = _spec()
+    facts = GroupFacts(
+        state="stable",
+        members=(
+            MemberFacts("b", "/10.0.0.2", ()),
+            MemberFacts("a", "/10.0.0.1", (spec.election_topic,)),
+        ),
+        cut=Cut(term=3, seek_ms=T0, offsets={0: 10}, node="a", committed_at_ms=T0 - 40),
+        committed={"a": {0: 10, 1: 5}, "b": {0: 7, 1: -1001}},
+        ends={0: 12, 1: 5},
+    )
+    status = build_status(spec, facts, now_ms=T0)
+    assert status.master == "a" and status.group == "g" and status.state == "stable"
+    assert [(m.node, m.master) for m in status.members] == [("a", True), ("b", False)]
+    assert (status.term, status.committed_seek_ms, status.committed_by) == (3, T0, "a")
+    assert status.committed_age_ms == 40
+
+
+def test_ingest_lag_counts_what_each_replica_has_not_stored() -> None:
+    """Mutant caught: a partition without a committed offset (OFFSET_INVALID, -1001) counted
+    as 1,001 records *ahead*: a replica that never stored it looked caught up."""
+    spec = _spec()
+    facts = GroupFacts(
+        state="stable",
+        members=(MemberFacts("a", "h", (spec.election_topic,)), MemberFacts("b", "h", ())),
+        cut=None,
+        committed={"a": {0: 10, 1: 5}, "b": {0: 7, 1: -1001}},
+        ends={0: 12, 1: 5},
+    )
+    status = build_status(spec, facts, now_ms=T0)
+    lags = {m.node: m.ingest_lag for m in status.members}
+    assert lags == {"a": 2, "b": 5 + 5}
+    assert status.term is None and status.committed_seek_ms is None
+
+
+def test_a_group_without_members_has_no_master() -> None:
+    spec = _spec()
+    status = build_status(spec, GroupFacts("empty", (), None, {}, {}), now_ms=T0)
+    assert status.master is None and status.members == []

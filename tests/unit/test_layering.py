@@ -1,0 +1,94 @@
+"""Dependencies point one way: the package layout is checked, not only described.
+
+``node/`` (a node's components and the at-least-once engine) and ``group/`` (replica groups)
+never import each other; ``runtime/`` is the only package that knows both. The layers below
+them (``schedule/``, ``delivery/``, ``kafka/``, ``store/``) import neither. And every Kafka
+client of the runtime is built in ``chronos/kafka/``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHRONOS = ROOT / "chronos"
+
+#: package -> chronos packages it must never import (lazy imports inside functions count).
+FORBIDDEN: dict[str, set[str]] = {
+    "node": {"group", "runtime", "cli", "bench", "devstack"},
+    "group": {"node", "runtime", "cli", "bench", "devstack"},
+    "schedule": {"node", "group", "runtime", "delivery", "kafka", "cli"},
+    "delivery": {"node", "group", "runtime", "cli"},
+    "kafka": {"node", "group", "runtime", "schedule", "delivery", "cli"},
+    "store": {"node", "group", "runtime", "schedule", "delivery", "kafka", "cli"},
+}
+
+#: Where confluent-kafka clients may be constructed: the one factory, and the local tools
+#: (benchmark load generators and observers, test brokers) that stand in for users.
+CLIENT_BUILDERS = {"kafka", "devstack", "bench"}
+CLIENT_CLASSES = {"Producer", "Consumer", "AdminClient"}
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((CHRONOS / package).rglob("*.py"))
+
+
+def _imported(path: Path) -> set[str]:
+    """Every ``chronos.<package>`` a module imports, at any depth."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "chronos" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_a_package_imports_nothing_above_or_beside_it(package: str) -> None:
+    wrong = {
+        f"{path.relative_to(ROOT)} imports chronos.{target}"
+        for path in _modules(package)
+        for target in _imported(path) & FORBIDDEN[package]
+    }
+    assert not wrong, sorted(wrong)
+
+
+def test_only_the_wiring_knows_both_node_and_group() -> None:
+    knowing_both = sorted(
+        str(path.relative_to(ROOT))
+        for path in [*CHRONOS.rglob("*.py"), *(ROOT / "proxy").rglob("*.py")]
+        if {"node", "group"} <= _imported(path)
+    )
+    assert knowing_both and all(p.startswith("chronos/runtime/") for p in knowing_both), (
+        knowing_both
+    )
+
+
+def _constructs_clients(path: Path) -> list[str]:
+    calls = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name in CLIENT_CLASSES:
+                calls.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}(...)")
+    return calls
+
+
+def test_every_runtime_kafka_client_is_built_by_the_one_factory() -> None:
+    paths = [
+        path
+        for path in CHRONOS.rglob("*.py")
+        if path.relative_to(CHRONOS).parts[0] not in CLIENT_BUILDERS
+    ] + list((ROOT / "proxy").rglob("*.py"))
+    raw = [call for path in paths for call in _constructs_clients(path)]
+    assert not raw, raw

@@ -1,0 +1,311 @@
+"""Takeover and demotion of a replica against stubs: election, progress topic, publisher.
+
+The store is a real RocksDB; the master loop is the real one over the stub publisher. Each
+test names the mutant it was seen to catch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from chronos.clock import FakeClock
+from chronos.delivery.deadletter import DeadLetterPolicy
+from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.group.record import Cut, RepeatState
+from chronos.group.replica import RETRY_S, Elector, Replica
+from chronos.group.spec import GroupSpec
+from chronos.group.transactions import MasterState, TransactionLoop
+from chronos.kafka.errors import Fenced, NotAuthorized
+from chronos.kafka.publisher import TransactionalPublisher
+from chronos.kafka.publishers.stub import StubPublisher
+from chronos.lifecycle import Fatal
+from chronos.metrics import CountingMetrics
+from chronos.model import DelayMessage
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger
+from chronos.settings import ChronosSettings, DeleteSettings, DeliverySettings, StoreSettings
+from chronos.store import codec, keys
+from chronos.store.rocks import RocksStore
+from chronos.wire import H_ID
+
+T0 = 1_700_000_000_000
+TARGET = "orders"
+
+
+@dataclass
+class StubElection:
+    """An election the test decides."""
+
+    on_change: Callable[[bool], None]
+    elected: bool = False
+
+    def win(self) -> None:
+        self.elected = True
+        self.on_change(True)
+
+    def lose(self) -> None:
+        self.elected = False
+        self.on_change(False)
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def join(self, timeout: float) -> None:
+        pass
+
+
+@dataclass
+class StubProgress:
+    """The progress topic: committed records and the inner topic's ends, as Kafka would say."""
+
+    events: list[str]
+    records: list[Cut | RepeatState] = field(default_factory=list)
+    inner_ends: dict[int, int] = field(default_factory=dict)
+    end_reached: int = -1
+    _read: int = 0
+
+    def read(self, timeout_s: float) -> list[Cut | RepeatState]:
+        self.events.append("read progress")
+        out = self.records[self._read :]
+        self._read = len(self.records)
+        self.end_reached = len(self.records)
+        if not out:
+            time.sleep(min(timeout_s, 0.01))
+        return out
+
+    def end_offset(self, timeout_s: float, topic: str | None = None, partition: int = 0) -> int:
+        return self.inner_ends.get(partition, 0) if topic else len(self.records)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class World:
+    """One replica and everything around it."""
+
+    replica: Replica
+    store: RocksStore
+    ledger: Ledger
+    spec: GroupSpec
+    progress: StubProgress
+    fatal: Fatal
+    metrics: CountingMetrics
+    publishers: list[StubPublisher]
+    events: list[str]
+    elections: list[StubElection]
+    #: What the next publisher's ``init`` raises.
+    init_errors: list[BaseException]
+    offset: int = 0
+
+    @property
+    def election(self) -> StubElection:
+        (election,) = self.elections
+        return election
+
+    def add(self, message_id: str, due_ms: int) -> None:
+        message = DelayMessage(message_id, TARGET, b"k", b"v", [], due_ms)
+        item = (message_id, due_ms, codec.encode(message))
+        self.ledger.apply_decoded([item], {0: self.offset + 1}, [(0, self.offset)])
+        self.offset += 1
+        self.progress.inner_ends[0] = self.offset
+
+    def slot(self, message_id: str) -> int | None:
+        index = self.store.get_index([message_id])[0]
+        if index is None or index[:1] != keys.INDEX_PENDING:
+            return None
+        return keys.slot_of(index[1:])
+
+    def delivered(self) -> list[str]:
+        records = [r for p in self.publishers for r in p.visible_on(TARGET)]
+        return [(r.header(H_ID) or b"").decode() for r in records]
+
+    def until(self, condition: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting until {what}"
+            time.sleep(0.01)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    settings = ChronosSettings.model_validate(
+        {
+            "node": {"node_id": "b"},
+            "topics": {"namespace": "ns"},
+            "group": {
+                "name": "g",
+                "transaction_interval_ms": 0,
+                "progress_interval_ms": 10,
+                "takeover_catch_up_s": 0.5,
+            },
+        }
+    )
+    spec = GroupSpec.of(settings)
+    assert spec is not None
+    store = RocksStore(tmp_path, StoreSettings(wal_sync_interval_ms=60_000))
+    clock, metrics, fatal = FakeClock(T0), CountingMetrics(), Fatal()
+    frontier = Frontier(0)
+    placement = ReplicaPlacement()
+    ledger = Ledger(store, frontier, clock, DeleteSettings(), placement)
+    replica_store = ReplicaStore(store, frontier, ledger, placement)
+    events: list[str] = []
+    progress = StubProgress(events)
+    publishers: list[StubPublisher] = []
+    elections: list[StubElection] = []
+    init_errors: list[BaseException] = []
+
+    def open_election(on_change: Callable[[bool], None]) -> Elector:
+        elections.append(StubElection(on_change))
+        return elections[-1]
+
+    def open_publisher() -> TransactionalPublisher:
+        publisher = StubPublisher(topics={TARGET, spec.dead_letter_topic, spec.progress_topic})
+        if init_errors:
+            publisher.fail_next("init", init_errors.pop(0))
+        original_init = publisher.init
+
+        def init(timeout_s: float) -> None:
+            events.append("init")
+            original_init(timeout_s)
+
+        publisher.init = init  # type: ignore[method-assign]
+        publishers.append(publisher)
+        return publisher
+
+    def new_master(publisher: TransactionalPublisher, state: MasterState) -> TransactionLoop:
+        retry = DeliverySettings(retry_backoff_initial_ms=1, retry_backoff_max_ms=1)
+        return TransactionLoop(
+            spec,
+            publisher,
+            store,
+            ledger,
+            replica_store,
+            frontier,
+            DeadLetterPolicy.of(retry.give_up_after_s, publisher),
+            retry,
+            clock,
+            metrics,
+            state,
+        )
+
+    replica = Replica(
+        spec,
+        [0],
+        replica_store,
+        open_election,
+        progress,
+        open_publisher,
+        new_master,
+        fatal,
+        clock,
+        metrics,
+    )
+    w = World(
+        replica,
+        store,
+        ledger,
+        spec,
+        progress,
+        fatal,
+        metrics,
+        publishers,
+        events,
+        elections,
+        init_errors,
+    )
+    replica_store.follow()
+    yield w
+    w.replica.stop()
+    w.replica.finish()
+    store.close()
+
+
+def test_takeover_fences_first_then_leads_from_the_committed_cut_with_the_next_term(
+    world: World,
+) -> None:
+    """Mutants caught: the new master ignoring the committed cut (not applying it, leading
+    from its own store's seek: ``covered`` delivered twice); the uncovered add not relocated
+    (never delivered: it sits behind the seek); the term not incremented (the same term
+    twice); the progress read before ``init`` fenced the old master."""
+    world.add("covered", T0 - 500)  # offset 0: the old master delivered it
+    world.add("uncovered", T0 - 400)  # offset 1: past the cut, never delivered
+    world.add("ahead", T0 + 60_000)  # offset 2: not due
+    world.progress.records.append(Cut(4, T0 - 100, {0: 1}, "a", T0 - 100))
+    world.election.win()
+    world.replica.step()
+    assert world.replica.role == "master" and world.replica.term == 5
+    assert world.events[0] == "init", "the old master must be fenced before progress is read"
+    assert world.slot("uncovered") == T0 - 99  # relocated past the cut's seek
+    world.until(lambda: "uncovered" in world.delivered(), "the uncovered add is delivered")
+    time.sleep(0.1)
+    assert world.delivered() == ["uncovered"]
+    assert world.metrics.totals()["promotions"] == 1
+
+
+def test_a_takeover_waits_for_ingest_to_cover_the_cut(world: World) -> None:
+    """Ingest behind the committed cut: the takeover gives up (bounded) and stays a backup
+    rather than deliver from a store that lacks adds the cut covers."""
+    world.progress.records.append(Cut(2, T0, {0: 5}, "a", T0))
+    world.progress.inner_ends[0] = 5
+    world.election.win()
+    world.replica.step()
+    assert world.replica.role == "backup" and world.publishers[0].closed
+
+
+def test_a_fenced_master_turns_into_a_backup_that_follows_and_tries_again_later(
+    world: World,
+) -> None:
+    """Mutant caught: ``master.fenced`` ignored by the controller (a zombie that never
+    demotes, and never follows the new master's progress)."""
+    world.election.win()
+    world.replica.step()
+    assert world.replica.role == "master"
+    first = world.publishers[0]
+    first.fail_next("begin", Fenced("PRODUCER_FENCED: a new master"))
+    world.add("m", T0 - 10)
+    world.until(lambda: world.metrics.totals().get("fenced", 0) == 1, "the loop saw the fencing")
+    world.replica.step()
+    assert world.replica.role == "backup" and first.closed
+    assert world.metrics.totals()["demotions"] == 1
+    # It follows: a cut committed by the new master reaches its store.
+    world.progress.records.append(Cut(9, T0 + 50, {0: 1}, "a", T0))
+    world.until(lambda: world.ledger.seek_ms == T0 + 50, "the backup applied the new cut")
+    world.replica.step()
+    assert len(world.publishers) == 1, "took over again before the retry pause"
+    time.sleep(RETRY_S)
+    world.replica.step()
+    assert world.replica.role == "master" and world.replica.term == 10
+
+
+def test_a_master_that_lost_the_election_stops_delivering(world: World) -> None:
+    world.election.win()
+    world.replica.step()
+    world.election.lose()
+    world.replica.step()
+    assert world.replica.role == "backup" and world.publishers[0].closed
+    world.add("m", T0 - 10)
+    time.sleep(0.1)
+    assert world.delivered() == []
+
+
+def test_refused_credentials_at_takeover_end_the_node_without_retrying(world: World) -> None:
+    """Mutant caught: NotAuthorized from ``init`` handled like any failed takeover (retried
+    every second for ever, the node never exiting)."""
+    refused = NotAuthorized("init_transactions", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+    world.init_errors.append(refused)
+    world.election.win()
+    world.replica.step()
+    assert world.fatal.reason is not None
+    assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in world.fatal.reason
+    time.sleep(RETRY_S)
+    world.replica.step()
+    assert len(world.publishers) == 1 and world.replica.role == "backup"
