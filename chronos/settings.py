@@ -77,7 +77,12 @@ class KafkaSettings(_Section):
         None, description="SASL password, kept out of logs; sets librdkafka 'sasl.password'."
     )
     client_config: dict[str, KafkaValue] = Field(
-        default_factory=dict, description="librdkafka options for every client (security, ...)."
+        default_factory=dict,
+        description=(
+            "librdkafka options for every client (security, ...). Options chronos sets itself "
+            "(group.id, isolation.level, transactional.id, ...) are refused: see "
+            "PROTECTED_KAFKA_KEYS."
+        ),
     )
     producer_config: dict[str, KafkaValue] = Field(
         default_factory=dict, description="librdkafka options for producers only."

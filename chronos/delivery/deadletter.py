@@ -93,10 +93,27 @@ def job_record(
 
 #: How long a topic found missing stays missing before Kafka is asked again.
 UNKNOWN_TOPIC_RECHECK_S = 1.0
+#: How long after a first "no such topic" Kafka is asked again before that is believed: a
+#: cluster that creates topics on demand (Apache Kafka's default, Tansu) creates one when a
+#: producer first asks for it, and Kafka answers that first question "unknown" (measured:
+#: there 0.5 s later).
+UNKNOWN_TOPIC_CONFIRM_S = 1.0
 #: Longest wait for Kafka's metadata about a target topic.
 TOPIC_CHECK_TIMEOUT_S = 5.0
 #: The reason given for a stored message that does not decode.
 UNDECODABLE = "undecodable stored message"
+
+
+class _NotYet:
+    """The target topic was unknown at a first look: try the job again after
+    :data:`UNKNOWN_TOPIC_CONFIRM_S`, without counting an attempt."""
+
+    def __repr__(self) -> str:
+        return "NOT_YET"
+
+
+#: What ``DeadLetterPolicy.reason_before`` says while a missing topic is not confirmed.
+NOT_YET = _NotYet()
 
 
 class Refusal(Enum):
@@ -124,9 +141,12 @@ class DeadLetterPolicy:
     """When a delivery goes to the dead-letter topic instead of its target (both modes).
 
     * Before producing: a stored message that does not decode; a target topic Kafka's
-      metadata says does not exist (asked at most every :data:`UNKNOWN_TOPIC_RECHECK_S` per
-      topic; in a transaction librdkafka would otherwise hold the record, and the commit, for
-      its whole metadata timeout, and a node alone would hold its seek as long).
+      metadata says does not exist, twice, :data:`UNKNOWN_TOPIC_CONFIRM_S` apart (a cluster
+      that creates topics on demand creates it at the first question; until the second the
+      answer is :data:`NOT_YET`), and then asked again at most every
+      :data:`UNKNOWN_TOPIC_RECHECK_S`. Without this check librdkafka would hold the record for
+      its whole metadata timeout (30 s): in a transaction the commit too, for a node alone its
+      seek.
     * After an error (``errors.classify``): a ``RECORD`` error, or ``AUTHORIZATION`` on the
       target topic, at once; ``OUTAGE`` and ``FENCED`` never (they say nothing about the
       record: retried for as long as they last); ``OTHER`` once ``give_up_after_s`` have passed
@@ -136,12 +156,22 @@ class DeadLetterPolicy:
         give_up_after_s: ``delivery.give_up_after_s``.
         topic_exists: asks Kafka whether a topic exists (``Publisher.topic_exists``); may raise
             ``KafkaException`` when Kafka does not answer (then the topic counts as existing).
+        monotonic: seconds of a monotonic clock (tests pass their own).
     """
 
-    def __init__(self, give_up_after_s: float, topic_exists: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        give_up_after_s: float,
+        topic_exists: Callable[[str], bool],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._give_up_ms = give_up_after_s * 1000
         self._topic_exists = topic_exists
+        self._now = monotonic
         self._known: set[str] = set()
+        #: Topics found missing once, when (not believed yet).
+        self._unconfirmed: dict[str, float] = {}
+        #: Topics found missing twice, when last asked.
         self._missing: dict[str, float] = {}
 
     @classmethod
@@ -149,8 +179,9 @@ class DeadLetterPolicy:
         """The policy, asking ``publisher`` about topics."""
         return cls(give_up_after_s, lambda t: publisher.topic_exists(t, TOPIC_CHECK_TIMEOUT_S))
 
-    def reason_before(self, job: DeliveryJob) -> str | None:
-        """Why ``job`` goes to the dead-letter topic without being tried, or None."""
+    def reason_before(self, job: DeliveryJob) -> str | _NotYet | None:
+        """Why ``job`` goes to the dead-letter topic without being tried; None to try it;
+        :data:`NOT_YET` to try it again after :data:`UNKNOWN_TOPIC_CONFIRM_S`."""
         if job.dead_reason is not None:
             return job.dead_reason
         message = job.message
@@ -161,19 +192,30 @@ class DeadLetterPolicy:
             return None
         return self._topic_missing(topic)
 
-    def _topic_missing(self, topic: str) -> str | None:
+    def _topic_missing(self, topic: str) -> str | _NotYet | None:
+        now = self._now()
+        missing = f"UNKNOWN_TOPIC_OR_PART: topic {topic} does not exist"
         checked = self._missing.get(topic)
-        if checked is None or time.monotonic() - checked > UNKNOWN_TOPIC_RECHECK_S:
-            try:
-                exists = self._topic_exists(topic)
-            except KafkaException:
-                return None  # Kafka did not answer: produce, and let the outcome decide
-            if exists:
-                self._known.add(topic)
-                self._missing.pop(topic, None)
-                return None
-            self._missing[topic] = time.monotonic()
-        return f"UNKNOWN_TOPIC_OR_PART: topic {topic} does not exist"
+        if checked is not None and now - checked <= UNKNOWN_TOPIC_RECHECK_S:
+            return missing
+        first = self._unconfirmed.get(topic)
+        if first is not None and now - first < UNKNOWN_TOPIC_CONFIRM_S:
+            return NOT_YET
+        try:
+            exists = self._topic_exists(topic)
+        except KafkaException:
+            return None  # Kafka did not answer: produce, and let the outcome decide
+        if exists:
+            self._known.add(topic)
+            self._missing.pop(topic, None)
+            self._unconfirmed.pop(topic, None)
+            return None
+        if checked is None and first is None:
+            self._unconfirmed[topic] = now
+            return NOT_YET
+        self._unconfirmed.pop(topic, None)
+        self._missing[topic] = now
+        return missing
 
     def reason_after(
         self, error: KafkaError, first_attempt_ms: EpochMs, attempts: int, now_ms: EpochMs

@@ -105,8 +105,15 @@ def java_binary() -> str:
     return found
 
 
-def server_properties(host: str, port: int, controller_port: int, log_dir: Path) -> str:
-    """A single-node KRaft configuration tuned for tests: replication 1, no rebalance delay."""
+def server_properties(
+    host: str,
+    port: int,
+    controller_port: int,
+    log_dir: Path,
+    extra: dict[str, str] | None = None,
+) -> str:
+    """A single-node KRaft configuration tuned for tests: replication 1, no rebalance delay;
+    ``extra`` properties added or overriding."""
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -127,6 +134,10 @@ def server_properties(host: str, port: int, controller_port: int, log_dir: Path)
         "share.coordinator.state.topic.min.isr": "1",
         # Tests create and join groups by the hundred; Kafka's default waits 3 s per new group.
         "group.initial.rebalance.delay.ms": "0",
+        # As production clusters mostly run: a topic exists only once created. Kafka's default
+        # (true) creates one whenever a producer asks for it; pass it to test that.
+        "auto.create.topics.enable": "false",
+        **(extra or {}),
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
@@ -140,6 +151,7 @@ class KafkaBroker(BrokerProcess):
         log_path: where the broker's output goes (the temporary directory when None).
         heap: JVM heap size (``-Xmx``), e.g. ``"1g"``.
         version: Kafka release whose jars to run.
+        properties: more ``server.properties`` (e.g. an authorizer), added or overriding.
     """
 
     def __init__(
@@ -149,8 +161,10 @@ class KafkaBroker(BrokerProcess):
         log_path: Path | None = None,
         heap: str = DEFAULT_HEAP,
         version: str = KAFKA_VERSION,
+        properties: dict[str, str] | None = None,
     ) -> None:
         self.host = host
+        self._properties = dict(properties or {})
         self.port = port or free_port(host)
         self._heap = heap
         self._version = version
@@ -207,7 +221,9 @@ class KafkaBroker(BrokerProcess):
             self._log_path = self._workdir / "broker.log"
         properties = self._workdir / "server.properties"
         properties.write_text(
-            server_properties(self.host, self.port, controller_port, self._workdir / "data")
+            server_properties(
+                self.host, self.port, controller_port, self._workdir / "data", self._properties
+            )
         )
         (self._workdir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
         cluster_id = uuid.uuid4().hex[:22]

@@ -3,7 +3,7 @@
 Why this works without sharing a store (the argument every module here relies on):
 
 * The master moves its push frontier F and takes the *cut* O, the inner offsets of every add
-  written before that move (``node/frontier.py``). An add below O was placed while the frontier
+  written before that move (``schedule/frontier.py``). An add below O was placed while the frontier
   was lower, so its slot is <= F exactly when its due time is; an add at or above O lands after F.
 * One delivery transaction produces everything with a slot in (previous F, F] *and* the
   progress record ``(term, F, O, next occurrences of the repeats it delivered)`` to the group's
@@ -11,10 +11,10 @@ Why this works without sharing a store (the argument every module here relies on
 * So the committed progress alone says what was delivered: an add is delivered exactly when its
   offset is below O and its due time <= F (repeats: the occurrence the record names). Every
   replica knows each add's offset and due time, so none needs the master's store.
-* A backup stores each add at its due time (``Ledger.set_leading``), remembers where each add
-  came from (the arrivals column) and applies committed records; on takeover it fences the old
-  master (``init_transactions``), reads the progress topic to its end, moves every add it holds
-  at or above O and behind F to F + 1 (``Ledger.relocate_uncovered``), and delivers from F.
+* A backup stores each add at its due time (``placement.ReplicaPlacement``), remembers where
+  each add came from (the arrivals column) and applies committed records; on takeover it fences
+  the old master (``init``), reads the progress topic to its end, moves every add it holds at or
+  above O and behind F to F + 1 (``ReplicaStore.relocate_uncovered``), and delivers from F.
 
 Election is a consumer group on a one-partition topic: the member assigned partition 0 should
 be master. An assignment is not a lease (a frozen master still believes it holds it); safety

@@ -31,7 +31,9 @@ from confluent_kafka import KafkaError, KafkaException
 
 from chronos.clock import Clock
 from chronos.delivery.deadletter import (
+    NOT_YET,
     UNDECODABLE,
+    UNKNOWN_TOPIC_CONFIRM_S,
     DeadLetterPolicy,
     Refusal,
     dead_letter_headers,
@@ -207,6 +209,12 @@ class TransactionLoop(LoopWorker):
             committed = self._transact(jobs, upto, covered)
         except TransactionAborted:
             committed = False
+        except _TopicNotYet as exc:
+            # Asked again shortly: a cluster that creates topics on demand has by then.
+            self._publisher.abort()
+            log.info("transaction_waits_for_topic", topic=str(exc), wait_s=UNKNOWN_TOPIC_CONFIRM_S)
+            self._stop.wait(UNKNOWN_TOPIC_CONFIRM_S)
+            return
         except (Fenced, NotAuthorized):
             raise
         except Exception:
@@ -313,8 +321,11 @@ class TransactionLoop(LoopWorker):
     def _publish_job(self, n: int, job: DeliveryJob, failures: dict[int, KafkaError]) -> bool:
         """Publish one job to its target or, when the policy says so, to the dead-letter topic.
         True when it went to its target."""
-        reason = self._dead.get(job.key) or self._policy.reason_before(job)
+        known = self._dead.get(job.key) or self._policy.reason_before(job)
         message = job.message
+        if known is NOT_YET:
+            raise _TopicNotYet(message.topic if message else "")
+        reason = None if known is None else str(known)
         if reason is None and message is not None:
             headers = delivery_headers(message, job.due_ms, job.skipped)
             self._publish(message.topic, message.key, message.value, headers, n, failures)
@@ -408,6 +419,10 @@ class TransactionLoop(LoopWorker):
             error=describe(first) if first is not None else "flush timed out",
         )
         self._publisher.abort()
+
+
+class _TopicNotYet(Exception):
+    """A target topic was unknown at a first look; the transaction waits for a second."""
 
 
 def _noted(n: int, failures: dict[int, KafkaError], error: KafkaError | None, _msg: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import structlog
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -65,6 +67,25 @@ def ensure_topics(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise ConfigError(f"cannot create topic {topic}: {exc.args[0]}") from exc
+    _await_metadata(admin, [t.topic for t in missing], timeout_s)
+
+
+def _await_metadata(admin: AdminClient, topics: list[str], timeout_s: float) -> None:
+    """Wait until the broker's metadata lists ``topics`` with partitions: a created topic can
+    be missing from it for a moment after CreateTopics returned (seen on Apache Kafka 4.1 in
+    KRaft mode), and a node reading its partition count then would refuse to start."""
+    deadline = time.monotonic() + timeout_s
+    waiting = set(topics)
+    while waiting:
+        known = admin.list_topics(timeout=timeout_s).topics
+        waiting = {t for t in waiting if t not in known or not known[t].partitions}
+        if waiting and time.monotonic() > deadline:
+            raise ConfigError(
+                f"topics {sorted(waiting)} were created but Kafka's metadata does not list "
+                "them: chronos' principal may lack DESCRIBE on them"
+            )
+        if waiting:
+            time.sleep(0.05)
 
 
 def create_topic(

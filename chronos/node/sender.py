@@ -14,7 +14,14 @@ import structlog
 from confluent_kafka import KafkaError
 
 from chronos.clock import Clock
-from chronos.delivery.deadletter import DeadLetterPolicy, DeadLetters, Refusal, job_record
+from chronos.delivery.deadletter import (
+    NOT_YET,
+    UNKNOWN_TOPIC_CONFIRM_S,
+    DeadLetterPolicy,
+    DeadLetters,
+    Refusal,
+    job_record,
+)
 from chronos.delivery.job import DeliveryJob
 from chronos.kafka.errors import describe
 from chronos.kafka.publisher import Publisher
@@ -173,14 +180,17 @@ class Sender(LoopWorker):
         """Produce one job to its target, or to the dead-letter topic once it has a reason."""
         if job.done:
             return
+        if job.dead_reason is None:
+            reason = self._policy.reason_before(job)
+            if reason is NOT_YET:
+                self._retries.add(job, now_ms + round(UNKNOWN_TOPIC_CONFIRM_S * 1000))
+                return
+            if reason is not None:
+                self._dead_letter_reason(job, str(reason))
         if job.first_attempt_ms == 0:
             job.first_attempt_ms = now_ms
         job.attempts += 1
         message = job.message
-        if job.dead_reason is None:
-            reason = self._policy.reason_before(job)
-            if reason is not None:
-                self._dead_letter_reason(job, reason)
         if message is None or job.dead_reason is not None:
             self._send_dead_letter(job)
             return

@@ -7,12 +7,13 @@ and the store are real.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
 
 import pytest
+from confluent_kafka import KafkaError
 
 from chronos.clock import FakeClock
 from chronos.delivery.deadletter import DeadLetters, Rejected
+from chronos.kafka.publishers.stub import StubPublisher
 from chronos.metrics import CountingMetrics
 from chronos.model import DecodedRequest, DelayMessage
 from chronos.node.ingest import IngestWorker
@@ -50,20 +51,6 @@ class ScriptedSource:
         self.closed = True
 
 
-class DeadLettersStub:
-    """Acknowledges dead letters, or refuses to (a dead-letter topic that is down)."""
-
-    def __init__(self) -> None:
-        self.acknowledge = True
-        self.sent: list[Rejected] = []
-
-    def send_and_wait(
-        self, records: list[Rejected], timeout_s: float, acknowledged: set[str] | None = None
-    ) -> bool:
-        self.sent += records
-        return self.acknowledge
-
-
 class Rig:
     """An ingest worker on a real ledger; each (re)start takes the next scripted source."""
 
@@ -72,16 +59,20 @@ class Rig:
         self.ledger = Ledger(self.store, Frontier(0), FakeClock(T0), DeleteSettings())
         self.sources = sources
         self.opened: list[ScriptedSource] = []
-        self.dead = DeadLettersStub()
+        #: The dead-letter topic: acknowledges at once (set ``outcome`` to refuse).
+        self.dead_letter_topic = StubPublisher(auto=True)
+        self.fatal: list[str] = []
+        metrics = CountingMetrics()
         self.worker = IngestWorker(
             0,
             [0],
             self._next_source,
             self.ledger,
-            cast(DeadLetters, self.dead),
+            DeadLetters(self.dead_letter_topic, "ns.deadletter", metrics),
             FakeClock(T0),
             100,
-            CountingMetrics(),
+            metrics,
+            self.fatal.append,
         )
 
     def _next_source(self) -> ScriptedSource:
@@ -135,7 +126,7 @@ def test_offsets_pass_rejected_records_only_once_they_are_dead_lettered(tmp_path
     rejected: Rejected = (None, b"x", [], "bad", "inner[0]@2")
     batch = DecodedBatch(items=_adds("a"), offsets={0: 3}, rejected=[rejected], oldest_ms=T0)
     rig = Rig(tmp_path, [ScriptedSource([batch], {}), ScriptedSource([], {})])
-    rig.dead.acknowledge = False
+    rig.dead_letter_topic.outcome = lambda _r: KafkaError(KafkaError._MSG_TIMED_OUT)
     with pytest.raises(RuntimeError, match="dead-letter"):
         rig.worker.step()
     assert rig.stored_offset() is None  # nothing stored: the record is read again
@@ -167,3 +158,12 @@ def test_finish_closes_the_source_even_when_the_last_sync_fails(tmp_path: Path) 
     with pytest.raises(OSError):
         rig.worker.finish()
     assert source.closed  # a decoder child must not outlive the node
+
+
+def test_an_inner_topic_chronos_may_not_read_ends_the_node(tmp_path: Path) -> None:
+    """Logged as a consumer error every poll, a refused inner topic kept a node up that could
+    never ingest anything."""
+    refused = DecodedBatch(errors=["TOPIC_AUTHORIZATION_FAILED"], not_authorized="denied")
+    rig = Rig(tmp_path, [ScriptedSource([refused], {})])
+    rig.worker.step()
+    assert rig.fatal == ["Kafka refused reading the inner topic: denied"]

@@ -84,6 +84,17 @@ def test_consumer_errors_are_reported_not_decoded() -> None:
     assert batch.items == [] and batch.offsets == {}
     assert len(batch.errors) == 1
     assert not batch.empty  # a read that met an error is not idle
+    assert batch.not_authorized is None
+
+
+def test_a_refused_inner_topic_is_flagged_for_the_node_to_end() -> None:
+    refused = Message(error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    batch = decode_batch([refused], LimitSettings(), NAMES, NOW)
+    assert batch.not_authorized is not None
+    assert batch.not_authorized.startswith("TOPIC_AUTHORIZATION_FAILED")
+    later = DecodedBatch()
+    later.merge(batch)
+    assert later.not_authorized == batch.not_authorized
 
 
 def test_a_batch_survives_the_trip_to_another_process() -> None:

@@ -55,7 +55,11 @@ def env() -> Env:
     settings = DeliverySettings(
         retry_backoff_initial_ms=100, retry_backoff_max_ms=1000, give_up_after_s=5
     )
-    policy = DeadLetterPolicy.of(settings.give_up_after_s, publisher)
+    policy = DeadLetterPolicy(
+        settings.give_up_after_s,
+        lambda topic: publisher.topic_exists(topic, 1.0),
+        monotonic=lambda: clock.now_ms() / 1000,
+    )
     sender = Sender(
         0,
         jobs,
@@ -219,15 +223,35 @@ def test_a_fenced_producer_is_reported_and_the_job_retried_not_dead_lettered(env
 
 def test_a_target_topic_kafka_does_not_know_is_dead_lettered_without_a_try(env: Env) -> None:
     """The same rule as a master's transactions (one policy): an unknown topic is refused up
-    front, not after librdkafka's metadata timeout held the seek."""
+    front, once Kafka said so twice a second apart, not after librdkafka's metadata timeout
+    (30 s) held the seek."""
     env.publisher.topics = {"elsewhere"}
     lost = job()
+    env.tracker.dispatched([lost])
     env.jobs.put([lost])
+    env.sender.step()
+    assert env.sent == [] and len(env.retries) == 1  # asked again in a second
+    env.clock.advance(1_000)
     env.sender.step()
     (dead,) = env.sent
     assert dead.topic == "ns.deadletter"
     assert (dead.header(H_DLQ_REASON) or b"").startswith(b"UNKNOWN_TOPIC_OR_PART")
     assert dead.header(H_DLQ_TARGET) == b"orders"
+
+
+def test_a_topic_the_cluster_creates_on_demand_is_delivered_to(env: Env) -> None:
+    """Apache Kafka (auto.create.topics.enable) creates a topic when a producer first asks for
+    it, and answers that first question "unknown": the job waits for the second answer."""
+    env.publisher.topics = {"elsewhere"}
+    fresh = job()
+    env.jobs.put([fresh])
+    env.sender.step()
+    assert env.sent == []
+    env.publisher.topics.add("orders")  # created by the first question
+    env.clock.advance(1_000)
+    env.sender.step()
+    (delivered,) = env.sent
+    assert delivered.topic == "orders" and fresh.attempts == 1
 
 
 def test_a_dead_letter_topic_chronos_may_not_write_ends_the_node(env: Env) -> None:

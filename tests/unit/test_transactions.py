@@ -166,14 +166,31 @@ def test_a_record_refused_at_once_is_dead_lettered_in_the_same_transaction(
     assert [r.header(H_ID) for r in dead] == [b"huge"]
 
 
-def test_an_unknown_target_topic_goes_to_dead_letters_without_an_abort(master: Master) -> None:
+def test_an_unknown_target_topic_goes_to_dead_letters_once_kafka_said_so_twice(
+    master: Master,
+) -> None:
+    """The first "unknown" may be a topic being created on demand: the transaction waits for
+    a second answer a second later (aborted, nothing visible), then dead-letters it."""
     master.add("lost", T0 - 10, topic="nowhere")
     master.add("kept", T0 - 9)
     master.loop.step()
-    assert master.publisher.calls == ["begin", "commit"]
+    assert master.publisher.calls == ["begin", "abort"] and master.delivered() == []
+    master.loop.step()
+    assert master.publisher.calls == ["begin", "abort", "begin", "commit"]
     (dead,) = master.publisher.visible_on(master.spec.dead_letter_topic)
     assert (dead.header(H_DLQ_REASON) or b"").startswith(b"UNKNOWN_TOPIC_OR_PART")
     assert master.delivered() == ["kept"]
+
+
+def test_a_topic_created_on_demand_is_delivered_to(master: Master) -> None:
+    topics = master.publisher.topics
+    assert topics is not None
+    master.add("fresh", T0 - 10, topic="new.topic")
+    master.loop.step()
+    topics.add("new.topic")  # the first question created it
+    master.loop.step()
+    assert master.delivered("new.topic") == ["fresh"]
+    assert master.publisher.visible_on(master.spec.dead_letter_topic) == []
 
 
 def test_a_record_error_is_retried_then_given_up_on_as_a_node_alone_does(master: Master) -> None:
