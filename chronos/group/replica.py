@@ -322,4 +322,7 @@ class Replica(LoopWorker):
         master.stop()
         master.join(self._spec.settings.transaction_timeout_ms / 1000.0 + 5)
         if not master.is_alive():
-            master.close()
+            try:
+                master.close()
+            except Exception:  # the demotion must complete: a master that never follows
+                log.exception("master_close_failed", term=master.term)

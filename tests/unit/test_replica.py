@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from chronos.clock import FakeClock
 from chronos.delivery.deadletter import DeadLetterPolicy
@@ -284,6 +285,21 @@ def test_a_fenced_master_turns_into_a_backup_that_follows_and_tries_again_later(
     time.sleep(RETRY_S)
     world.replica.step()
     assert world.replica.role == "master" and world.replica.term == 10
+
+
+def test_a_demotion_completes_when_closing_the_fenced_producer_raises(world: World) -> None:
+    """A fenced librdkafka producer's ``poll`` raises its fatal error when closed. Mutant
+    caught: that error escaping the demotion, which left the zombie a "master" that neither
+    delivered nor followed (found by ``scripts/failover_check.py --scenario zombie``)."""
+    world.election.win()
+    world.replica.step()
+    first = world.publishers[0]
+    first.fail_next("close", KafkaException(KafkaError(KafkaError._FENCED, fatal=True)))
+    world.election.lose()
+    world.replica.step()
+    assert world.replica.role == "backup" and first.closed
+    world.progress.records.append(Cut(9, T0 + 50, {}, "a", T0))
+    world.until(lambda: world.ledger.seek_ms == T0 + 50, "the backup follows the new master")
 
 
 def test_a_master_that_lost_the_election_stops_delivering(world: World) -> None:

@@ -69,8 +69,8 @@ class StubPublisher:
     closed: bool = False
 
     def fail_next(self, call: str, error: BaseException) -> None:
-        """Make the next ``call`` ("init", "begin", "publish", "flush", "commit", "abort")
-        raise ``error``; ``Fenced`` also makes every later call raise it."""
+        """Make the next ``call`` ("init", "begin", "publish", "flush", "commit", "abort",
+        "close") raise ``error``; ``Fenced`` also makes every later call raise it."""
         self._fail[call] = error
 
     def _check(self, call: str) -> None:
@@ -180,8 +180,11 @@ class StubPublisher:
         """Nothing retries here."""
 
     def close(self) -> None:
-        self.closed = True
         self.calls.append("close")
+        error = self._fail.pop("close", None)
+        self.closed = True
+        if error is not None:
+            raise error
 
     @property
     def in_transaction(self) -> bool:

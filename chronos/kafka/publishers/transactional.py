@@ -137,11 +137,19 @@ class TransactionalProducer:
 
     def close(self) -> None:
         """Release the producer (its threads and connections): a node demoted and promoted
-        again must not keep one per term."""
+        again must not keep one per term. Never raises: a fenced producer's ``poll`` raises
+        its fatal error, and the demotion that closes it must go on."""
         live, self._producer = self._producer, None
-        if live is not None:
+        if live is None:
+            return
+        try:
             live.purge()
             live.poll(0)
+        except (KafkaException, SystemError) as exc:
+            # The error keeps its traceback, and the traceback this frame: drop it, or the
+            # producer (its threads, its connections) stays alive through it.
+            exc.__traceback__ = None
+            log.info("transactional_producer_closed", error=str(exc))
 
     def _call(self, method: Callable[..., None], *args: Any) -> None:
         """A transaction API call; retriable failures are retried until interrupted."""
