@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from chronos.errors import ConfigError
-from chronos.kafka.clients import KafkaClients
+from chronos.kafka.clients import KafkaClients, lists_topic
 from chronos.settings import ChronosSettings
 
 log = structlog.get_logger(__name__)
@@ -77,8 +77,8 @@ def _await_metadata(admin: AdminClient, topics: list[str], timeout_s: float) -> 
     deadline = time.monotonic() + timeout_s
     waiting = set(topics)
     while waiting:
-        known = admin.list_topics(timeout=timeout_s).topics
-        waiting = {t for t in waiting if t not in known or not known[t].partitions}
+        metadata = admin.list_topics(timeout=timeout_s)
+        waiting = {t for t in waiting if not lists_topic(metadata, t)}
         if waiting and time.monotonic() > deadline:
             raise ConfigError(
                 f"topics {sorted(waiting)} were created but Kafka's metadata does not list "
@@ -105,7 +105,7 @@ def create_topic(
 def partition_count(settings: ChronosSettings, topic: str, timeout_s: float = 30.0) -> int:
     """Number of partitions of ``topic``; ConfigError when it does not exist."""
     admin = _admin(settings)
-    meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
+    metadata = admin.list_topics(topic, timeout=timeout_s)
+    if not lists_topic(metadata, topic):
         raise ConfigError(f"topic {topic} does not exist (run with topics.create = true)")
-    return len(meta.partitions)
+    return len(metadata.topics[topic].partitions)

@@ -28,7 +28,7 @@ from chronos.types import KafkaConfig
 if TYPE_CHECKING:
     from chronos.kafka.publishers.idempotent import IdempotentPublisher
     from chronos.kafka.publishers.transactional import TransactionalProducer
-    from chronos.settings import KafkaSettings
+    from chronos.settings import KafkaSettings, KafkaValue
 
 #: librdkafka's own log lines go to this stdlib logger (configured in ``chronos.logs``).
 LIBRDKAFKA_LOGGER = logging.getLogger("librdkafka")
@@ -90,6 +90,13 @@ class ClientErrors:
         log.warning("kafka_client_error", client=self._client, error=text, repeated=repeated)
 
 
+def lists_topic(metadata: Any, topic: str) -> bool:
+    """Whether cluster metadata (any client's ``list_topics``) has ``topic`` with partitions
+    and no error: how chronos decides a topic exists."""
+    meta = metadata.topics.get(topic)
+    return meta is not None and meta.error is None and bool(meta.partitions)
+
+
 def routed(config: KafkaConfig, errors: ClientErrors) -> dict[str, Any]:
     """``config`` with chronos' logger and error callback: what every client is built from
     (also in a decoder child, which receives the plain config)."""
@@ -131,13 +138,13 @@ class KafkaClients:
         self._max_message_bytes = max_message_bytes
         self.on_fatal = on_fatal
 
-    def producer_config(self, **overrides: str | int | float | bool) -> KafkaConfig:
+    def producer_config(self, **overrides: KafkaValue) -> KafkaConfig:
         """A durable producer's config (see ``KafkaSettings.producer``)."""
         return self._settings.producer(
             self._max_message_bytes, **{"client.id": self.client_id, **overrides}
         )
 
-    def consumer_config(self, group_id: str, **overrides: str | int | float | bool) -> KafkaConfig:
+    def consumer_config(self, group_id: str, **overrides: KafkaValue) -> KafkaConfig:
         """A consumer's config (see ``KafkaSettings.consumer``)."""
         return self._settings.consumer(group_id, **{"client.id": self.client_id, **overrides})
 
@@ -150,7 +157,7 @@ class KafkaClients:
         self,
         group_id: str,
         errors: ClientErrors,
-        overrides: Mapping[str, str | int | float | bool] | None = None,
+        overrides: Mapping[str, KafkaValue] | None = None,
     ) -> Consumer:
         """A consumer in ``group_id`` (joined only by ``subscribe``; ``assign`` does not)."""
         return consumer(self.consumer_config(group_id, **(overrides or {})), errors)
@@ -160,7 +167,7 @@ class KafkaClients:
         config = {**self._settings.admin(), "client.id": self.client_id}
         return AdminClient(routed(config, ClientErrors("admin", self.on_fatal)))
 
-    def idempotent(self, name: str, **overrides: str | int | float | bool) -> IdempotentPublisher:
+    def idempotent(self, name: str, **overrides: KafkaValue) -> IdempotentPublisher:
         """An idempotent publisher with its own poll thread (not started)."""
         from chronos.kafka.publishers.idempotent import IdempotentPublisher
 
@@ -175,7 +182,7 @@ class KafkaClients:
         transaction cannot outlive that anyway."""
         from chronos.kafka.publishers.transactional import TransactionalProducer
 
-        options: dict[str, str | int | float | bool] = {
+        options: dict[str, KafkaValue] = {
             "transactional.id": transactional_id,
             "transaction.timeout.ms": timeout_ms,
             "message.timeout.ms": timeout_ms,

@@ -134,7 +134,7 @@ class Node:
         self.start()
         tune_interpreter()
         fatal = None
-        while not stop.wait(0.2):
+        while not stop.wait(1.0):
             fatal = self.fatal_error()
             if fatal is not None:
                 break

@@ -304,27 +304,18 @@ class Ledger:
         not already rescheduled by an earlier delivery of the same key).
         """
         earliest_due = min((m.due_ms for _key, m in followups), default=None)
-        earliest: EpochMs | None = None
-        with self._lock:
-            batch = self._store.batch()
-            ids = [message.id for _key, message in followups]
-            current = self._store.get_index(ids)
-            with self._frontier.placing(earliest_due) as frontier:
-                for (old_key, message), state in zip(followups, current, strict=True):
-                    if state != keys.index_pending(old_key):
-                        continue
-                    slot = self._frontier.slot_for(frontier, message.due_ms)
-                    key = keys.message_key(slot, message.id)
-                    batch.put_scheduled(
-                        key, message.id, codec.encode(message), keys.index_pending(key)
-                    )
-                    earliest = slot if earliest is None else min(earliest, slot)
-                if seek_ms > self._seek:
-                    batch.set_seek(seek_ms)
-                self._store.write(batch)
-            self._seek = max(self._seek, seek_ms)
-        if earliest is not None:
-            self._frontier.notify(earliest)
+        with self.writing(earliest_due) as write:
+            current = self._store.get_index([message.id for _key, message in followups])
+            for (old_key, message), state in zip(followups, current, strict=True):
+                if state != keys.index_pending(old_key):
+                    continue
+                slot = self._frontier.slot_for(write.frontier, message.due_ms)
+                key = keys.message_key(slot, message.id)
+                write.batch.put_scheduled(
+                    key, message.id, codec.encode(message), keys.index_pending(key)
+                )
+                write.placed(slot)
+            write.seek_ms = max(write.seek_ms, seek_ms)
 
     def is_current(self, pairs: list[tuple[str, bytes]]) -> list[bool]:
         """Whether each (id, key) is still what the index schedules (false when superseded)."""

@@ -9,7 +9,7 @@ import time
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from chronos.kafka.clients import ClientErrors, OnFatal, producer
+from chronos.kafka.clients import ClientErrors, OnFatal, lists_topic, producer
 from chronos.kafka.errors import ErrorKind, classify, describe
 from chronos.kafka.publisher import DeliveryCallback
 from chronos.types import Headers, KafkaConfig
@@ -156,8 +156,7 @@ class IdempotentPublisher:
     def topic_exists(self, topic: str, timeout_s: float) -> bool:
         """Whether the broker's metadata has ``topic`` with partitions (KafkaException when it
         does not answer)."""
-        meta = self._producer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        return meta is not None and meta.error is None and bool(meta.partitions)
+        return lists_topic(self._producer.list_topics(topic, timeout=timeout_s), topic)
 
     def ping(self, timeout_s: float) -> bool:
         """True when the cluster answered a metadata request within ``timeout_s`` and this

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from chronos.kafka.clients import ClientErrors, OnFatal, producer
+from chronos.kafka.clients import ClientErrors, OnFatal, lists_topic, producer
 from chronos.kafka.errors import (
     ErrorKind,
     Fenced,
@@ -128,8 +128,7 @@ class TransactionalProducer:
         """Nothing to heal: a fenced transactional producer ends its master's term."""
 
     def topic_exists(self, topic: str, timeout_s: float) -> bool:
-        meta = self._live().list_topics(topic, timeout=timeout_s).topics.get(topic)
-        return meta is not None and meta.error is None and bool(meta.partitions)
+        return lists_topic(self._live().list_topics(topic, timeout=timeout_s), topic)
 
     def interrupt(self) -> None:
         """Stop retrying: a call in progress raises instead of retrying a retriable error."""
