@@ -39,6 +39,8 @@ def accept_inner(
         request = wire.decode(value, headers)
         if isinstance(request, DelayMessage):
             validate_message(request, limits, names, now_ms + HORIZON_SLACK_MS)
+        # A refresh is not checked again: the message was accepted when first sent, and a
+        # rule tightened since must not dead-letter what is already scheduled.
         if key != request.id.encode():  # after the rules, whose reasons say more
             raise ValidationError(
                 "id", "the record key must be the message id (it partitions add and cancel)"

@@ -47,7 +47,24 @@ class CancelRequest:
     id: str
 
 
-InnerRequest = DelayMessage | CancelRequest
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """chronos' own copy of a message its store holds (``wire.encode_refresh``).
+
+    Parameters:
+        message: the message at its pending (or last delivered) occurrence.
+        slot_ms: where the node that wrote it had stored it: delivered once the seek passes.
+    """
+
+    message: DelayMessage
+    slot_ms: EpochMs
+
+    @property
+    def id(self) -> str:
+        return self.message.id
+
+
+InnerRequest = DelayMessage | CancelRequest | Refresh
 
 #: An inner request as the store takes it: (id, due ms, encoded message) for an add,
 #: (id, 0, None) for a cancel. Plain data: decoding may run in another process.

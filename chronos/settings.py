@@ -447,6 +447,42 @@ class DeleteSettings(_Section):
     )
 
 
+class RebuildSettings(_Section):
+    """Keeping every pending message rebuildable from Kafka (README, "Rebuild from Kafka").
+
+    The delivering node re-appends what its store holds (pending messages, delivered ones still
+    inside the idempotency window, cancel tombstones) to the inner topic once per
+    ``refresh_interval_s`` and then publishes the *rebuild floor*: the inner offsets below
+    which no record is needed any more. Retention may remove records older than that.
+    """
+
+    refresh_interval_s: float = Field(
+        86_400.0,
+        gt=0,
+        description=(
+            "Longest time between two refresh passes. The inner topic's retention.ms must be "
+            "at least twice this (or -1), else a record could expire before its refresh: "
+            "the node refuses to start (check_inner_topic)."
+        ),
+    )
+    refresh_rate: int = Field(
+        20_000,
+        ge=1,
+        description=(
+            "Most refresh records produced per second during a pass, so a pass over millions "
+            "of pending messages does not crowd out deliveries."
+        ),
+    )
+    check_inner_topic: bool = Field(
+        True,
+        description=(
+            "At start, refuse an inner topic whose cleanup.policy, retention.ms or "
+            "retention.bytes could remove a record of a pending message "
+            "(`chronos topics fix` sets them)."
+        ),
+    )
+
+
 class ProxySettings(_Section):
     """The HTTP front door."""
 
@@ -482,6 +518,7 @@ class ChronosSettings(BaseSettings):
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
     group: GroupSettings = Field(default_factory=GroupSettings)
     delete: DeleteSettings = Field(default_factory=DeleteSettings)
+    rebuild: RebuildSettings = Field(default_factory=RebuildSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     log: LogSettings = Field(default_factory=LogSettings)
 

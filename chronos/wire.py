@@ -21,7 +21,15 @@ A delay request is one Kafka record on the inner topic:
   chronos-repeat-times                    repeat    total occurrences
   chronos-repeat-multiplier               expo.     gap growth factor (integer >= 2)
   chronos-repeat-max-interval-ms          expo.     cap of the gap
+  chronos-slot-ms                         refresh   the slot the delivering node stored it at
+  chronos-occurrence                      refresh   the pending occurrence (1-based)
   ======================================  ========  =========================================
+
+A *refresh* is an add that chronos itself re-appends for a message its store still holds
+(``chronos/node/refresh.py``), so the message outlives its first record's retention. It
+carries the slot the delivering node gave it and its current occurrence; a node that knows the
+id ignores it (or moves a repeat forward to it), a node rebuilding from the topic stores it at
+that slot. Only chronos writes these two headers; an add from any other producer must not.
 
 Delivered records carry the user's key, value and headers plus ``chronos-id``,
 ``chronos-due-ms`` and ``chronos-occurrence`` (and ``chronos-skipped`` when overdue repeat
@@ -33,7 +41,7 @@ from __future__ import annotations
 import re
 
 from chronos.errors import DecodeError
-from chronos.model import CancelRequest, DelayMessage, InnerRequest
+from chronos.model import CancelRequest, DelayMessage, InnerRequest, Refresh
 from chronos.names import HEADER_PREFIX
 from chronos.repeat import Repeat, RepeatKind
 from chronos.types import Headers
@@ -53,6 +61,7 @@ H_REPEAT_MULTIPLIER = "chronos-repeat-multiplier"
 H_REPEAT_MAX_INTERVAL = "chronos-repeat-max-interval-ms"
 H_OCCURRENCE = "chronos-occurrence"
 H_SKIPPED = "chronos-skipped"
+H_SLOT = "chronos-slot-ms"
 H_DLQ_REASON = "chronos-dlq-reason"
 H_DLQ_SOURCE = "chronos-dlq-source"
 H_DLQ_TARGET = "chronos-dlq-target"
@@ -75,6 +84,8 @@ INNER_HEADERS = frozenset(
         H_REPEAT_TIMES,
         H_REPEAT_MULTIPLIER,
         H_REPEAT_MAX_INTERVAL,
+        H_SLOT,
+        H_OCCURRENCE,
     }
 )
 
@@ -113,6 +124,13 @@ def encode_add(message: DelayMessage) -> tuple[bytes, bytes | None, Headers]:
                 (H_REPEAT_MAX_INTERVAL, _num(repeat.max_interval_ms)),
             ]
     return message.id.encode(), message.value, headers
+
+
+def encode_refresh(message: DelayMessage, slot_ms: int) -> tuple[bytes, bytes | None, Headers]:
+    """The refresh record of a stored ``message`` (its current occurrence) held at ``slot_ms``."""
+    key, value, headers = encode_add(message)
+    headers += [(H_SLOT, _num(slot_ms)), (H_OCCURRENCE, _num(message.occurrence))]
+    return key, value, headers
 
 
 def encode_cancel(message_id: str) -> tuple[bytes, bytes | None, Headers]:
@@ -196,7 +214,7 @@ def decode(value: bytes | None, headers: Headers | None, origin: str = "") -> In
     op = fields.get(H_OP)
     message_id = _text(fields, H_ID, origin)
     if op == OP_ADD:
-        return DelayMessage(
+        message = DelayMessage(
             message_id,
             _text(fields, H_TOPIC, origin),
             fields.get(H_KEY),
@@ -205,9 +223,30 @@ def decode(value: bytes | None, headers: Headers | None, origin: str = "") -> In
             _due(fields.get(H_DUE), origin),
             None if H_REPEAT not in fields else _decode_repeat(fields, origin),
         )
+        if H_SLOT not in fields and H_OCCURRENCE not in fields:
+            return message
+        return _refresh(message, fields, origin)
     if op == OP_CANCEL:
         return CancelRequest(message_id)
     raise DecodeError(f"unknown {H_OP} {op!r}, expected add or cancel", origin=origin)
+
+
+def _refresh(message: DelayMessage, fields: dict[str, bytes | None], origin: str) -> Refresh:
+    """An add carrying a slot: chronos' own copy of a message it still holds."""
+    if H_SLOT not in fields or H_OCCURRENCE not in fields:
+        raise DecodeError(
+            f"headers {H_SLOT} and {H_OCCURRENCE} come together (refresh records only)",
+            origin=origin,
+        )
+    occurrence = _int(fields, H_OCCURRENCE, origin)
+    times = 1 if message.repeat is None else message.repeat.times
+    if not 1 <= occurrence <= times:
+        raise DecodeError(f"header {H_OCCURRENCE}={occurrence} is not in 1..{times}", origin=origin)
+    message.occurrence = occurrence
+    slot = _int(fields, H_SLOT, origin)
+    if slot < message.due_ms:
+        raise DecodeError(f"header {H_SLOT}={slot} is before the due time", origin=origin)
+    return Refresh(message, slot)
 
 
 def _decode_repeat(fields: dict[str, bytes | None], origin: str) -> Repeat | None:

@@ -42,6 +42,20 @@ def main(args: argparse.Namespace) -> int:
         )
     else:
         print("no progress committed yet")
+    if status.rebuild_floor is not None:
+        print(
+            f"rebuild floor {status.rebuild_floor} (pass {status.floor_age_ms} ms ago), "
+            f"inner topic starts at {status.inner_starts}"
+        )
+    else:
+        print(f"no refresh pass completed yet; inner topic starts at {status.inner_starts}")
+    if status.rebuildable:
+        print("an empty replica can rebuild every message from Kafka")
+    else:
+        print(
+            "NOT REBUILDABLE: the inner topic no longer holds every record a new replica would "
+            "need, until the master's next refresh pass (a replaced disk would not be eligible)"
+        )
     for member in status.members:
         role = "master" if member.master else "backup"
         lag = "?" if member.ingest_lag is None else str(member.ingest_lag)

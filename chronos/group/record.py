@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from chronos.errors import DecodeError
 from chronos.model import DelayMessage
+from chronos.schedule.floor import Floor
 from chronos.store import codec, keys
 from chronos.types import EpochMs
 
@@ -42,6 +43,8 @@ class Cut:
         offsets: next inner offset per partition of the adds it had written before that move.
         node: the master's node id.
         committed_at_ms: the master's clock when it wrote the record.
+        floor: the rebuild floor as of this record, None before any refresh pass completed
+            (``chronos/schedule/floor.py``).
     """
 
     term: int
@@ -49,11 +52,12 @@ class Cut:
     offsets: dict[int, int]
     node: str
     committed_at_ms: EpochMs
+    floor: Floor | None = None
 
 
 def encode_cut(cut: Cut) -> tuple[bytes, bytes]:
     """(key, value) of a cut record."""
-    body = {
+    body: dict[str, object] = {
         "v": _VERSION,
         "term": cut.term,
         "seek_ms": cut.seek_ms,
@@ -61,7 +65,18 @@ def encode_cut(cut: Cut) -> tuple[bytes, bytes]:
         "node": cut.node,
         "at_ms": cut.committed_at_ms,
     }
+    if cut.floor is not None:
+        # Readers of an earlier release ignore a key they do not know.
+        body["floor"] = {str(p): o for p, o in sorted(cut.floor.offsets.items())}
+        body["floor_at_ms"] = cut.floor.at_ms
     return CUT_KEY, json.dumps(body, separators=(",", ":")).encode()
+
+
+def _floor(body: dict[str, object]) -> Floor | None:
+    offsets = body.get("floor")
+    if not isinstance(offsets, dict):
+        return None
+    return Floor({int(p): int(o) for p, o in offsets.items()}, int(str(body["floor_at_ms"])))
 
 
 def encode_repeat(state: RepeatState) -> tuple[bytes, bytes | None]:
@@ -85,6 +100,7 @@ def decode(key: bytes | None, value: bytes | None) -> Cut | RepeatState:
                 offsets={int(p): int(o) for p, o in body["offsets"].items()},
                 node=str(body["node"]),
                 committed_at_ms=int(body["at_ms"]),
+                floor=_floor(body),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DecodeError(f"undecodable cut record: {exc}") from exc

@@ -16,6 +16,12 @@ Takeover (``_promote``), in this order, each step needed by the next:
    takeover are applied before anything is delivered.
 6. Deliver, with the next term.
 
+A replica stands for election only once it may lead: ingest caught up with the inner topic,
+and its store complete (``schedule/origin.py``): a store rebuilt from a topic whose head
+retention removed waits for a refresh pass's floor to reach where it began. While it delivers,
+it runs refresh passes (``node/refresh.py``, built by ``new_refresher``) whose floor its
+progress records publish.
+
 Demotion (election lost, or fenced): stop delivering at once (the open transaction is aborted),
 place as a follower again, and follow the progress topic, without a restart. Kafka refusing
 chronos' credentials is neither: the node ends (``lifecycle.Fatal``), since a takeover retried
@@ -42,6 +48,8 @@ from chronos.kafka.errors import Fenced, NotAuthorized
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.lifecycle import Component, Fatal, LoopWorker
 from chronos.metrics import Metrics
+from chronos.schedule.floor import Floor, RebuildFloor
+from chronos.schedule.origin import StoreOrigin
 
 log = structlog.get_logger(__name__)
 
@@ -73,6 +81,10 @@ class MasterLoop(Component, Protocol):
 
 #: Builds one term's loop around an initialised publisher.
 NewMaster = Callable[[TransactionalPublisher, MasterState], MasterLoop]
+#: Builds the refresh worker of one term, moving the floor its progress records publish.
+NewRefresher = Callable[[RebuildFloor], Component]
+#: How often a replica that may not lead says why.
+_NOT_ELIGIBLE_LOG_S = 30.0
 
 
 class _TakeoverAborted(Exception):
@@ -90,7 +102,9 @@ class Replica(LoopWorker):
         progress: the progress topic reader.
         open_publisher: a new transactional publisher (``init`` not called).
         new_master: builds one term's delivery loop.
-        inner_end: the inner topic's end offset of a partition now (blocking, bounded).
+        new_refresher: builds the refresh worker a master runs.
+        origin: where the store's ingest began (is it complete?).
+        ingest_ready: whether ingest caught up with the inner topic.
         fatal: where a failure no retry can mend is reported (the node ends).
         clock: time source.
         metrics: counters.
@@ -105,6 +119,9 @@ class Replica(LoopWorker):
         progress: ProgressReader,
         open_publisher: Callable[[], TransactionalPublisher],
         new_master: NewMaster,
+        new_refresher: NewRefresher,
+        origin: StoreOrigin,
+        ingest_ready: Callable[[], bool],
         fatal: Fatal,
         clock: Clock,
         metrics: Metrics,
@@ -118,6 +135,12 @@ class Replica(LoopWorker):
         self._log = progress
         self._open_publisher = open_publisher
         self._new_master = new_master
+        self._new_refresher = new_refresher
+        self._refresher: Component | None = None
+        self._origin = origin
+        self._ingest_ready = ingest_ready
+        self._standing = False
+        self._not_eligible_logged = -_NOT_ELIGIBLE_LOG_S
         self._fatal = fatal
         self._clock = clock
         self._metrics = metrics
@@ -142,10 +165,18 @@ class Replica(LoopWorker):
     def _on_fenced(self, _reason: str) -> None:
         self._changed.set()
 
+    @property
+    def complete(self) -> bool:
+        """Whether the store holds everything it must (as of the latest progress read)."""
+        return self._origin.complete(self._latest_floor())
+
+    def _latest_floor(self) -> Floor | None:
+        cut = self._follower.latest
+        return None if cut is None else cut.floor
+
     def start(self) -> None:
         self._store.follow()
         self._start_following()
-        self._election.start()
         super().start()
 
     def stop(self) -> None:
@@ -155,6 +186,8 @@ class Replica(LoopWorker):
     def step(self) -> None:
         self._changed.wait(_TICK_S)
         self._changed.clear()
+        if not self._standing and not self._stand_when_eligible():
+            return
         master = self._master
         elected = self._election.elected
         if master is not None:
@@ -178,14 +211,45 @@ class Replica(LoopWorker):
                 if self._follow is None:
                     self._start_following()
 
+    def _stand_when_eligible(self) -> bool:
+        """Join the election once ingest caught up and the store is complete (True then);
+        until then say why, every so often (a store that cannot prove it holds every message
+        never leads)."""
+        ready = self._ingest_ready()
+        floor = self._latest_floor()
+        missing = self._origin.missing(floor)
+        if ready and not missing:
+            self._election.start()
+            self._standing = True
+            log.info("replica_eligible", node=self._spec.node_id, began=self._origin.began)
+            return True
+        now = time.monotonic()
+        if now - self._not_eligible_logged < _NOT_ELIGIBLE_LOG_S:
+            return False
+        self._not_eligible_logged = now
+        if missing:
+            log.error(
+                "replica_incomplete",
+                node=self._spec.node_id,
+                began=missing,
+                floor=None if floor is None else floor.offsets,
+                effect="not standing for election: the inner topic no longer holds every "
+                "record this store would need; it becomes complete once the master's next "
+                "refresh pass publishes a floor at or above where it began",
+            )
+        else:
+            log.info("replica_catching_up", node=self._spec.node_id)
+        return False
+
     def _cannot_lead(self) -> bool:
         return self.stopping or self._fatal.reason is not None
 
     def finish(self) -> None:
         if self._master is not None:
             self._stop_delivering()
-        self._election.stop()
-        self._election.join(10.0)
+        if self._standing:
+            self._election.stop()
+            self._election.join(10.0)
         self._stop_following()
         self._log.close()
         self.role = "stopped"
@@ -227,10 +291,13 @@ class Replica(LoopWorker):
             publisher.close()
             raise
         term = (cut.term if cut is not None else 0) + 1
+        floor = RebuildFloor(cut.floor if cut is not None else None)
         self._master = self._new_master(
-            publisher, MasterState(term, self._on_fenced, self._fatal.report)
+            publisher, MasterState(term, self._on_fenced, self._fatal.report, floor)
         )
         self._master.start()
+        self._refresher = self._new_refresher(floor)
+        self._refresher.start()
         self.role = "master"
         self._metrics.incr("promotions")
         # The group delivered nothing between the old master's last commit and now: the
@@ -316,6 +383,10 @@ class Replica(LoopWorker):
         log.warning("became_backup", node=self._spec.node_id, term=term, reason=reason)
 
     def _stop_delivering(self) -> None:
+        refresher, self._refresher = self._refresher, None
+        if refresher is not None:
+            refresher.stop()
+            refresher.join(5.0)
         master, self._master = self._master, None
         if master is None:
             return

@@ -44,6 +44,14 @@ class GroupStatus:
     committed_seek_ms: int | None = None
     committed_by: str | None = None
     committed_age_ms: int | None = None
+    #: The inner topic's first offset per partition (retention and DeleteRecords move it).
+    inner_starts: dict[int, int] = field(default_factory=dict)
+    #: The rebuild floor the master last published (``schedule/floor.py``), and its age.
+    rebuild_floor: dict[int, int] | None = None
+    floor_age_ms: int | None = None
+    #: Whether a replica with an empty store could rebuild everything from the inner topic
+    #: now: every partition starts at 0 or at most at the floor.
+    rebuildable: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,6 +82,7 @@ class GroupFacts:
         cut: the last committed progress record, None before any.
         committed: per node id, its ingest group's committed offset per inner partition.
         ends: the inner topic's end offset per partition.
+        starts: the inner topic's first offset per partition.
     """
 
     state: str
@@ -81,6 +90,7 @@ class GroupFacts:
     cut: Cut | None
     committed: dict[str, dict[int, int]]
     ends: dict[int, int]
+    starts: dict[int, int] = field(default_factory=dict)
 
 
 def build_status(spec: GroupSpec, facts: GroupFacts, now_ms: EpochMs) -> GroupStatus:
@@ -97,6 +107,15 @@ def build_status(spec: GroupSpec, facts: GroupFacts, now_ms: EpochMs) -> GroupSt
         status.committed_seek_ms = cut.seek_ms
         status.committed_by = cut.node
         status.committed_age_ms = now_ms - cut.committed_at_ms
+    floor = None if cut is None else cut.floor
+    status.inner_starts = dict(facts.starts)
+    if floor is not None:
+        status.rebuild_floor = dict(floor.offsets)
+        status.floor_age_ms = now_ms - floor.at_ms
+    status.rebuildable = all(
+        start == 0 or (floor is not None and start <= floor.offsets.get(p, 0))
+        for p, start in facts.starts.items()
+    )
     for member in status.members:
         committed = facts.committed.get(member.node)
         if committed is not None and facts.ends:
@@ -130,13 +149,15 @@ def ask_kafka(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Group
         )
         for member in described.members
     )
-    ends, committed = _offsets(spec, clients, [m.client_id for m in members], timeout_s)
+    starts, ends = _watermarks(spec, clients, timeout_s)
+    committed = _committed(spec, clients, [m.client_id for m in members], timeout_s)
     return GroupFacts(
         state=str(described.state).split(".")[-1].lower(),
         members=members,
         cut=_last_cut(spec, clients, timeout_s),
         committed=committed,
         ends=ends,
+        starts=starts,
     )
 
 
@@ -157,12 +178,30 @@ def _last_cut(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Cut |
         log.close()
 
 
-def _offsets(
-    spec: GroupSpec, clients: KafkaClients, nodes: list[str], timeout_s: float
-) -> tuple[dict[int, int], dict[str, dict[int, int]]]:
-    """The inner topic's ends, and each node's committed ingest offsets (advisory, fsynced)."""
+def _watermarks(
+    spec: GroupSpec, clients: KafkaClients, timeout_s: float
+) -> tuple[dict[int, int], dict[int, int]]:
+    """The inner topic's first and end offsets per partition."""
     inner = spec.inner_topic
-    ends: dict[int, int] = {}
+    consumer = clients.consumer(spec.progress_reader_group("status"), clients.errors("status"))
+    try:
+        meta = consumer.list_topics(inner, timeout=timeout_s).topics.get(inner)
+        starts: dict[int, int] = {}
+        ends: dict[int, int] = {}
+        for p in sorted(meta.partitions if meta is not None else ()):
+            starts[p], ends[p] = consumer.get_watermark_offsets(
+                TopicPartition(inner, p), timeout=timeout_s
+            )
+        return starts, ends
+    finally:
+        consumer.close()
+
+
+def _committed(
+    spec: GroupSpec, clients: KafkaClients, nodes: list[str], timeout_s: float
+) -> dict[str, dict[int, int]]:
+    """Each node's committed ingest offsets (advisory, fsynced)."""
+    inner = spec.inner_topic
     committed: dict[str, dict[int, int]] = {}
     errors = clients.errors("status")
     for node in nodes:
@@ -172,11 +211,8 @@ def _offsets(
             if meta is None or not meta.partitions:
                 continue
             partitions = [TopicPartition(inner, p) for p in sorted(meta.partitions)]
-            if not ends:
-                for tp in partitions:
-                    _low, ends[tp.partition] = consumer.get_watermark_offsets(tp, timeout=timeout_s)
             found = consumer.committed(partitions, timeout=timeout_s)
             committed[node] = {tp.partition: tp.offset for tp in found}
         finally:
             consumer.close()
-    return ends, committed
+    return committed

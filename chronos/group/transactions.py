@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -56,6 +56,7 @@ from chronos.kafka.errors import (
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
+from chronos.schedule.floor import RebuildFloor
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.settings import DeliverySettings
@@ -80,11 +81,13 @@ class MasterState:
         term: this master's term.
         on_fenced: called once, from the loop's thread, when it may not deliver any more.
         on_fatal: called once when Kafka refuses chronos' credentials (the node ends).
+        floor: the rebuild floor each progress record publishes (moved by the refresh worker).
     """
 
     term: int
     on_fenced: Callable[[str], None]
     on_fatal: Callable[[str], None]
+    floor: RebuildFloor = field(default_factory=RebuildFloor)
 
 
 class TransactionLoop(LoopWorker):
@@ -281,7 +284,14 @@ class TransactionLoop(LoopWorker):
                         0 if followup is None else max(followup.due_ms, upto + 1),
                     )
                 )
-        cut = Cut(self.term, upto, covered, self._spec.node_id, self._clock.now_ms())
+        cut = Cut(
+            self.term,
+            upto,
+            covered,
+            self._spec.node_id,
+            self._clock.now_ms(),
+            self._state.floor.current,
+        )
         topic = self._spec.progress_topic
         for state in states:
             key, value = encode_repeat(state)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 import structlog
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec  # not re-exported explicitly
 
 # Defined in cimpl; confluent_kafka.admin re-exports the same class only implicitly, which
 # strict mypy (no_implicit_reexport) rejects.
@@ -100,6 +101,21 @@ def create_topic(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise ConfigError(f"cannot create topic {name}: {exc.args[0]}") from exc
+
+
+def log_start_offsets(
+    settings: ChronosSettings, topic: str, partitions: list[int], timeout_s: float = 30.0
+) -> dict[int, int]:
+    """The first offset Kafka still holds per partition of ``topic`` (retention and
+    ``DeleteRecords`` move it up)."""
+    admin = _admin(settings)
+    earliest = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+    wanted = {TopicPartition(topic, p): earliest for p in partitions}
+    try:
+        futures = admin.list_offsets(wanted, request_timeout=timeout_s)
+        return {tp.partition: int(f.result(timeout_s).offset) for tp, f in futures.items()}
+    except KafkaException as exc:
+        raise ConfigError(f"cannot read where {topic} starts: {exc.args[0]}") from exc
 
 
 def partition_count(settings: ChronosSettings, topic: str, timeout_s: float = 30.0) -> int:

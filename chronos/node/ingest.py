@@ -137,7 +137,9 @@ class IngestWorker(LoopWorker):
         dead = self._dead_lettered
         if not self._dead.send_and_wait(batch.rejected, _DEAD_LETTER_TIMEOUT_S, dead):
             raise RuntimeError("dead-letter topic did not acknowledge rejected inner records")
-        outcome = self._ledger.apply_decoded(batch.items, batch.offsets, batch.origins)
+        outcome = self._ledger.apply_decoded(
+            batch.items, batch.offsets, batch.origins, batch.refreshed
+        )
         dead.clear()
         self._count(outcome)
         if not self.caught_up.is_set():
@@ -161,6 +163,7 @@ class IngestWorker(LoopWorker):
             "cancel_too_late",
             "cancel_unknown",
             "late",
+            "refreshed",
         ):
             amount = getattr(outcome, name)
             if amount:

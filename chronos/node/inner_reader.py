@@ -19,7 +19,7 @@ from chronos.errors import DecodeError
 from chronos.inner import accept_inner
 from chronos.kafka.clients import ClientErrors, consumer
 from chronos.kafka.errors import ErrorKind, classify, describe
-from chronos.model import DecodedRequest, DelayMessage
+from chronos.model import DecodedRequest, DelayMessage, Refresh
 from chronos.names import TopicNames
 from chronos.settings import LimitSettings
 from chronos.store import codec
@@ -42,6 +42,8 @@ class DecodedBatch:
             partitions not yet caught up. It moves past transaction markers that no record
             shows, which catching up must see.
         origins: (partition, offset) of each item (replica groups record where adds came from).
+        refreshed: indexes in ``items`` of refresh records (``wire.encode_refresh``), whose
+            due field holds the slot they were stored at.
         not_authorized: set when Kafka refused chronos reading the inner topic (the node ends).
     """
 
@@ -52,10 +54,12 @@ class DecodedBatch:
     oldest_ms: EpochMs | None = None
     positions: dict[int, int] = field(default_factory=dict)
     origins: list[tuple[int, int]] = field(default_factory=list)
+    refreshed: list[int] = field(default_factory=list)
     not_authorized: str | None = None
 
     def merge(self, later: DecodedBatch) -> None:
         """Append ``later``, read after this one, as if both had been read at once."""
+        self.refreshed += [len(self.items) + n for n in later.refreshed]
         self.items += later.items
         self.origins += later.origins
         self.offsets.update(later.offsets)
@@ -118,6 +122,8 @@ def decode_record(
         if isinstance(request, DelayMessage):
             # A request read from the wire is its first occurrence: due is first_due_ms.
             return request.id, request.first_due_ms, codec.encode(request)
+        if isinstance(request, Refresh):
+            return _Refreshed((request.id, request.slot_ms, codec.encode(request.message)))
         return request.id, 0, None
     except DecodeError as exc:
         reason = exc.reason
@@ -125,6 +131,12 @@ def decode_record(
         reason = f"undecodable: {type(exc).__name__}: {exc}"
     # The origin is built only for rejected records: it is on no hot path.
     raise DecodeError(reason, origin=f"{record.topic()}[{record.partition()}]@{record.offset()}")
+
+
+class _Refreshed(tuple[str, EpochMs, bytes | None]):
+    """A decoded refresh record: (id, slot, stored value); ``decode_batch`` notes its index."""
+
+    __slots__ = ()
 
 
 def decode_batch(
@@ -146,7 +158,11 @@ def decode_batch(
             raise RuntimeError(f"consumed record without a position: {partition}@{offset}")
         offsets[partition] = offset + 1
         try:
-            items.append(decode_record(record, limits, names, now_ms))
+            item = decode_record(record, limits, names, now_ms)
+            if type(item) is _Refreshed:
+                batch.refreshed.append(len(items))
+                item = (item[0], item[1], item[2])
+            items.append(item)
             origins.append((partition, offset))
         except DecodeError as exc:
             headers = cast("Headers | None", record.headers())  # see decode_record

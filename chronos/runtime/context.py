@@ -4,18 +4,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import structlog
+
 from chronos.clock import Clock
 from chronos.delivery.deadletter import DeadLetters
+from chronos.errors import ConfigError
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.group.spec import GroupSpec
+from chronos.kafka.admin import partition_count
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.publishers.idempotent import IdempotentPublisher
 from chronos.lifecycle import Fatal
 from chronos.metrics import CountingMetrics
+from chronos.node.partitions import owned_partitions
+from chronos.runtime.origin import establish_origin
+from chronos.schedule.floor import RebuildFloor
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import ALONE, Ledger
+from chronos.schedule.origin import StoreOrigin
 from chronos.settings import ChronosSettings
 from chronos.store.rocks import RocksStore
+
+log = structlog.get_logger(__name__)
 
 _PUBLISHER_LINGER_MS = 5
 
@@ -29,6 +39,9 @@ class NodeContext:
         replica_store: a replica's writes beyond ingest (None for a node alone).
         publisher: the idempotent publisher: a node alone's deliveries, and every node's
             ingest dead letters (not transactional: each replica sends its own).
+        owned: the inner partitions this node ingests.
+        origin: where its store's ingest began (complete or not, see ``schedule/origin.py``).
+        floor: the rebuild floor this node publishes while it delivers.
     """
 
     settings: ChronosSettings
@@ -43,6 +56,9 @@ class NodeContext:
     metrics: CountingMetrics
     group: GroupSpec | None
     replica_store: ReplicaStore | None
+    owned: list[int]
+    origin: StoreOrigin
+    floor: RebuildFloor
 
 
 def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
@@ -52,6 +68,13 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         settings.kafka, settings.node.node_id, settings.limits.max_message_bytes, fatal.report
     )
     store = RocksStore(settings.node.data_dir, settings.store)
+    try:
+        owned = _owned(settings, store)
+        # Before anything reads the store: it may be cleared.
+        origin = establish_origin(settings, store, owned)
+    except BaseException:
+        store.close()
+        raise
     frontier = Frontier(store.read_seek() or 0)
     metrics = CountingMetrics()
     group = GroupSpec.of(settings)
@@ -88,4 +111,27 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         metrics=metrics,
         group=group,
         replica_store=replica_store,
+        owned=owned,
+        origin=origin,
+        floor=RebuildFloor(),
     )
+
+
+def _owned(settings: ChronosSettings, store: RocksStore) -> list[int]:
+    """The inner partitions this node ingests; refuses a store that holds others.
+
+    Their pending messages would still be delivered while their cancels went to another node,
+    and that node, starting without them, would deliver them again: ownership stays with a
+    store for its life.
+    """
+    count = partition_count(settings, settings.topics.names.inner)
+    owned = owned_partitions(settings.node.owned_partitions, count)
+    foreign = sorted(set(store.read_inner_offsets(list(range(count)))) - set(owned))
+    if foreign:
+        raise ConfigError(
+            f"the store in {settings.node.data_dir} holds inner partitions {foreign}, "
+            f"which node.owned_partitions {owned} leaves out: a store keeps the partitions it "
+            "was filled from (see README, Operations)"
+        )
+    log.info("ingest_partitions", owned=owned, inner_partitions=count)
+    return owned

@@ -20,7 +20,6 @@ from chronos.group.placement import ReplicaStore
 from chronos.group.replica import Elector, Replica
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import MasterState, TransactionLoop
-from chronos.kafka.admin import partition_count
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.lifecycle import Component
 from chronos.node.checkpointer import CheckpointWorker
@@ -28,26 +27,19 @@ from chronos.node.decoder_process import DecoderProcess
 from chronos.node.delete import DeleteWorker
 from chronos.node.ingest import IngestWorker
 from chronos.node.inner_reader import BatchSource, InnerReader, ReaderSpec
-from chronos.node.partitions import owned_partitions, thread_shares
+from chronos.node.partitions import thread_shares
 from chronos.node.progress import ProgressTracker, ProgressWorker
 from chronos.node.push import JobQueue, PushWorker
+from chronos.node.refresh import RefreshWorker
 from chronos.node.reporter import MetricsReporter
 from chronos.node.sender import RetrySchedule, Sender
 from chronos.runtime.context import NodeContext
+from chronos.schedule.floor import RebuildFloor
 from chronos.settings import ChronosSettings, DecoderPlace
 
 Role = Callable[[NodeContext], list[Component]]
 
 log = structlog.get_logger(__name__)
-
-
-def _owned(ctx: NodeContext) -> list[int]:
-    s = ctx.settings
-    count = partition_count(s, s.topics.names.inner)
-    owned = owned_partitions(s.node.owned_partitions, count)
-    _check_store_owns(ctx, owned, count)
-    log.info("ingest_partitions", owned=owned, inner_partitions=count)
-    return owned
 
 
 def _ingest(ctx: NodeContext, owned: list[int]) -> list[IngestWorker]:
@@ -79,22 +71,6 @@ def _ingest(ctx: NodeContext, owned: list[int]) -> list[IngestWorker]:
             )
         )
     return workers
-
-
-def _check_store_owns(ctx: NodeContext, owned: list[int], count: int) -> None:
-    """Refuse a store that holds partitions this node no longer owns.
-
-    Its pending messages of those partitions would still be delivered while their cancels went
-    to another node, and that node, starting without them, would deliver them again: ownership
-    stays with a store for its life.
-    """
-    foreign = sorted(set(ctx.ledger.inner_offsets(list(range(count)))) - set(owned))
-    if foreign:
-        raise ConfigError(
-            f"the store in {ctx.settings.node.data_dir} holds inner partitions {foreign}, "
-            f"which node.owned_partitions {owned} leaves out: a store keeps the partitions it "
-            "was filled from (see README, Operations)"
-        )
 
 
 def _source(spec: ReaderSpec, decoder: DecoderPlace, ctx: NodeContext, name: str) -> BatchSource:
@@ -153,7 +129,7 @@ def _at_least_once(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Compone
 
 def alone(ctx: NodeContext) -> list[Component]:
     """A node without a group: ingests everything and delivers at least once."""
-    ingest = _ingest(ctx, _owned(ctx))
+    ingest = _ingest(ctx, ctx.owned)
     return [
         MetricsReporter(ctx.metrics, ctx.ledger),
         *_at_least_once(ctx, ingest),
@@ -163,7 +139,27 @@ def alone(ctx: NodeContext) -> list[Component]:
     ]
 
 
-def _replica(ctx: NodeContext, spec: GroupSpec, store: ReplicaStore, owned: list[int]) -> Replica:
+def _refresher(ctx: NodeContext, floor: RebuildFloor) -> RefreshWorker:
+    """The refresh passes of the node that delivers (``node/refresh.py``)."""
+    return RefreshWorker(
+        ctx.store,
+        lambda: ctx.ledger.inner_offsets(ctx.owned),
+        ctx.publisher,
+        ctx.settings.topics.names.inner,
+        floor,
+        ctx.settings.rebuild,
+        ctx.clock,
+        ctx.metrics,
+    )
+
+
+def _replica(
+    ctx: NodeContext,
+    spec: GroupSpec,
+    store: ReplicaStore,
+    owned: list[int],
+    ingest: list[IngestWorker],
+) -> Replica:
     """The controller of a replica's role, with the group's Kafka clients."""
     s = ctx.settings
     clients = ctx.clients
@@ -190,6 +186,9 @@ def _replica(ctx: NodeContext, spec: GroupSpec, store: ReplicaStore, owned: list
             state,
         )
 
+    def new_refresher(floor: RebuildFloor) -> RefreshWorker:
+        return _refresher(ctx, floor)
+
     return Replica(
         spec,
         owned,
@@ -198,6 +197,9 @@ def _replica(ctx: NodeContext, spec: GroupSpec, store: ReplicaStore, owned: list
         ProgressLog(spec, clients.consumer, clients.errors("progress")),
         open_publisher,
         new_master,
+        new_refresher,
+        ctx.origin,
+        lambda: all(w.caught_up.is_set() for w in ingest),
         ctx.fatal,
         ctx.clock,
         ctx.metrics,
@@ -209,12 +211,13 @@ def replica(ctx: NodeContext) -> list[Component]:
     in fenced transactions, and otherwise follows the master's committed progress."""
     if ctx.group is None or ctx.replica_store is None:
         raise ConfigError("a replica needs group.name")
-    owned = _owned(ctx)
+    owned = ctx.owned
+    ingest = _ingest(ctx, owned)
     return [
         MetricsReporter(ctx.metrics, ctx.ledger),
-        ctx.publisher,  # ingest's dead letters: not transactional, every replica sends them
-        *_ingest(ctx, owned),
-        _replica(ctx, ctx.group, ctx.replica_store, owned),
+        ctx.publisher,  # ingest's dead letters and refresh records: every replica has its own
+        *ingest,
+        _replica(ctx, ctx.group, ctx.replica_store, owned, ingest),
         DeleteWorker(ctx.ledger, ctx.settings.delete),
         CheckpointWorker(ctx.store, ctx.settings.node.data_dir),
     ]

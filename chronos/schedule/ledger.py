@@ -21,7 +21,7 @@ from typing import Protocol
 import structlog
 
 from chronos.clock import Clock
-from chronos.model import DecodedRequest, DelayMessage, InnerRequest
+from chronos.model import DecodedRequest, DelayMessage, InnerRequest, Refresh
 from chronos.schedule.frontier import Frontier
 from chronos.settings import DeleteSettings
 from chronos.store import codec, keys
@@ -95,6 +95,7 @@ class ApplyOutcome:
     cancel_too_late: int = 0
     cancel_unknown: int = 0
     late: int = 0
+    refreshed: int = 0
 
 
 class Ledger:
@@ -166,18 +167,17 @@ class Ledger:
         """``apply_decoded`` for request objects: for callers that hold those (tests, and
         ``scripts/store_ingest_bench.py``, which passes ``encoded``: each add's stored value)."""
         if encoded is None:
-            encoded = [codec.encode(r) if isinstance(r, DelayMessage) else None for r in requests]
-        items = [
-            (r.id, r.due_ms if isinstance(r, DelayMessage) else 0, value)
-            for r, value in zip(requests, encoded, strict=True)
-        ]
-        return self.apply_decoded(items, offsets)
+            encoded = [_stored_value(r) for r in requests]
+        items = [(r.id, _due_field(r), value) for r, value in zip(requests, encoded, strict=True)]
+        refreshed = [n for n, r in enumerate(requests) if isinstance(r, Refresh)]
+        return self.apply_decoded(items, offsets, refreshed=refreshed)
 
     def apply_decoded(
         self,
         items: Sequence[DecodedRequest],
         offsets: Mapping[int, int] | None = None,
         origins: Sequence[tuple[int, int]] | None = None,
+        refreshed: Sequence[int] = (),
     ) -> ApplyOutcome:
         """Apply decoded requests in order as one atomic batch (durable after ``sync``).
 
@@ -186,6 +186,8 @@ class Ledger:
         store alone says where ingest resumes and a replay never skips or re-applies: a batch
         lost before its WAL was synced is read again from Kafka. ``origins`` (partition,
         offset per item) are recorded for each stored add when the ledger tracks arrivals.
+        ``refreshed`` are the indexes of refresh records, whose due field is the slot the
+        delivering node had stored them at (see ``_refresh``).
         """
         outcome = ApplyOutcome()
         if not items and not offsets:
@@ -216,10 +218,24 @@ class Ledger:
             placement = self._placement
             leading = placement.leading
             arrivals = origins if placement.tracks_arrivals and origins else None
+            copies = frozenset(refreshed)
             with self._frontier.placing(earliest_due, offsets) as frontier:
                 for n, (message_id, due, value) in enumerate(items):
                     current = state[message_id]
                     if value is not None:
+                        if copies and n in copies:
+                            outcome.added += len(placed)
+                            batch.put_scheduled_many(placed)
+                            placed = []
+                            at = self._refresh(batch, message_id, due, value, current, frontier)
+                            if at is None:
+                                outcome.duplicates += 1
+                                continue
+                            outcome.refreshed += 1
+                            state[message_id] = keys.index_pending(keys.message_key(at, message_id))
+                            if earliest is None or at < earliest:
+                                earliest = at
+                            continue
                         if current is not None:
                             outcome.duplicates += 1  # idempotent: first add of an id wins
                             continue
@@ -251,6 +267,43 @@ class Ledger:
         if earliest is not None:
             self._frontier.notify(earliest)
         return outcome
+
+    def _refresh(
+        self,
+        batch: RocksBatch,
+        message_id: str,
+        slot_ms: EpochMs,
+        value: bytes,
+        current: bytes | None,
+        frontier: EpochMs,
+    ) -> EpochMs | None:
+        """Apply a refresh record; the slot it stored the message at, None when it changed
+        nothing.
+
+        Unknown id (a store rebuilt from the topic, whose first record is gone): stored at the
+        slot the delivering node gave it, so it counts as delivered exactly when that node's
+        seek passed it, and no arrival is recorded (the committed progress covered it before it
+        was refreshed). A node that delivers places one still ahead of its seek after its
+        frontier, as any add. Known id: ignored, except a repeat at a later occurrence than the
+        stored one, which moves forward (a rebuilt store reads refreshes of several passes).
+        Cancelled id: ignored, as any add.
+        """
+        if current is not None and current[:1] != keys.INDEX_PENDING:
+            return None
+        if current is not None:
+            old_key = current[1:]
+            stored = self._store.get_messages([old_key])[0]
+            if stored is None:
+                return None  # written by this batch: its own record decides
+            if codec.occurrence_of(value) <= codec.occurrence_of(stored):
+                return None
+            batch.delete_message(old_key)
+        slot = slot_ms
+        if self._placement.leading and slot_ms > self._seek:
+            slot = self._frontier.slot_for(frontier, slot_ms)
+        key = keys.message_key(slot, message_id)
+        batch.put_scheduled(key, message_id, value, keys.index_pending(key))
+        return slot
 
     def sync(self) -> None:
         """fsync everything applied so far."""
@@ -370,6 +423,19 @@ class Ledger:
                     batch.delete_expiry(row)
                 self._store.write(batch)
             expired += len(rows)
+
+
+def _stored_value(request: InnerRequest) -> bytes | None:
+    if isinstance(request, Refresh):
+        return codec.encode(request.message)
+    return codec.encode(request) if isinstance(request, DelayMessage) else None
+
+
+def _due_field(request: InnerRequest) -> EpochMs:
+    """The due field of a decoded request: due time, a refresh's slot, 0 for a cancel."""
+    if isinstance(request, Refresh):
+        return request.slot_ms
+    return request.due_ms if isinstance(request, DelayMessage) else 0
 
 
 def next_occurrence(message: DelayMessage) -> DelayMessage | None:

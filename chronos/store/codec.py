@@ -107,6 +107,19 @@ def decode(raw: bytes) -> DelayMessage:
     raise DecodeError(f"unknown stored message version {raw[:1]!r}")
 
 
+_OCCURRENCE_AT = struct.calcsize(">BBQ")
+
+
+def occurrence_of(raw: bytes) -> int:
+    """The occurrence of a stored message without decoding the rest (both versions keep it
+    at the same place)."""
+    try:
+        occurrence: int = _U32.unpack_from(raw, _OCCURRENCE_AT)[0]
+    except struct.error as exc:
+        raise DecodeError(f"corrupt stored message: {exc}") from exc
+    return occurrence
+
+
 def _decode(raw: bytes) -> DelayMessage:
     # Flat code on purpose: this runs for every delivery, and nested helpers cost a call each.
     _, flags, first_due, occurrence, topic_len, id_len, key_len, value_len, count = (

@@ -12,7 +12,9 @@ Layout (all integers fixed-width big-endian, so byte order is numeric order):
   took, until a committed progress record covers that offset (see ``chronos/group/``).
 * ``meta``: ``b"format-version"`` -> ASCII decimal; ``b"seek"`` -> ``seek_ms:>Q``;
   ``b"inner-offset:" | partition:>I`` -> next inner offset to read ``:>Q``, written in the same
-  batch as the records it covers, so the store alone says where ingest resumes.
+  batch as the records it covers, so the store alone says where ingest resumes;
+  ``b"began:" | partition:>I`` -> the inner offset this store's ingest began at ``:>Q`` (0 when
+  it read the partition from its first record; see ``chronos/runtime/origin.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ MAX_MS = (1 << 64) - 1
 META_FORMAT_VERSION = b"format-version"
 META_SEEK = b"seek"
 _META_INNER_OFFSET = b"inner-offset:"
+_META_BEGAN = b"began:"
 _PARTITION = struct.Struct(">I")
 
 INDEX_PENDING = b"P"
@@ -88,6 +91,11 @@ def expiry_key(expire_ms: EpochMs, message_id: str) -> bytes:
 def inner_offset_key(partition: int) -> bytes:
     """Meta key holding the next inner offset to read on ``partition``."""
     return _META_INNER_OFFSET + _PARTITION.pack(partition)
+
+
+def began_offset_key(partition: int) -> bytes:
+    """Meta key holding the inner offset this store's ingest of ``partition`` began at."""
+    return _META_BEGAN + _PARTITION.pack(partition)
 
 
 _ARRIVAL = struct.Struct(">IQ")

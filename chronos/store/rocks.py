@@ -304,6 +304,35 @@ class RocksStore:
         )
         return {p: keys.unpack_ms(v) for p, v in zip(partitions, raw, strict=True) if v is not None}
 
+    def read_began_offsets(self, partitions: list[int]) -> dict[int, int]:
+        """Where this store's ingest began per partition, for those recorded."""
+        raw = cast(
+            "list[bytes | None]",
+            self._meta.get([keys.began_offset_key(p) for p in partitions]),
+        )
+        return {p: keys.unpack_ms(v) for p, v in zip(partitions, raw, strict=True) if v is not None}
+
+    def write_began_offsets(self, began: dict[int, int]) -> None:
+        """Record where ingest began per partition (synced at once: it is written once)."""
+        batch = self.batch()
+        for partition, offset in began.items():
+            batch._put(keys.began_offset_key(partition), keys.pack_ms(offset), self.h_meta)
+        self.write(batch)
+        self.sync()
+
+    def clear(self) -> None:
+        """Delete everything but the format version: a store that missed inner records starts
+        over (``chronos/runtime/origin.py``). Ids are UTF-8 and other keys binary of fixed
+        layout, so no key reaches 64 bytes of 0xff."""
+        everything = b"\xff" * 64
+        for cf in (self._messages, self._index, self._expiry, self._arrivals):
+            cf.delete_range(b"", everything, self._write_opts)
+        version = self._meta.get(keys.META_FORMAT_VERSION)
+        self._meta.delete_range(b"", everything, self._write_opts)
+        if version is not None:
+            self._meta.put(keys.META_FORMAT_VERSION, version, self._write_opts)
+        self.sync()
+
     def read_seek(self) -> EpochMs | None:
         """The persisted seek timestamp, None for a new store."""
         raw = self._meta.get(keys.META_SEEK)
@@ -319,12 +348,12 @@ class RocksStore:
         it.seek(start)
         return it.key() if it.valid() else None
 
-    def scan_expiry(self, stop: bytes, limit: int) -> list[bytes]:
-        """Up to ``limit`` expiry keys below ``stop``."""
+    def scan_expiry(self, stop: bytes, limit: int, start: bytes = b"") -> list[bytes]:
+        """Up to ``limit`` expiry keys in ``[start, stop)``."""
         read = ReadOptions()
         read.set_iterate_upper_bound(stop)
         it = self._expiry.iter(read)
-        it.seek_to_first()
+        it.seek(start)
         out: list[bytes] = []
         while it.valid() and len(out) < limit:
             out.append(it.key())

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from chronos.devstack.watch import Delivered, DeliveryWatcher
+from chronos.group.replica import Replica
 from chronos.kafka.admin import create_topic
 from chronos.runtime.node import Node
 from chronos.settings import ChronosSettings
@@ -40,6 +41,69 @@ def running_node(settings: ChronosSettings) -> Iterator[Node]:
         yield node
     finally:
         node.stop()
+
+
+GROUP = "g"
+
+
+def group_settings(
+    bootstrap: str, namespace: str, tmp_path: Path, name: str, **sections: dict[str, Any]
+) -> ChronosSettings:
+    """Settings of replica ``name`` of the test group ``GROUP``."""
+    return make_settings(
+        bootstrap,
+        namespace,
+        tmp_path / name,
+        node={"node_id": name, "data_dir": tmp_path / name, "ingest_threads": 1},
+        group={"name": GROUP},
+        **sections,
+    )
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting until {what}")
+
+
+def role_of(node: Node) -> str:
+    replica = node.replica
+    assert isinstance(replica, Replica)
+    return replica.role
+
+
+class Group:
+    """Nodes of one group, started in order; each stopped once at the end.
+
+    Parameters:
+        sections: settings sections every node of the group gets (on top of the defaults).
+    """
+
+    def __init__(
+        self, bootstrap: str, namespace: str, tmp_path: Path, **sections: dict[str, Any]
+    ) -> None:
+        self.bootstrap, self.namespace, self.tmp_path = bootstrap, namespace, tmp_path
+        self.sections = sections
+        self.nodes: dict[str, Node] = {}
+
+    def settings(self, name: str) -> ChronosSettings:
+        return group_settings(self.bootstrap, self.namespace, self.tmp_path, name, **self.sections)
+
+    def start(self, name: str) -> Node:
+        node = Node(self.settings(name))
+        node.start()
+        self.nodes[name] = node
+        return node
+
+    def masters(self) -> list[str]:
+        return [n for n, node in self.nodes.items() if role_of(node) == "master"]
+
+    def stop_all(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
 
 
 class Inbox:

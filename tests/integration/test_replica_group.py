@@ -8,7 +8,7 @@ once for ``read_committed`` consumers needs a broker that hides aborted records:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -21,63 +21,14 @@ from chronos.group.spec import GroupSpec
 from chronos.group.status import group_status
 from chronos.kafka.clients import KafkaClients
 from chronos.repeat import Repeat, RepeatKind
-from chronos.runtime.node import Node
-from chronos.settings import ChronosSettings
 from chronos.store import codec, keys
 from proxy.client import DelayClient
-from tests.integration.harness import Inbox, make_settings
+from tests.integration.harness import GROUP, Group, Inbox, role_of
+from tests.integration.harness import wait_until as _wait
 
 pytestmark = pytest.mark.kafka_only(
     reason="exactly once for read_committed consumers needs aborted records hidden"
 )
-
-GROUP = "g"
-
-
-def _settings(bootstrap: str, namespace: str, tmp_path: Path, name: str) -> ChronosSettings:
-    return make_settings(
-        bootstrap,
-        namespace,
-        tmp_path / name,
-        node={"node_id": name, "data_dir": tmp_path / name, "ingest_threads": 1},
-        group={"name": GROUP},
-    )
-
-
-def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting until {what}")
-
-
-def _role(node: Node) -> str:
-    replica = node.replica
-    assert isinstance(replica, Replica)
-    return replica.role
-
-
-class Group:
-    """Nodes of one group, started in order; each stopped once at the end."""
-
-    def __init__(self, bootstrap: str, namespace: str, tmp_path: Path) -> None:
-        self.bootstrap, self.namespace, self.tmp_path = bootstrap, namespace, tmp_path
-        self.nodes: dict[str, Node] = {}
-
-    def start(self, name: str) -> Node:
-        node = Node(_settings(self.bootstrap, self.namespace, self.tmp_path, name))
-        node.start()
-        self.nodes[name] = node
-        return node
-
-    def masters(self) -> list[str]:
-        return [n for n, node in self.nodes.items() if _role(node) == "master"]
-
-    def stop_all(self) -> None:
-        for node in self.nodes.values():
-            node.stop()
 
 
 @pytest.fixture
@@ -117,7 +68,7 @@ def test_one_replica_is_elected_and_a_stopped_master_hands_over_without_loss_or_
     with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
         first = _send(client, topic, 30, 0.3, "before-")
         assert inbox.wait_for(first, 30)
-        _wait(lambda: _role(group.nodes["b"]) == "backup", 5, "b stays a backup")
+        _wait(lambda: role_of(group.nodes["b"]) == "backup", 5, "b stays a backup")
         assert group.masters() == ["a"], "a backup joining took the role from a live master"
         spec = GroupSpec.of(settings)
         assert spec is not None

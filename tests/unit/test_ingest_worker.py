@@ -102,7 +102,10 @@ def test_a_failed_write_restarts_the_source_where_the_store_stands(tmp_path: Pat
     calls = {"n": 0}
 
     def fail_second(
-        items: list[DecodedRequest], offsets: dict[int, int], origins: object = None
+        items: list[DecodedRequest],
+        offsets: dict[int, int],
+        origins: object = None,
+        refreshed: object = (),
     ) -> object:
         calls["n"] += 1
         if calls["n"] == 2:

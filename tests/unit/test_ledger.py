@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from chronos.clock import FakeClock
-from chronos.model import CancelRequest, DelayMessage
+from chronos.model import CancelRequest, DelayMessage, Refresh
 from chronos.repeat import Repeat, RepeatKind
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger, next_occurrence
@@ -324,3 +324,56 @@ def test_next_occurrence() -> None:
     n = next_occurrence(m)
     assert n is not None and n.occurrence == 2 and m.occurrence == 1
     assert next_occurrence(n) is None
+
+
+def _refresh(message: DelayMessage, slot: int) -> Refresh:
+    return Refresh(message, slot)
+
+
+def test_a_refresh_of_an_unknown_id_is_stored_at_its_slot_as_the_delivering_node_had_it(
+    env: Env,
+) -> None:
+    """A rebuilt store: the add's first record is gone. Stored at the slot (not the due time)
+    so it is delivered exactly when that node's seek passes it."""
+    outcome = env.ledger.apply([_refresh(_msg("a", T0 + 1000), T0 + 1500)])
+    assert outcome.refreshed == 1 and outcome.added == 0
+    assert env.slots() == [(T0 + 1500, "a")]
+
+
+def test_a_refresh_of_a_known_or_cancelled_id_changes_nothing(env: Env) -> None:
+    env.ledger.apply([_msg("a", T0 + 1000), CancelRequest("c")])
+    outcome = env.ledger.apply(
+        [_refresh(_msg("a", T0 + 1000, value=b"other"), T0 + 1200), _refresh(_msg("c", T0), T0)]
+    )
+    assert outcome.refreshed == 0 and outcome.duplicates == 2
+    assert env.slots() == [(T0 + 1000, "a")]
+    assert env.messages()[keys.message_key(T0 + 1000, "a")].value == b"v"
+    assert env.index("c") == keys.index_cancelled(T0)
+
+
+def test_a_refresh_moves_a_repeat_forward_only(env: Env) -> None:
+    """A rebuilt store reads the refreshes of several passes, oldest first: each later
+    occurrence moves the repeat on; an earlier one never moves it back."""
+    repeat = Repeat(RepeatKind.FIXED, interval_ms=1000, times=5)
+    second = _msg("r", T0, repeat)
+    second.occurrence = 2
+    fourth = _msg("r", T0, repeat)
+    fourth.occurrence = 4
+    env.ledger.apply([_refresh(second, T0 + 1000)])
+    env.ledger.apply([_refresh(fourth, T0 + 3000)])
+    env.ledger.apply([_refresh(second, T0 + 1000)])
+    assert env.slots() == [(T0 + 3000, "r")]
+    assert env.messages()[keys.message_key(T0 + 3000, "r")].occurrence == 4
+
+
+def test_a_node_that_delivers_places_an_unknown_refresh_ahead_of_its_seek_after_the_frontier(
+    env: Env,
+) -> None:
+    """Behind the seek: delivered (stays at its slot). Ahead of the seek but behind the
+    frontier: the push scan has passed it, so it goes after the frontier, as a late add."""
+    env.ledger.commit_progress(T0, [])
+    env.frontier.advance(T0 + 500)
+    env.ledger.apply(
+        [_refresh(_msg("old", T0 - 10), T0 - 5), _refresh(_msg("mid", T0 + 100), T0 + 200)]
+    )
+    assert sorted(env.slots()) == [(T0 - 5, "old"), (T0 + 501, "mid")]

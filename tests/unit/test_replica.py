@@ -18,6 +18,7 @@ from chronos.clock import FakeClock
 from chronos.delivery.deadletter import DeadLetterPolicy
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.group.record import Cut, RepeatState
+from chronos.group.record import decode as decode_progress
 from chronos.group.replica import RETRY_S, Elector, Replica
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import MasterState, TransactionLoop
@@ -27,9 +28,18 @@ from chronos.kafka.publishers.stub import StubPublisher
 from chronos.lifecycle import Fatal
 from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
+from chronos.node.refresh import RefreshWorker
+from chronos.schedule.floor import Floor, RebuildFloor
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
-from chronos.settings import ChronosSettings, DeleteSettings, DeliverySettings, StoreSettings
+from chronos.schedule.origin import StoreOrigin
+from chronos.settings import (
+    ChronosSettings,
+    DeleteSettings,
+    DeliverySettings,
+    RebuildSettings,
+    StoreSettings,
+)
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksStore
 from chronos.wire import H_ID
@@ -44,6 +54,7 @@ class StubElection:
 
     on_change: Callable[[bool], None]
     elected: bool = False
+    started: bool = False
 
     def win(self) -> None:
         self.elected = True
@@ -54,7 +65,7 @@ class StubElection:
         self.on_change(False)
 
     def start(self) -> None:
-        pass
+        self.started = True
 
     def stop(self) -> None:
         pass
@@ -105,6 +116,8 @@ class World:
     elections: list[StubElection]
     #: What the next publisher's ``init`` raises.
     init_errors: list[BaseException]
+    #: Where refresh passes produce (not transactional).
+    inner: StubPublisher
     offset: int = 0
 
     @property
@@ -137,7 +150,13 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
+def origin() -> StoreOrigin:
+    """Where the store's ingest began: from the topic's first record unless a test says."""
+    return StoreOrigin({0: 0})
+
+
+@pytest.fixture
+def world(tmp_path: Path, origin: StoreOrigin) -> Iterator[World]:
     settings = ChronosSettings.model_validate(
         {
             "node": {"node_id": "b"},
@@ -198,6 +217,20 @@ def world(tmp_path: Path) -> Iterator[World]:
             state,
         )
 
+    inner = StubPublisher(topics={spec.inner_topic}, auto=True)
+
+    def new_refresher(floor: RebuildFloor) -> RefreshWorker:
+        return RefreshWorker(
+            store,
+            lambda: ledger.inner_offsets([0]),
+            inner,
+            spec.inner_topic,
+            floor,
+            RebuildSettings(),
+            clock,
+            metrics,
+        )
+
     replica = Replica(
         spec,
         [0],
@@ -206,6 +239,9 @@ def world(tmp_path: Path) -> Iterator[World]:
         progress,
         open_publisher,
         new_master,
+        new_refresher,
+        origin,
+        lambda: True,
         fatal,
         clock,
         metrics,
@@ -222,6 +258,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         events,
         elections,
         init_errors,
+        inner,
     )
     replica_store.follow()
     yield w
@@ -325,3 +362,49 @@ def test_refused_credentials_at_takeover_end_the_node_without_retrying(world: Wo
     time.sleep(RETRY_S)
     world.replica.step()
     assert len(world.publishers) == 1 and world.replica.role == "backup"
+
+
+@pytest.mark.parametrize("origin", [StoreOrigin({0: 5})])
+def test_a_store_rebuilt_from_a_trimmed_topic_stands_only_once_a_floor_covers_it(
+    world: World,
+) -> None:
+    """Ingest began at offset 5 (retention had removed 0-4): messages only recorded there
+    may be missing until a refresh pass re-appended them at or above 5. Mutant caught: the
+    replica joining the election at once (it would lead with a store that lacks them)."""
+    world.replica.start()  # follows the progress topic and steps on its own thread
+    time.sleep(0.2)
+    assert not world.election.started and not world.replica.complete
+    world.progress.records.append(Cut(3, T0, {}, "a", T0, Floor({0: 4}, T0 - 10)))
+    time.sleep(0.2)
+    assert not world.election.started, "a floor below where ingest began proves nothing"
+    world.progress.records.append(Cut(3, T0, {}, "a", T0, Floor({0: 5}, T0)))
+    world.until(lambda: world.election.started, "the floor reaches where ingest began")
+    assert world.replica.complete
+    world.replica.stop()
+    world.replica.join(5.0)
+
+
+def test_a_master_refreshes_what_its_store_holds_and_publishes_the_floor(world: World) -> None:
+    """No floor yet: the new master's first pass runs at once, re-appends the held message
+    with its slot, and the next progress record carries the offsets ingested when the pass
+    began. Mutant caught: the floor never reaching the progress records."""
+    world.add("ahead", T0 + 60_000)
+    world.election.win()
+    world.replica.step()
+    assert world.replica.role == "master"
+    world.until(lambda: len(world.inner.published) == 1, "the held message is refreshed")
+    (refresh,) = world.inner.published
+    assert refresh.key == b"ahead" and refresh.header("chronos-slot-ms") == b"%d" % (T0 + 60_000)
+
+    def published_floor() -> Floor | None:
+        cuts = [
+            record
+            for p in world.publishers
+            for record in p.visible_on(world.spec.progress_topic)
+            if record.key == b"cut"
+        ]
+        return decode_progress(cuts[-1].key, cuts[-1].value).floor if cuts else None  # type: ignore[union-attr]
+
+    world.until(lambda: published_floor() is not None, "a progress record carries the floor")
+    floor = published_floor()
+    assert floor is not None and floor.offsets == {0: 1}

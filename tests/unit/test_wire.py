@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from chronos import wire
 from chronos.errors import DecodeError, ValidationError
-from chronos.model import CancelRequest, DelayMessage
+from chronos.model import CancelRequest, DelayMessage, Refresh
 from chronos.names import TopicNames
 from chronos.repeat import Repeat, RepeatKind
 from chronos.settings import LimitSettings
@@ -189,7 +189,7 @@ def test_duplicated_chronos_header() -> None:
     assert _reason(headers) == "header chronos-due-ms appears twice"
 
 
-@pytest.mark.parametrize("name", ["chronos-trace", "chronos-occurrence", "chronos-dlq-reason"])
+@pytest.mark.parametrize("name", ["chronos-trace", "chronos-dlq-reason"])
 def test_unknown_chronos_header_is_refused_not_dropped(name: str) -> None:
     """The proxy refuses a user header named chronos-*; the node must not deliver it silently
     stripped either."""
@@ -299,3 +299,27 @@ def test_decimal_or_none_reads_numbers_as_the_node_does(
     if expected is not None:  # what it reads, the node's decoder reads the same
         decoded = wire.decode(b"v", _add_headers(due_ms=raw))
         assert isinstance(decoded, DelayMessage) and decoded.first_due_ms == expected
+
+
+def test_a_refresh_round_trips_with_its_slot_and_occurrence() -> None:
+    repeat = Repeat(RepeatKind.FIXED, interval_ms=1000, times=5)
+    message = DelayMessage("r", "orders", b"k", b"v", [("h", b"1")], 2000, repeat, occurrence=3)
+    key, value, headers = wire.encode_refresh(message, 4500)
+    decoded = wire.decode(value, headers)
+    assert key == b"r" and decoded == Refresh(message, 4500)
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ([("chronos-occurrence", b"2")], "come together"),
+        ([("chronos-slot-ms", b"2000")], "come together"),
+        ([("chronos-slot-ms", b"999"), ("chronos-occurrence", b"1")], "before the due time"),
+        ([("chronos-slot-ms", b"2000"), ("chronos-occurrence", b"2")], "not in 1..1"),
+        ([("chronos-slot-ms", b"2000"), ("chronos-occurrence", b"0")], "not in 1..1"),
+    ],
+)
+def test_a_refresh_that_cannot_be_right_is_refused(extra: Headers, reason: str) -> None:
+    """An occurrence without a slot (or the reverse), a slot before the due time or an
+    occurrence outside the repeat would place a message where no node put it."""
+    assert reason in _reason(_add_headers() + extra)

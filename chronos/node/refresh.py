@@ -1,0 +1,200 @@
+"""Refresh passes: keep every message a store holds in the inner topic, whatever its retention.
+
+Why: a message scheduled further ahead than the inner topic's retention would otherwise live
+only in the replicas' stores, and a replaced disk would lose it (README, "Rebuild from Kafka").
+Once per ``rebuild.refresh_interval_s`` the node that delivers re-appends, in key order, every
+message its store holds (pending ones, and delivered ones still inside the idempotency window,
+as ``wire.encode_refresh`` records with the slot they are stored at) and every live cancel
+tombstone (as a plain cancel). When Kafka acknowledged all of them, the offsets the store had
+ingested when the pass began become the rebuild floor (``chronos/schedule/floor.py``).
+
+Costs: one record per held message and tombstone per interval (at the default of a day, a
+million pending messages are 12 records a second on average, produced at most
+``refresh_rate`` a second), and every replica ingests them (duplicates of what it holds).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import structlog
+from confluent_kafka import KafkaError
+
+from chronos.clock import Clock
+from chronos.kafka.publisher import Publisher
+from chronos.lifecycle import LoopWorker
+from chronos.metrics import Metrics
+from chronos.schedule.floor import Floor, RebuildFloor
+from chronos.settings import RebuildSettings
+from chronos.store import codec, keys
+from chronos.store.rocks import RocksStore
+from chronos.types import Headers
+from chronos.wire import encode_cancel, encode_refresh
+
+log = structlog.get_logger(__name__)
+
+_CHUNK = 1_000
+#: A tombstone this close to its expiry is not refreshed: its cancel record would outlive it
+#: and could cancel an add of the same id accepted after the expiry.
+_TOMBSTONE_MARGIN_MS = 60_000
+#: After a failed pass, try again this much later.
+_RETRY_S = 60.0
+#: Longest wait for the acknowledgements of one pass's last records.
+_FLUSH_TIMEOUT_S = 60.0
+_MAX_KEY = keys.slot_bound(keys.MAX_MS)
+
+
+class _Acks:
+    """Counts one pass's outstanding records and its first failure."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self.pending = 0
+        self.failure: str | None = None
+
+    def sent(self) -> None:
+        with self._lock:
+            self.pending += 1
+
+    def done(self, error: KafkaError | None, _message: object) -> None:
+        with self._lock:
+            self.pending -= 1
+            if error is not None and self.failure is None:
+                self.failure = str(error)
+            self._lock.notify_all()
+
+    def wait(self, timeout_s: float, below: int = 1) -> bool:
+        """Until fewer than ``below`` are outstanding; False on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self.pending < below, timeout_s)
+
+
+class RefreshWorker(LoopWorker):
+    """Runs refresh passes while this node delivers (a node alone, or its group's master).
+
+    Parameters:
+        store: the store re-appended.
+        inner_offsets: the next inner offset per owned partition the store has ingested.
+        publisher: produces to the inner topic (partitioned by id, as the proxy does).
+        inner_topic: where refresh records go.
+        floor: published floor; the next pass is due a refresh interval after its ``at_ms``.
+        settings: interval and rate.
+        clock: time source.
+        metrics: counters.
+    """
+
+    def __init__(
+        self,
+        store: RocksStore,
+        inner_offsets: Callable[[], dict[int, int]],
+        publisher: Publisher,
+        inner_topic: str,
+        floor: RebuildFloor,
+        settings: RebuildSettings,
+        clock: Clock,
+        metrics: Metrics,
+    ) -> None:
+        super().__init__("refresh")
+        self._store = store
+        self._inner_offsets = inner_offsets
+        self._publisher = publisher
+        self._topic = inner_topic
+        self._floor = floor
+        self._interval_ms = int(settings.refresh_interval_s * 1000)
+        self._rate = settings.refresh_rate
+        self._clock = clock
+        self._metrics = metrics
+        self._retry_at_ms = 0
+
+    def step(self) -> None:
+        now = self._clock.now_ms()
+        current = self._floor.current
+        due = max(self._retry_at_ms, 0 if current is None else current.at_ms + self._interval_ms)
+        if now < due:
+            self._stop.wait(min(1.0, (due - now) / 1000.0))
+            return
+        try:
+            floor = self.run_pass()
+        except Exception as exc:  # any failure: the pass is simply tried again later
+            log.error("refresh_pass_failed", error=str(exc), retry_in_s=_RETRY_S)
+            self._retry_at_ms = now + int(_RETRY_S * 1000)
+            return
+        if floor is not None:
+            self._floor.advance(floor)
+
+    def run_pass(self) -> Floor | None:
+        """One pass; the floor it proves, None when stopped before the end. Raises when Kafka
+        refused a record or did not acknowledge them in time."""
+        started_ms = self._clock.now_ms()
+        began = time.monotonic()
+        offsets = self._inner_offsets()
+        acks = _Acks()
+        messages = self._refresh_messages(acks)
+        tombstones = self._refresh_tombstones(acks, started_ms)
+        if messages is None or tombstones is None:
+            return None
+        self._publisher.flush(_FLUSH_TIMEOUT_S)
+        if not acks.wait(_FLUSH_TIMEOUT_S):
+            raise RuntimeError(f"{acks.pending} refresh records not acknowledged in time")
+        if acks.failure is not None:
+            raise RuntimeError(f"Kafka refused a refresh record: {acks.failure}")
+        self._metrics.incr("refreshed_records", messages + tombstones)
+        log.info(
+            "refresh_pass_done",
+            messages=messages,
+            tombstones=tombstones,
+            seconds=round(time.monotonic() - began, 3),
+            floor=offsets,
+        )
+        return Floor(offsets, started_ms)
+
+    def _refresh_messages(self, acks: _Acks) -> int | None:
+        start = b""
+        count = 0
+        while True:
+            rows = self._store.scan(start, _MAX_KEY, _CHUNK)
+            if not rows:
+                return count
+            ids = [keys.split_message_key(key)[1] for key, _ in rows]
+            for (key, raw), state in zip(rows, self._store.get_index(ids), strict=True):
+                # An earlier occurrence of a repeat stays until purged; its id has moved on.
+                if state == keys.index_pending(key):
+                    record_key, value, headers = encode_refresh(
+                        codec.decode(raw), keys.slot_of(key)
+                    )
+                    self._send(acks, record_key, value, headers)
+                    count += 1
+            if not self._pace(acks, len(rows)):
+                return None
+            start = rows[-1][0] + b"\x00"
+
+    def _refresh_tombstones(self, acks: _Acks, now_ms: int) -> int | None:
+        start = keys.slot_bound(now_ms + _TOMBSTONE_MARGIN_MS)
+        count = 0
+        while True:
+            rows = self._store.scan_expiry(_MAX_KEY, _CHUNK, start)
+            if not rows:
+                return count
+            ids = [row[keys.MS_WIDTH :].decode() for row in rows]
+            for message_id, state in zip(ids, self._store.get_index(ids), strict=True):
+                if state is not None and state[:1] == keys.INDEX_CANCELLED:
+                    self._send(acks, *encode_cancel(message_id))
+                    count += 1
+            if not self._pace(acks, len(rows)):
+                return None
+            start = rows[-1] + b"\x00"
+
+    def _send(self, acks: _Acks, key: bytes, value: bytes | None, headers: Headers) -> None:
+        acks.sent()
+        self._publisher.publish(self._topic, key, value, headers, acks.done)
+
+    def _pace(self, acks: _Acks, sent: int) -> bool:
+        """Hold the pass to ``refresh_rate`` and a bounded number of records in flight; False
+        once stopping."""
+        if self.stopping:
+            return False
+        self._stop.wait(sent / self._rate)
+        acks.wait(_FLUSH_TIMEOUT_S, below=10 * _CHUNK)
+        return not self.stopping

@@ -1,0 +1,122 @@
+"""Nothing lives on one disk alone: a replica whose disk is replaced rebuilds from Kafka.
+
+The inner topic's first records are removed (``DeleteRecords`` up to the rebuild floor the
+master publishes, what retention would do after days), the backup's store is deleted and the
+backup started again; once it says it is complete the master stops and the rebuilt backup must
+deliver every pending message exactly once, none that was cancelled, none early. Before the
+refresh passes, such a backup started from the topic's new head and delivered none of them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from chronos.group.replica import Replica
+from chronos.group.spec import GroupSpec
+from chronos.group.status import group_status
+from chronos.kafka.clients import KafkaClients
+from chronos.repeat import Repeat, RepeatKind
+from chronos.settings import ChronosSettings
+from proxy.client import DelayClient
+from tests.integration.harness import Group, Inbox, role_of, wait_until
+
+pytestmark = pytest.mark.kafka_only(
+    reason="DeleteRecords and exactly once for read_committed consumers need Apache Kafka"
+)
+
+#: Passes every 2 s, so the test sees several.
+REFRESH = {"refresh_interval_s": 2.0}
+
+
+@pytest.fixture
+def group(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Iterator[Group]:
+    g = Group(kafka_bootstrap, namespace, tmp_path, rebuild=REFRESH)
+    try:
+        yield g
+    finally:
+        g.stop_all()
+
+
+def _floor_above(
+    settings: ChronosSettings, ends: dict[int, int], timeout_s: float
+) -> dict[int, int]:
+    """Wait until the published floor is at or above ``ends`` in every partition."""
+    spec = GroupSpec.of(settings)
+    assert spec is not None
+    clients = KafkaClients(settings.kafka, "test-status")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        floor = group_status(spec, clients).rebuild_floor
+        if floor is not None and all(floor.get(p, 0) >= end for p, end in ends.items()):
+            return floor
+        time.sleep(0.5)
+    raise AssertionError(f"no floor reached {ends} within {timeout_s} s")
+
+
+def _ends(admin: Any, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka.admin._listoffsets import OffsetSpec
+
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    futures = admin.list_offsets({TopicPartition(topic, p): latest for p in range(partitions)})
+    return {tp.partition: f.result(30).offset for tp, f in futures.items()}
+
+
+def test_a_replaced_backup_disk_is_rebuilt_from_kafka_and_takes_over_without_loss(
+    group: Group, namespace: str, admin: Any
+) -> None:
+    a = group.start("a")
+    wait_until(lambda: group.masters() == ["a"], 30, "a is master")
+    b = group.start("b")
+    topic = f"{namespace}-target"
+    inner = a.settings.topics.names.inner
+    repeat = Repeat(RepeatKind.FIXED, interval_ms=2000, times=3)
+    with Inbox(a.settings, [topic]) as inbox, DelayClient(a.settings) as client:
+        ids = {
+            client.send_delay(topic, b"v", delay=40.0, id=f"m{i}", key=b"k").id for i in range(40)
+        }
+        reps = {
+            client.send_delay(topic, b"r", delay=40.0, id=f"r{i}", repeat=repeat).id
+            for i in range(3)
+        }
+        cancelled = {f"m{i}" for i in range(0, 40, 10)}
+        client.cancel_batch(sorted(cancelled))
+        # Cancels of ids never scheduled: a rebuilt store must remember them as live ones do.
+        client.cancel_batch(["early"])
+        ends = _ends(admin, inner, 4)
+        floor = _floor_above(a.settings, ends, 30)
+        # What retention would remove after days: every record below the floor.
+        deleted = admin.delete_records([TopicPartition(inner, p, o) for p, o in floor.items()])
+        for future in deleted.values():
+            future.result(30)
+        assert any(o > 0 for o in floor.values())
+        # The backup's disk is replaced.
+        b.stop()
+        shutil.rmtree(b.settings.node.data_dir)
+        b = group.start("b")
+        replica = b.replica
+        assert isinstance(replica, Replica)
+        wait_until(lambda: replica.complete, 30, "the rebuilt backup says it is complete")
+        assert b.context is not None and any(o > 0 for o in b.context.origin.began.values())
+        wait_until(lambda: role_of(b) == "backup", 10, "b follows")
+        client.send_delay(topic, b"v", delay=0.0, id="early")  # cancelled before it was sent
+        a.stop()
+        wait_until(lambda: group.masters() == ["b"], 30, "the rebuilt backup took over")
+        expected = ids - cancelled
+        assert inbox.wait_for(expected | reps, 60), sorted(expected - inbox.by_id.keys())[:5]
+        wait_until(lambda: all(inbox.count(r) >= 3 for r in reps), 20, "every occurrence")
+        time.sleep(2.0)  # duplicates and cancelled ones would arrive now
+    assert not [i for i in expected if inbox.count(i) != 1]
+    assert not [i for i in cancelled | {"early"} if inbox.count(i)]
+    for r in reps:
+        with inbox._lock:
+            assert sorted(d.occurrence for d in inbox.by_id[r]) == [1, 2, 3]
+    for message_id in expected:
+        first = inbox.first(message_id)
+        assert first.produced_ms >= first.due_ms, f"{message_id} delivered early"
