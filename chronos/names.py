@@ -51,6 +51,11 @@ class TopicNames:
         """One-partition compacted topic of a replica group's committed progress."""
         return f"{self.namespace}.progress.{group}"
 
+    def alone_progress(self, node_id: str) -> str:
+        """One-partition compacted topic of a node alone's published progress: what a store
+        rebuilt from the inner topic must not deliver again."""
+        return f"{self.namespace}.progress-alone.{node_id}"
+
     def progress_reader_group(self, node_id: str, reader: str) -> str:
         """Group id of a progress-topic reader (assigned, never joined: librdkafka wants one)."""
         return f"{self.namespace}.progress-reader.{node_id}.{reader}"

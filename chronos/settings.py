@@ -473,6 +473,14 @@ class RebuildSettings(_Section):
             "of pending messages does not crowd out deliveries."
         ),
     )
+    accept_incomplete: bool = Field(
+        False,
+        description=(
+            "Let a node alone start although its store began reading the inner topic after "
+            "records it needs were removed (it refuses by default, naming what is missing): "
+            "the messages recorded only there are lost."
+        ),
+    )
     check_inner_topic: bool = Field(
         True,
         description=(

@@ -11,10 +11,9 @@ import structlog
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
 from chronos.errors import DecodeError
-from chronos.group.record import Cut, RepeatState, decode
-from chronos.group.spec import GroupSpec
 from chronos.kafka.clients import ClientErrors
 from chronos.lifecycle import LoopWorker
+from chronos.schedule.progress_record import Cut, RepeatState, decode
 from chronos.settings import KafkaValue
 from chronos.types import EpochMs
 
@@ -55,27 +54,27 @@ class ProgressLog:
     delivery transactions wrote, nothing of an aborted or open one.
 
     Parameters:
-        spec: the group (progress topic, this replica).
+        topic: the progress topic (a group's, or a node alone's).
+        reader_group: its consumer's group id (never joined: librdkafka wants one).
         open_consumer: builds its consumer.
         errors: the consumer's error handler (an authorization failure ends the node).
-        reader: distinguishes this reader's client (its consumer group is never joined).
     """
 
     def __init__(
         self,
-        spec: GroupSpec,
+        topic: str,
+        reader_group: str,
         open_consumer: OpenProgressConsumer,
         errors: ClientErrors,
-        reader: str = "node",
     ) -> None:
-        self.topic = spec.progress_topic
+        self.topic = topic
         options: dict[str, KafkaValue] = {
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
         }
         self._errors = errors
-        self._consumer = open_consumer(spec.progress_reader_group(reader), errors, options)
+        self._consumer = open_consumer(reader_group, errors, options)
         self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
         #: The offset of the last end of the topic reached, -1 before any.
         self.end_reached = -1
@@ -107,6 +106,26 @@ class ProgressLog:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def read_to_end(
+    reader: ProgressReader, timeout_s: float
+) -> tuple[Cut | None, dict[str, RepeatState]]:
+    """The last cut and each repeat's last state, read from the beginning to the end the
+    topic has now (bounded by ``timeout_s``: TimeoutError when the end is not reached)."""
+    end = reader.end_offset(timeout_s)
+    cut: Cut | None = None
+    states: dict[str, RepeatState] = {}
+    deadline = time.monotonic() + timeout_s
+    while reader.end_reached < end:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the progress topic was not read to its end in {timeout_s} s")
+        for record in reader.read(0.2):
+            if isinstance(record, Cut):
+                cut = record
+            else:
+                states[record.message_id] = record
+    return cut, states
 
 
 #: Applies one committed record to the store (``ReplicaStore.apply_cut``).

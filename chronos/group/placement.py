@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from chronos.group.record import RepeatState
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
+from chronos.schedule.progress_record import RepeatState
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksStore
 from chronos.types import EpochMs
@@ -25,13 +25,15 @@ _FORGET_ARRIVALS_S = 1.0
 
 class ReplicaPlacement:
     """A replica's ``Placement``: records every add's arrival; places at the due time while
-    following, after the frontier while leading. Switched only under ``Ledger.locked``."""
+    following, after the frontier while leading. Switched only under ``Ledger.locked``.
 
-    tracks_arrivals = True
+    A node alone rebuilding its store from the inner topic places the same way until it has
+    applied its published progress, then stops recording arrivals (``stop_tracking``)."""
 
     def __init__(self) -> None:
         #: A replica starts following.
         self.leading = False
+        self.tracks_arrivals = True
 
 
 class ReplicaStore:

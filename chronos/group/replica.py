@@ -41,7 +41,6 @@ from confluent_kafka import KafkaException
 from chronos.clock import Clock
 from chronos.group.follower import Follower, FollowWorker, ProgressReader
 from chronos.group.placement import ReplicaStore
-from chronos.group.record import Cut
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import MasterState
 from chronos.kafka.errors import Fenced, NotAuthorized
@@ -50,6 +49,7 @@ from chronos.lifecycle import Component, Fatal, LoopWorker
 from chronos.metrics import Metrics
 from chronos.schedule.floor import Floor, RebuildFloor
 from chronos.schedule.origin import StoreOrigin
+from chronos.schedule.progress_record import Cut
 
 log = structlog.get_logger(__name__)
 

@@ -14,10 +14,10 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from chronos.errors import ConfigError
-from chronos.group.follower import ProgressLog
-from chronos.group.record import Cut
+from chronos.group.follower import ProgressLog, read_to_end
 from chronos.group.spec import GroupSpec
 from chronos.kafka.clients import KafkaClients
+from chronos.schedule.progress_record import Cut
 from chronos.types import EpochMs
 
 
@@ -163,17 +163,13 @@ def ask_kafka(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Group
 
 def _last_cut(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Cut | None:
     log = ProgressLog(
-        spec, clients.consumer, clients.errors("progress-status"), reader=f"status-{time.time_ns()}"
+        spec.progress_topic,
+        spec.progress_reader_group(f"status-{time.time_ns()}"),
+        clients.consumer,
+        clients.errors("progress-status"),
     )
     try:
-        end = log.end_offset(timeout_s)
-        last: Cut | None = None
-        deadline = time.monotonic() + timeout_s
-        while log.end_reached < end and time.monotonic() < deadline:
-            for record in log.read(0.2):
-                if isinstance(record, Cut):
-                    last = record
-        return last
+        return read_to_end(log, timeout_s)[0]
     finally:
         log.close()
 

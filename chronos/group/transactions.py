@@ -43,7 +43,6 @@ from chronos.delivery.deadletter import (
 )
 from chronos.delivery.job import DeliveryJob, jobs_for
 from chronos.group.placement import ReplicaStore
-from chronos.group.record import Cut, RepeatState, encode_cut, encode_repeat
 from chronos.group.spec import GroupSpec
 from chronos.kafka.errors import (
     ErrorKind,
@@ -59,6 +58,7 @@ from chronos.metrics import Metrics
 from chronos.schedule.floor import RebuildFloor
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
+from chronos.schedule.progress_record import Cut, RepeatState, encode_cut, encode_repeat
 from chronos.settings import DeliverySettings
 from chronos.store import keys
 from chronos.store.rocks import RocksStore

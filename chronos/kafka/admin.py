@@ -46,18 +46,19 @@ def ensure_topics(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
         raise ConfigError(
             f"cannot reach Kafka at {settings.kafka.bootstrap_servers}: {exc.args[0]}"
         ) from exc
+    # One cut and one state per live repeat survive compaction.
+    compacted = {"cleanup.policy": "compact", "segment.ms": str(3600 * 1000)}
     if settings.group.name is not None:
         group = settings.group.name
         wanted += [
             NewTopic(names.election(group), 1, settings.topics.replication_factor),
             NewTopic(
-                names.progress(group),
-                1,
-                settings.topics.replication_factor,
-                # One cut and one state per live repeat survive compaction.
-                config={"cleanup.policy": "compact", "segment.ms": str(3600 * 1000)},
+                names.progress(group), 1, settings.topics.replication_factor, config=compacted
             ),
         ]
+    else:
+        progress = names.alone_progress(settings.node.node_id)
+        wanted.append(NewTopic(progress, 1, settings.topics.replication_factor, config=compacted))
     missing = [t for t in wanted if t.topic not in existing]
     if not missing:
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 import structlog
 
@@ -115,12 +116,20 @@ class ProgressWorker(LoopWorker):
         tracker: where acknowledgements are collected.
         ledger: writes seek and follow-ups atomically.
         interval_ms: how often to collect.
+        on_committed: told the next occurrences (and slots) each commit wrote.
     """
 
-    def __init__(self, tracker: ProgressTracker, ledger: Ledger, interval_ms: int) -> None:
+    def __init__(
+        self,
+        tracker: ProgressTracker,
+        ledger: Ledger,
+        interval_ms: int,
+        on_committed: Callable[[list[tuple[DelayMessage, EpochMs]]], None] | None = None,
+    ) -> None:
         super().__init__("progress")
         self._tracker = tracker
         self._ledger = ledger
+        self._on_committed = on_committed
         self._interval_s = interval_ms / 1000.0
         # Follow-ups collected but not yet written survive a failed write and are retried.
         self._unwritten: list[tuple[bytes, DelayMessage]] = []
@@ -150,7 +159,7 @@ class ProgressWorker(LoopWorker):
         self._unwritten += followups
         if self._unwritten or seek > self._ledger.seek_ms:
             try:
-                self._ledger.commit_progress(seek, self._unwritten)
+                written = self._ledger.commit_progress(seek, self._unwritten)
                 # Ingest syncs the WAL while it writes; an idle ingest must not leave the seek
                 # unsynced (a power cut would then re-deliver more than the last interval).
                 self._ledger.sync_if_due()
@@ -161,6 +170,8 @@ class ProgressWorker(LoopWorker):
                     log.error("progress_not_persisted", error=str(exc), seek_ms=seek)
                 return  # logged once; tried again every interval until it works
             self._unwritten = []
+            if written and self._on_committed is not None:
+                self._on_committed(written)
         if self._tracker.persist_failing_since is not None:
             log.info("progress_persisted_again", seek_ms=self._ledger.seek_ms)
             self._tracker.persist_failing_since = None

@@ -96,6 +96,9 @@ class PushWorker(LoopWorker):
                 log.warning("push_started_before_ingest_caught_up")
             log.info("push_started", seek_ms=self._ledger.seek_ms, caught_up=caught_up)
             self._gate = None
+            # The gate may have moved the seek (a store rebuilt from Kafka applies its
+            # published progress there): everything up to it was delivered.
+            self._scanned = max(self._scanned, self._ledger.seek_ms)
         next_slot = self.scan_due()
         self._frontier.wait(next_slot, self._clock.now_ms(), _MAX_SLEEP_S)
 

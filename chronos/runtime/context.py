@@ -18,6 +18,7 @@ from chronos.lifecycle import Fatal
 from chronos.metrics import CountingMetrics
 from chronos.node.partitions import owned_partitions
 from chronos.runtime.origin import establish_origin
+from chronos.runtime.rebuild import AloneRebuild, Published, read_published
 from chronos.schedule.floor import RebuildFloor
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import ALONE, Ledger
@@ -42,6 +43,7 @@ class NodeContext:
         owned: the inner partitions this node ingests.
         origin: where its store's ingest began (complete or not, see ``schedule/origin.py``).
         floor: the rebuild floor this node publishes while it delivers.
+        rebuild: a node alone rebuilding its empty store from Kafka (``runtime/rebuild.py``).
     """
 
     settings: ChronosSettings
@@ -59,6 +61,7 @@ class NodeContext:
     owned: list[int]
     origin: StoreOrigin
     floor: RebuildFloor
+    rebuild: AloneRebuild | None = None
 
 
 def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
@@ -68,18 +71,24 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         settings.kafka, settings.node.node_id, settings.limits.max_message_bytes, fatal.report
     )
     store = RocksStore(settings.node.data_dir, settings.store)
+    group = GroupSpec.of(settings)
+    published = Published(None, {})
     try:
         owned = _owned(settings, store)
         # Before anything reads the store: it may be cleared.
         origin = establish_origin(settings, store, owned)
+        if group is None:
+            published = read_published(settings, clients)
+            _refuse_incomplete(settings, origin, published)
     except BaseException:
         store.close()
         raise
     frontier = Frontier(store.read_seek() or 0)
     metrics = CountingMetrics()
-    group = GroupSpec.of(settings)
-    # A replica starts following and records where each add came from (chronos/group/).
-    placement = ReplicaPlacement() if group is not None else ALONE
+    # A replica starts following and records where each add came from (chronos/group/); so
+    # does a node alone that rebuilds its empty store from what it published.
+    rebuilding = group is None and origin.fresh and published.cut is not None
+    placement = ReplicaPlacement() if group is not None or rebuilding else ALONE
     ledger = Ledger(store, frontier, clock, settings.delete, placement)
     replica_store = (
         ReplicaStore(store, frontier, ledger, placement)
@@ -113,7 +122,34 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         replica_store=replica_store,
         owned=owned,
         origin=origin,
-        floor=RebuildFloor(),
+        floor=RebuildFloor(None if published.cut is None else published.cut.floor),
+        rebuild=(
+            AloneRebuild(published, store, replica_store, placement, owned)
+            if rebuilding and replica_store is not None and isinstance(placement, ReplicaPlacement)
+            else None
+        ),
+    )
+
+
+def _refuse_incomplete(
+    settings: ChronosSettings, origin: StoreOrigin, published: Published
+) -> None:
+    """A node alone is the only one that could refresh what it holds: a store that began after
+    records it needed were removed stays incomplete, and it says so instead of starting."""
+    floor = None if published.cut is None else published.cut.floor
+    missing = origin.missing(floor)
+    if not missing:
+        return
+    message = (
+        f"the store in {settings.node.data_dir} began reading the inner topic at {missing} "
+        f"(partition: offset), after records it needs were removed (published rebuild floor: "
+        f"{None if floor is None else floor.offsets}): pending messages recorded only there "
+        "are lost"
+    )
+    if not settings.rebuild.accept_incomplete:
+        raise ConfigError(message + "; set rebuild.accept_incomplete = true to start without them")
+    log.error(
+        "store_incomplete", detail=message, action="started anyway (rebuild.accept_incomplete)"
     )
 
 

@@ -35,9 +35,10 @@ def establish_origin(
         )
         store.clear()
         stored = {}
+    fresh = not stored and store.read_seek() is None
     began = store.read_began_offsets(partitions)
     new = {p: (0 if p in stored else starts.get(p, 0)) for p in partitions if p not in began}
     if new:
         store.write_began_offsets(new)
         began.update(new)
-    return StoreOrigin(began, gaps)
+    return StoreOrigin(began, gaps, fresh)

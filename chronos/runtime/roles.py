@@ -7,6 +7,7 @@ the progress worker makes its final seek commit last.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -23,6 +24,7 @@ from chronos.group.transactions import MasterState, TransactionLoop
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.lifecycle import Component
 from chronos.node.checkpointer import CheckpointWorker
+from chronos.node.cut_publisher import CutPublisher
 from chronos.node.decoder_process import DecoderProcess
 from chronos.node.delete import DeleteWorker
 from chronos.node.ingest import IngestWorker
@@ -38,6 +40,10 @@ from chronos.schedule.floor import RebuildFloor
 from chronos.settings import ChronosSettings, DecoderPlace
 
 Role = Callable[[NodeContext], list[Component]]
+
+#: How often a node alone publishes its cut: the most a wiped store delivers again, plus the
+#: seek's lag behind acknowledgements (``node/cut_publisher.py``).
+_CUT_INTERVAL_S = 1.0
 
 log = structlog.get_logger(__name__)
 
@@ -80,14 +86,22 @@ def _source(spec: ReaderSpec, decoder: DecoderPlace, ctx: NodeContext, name: str
     return InnerReader(spec, ctx.clock.now_ms)
 
 
-def _at_least_once(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Component]:
+def _at_least_once(
+    ctx: NodeContext, ingest: list[IngestWorker], published: CutPublisher
+) -> list[Component]:
     """A node alone's delivery: push worker -> bounded queue -> senders -> publisher; the
-    progress worker persists the seek as acknowledgements come in."""
+    progress worker persists the seek as acknowledgements come in, ``published`` tells
+    Kafka. A store being rebuilt finishes that before the push worker starts."""
     s = ctx.settings
     tracker = ProgressTracker(ctx.ledger.seek_ms, ctx.metrics, ctx.clock)
     jobs: JobQueue = JobQueue(maxsize=s.node.queue_batches)
     retries = RetrySchedule()
     policy = DeadLetterPolicy.of(s.delivery.give_up_after_s, ctx.publisher)
+
+    def caught_up() -> bool:
+        return all(w.caught_up.is_set() for w in ingest)
+
+    gate = caught_up if ctx.rebuild is None else ctx.rebuild.gate(caught_up)
     senders: list[Component] = [
         Sender(
             i,
@@ -114,13 +128,17 @@ def _at_least_once(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Compone
         ctx.clock,
         s.node.push_batch_max,
         ctx.metrics,
-        start_gate=lambda: all(w.caught_up.is_set() for w in ingest),
-        gate_timeout_s=s.node.catch_up_timeout_s,
+        start_gate=gate,
+        # A rebuild must finish first, however long ingest takes: it knows what not to
+        # deliver again.
+        gate_timeout_s=s.node.catch_up_timeout_s if ctx.rebuild is None else math.inf,
         max_in_flight=s.node.max_in_flight,
         max_unpersisted_s=s.node.max_unpersisted_s,
     )
     return [
-        ProgressWorker(tracker, ctx.ledger, s.node.progress_interval_ms),
+        ProgressWorker(
+            tracker, ctx.ledger, s.node.progress_interval_ms, published.repeats_committed
+        ),
         ctx.publisher,
         *senders,
         push,
@@ -130,10 +148,24 @@ def _at_least_once(ctx: NodeContext, ingest: list[IngestWorker]) -> list[Compone
 def alone(ctx: NodeContext) -> list[Component]:
     """A node without a group: ingests everything and delivers at least once."""
     ingest = _ingest(ctx, ctx.owned)
+    s = ctx.settings
+    published = CutPublisher(
+        ctx.frontier,
+        ctx.ledger,
+        ctx.clients.idempotent("progress"),
+        s.topics.names.alone_progress(s.node.node_id),
+        s.node.node_id,
+        ctx.floor,
+        _CUT_INTERVAL_S,
+        ctx.clock,
+    )
     return [
         MetricsReporter(ctx.metrics, ctx.ledger),
-        *_at_least_once(ctx, ingest),
+        # Before the progress worker: it stops after it and publishes the final seek.
+        published,
+        *_at_least_once(ctx, ingest, published),
         *ingest,
+        _refresher(ctx, ctx.floor),
         DeleteWorker(ctx.ledger, ctx.settings.delete),
         CheckpointWorker(ctx.store, ctx.settings.node.data_dir),
     ]
@@ -194,7 +226,12 @@ def _replica(
         owned,
         store,
         open_election,
-        ProgressLog(spec, clients.consumer, clients.errors("progress")),
+        ProgressLog(
+            spec.progress_topic,
+            spec.progress_reader_group("node"),
+            clients.consumer,
+            clients.errors("progress"),
+        ),
         open_publisher,
         new_master,
         new_refresher,

@@ -349,14 +349,16 @@ class Ledger:
 
     def commit_progress(
         self, seek_ms: EpochMs, followups: list[tuple[bytes, DelayMessage]]
-    ) -> None:
+    ) -> list[tuple[DelayMessage, EpochMs]]:
         """Persist the seek timestamp and the next occurrences of repeats it passed, atomically.
 
         ``followups`` pairs the key of a delivered occurrence with its next occurrence; the next
         one is written only while the index still points at the delivered key (not cancelled,
-        not already rescheduled by an earlier delivery of the same key).
+        not already rescheduled by an earlier delivery of the same key). Returns the next
+        occurrences written and their slots (a node alone publishes them).
         """
         earliest_due = min((m.due_ms for _key, m in followups), default=None)
+        written: list[tuple[DelayMessage, EpochMs]] = []
         with self.writing(earliest_due) as write:
             current = self._store.get_index([message.id for _key, message in followups])
             for (old_key, message), state in zip(followups, current, strict=True):
@@ -368,7 +370,9 @@ class Ledger:
                     key, message.id, codec.encode(message), keys.index_pending(key)
                 )
                 write.placed(slot)
+                written.append((message, slot))
             write.seek_ms = max(write.seek_ms, seek_ms)
+        return written
 
     def is_current(self, pairs: list[tuple[str, bytes]]) -> list[bool]:
         """Whether each (id, key) is still what the index schedules (false when superseded)."""

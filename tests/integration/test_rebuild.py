@@ -23,11 +23,13 @@ from chronos.group.spec import GroupSpec
 from chronos.group.status import group_status
 from chronos.kafka.clients import KafkaClients
 from chronos.repeat import Repeat, RepeatKind
+from chronos.runtime.node import Node
+from chronos.runtime.rebuild import read_published
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
-from tests.integration.harness import Group, Inbox, role_of, wait_until
+from tests.integration.harness import Group, Inbox, make_settings, role_of, wait_until
 
-pytestmark = pytest.mark.kafka_only(
+KAFKA_ONLY = pytest.mark.kafka_only(
     reason="DeleteRecords and exactly once for read_committed consumers need Apache Kafka"
 )
 
@@ -68,6 +70,7 @@ def _ends(admin: Any, topic: str, partitions: int) -> dict[int, int]:
     return {tp.partition: f.result(30).offset for tp, f in futures.items()}
 
 
+@KAFKA_ONLY
 def test_a_replaced_backup_disk_is_rebuilt_from_kafka_and_takes_over_without_loss(
     group: Group, namespace: str, admin: Any
 ) -> None:
@@ -120,3 +123,70 @@ def test_a_replaced_backup_disk_is_rebuilt_from_kafka_and_takes_over_without_los
     for message_id in expected:
         first = inbox.first(message_id)
         assert first.produced_ms >= first.due_ms, f"{message_id} delivered early"
+
+
+def _trim_to_floor(settings: ChronosSettings, admin: Any, ends: dict[int, int]) -> None:
+    """Wait for a node alone's published floor to pass ``ends``; delete every record below."""
+    clients = KafkaClients(settings.kafka, "test-floor")
+    deadline = time.monotonic() + 30
+    while True:
+        cut = read_published(settings, clients).cut
+        floor = None if cut is None or cut.floor is None else cut.floor.offsets
+        if floor is not None and all(floor.get(p, 0) >= e for p, e in ends.items()):
+            break
+        assert time.monotonic() < deadline, f"no published floor reached {ends}"
+        time.sleep(0.5)
+    inner = settings.topics.names.inner
+    for future in admin.delete_records(
+        [TopicPartition(inner, p, o) for p, o in floor.items()]
+    ).values():
+        future.result(30)
+
+
+@pytest.mark.parametrize(
+    "trimmed", [False, pytest.param(True, marks=KAFKA_ONLY, id="head-removed")]
+)
+def test_a_node_alone_with_a_wiped_store_delivers_what_was_pending_and_nothing_again(
+    kafka_bootstrap: str,
+    namespace: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    trimmed: bool,
+) -> None:
+    """The disk of a node alone is replaced after a clean stop: what it had delivered stays
+    delivered (its published cut says so), what was pending (one-shots, the rest of a repeat)
+    is delivered once, a cancel still holds. ``head-removed``: the inner topic no longer holds
+    the first records either (what retention does after days), only the refresh records."""
+    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store", rebuild=REFRESH)
+    topic = f"{namespace}-target"
+    repeat = Repeat(RepeatKind.FIXED, interval_ms=4000, times=4)
+    node = Node(settings)
+    node.start()
+    try:
+        assert node.wait_ready(30)
+        with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
+            soon = {client.send_delay(topic, b"s", delay=0.3, id=f"s{i}").id for i in range(20)}
+            later = {client.send_delay(topic, b"l", delay=20.0, id=f"l{i}").id for i in range(20)}
+            client.send_delay(topic, b"r", delay=0.3, id="rep", repeat=repeat)
+            cancelled = {"l0", "l1", "l2"}
+            client.cancel_batch(sorted(cancelled))
+            assert inbox.wait_for(soon | {"rep"}, 30)
+            if trimmed:
+                admin = request.getfixturevalue("admin")
+                _trim_to_floor(settings, admin, _ends(admin, settings.topics.names.inner, 4))
+            node.stop()
+            shutil.rmtree(settings.node.data_dir)
+            node = Node(settings)
+            node.start()
+            assert node.context is not None and node.context.rebuild is not None
+            expected = later - cancelled
+            assert inbox.wait_for(expected, 60), sorted(expected - inbox.by_id.keys())[:5]
+            wait_until(lambda: inbox.count("rep") >= 4, 30, "every occurrence of the repeat")
+            time.sleep(2.0)  # anything delivered again would arrive now
+        again = sorted(i for i in soon | expected if inbox.count(i) != 1)
+        assert not again, f"delivered {[inbox.count(i) for i in again[:5]]} times: {again[:5]}"
+        assert not [i for i in cancelled if inbox.count(i)]
+        with inbox._lock:
+            assert sorted(d.occurrence for d in inbox.by_id["rep"]) == [1, 2, 3, 4]
+    finally:
+        node.stop()

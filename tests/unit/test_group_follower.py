@@ -9,9 +9,9 @@ import pytest
 
 from chronos.errors import DecodeError
 from chronos.group.follower import Follower
-from chronos.group.record import Cut, RepeatState, decode, encode_cut, encode_repeat
 from chronos.model import DelayMessage
 from chronos.repeat import Repeat, RepeatKind
+from chronos.schedule.progress_record import Cut, RepeatState, decode, encode_cut, encode_repeat
 
 T0 = 1_700_000_000_000
 

@@ -5,9 +5,9 @@ Each test names the mutant it was seen to catch.
 
 from __future__ import annotations
 
-from chronos.group.record import Cut
 from chronos.group.spec import GroupSpec
 from chronos.group.status import GroupFacts, MemberFacts, build_status
+from chronos.schedule.progress_record import Cut
 from chronos.settings import ChronosSettings
 
 T0 = 1_700_000_000_000

@@ -12,11 +12,11 @@ import pytest
 
 from chronos.clock import FakeClock
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
-from chronos.group.record import RepeatState
 from chronos.model import DelayMessage
 from chronos.repeat import Repeat, RepeatKind
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
+from chronos.schedule.progress_record import RepeatState
 from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksStore

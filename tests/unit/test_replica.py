@@ -17,8 +17,6 @@ from confluent_kafka import KafkaError, KafkaException
 from chronos.clock import FakeClock
 from chronos.delivery.deadletter import DeadLetterPolicy
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
-from chronos.group.record import Cut, RepeatState
-from chronos.group.record import decode as decode_progress
 from chronos.group.replica import RETRY_S, Elector, Replica
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import MasterState, TransactionLoop
@@ -33,6 +31,8 @@ from chronos.schedule.floor import Floor, RebuildFloor
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.schedule.origin import StoreOrigin
+from chronos.schedule.progress_record import Cut, RepeatState
+from chronos.schedule.progress_record import decode as decode_progress
 from chronos.settings import (
     ChronosSettings,
     DeleteSettings,

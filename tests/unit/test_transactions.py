@@ -16,7 +16,6 @@ from confluent_kafka import KafkaError
 from chronos.clock import FakeClock
 from chronos.delivery.deadletter import DeadLetterPolicy
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
-from chronos.group.record import Cut, decode
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import MasterState, TransactionLoop
 from chronos.kafka.errors import Fenced, NotAuthorized, TransactionAborted
@@ -25,6 +24,7 @@ from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
+from chronos.schedule.progress_record import Cut, decode
 from chronos.settings import ChronosSettings, DeleteSettings, DeliverySettings, StoreSettings
 from chronos.store import codec
 from chronos.store.rocks import RocksStore

@@ -1,4 +1,9 @@
-"""The progress topic's records: one cut per group, one state per live repeat (compacted)."""
+"""Progress records, a replica group's or a node alone's: one cut, one state per live repeat.
+
+A cut (``Cut``) is a frontier and the inner offsets of the adds written before it moved
+(``frontier.py``): with the adds' due times it says exactly which were delivered, so a store
+rebuilt from the inner topic knows what not to deliver again (``chronos/group/__init__.py``).
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,117 @@
+"""A node alone whose store starts empty rebuilds it from the inner topic and its published
+progress, instead of delivering again everything the topic still holds.
+
+The store is filled as a replica follows (each add at its due time, arrivals recorded); once
+ingest caught up, the last published cut is applied as a replica's takeover applies the
+committed one (``group/replica.py``): the seek moves to the cut's frontier, repeats move to
+their published next occurrence, and adds the cut does not cover that lie behind it move past
+it (they may not have been delivered). Then the node places as a node alone again and
+delivers. Only after that does the push worker start (its start gate).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from chronos.group.follower import ProgressLog, read_to_end
+from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.kafka.clients import KafkaClients
+from chronos.schedule.progress_record import Cut, RepeatState
+from chronos.settings import ChronosSettings
+from chronos.store import keys
+from chronos.store.rocks import RocksStore
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Published:
+    """What a node alone published last: its cut and each repeat's state."""
+
+    cut: Cut | None
+    repeats: dict[str, RepeatState]
+
+
+def read_published(
+    settings: ChronosSettings, clients: KafkaClients, timeout_s: float = 30.0
+) -> Published:
+    """The node's own progress topic, read to its end."""
+    names = settings.topics.names
+    node_id = settings.node.node_id
+    reader = ProgressLog(
+        names.alone_progress(node_id),
+        names.progress_reader_group(node_id, "start"),
+        clients.consumer,
+        clients.errors("progress"),
+    )
+    try:
+        cut, repeats = read_to_end(reader, timeout_s)
+    finally:
+        reader.close()
+    return Published(cut, repeats)
+
+
+class AloneRebuild:
+    """Finishes a node alone's rebuild once ingest caught up (the push worker's start gate).
+
+    Parameters:
+        published: the cut and repeat states to apply.
+        store: the store (its arrivals are dropped once applied).
+        replica_store: applies the cut, relocates, switches to leading.
+        placement: the placement used while rebuilding.
+        partitions: the inner partitions the node owns.
+    """
+
+    def __init__(
+        self,
+        published: Published,
+        store: RocksStore,
+        replica_store: ReplicaStore,
+        placement: ReplicaPlacement,
+        partitions: list[int],
+    ) -> None:
+        self._published = published
+        self._store = store
+        self._replica_store = replica_store
+        self._placement = placement
+        self._partitions = partitions
+        self._started = time.monotonic()
+        self.done = False
+
+    def gate(self, caught_up: Callable[[], bool]) -> Callable[[], bool]:
+        """The push worker's start gate: ingest caught up, then the rebuild finished."""
+
+        def ready() -> bool:
+            if self.done:
+                return True
+            if not caught_up():
+                return False
+            self.finish()
+            return True
+
+        return ready
+
+    def finish(self) -> None:
+        cut = self._published.cut
+        seek = 0 if cut is None else cut.seek_ms
+        offsets = {} if cut is None else cut.offsets
+        self._replica_store.apply_cut(seek, list(self._published.repeats.values()), {})
+        seek = self._replica_store.lead(seek, self._partitions)
+        moved = self._replica_store.relocate_uncovered(seek, offsets, self._partitions)
+        self._placement.tracks_arrivals = False
+        for partition in self._partitions:
+            self._store.delete_arrivals(
+                keys.arrival_key(partition, 0), keys.arrival_key(partition + 1, 0)
+            )
+        self.done = True
+        log.info(
+            "store_rebuilt_from_kafka",
+            seek_ms=seek,
+            relocated=moved,
+            repeats=len(self._published.repeats),
+            seconds=round(time.monotonic() - self._started, 3),
+        )
