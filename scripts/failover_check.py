@@ -104,10 +104,20 @@ class Summary:
 class Replica:
     """One node process of the group and what its log says about its role."""
 
-    def __init__(self, name: str, workdir: Path, bootstrap: str, namespace: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        bootstrap: str,
+        namespace: str,
+        group: str | None = GROUP,
+        extra: str = "",
+    ) -> None:
         self.name = name
         self.config = workdir / f"{name}.toml"
         self.log_path = workdir / f"{name}.log"
+        self.data_dir = workdir / ("store-" + name)
+        group_section = f'[group]\nname = "{group}"\n' if group else ""
         self.config.write_text(
             f"""[kafka]
 bootstrap_servers = "{bootstrap}"
@@ -116,13 +126,11 @@ namespace = "{namespace}"
 inner_partitions = 4
 [node]
 node_id = "{name}"
-data_dir = "{workdir / ("store-" + name)}"
+data_dir = "{self.data_dir}"
 ingest_threads = 1
-[group]
-name = "{GROUP}"
-[log]
+{group_section}[log]
 format = "json"
-"""
+{extra}"""
         )
         self.process = NodeProcess(self.config, self.log_path, ready_event="ingest_caught_up")
 
@@ -158,8 +166,8 @@ def _epoch_ms(event: dict[str, Any]) -> int:
 
 
 class Group:
-    def __init__(self, workdir: Path, bootstrap: str, namespace: str) -> None:
-        self.replicas = [Replica(n, workdir, bootstrap, namespace) for n in NODES]
+    def __init__(self, workdir: Path, bootstrap: str, namespace: str, extra: str = "") -> None:
+        self.replicas = [Replica(n, workdir, bootstrap, namespace, extra=extra) for n in NODES]
 
     def master(self, timeout_s: float = 60.0, newer_than: int = 0) -> Replica:
         """The replica that is master with a term above ``newer_than``."""
@@ -187,10 +195,20 @@ class Group:
 class Load:
     """Steady requests at ``rate`` per second until stopped; remembers what it expects."""
 
-    def __init__(self, client: DelayClient, topic: str, rate: int, seed: int) -> None:
+    def __init__(
+        self,
+        client: DelayClient,
+        topic: str,
+        rate: int,
+        seed: int,
+        delay_s: tuple[float, float] = (0.0, 5.0),
+        repeat: Repeat = REPEAT,
+    ) -> None:
         self._client = client
         self._topic = topic
         self._rate = rate
+        self._delay_s = delay_s
+        self.repeat = repeat
         self._rng = random.Random(seed)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="load", daemon=True)
@@ -211,12 +229,12 @@ class Load:
         while not self._stop.is_set():
             requests = []
             for _ in range(per_tick):
-                repeat = REPEAT if self._rng.random() < 0.02 else None
+                repeat = self.repeat if self._rng.random() < 0.02 else None
                 requests.append(
                     DelayRequest(
                         self._topic,
                         self._rng.randbytes(32),
-                        delay=self._rng.uniform(0, 5.0),
+                        delay=self._rng.uniform(*self._delay_s),
                         id=uuid.uuid4().hex,
                         repeat=repeat,
                     )

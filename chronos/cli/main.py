@@ -24,6 +24,7 @@ from chronos.cli import (
     run,
     send,
     tail,
+    topics,
 )
 from chronos.cli.args import attach_signed_values
 from chronos.errors import ChronosError, ConfigError, NotAcknowledged, ValidationError
@@ -33,7 +34,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chronos", description="Delay-message broker for Kafka")
     parser.add_argument("--version", action="version", version=f"chronos {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    commands = (run, proxy_cmd, dev, send, tail, demo, check, checkpoint, group, bench, pipeline)
+    commands = (
+        run,
+        proxy_cmd,
+        dev,
+        send,
+        tail,
+        demo,
+        check,
+        checkpoint,
+        group,
+        topics,
+        bench,
+        pipeline,
+    )
     for module in commands:
         module.register(sub)
     return parser

@@ -182,6 +182,11 @@ class KafkaBroker(BrokerProcess):
         """Where the broker's output goes."""
         return self._log_path
 
+    @property
+    def data_dir(self) -> Path | None:
+        """The broker's log directory (its topics' segments), None before ``start``."""
+        return None if self._workdir is None else self._workdir / "data"
+
     def _java(self, main: str, *args: str, heap: str) -> list[str]:
         libs = fetch_jars(self._version)
         assert self._workdir is not None

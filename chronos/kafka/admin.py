@@ -31,12 +31,15 @@ def ensure_topics(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
     admin = _admin(settings)
     # Internal topics must take the largest request the proxy accepts, with chronos' headers.
     config = {"max.message.bytes": str(settings.limits.max_message_bytes + 64 * 1024)}
+    # A pending message's record must outlive its next refresh (kafka.topic_config): no
+    # compaction, no size-based deletion; retention.ms stays the broker's default.
+    inner_config = {**config, "cleanup.policy": "delete", "retention.bytes": "-1"}
     wanted = [
         NewTopic(
             names.inner,
             settings.topics.inner_partitions,
             settings.topics.replication_factor,
-            config=config,
+            config=inner_config,
         ),
         NewTopic(names.dead_letter, 1, settings.topics.replication_factor, config=config),
     ]

@@ -75,10 +75,12 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
     published = Published(None, {})
     try:
         owned = _owned(settings, store)
+        published = read_published(settings, clients)
         # Before anything reads the store: it may be cleared.
-        origin = establish_origin(settings, store, owned)
+        origin = establish_origin(
+            settings, store, owned, None if published.cut is None else published.cut.floor
+        )
         if group is None:
-            published = read_published(settings, clients)
             _refuse_incomplete(settings, origin, published)
     except BaseException:
         store.close()

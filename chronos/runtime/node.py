@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 from types import FrameType
+from typing import TypeVar
 
 import structlog
 
@@ -21,6 +22,8 @@ from chronos.runtime.roles import ROLES, role_of
 from chronos.settings import ChronosSettings
 
 log = structlog.get_logger(__name__)
+
+C = TypeVar("C", bound=Component)
 
 
 class Node:
@@ -64,7 +67,11 @@ class Node:
     @property
     def replica(self) -> Replica | None:
         """This node's role in its replica group, None for a node alone."""
-        return next((c for c in self._components if isinstance(c, Replica)), None)
+        return self.component(Replica)
+
+    def component(self, kind: type[C]) -> C | None:
+        """This node's running component of ``kind`` (tools and tests), None without one."""
+        return next((c for c in self._components if isinstance(c, kind)), None)
 
     def wait_ready(self, timeout_s: float) -> bool:
         """True once every ingest consumer joined its group and caught up with the inner topic."""

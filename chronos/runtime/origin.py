@@ -5,6 +5,7 @@ from __future__ import annotations
 import structlog
 
 from chronos.kafka.admin import log_start_offsets
+from chronos.schedule.floor import Floor
 from chronos.schedule.origin import StoreOrigin
 from chronos.settings import ChronosSettings
 from chronos.store.rocks import RocksStore
@@ -13,7 +14,7 @@ log = structlog.get_logger(__name__)
 
 
 def establish_origin(
-    settings: ChronosSettings, store: RocksStore, partitions: list[int]
+    settings: ChronosSettings, store: RocksStore, partitions: list[int], floor: Floor | None
 ) -> StoreOrigin:
     """Compare the store's inner offsets with where Kafka's copy of each partition starts.
 
@@ -22,6 +23,10 @@ def establish_origin(
     long): whatever it holds may be stale (a cancel it never saw), so it is cleared and rebuilt
     from the topic like a new one. A store of an earlier release that read a partition counts
     as having read it from the start, as it always did.
+
+    A store that starts empty begins at the published rebuild ``floor`` where that lies past
+    the topic's start: everything it must hold has a record there or later, so a rebuild reads
+    about one refresh interval of the topic instead of all it retains.
     """
     starts = log_start_offsets(settings, settings.topics.names.inner, partitions)
     stored = store.read_inner_offsets(partitions)
@@ -38,6 +43,10 @@ def establish_origin(
     fresh = not stored and store.read_seek() is None
     began = store.read_began_offsets(partitions)
     new = {p: (0 if p in stored else starts.get(p, 0)) for p in partitions if p not in began}
+    if new and fresh and floor is not None:
+        new = {p: max(o, floor.offsets.get(p, 0)) for p, o in new.items()}
+        store.write_inner_offsets({p: o for p, o in new.items() if o > 0})
+        log.info("store_begins_at_floor", began=new, topic_starts=starts)
     if new:
         store.write_began_offsets(new)
         began.update(new)

@@ -39,11 +39,12 @@ class Published:
 def read_published(
     settings: ChronosSettings, clients: KafkaClients, timeout_s: float = 30.0
 ) -> Published:
-    """The node's own progress topic, read to its end."""
+    """The progress this node's group (or, alone, this node) published, read to its end."""
     names = settings.topics.names
     node_id = settings.node.node_id
+    group = settings.group.name
     reader = ProgressLog(
-        names.alone_progress(node_id),
+        names.alone_progress(node_id) if group is None else names.progress(group),
         names.progress_reader_group(node_id, "start"),
         clients.consumer,
         clients.errors("progress"),

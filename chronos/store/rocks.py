@@ -320,6 +320,15 @@ class RocksStore:
         self.write(batch)
         self.sync()
 
+    def write_inner_offsets(self, offsets: dict[int, int]) -> None:
+        """Set where ingest resumes, per partition, without any record (an empty store that
+        starts reading past the topic's start)."""
+        batch = self.batch()
+        for partition, offset in offsets.items():
+            batch.set_inner_offset(partition, offset)
+        self.write(batch)
+        self.sync()
+
     def clear(self) -> None:
         """Delete everything but the format version: a store that missed inner records starts
         over (``chronos/runtime/origin.py``). Ids are UTF-8 and other keys binary of fixed

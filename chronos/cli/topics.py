@@ -1,0 +1,69 @@
+"""``chronos topics check|fix``: whether the inner topic keeps every pending message's record
+until its refresh, and setting what it needs (``chronos.kafka.topic_config``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from chronos.cli.args import add_config, settings_from
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "topics", help="check or fix the inner topic's cleanup.policy and retention"
+    )
+    actions = parser.add_subparsers(dest="action", required=True)
+    check = actions.add_parser(
+        "check",
+        help="exit 1, naming each problem, when the inner topic could remove the record of a "
+        "pending message before its refresh",
+    )
+    add_config(check)
+    check.set_defaults(func=check_main)
+    fix = actions.add_parser(
+        "fix",
+        help="set cleanup.policy=delete, retention.bytes=-1 and retention.ms of at least "
+        "2 x rebuild.refresh_interval_s on the inner topic",
+    )
+    add_config(fix)
+    fix.set_defaults(func=fix_main)
+
+
+def check_main(args: argparse.Namespace) -> int:
+    # Kafka clients only when asked.
+    from chronos.kafka.clients import KafkaClients
+    from chronos.kafka.topic_config import REMEDY, inner_topic_problems, read_topic_config
+
+    settings = settings_from(args)
+    topic = settings.topics.names.inner
+    admin = KafkaClients(settings.kafka, settings.node.node_id).admin()
+    config = read_topic_config(admin, topic, 30.0)
+    if config is None:
+        # What a node does too: it starts, with a warning.
+        print(
+            f"inner topic {topic}: not checked, the broker at "
+            f"{settings.kafka.bootstrap_servers} does not report its configuration"
+        )
+        return 0
+    problems = inner_topic_problems(config, settings.rebuild.refresh_interval_s)
+    if not problems:
+        print(f"inner topic {topic}: ok")
+        return 0
+    print(f"inner topic {topic}: a pending message could outlive its record")
+    for problem in problems:
+        print(f"  - {problem}")
+    print(REMEDY[0].upper() + REMEDY[1:])
+    return 1
+
+
+def fix_main(args: argparse.Namespace) -> int:
+    from chronos.kafka.topic_config import fix_inner_topic
+
+    settings = settings_from(args)
+    topic = settings.topics.names.inner
+    changes = fix_inner_topic(settings)
+    if not changes:
+        print(f"inner topic {topic}: nothing to change")
+    for name, value in changes.items():
+        print(f"inner topic {topic}: set {name}={value}")
+    return 0

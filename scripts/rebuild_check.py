@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""Rebuild check: replaced disks under load on Apache Kafka, after Kafka removed every record
+chronos lets it remove (issue: "nothing lives on one disk alone").
+
+A steady load (default 300 requests/s for ``--load`` s, delays 60-150 s ahead, 10 % cancelled,
+2 % repeats) runs against nodes that refresh every ``--refresh`` s. Whenever a scenario says
+"trim", the script waits for a rebuild floor at or above the inner topic's current end and
+deletes every record below it (``DeleteRecords``: what retention does after days). Then:
+
+* ``a``: replace the backup's disk (kill -9, delete its store, start it), wait until it says
+  it is complete, trim, kill -9 the master: 0 lost, 0 duplicates, 0 early, 0 cancelled
+  delivered for a ``read_committed`` consumer;
+* ``b``: replace the backup's disk, wait until complete, trim, kill -9 the master and replace
+  its disk too, wait until complete, trim, kill -9 the new master: the same;
+* ``c``: a node alone: kill -9, delete its store, trim, start it: 0 lost, duplicates only of
+  messages first delivered within ``--window`` ms before the kill (the crash window);
+* ``d``: an inner topic with ``cleanup.policy=delete`` and ``retention.ms=20000``: the node
+  must refuse to start, naming the setting.
+
+    python scripts/rebuild_check.py --scenario a
+    python scripts/rebuild_check.py --scenario all
+
+The last line of output is the JSON summary of each scenario. Exit code 0 when all hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from failover_check import Group, Load, Replica, Seen, Summary, verify
+
+from chronos.devstack.brokers import start_local_broker
+from chronos.devstack.watch import DeliveryWatcher
+from chronos.kafka.admin import create_topic
+from chronos.kafka.clients import KafkaClients
+from chronos.repeat import Repeat, RepeatKind
+from chronos.settings import load_settings
+from proxy.client import DelayClient
+
+REPEAT = Repeat(RepeatKind.FIXED, interval_ms=20_000, times=3)
+
+
+def _floor(settings_path: Path, group: bool) -> dict[int, int] | None:
+    """The rebuild floor the group's master (or the node alone) published last."""
+    settings = load_settings(settings_path)
+    clients = KafkaClients(settings.kafka, "rebuild-check")
+    if group:
+        from chronos.group.spec import GroupSpec
+        from chronos.group.status import group_status
+
+        spec = GroupSpec.of(settings)
+        assert spec is not None
+        return group_status(spec, clients).rebuild_floor
+    from chronos.runtime.rebuild import read_published
+
+    cut = read_published(settings, clients).cut
+    return None if cut is None or cut.floor is None else cut.floor.offsets
+
+
+#: Set by --trim-without-floor: delete up to the inner topic's end as of now, at once (what
+#: retention removes of messages scheduled beyond it, whatever chronos published): shows
+#: what a release without refresh passes loses.
+TRIM_WITHOUT_FLOOR = False
+
+
+def trim(
+    admin: AdminClient, settings_path: Path, group: bool, timeout_s: float = 180
+) -> dict[int, int]:
+    """Wait until a floor covers the inner topic's end as of now, then delete below it."""
+    settings = load_settings(settings_path)
+    inner = settings.topics.names.inner
+    meta = admin.list_topics(inner, timeout=30).topics[inner]
+    from confluent_kafka.admin._listoffsets import OffsetSpec
+
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    futures = admin.list_offsets({TopicPartition(inner, p): latest for p in meta.partitions})
+    ends = {tp.partition: f.result(30).offset for tp, f in futures.items()}
+    deadline = time.monotonic() + timeout_s
+    floor: dict[int, int] = ends
+    while not TRIM_WITHOUT_FLOOR:
+        published = _floor(settings_path, group)
+        if published is not None and all(published.get(p, 0) >= e for p, e in ends.items()):
+            floor = published
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no floor reached {ends} in {timeout_s} s (last: {published})")
+        time.sleep(1.0)
+    for future in admin.delete_records(
+        [TopicPartition(inner, p, o) for p, o in floor.items()]
+    ).values():
+        future.result(30)
+    print(f"trimmed the inner topic below {floor}")
+    return floor
+
+
+def replace_disk(replica: Replica) -> None:
+    replica.process.kill()
+    shutil.rmtree(replica.data_dir, ignore_errors=True)
+    replica.process.start()
+
+
+def wait_complete(replica: Replica, since: int, timeout_s: float = 300) -> float:
+    """Seconds until the replica stands for election (complete, caught up)."""
+    started = time.monotonic()
+    while len(replica.events("replica_eligible")) <= since:
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"{replica.name} did not say it is complete in {timeout_s} s")
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def run_group(
+    args: argparse.Namespace, workdir: Path, bootstrap: str, admin: AdminClient
+) -> dict[str, Any]:
+    namespace = f"rb{uuid.uuid4().hex[:8]}"
+    extra = f"[rebuild]\nrefresh_interval_s = {args.refresh}\n"
+    (workdir / args.scenario).mkdir(parents=True, exist_ok=True)
+    group = Group(workdir / args.scenario, bootstrap, namespace, extra=extra)
+    summary = Summary(scenario=args.scenario, broker="kafka")
+    facts: dict[str, Any] = {}
+    try:
+        group.replicas[0].process.start()
+        first = group.master(timeout_s=120)
+        group.other(first).process.start()
+        group.other(first).process.wait_ready(60)
+        config = first.config
+        topic = f"{namespace}-target"
+        create_topic(load_settings(config), topic, partitions=4)
+        committed, uncommitted = Seen(), Seen()
+        watchers = [
+            DeliveryWatcher(bootstrap, [topic], committed).start(),
+            DeliveryWatcher(bootstrap, [topic], uncommitted, "read_uncommitted").start(),
+        ]
+        with DelayClient(load_settings(config)) as client:
+            load = Load(client, topic, args.rate, args.seed, (60.0, 150.0), REPEAT)
+            load.start()
+            time.sleep(args.load)
+            facts["first_trim"] = trim(admin, config, True)
+            rebuilt = []
+            for round_ in range(1 if args.scenario == "a" else 2):
+                master = group.master()
+                backup = group.other(master)
+                since = len(backup.events("replica_eligible"))
+                replace_disk(backup)
+                facts[f"complete_after_s_{round_}"] = round(wait_complete(backup, since), 1)
+                rebuilt.append(backup.name)
+                facts[f"trim_{round_}"] = trim(admin, config, True)
+                term = master.term()
+                master.process.kill()
+                summary.kills += 1
+                new = group.master(newer_than=term)
+                print(
+                    f"round {round_}: {backup.name} rebuilt, {master.name} killed, {new.name} leads"
+                )
+                if args.scenario == "b" and round_ == 0:
+                    continue  # the killed master gets its disk replaced in the next round
+                master.process.start()
+            load.stop()
+        last_due = max((e.due_ms for e in load.expected.values()), default=0)
+        last_due += (REPEAT.times - 1) * REPEAT.interval_ms
+        while time.time() * 1000 < last_due + 8000:
+            time.sleep(1.0)
+        for watcher in watchers:
+            watcher.stop()
+        verify(load, committed, uncommitted, summary)
+        summary.masters_at_end = sum(r.is_master() for r in group.replicas)
+        facts["rebuilt"] = rebuilt
+    finally:
+        for replica in group.replicas:
+            if replica.process.running():
+                replica.process.terminate()
+    return asdict(summary) | facts | {"ok": summary.ok}
+
+
+def run_alone(
+    args: argparse.Namespace, workdir: Path, bootstrap: str, admin: AdminClient
+) -> dict[str, Any]:
+    namespace = f"rb{uuid.uuid4().hex[:8]}"
+    (workdir / "c").mkdir(parents=True, exist_ok=True)
+    extra = f"[rebuild]\nrefresh_interval_s = {args.refresh}\n"
+    node = Replica("alone", workdir / "c", bootstrap, namespace, group=None, extra=extra)
+    summary = Summary(scenario="c", broker="kafka")
+    facts: dict[str, Any] = {}
+    try:
+        node.process.start()
+        node.process.wait_ready(60)
+        topic = f"{namespace}-target"
+        create_topic(load_settings(node.config), topic, partitions=4)
+        committed, uncommitted = Seen(), Seen()
+        watcher = DeliveryWatcher(bootstrap, [topic], committed).start()
+        with DelayClient(load_settings(node.config)) as client:
+            # Some due during the run, so a wiped store has delivered ones not to repeat.
+            load = Load(client, topic, args.rate, args.seed, (5.0, 150.0), REPEAT)
+            load.start()
+            time.sleep(args.load)
+            node.process.kill()
+            killed_ms = int(time.time() * 1000)
+            shutil.rmtree(node.data_dir)
+            facts["trim"] = trim(admin, node.config, False)
+            started = time.monotonic()
+            node.process.start()
+            node.process.wait_ready(300)
+            facts["restart_ready_s"] = round(time.monotonic() - started, 1)
+            time.sleep(args.load / 2)
+            load.stop()
+        last_due = max((e.due_ms for e in load.expected.values()), default=0)
+        last_due += (REPEAT.times - 1) * REPEAT.interval_ms
+        while time.time() * 1000 < last_due + 8000:
+            time.sleep(1.0)
+        watcher.stop()
+        verify(load, committed, uncommitted, summary)
+        # Duplicates are allowed only of what was first delivered in the crash window.
+        outside = 0
+        for deliveries in committed.by_id.values():
+            by_occurrence: dict[int, list[int]] = {}
+            for d in deliveries:
+                by_occurrence.setdefault(d.occurrence, []).append(d.received_ms)
+            for times in by_occurrence.values():
+                if len(times) > 1 and min(times) < killed_ms - args.window:
+                    outside += len(times) - 1
+        facts["duplicates_outside_window"] = outside
+        ok = not (summary.lost or summary.early or summary.cancelled_delivered or outside)
+        return asdict(summary) | facts | {"ok": ok}
+    finally:
+        if node.process.running():
+            node.process.terminate()
+
+
+def run_refusal(workdir: Path, bootstrap: str, admin: AdminClient) -> dict[str, Any]:
+    namespace = f"rb{uuid.uuid4().hex[:8]}"
+    (workdir / "d").mkdir(parents=True, exist_ok=True)
+    inner = f"{namespace}.inner"
+    config = {"cleanup.policy": "delete", "retention.ms": "20000"}
+    admin.create_topics([NewTopic(inner, 1, 1, config=config)])[inner].result(30)
+    node = Replica("d", workdir / "d", bootstrap, namespace, group=None)
+    result = subprocess.run(
+        [sys.executable, "-m", "chronos.cli.main", "run", "--config", str(node.config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = result.stdout + result.stderr
+    refused = result.returncode != 0 and "retention.ms" in output
+    print(output.strip().splitlines()[-1] if output.strip() else "(no output)")
+    return {
+        "scenario": "d",
+        "exit_code": result.returncode,
+        "names_retention_ms": "retention.ms" in output,
+        "ok": refused,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenario", choices=["a", "b", "c", "d", "all"], default="all")
+    parser.add_argument("--rate", type=int, default=300, help="requests per second")
+    parser.add_argument(
+        "--load", type=float, default=40.0, help="seconds of load before the first trim"
+    )
+    parser.add_argument("--refresh", type=float, default=10.0, help="rebuild.refresh_interval_s")
+    parser.add_argument("--window", type=int, default=3000, help="c: crash window, ms")
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument(
+        "--trim-without-floor",
+        action="store_true",
+        help="delete up to the topic's end at once instead of waiting for a published floor",
+    )
+    parser.add_argument("--keep", default=None, help="work directory to keep (logs, stores)")
+    args = parser.parse_args()
+    global TRIM_WITHOUT_FLOOR
+    TRIM_WITHOUT_FLOOR = args.trim_without_floor
+    workdir = Path(args.keep or tempfile.mkdtemp(prefix="chronos-rebuild-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    broker = start_local_broker("kafka", workdir / "broker.log")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    results = []
+    try:
+        for scenario in ["a", "b", "c", "d"] if args.scenario == "all" else [args.scenario]:
+            args.scenario = scenario
+            if scenario in ("a", "b"):
+                results.append(run_group(args, workdir, broker.bootstrap, admin))
+            elif scenario == "c":
+                results.append(run_alone(args, workdir, broker.bootstrap, admin))
+            else:
+                results.append(run_refusal(workdir, broker.bootstrap, admin))
+            print(json.dumps(results[-1]))
+    finally:
+        broker.stop()
+    print(f"logs: {workdir}")
+    print(json.dumps({"ok": all(r["ok"] for r in results), "scenarios": results}))
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
