@@ -103,9 +103,7 @@ def inner_topic_problems(config: Mapping[str, str], refresh_interval_s: float) -
             )
         else:
             why = "only delete is known to keep every record for retention.ms"
-        problems.append(
-            f"cleanup.policy={policy} on the inner topic is not exactly delete: {why}"
-        )
+        problems.append(f"cleanup.policy={policy} on the inner topic is not exactly delete: {why}")
 
     size = config.get(RETENTION_BYTES)
     if size is None:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from typing import Protocol
 
 import structlog
 from confluent_kafka import KafkaError
 
 from chronos.clock import Clock
-from chronos.kafka.publishers.idempotent import IdempotentPublisher
-from chronos.lifecycle import LoopWorker
+from chronos.kafka.publisher import Publisher
+from chronos.lifecycle import Component, LoopWorker
 from chronos.model import DelayMessage
 from chronos.schedule.floor import Floor, RebuildFloor
 from chronos.schedule.frontier import Frontier
@@ -36,6 +37,10 @@ log = structlog.get_logger(__name__)
 
 #: Longest wait for the last records at a clean stop.
 _FLUSH_TIMEOUT_S = 10.0
+
+
+class OwnPublisher(Publisher, Component, Protocol):
+    """A publisher its user starts and stops (``IdempotentPublisher``)."""
 
 
 class CutPublisher(LoopWorker):
@@ -57,7 +62,7 @@ class CutPublisher(LoopWorker):
         self,
         frontier: Frontier,
         ledger: Ledger,
-        publisher: IdempotentPublisher,
+        publisher: OwnPublisher,
         topic: str,
         node_id: str,
         floor: RebuildFloor,

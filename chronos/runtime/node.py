@@ -14,6 +14,7 @@ from chronos.clock import Clock, SystemClock
 from chronos.errors import ConfigError
 from chronos.group.replica import Replica
 from chronos.kafka.admin import ensure_topics
+from chronos.kafka.topic_config import check_inner_topic
 from chronos.lifecycle import Component
 from chronos.node.ingest import IngestWorker
 from chronos.node.interpreter import tune_interpreter
@@ -52,6 +53,9 @@ class Node:
         """Create topics if configured, open the store, start every component."""
         if self.settings.topics.create:
             ensure_topics(self.settings)
+        if self.settings.rebuild.check_inner_topic:
+            # Refuses a topic that could remove a pending message's last record.
+            check_inner_topic(self.settings)
         self.context = build_context(self.settings, self._clock)
         self._components = ROLES[self._role](self.context)
         for component in self._components:

@@ -6,7 +6,8 @@ Each test names the mutant it was seen to catch.
 from __future__ import annotations
 
 from chronos.group.spec import GroupSpec
-from chronos.group.status import GroupFacts, MemberFacts, build_status
+from chronos.group.status import GroupFacts, GroupStatus, MemberFacts, build_status
+from chronos.schedule.floor import Floor
 from chronos.schedule.progress_record import Cut
 from chronos.settings import ChronosSettings
 
@@ -64,3 +65,22 @@ def test_a_group_without_members_has_no_master() -> None:
     spec = _spec()
     status = build_status(spec, GroupFacts("empty", (), None, {}, {}), now_ms=T0)
     assert status.master is None and status.members == []
+
+
+def test_a_group_is_rebuildable_only_while_the_floor_covers_where_the_topic_starts() -> None:
+    """A new replica reads from the topic's start (or the floor): rebuildable when every
+    partition starts at 0 or at most at the floor. Mutant caught: a partition the floor does
+    not name counted as covered."""
+    spec = _spec()
+
+    def status(starts: dict[int, int], floor: Floor | None) -> GroupStatus:
+        cut = Cut(3, T0, {0: 10}, "a", T0, floor)
+        facts = GroupFacts("stable", (), cut, {}, {0: 20, 1: 20}, starts)
+        return build_status(spec, facts, now_ms=T0 + 5)
+
+    assert status({0: 0, 1: 0}, None).rebuildable
+    assert not status({0: 4, 1: 0}, None).rebuildable
+    covered = status({0: 4, 1: 0}, Floor({0: 4, 1: 9}, T0 - 100))
+    assert covered.rebuildable and covered.rebuild_floor == {0: 4, 1: 9}
+    assert covered.floor_age_ms == 105 and covered.inner_starts == {0: 4, 1: 0}
+    assert not status({0: 4, 1: 2}, Floor({0: 4}, T0)).rebuildable
