@@ -33,7 +33,7 @@ PROTECTED_KAFKA_KEYS: dict[str, str] = {
     "isolation.level": "the progress reader and ingest read committed records only",
     "enable.auto.commit": "ingest's offsets live in its store; the group's are advisory",
     "enable.auto.offset.store": "ingest offers the group only offsets its store fsynced",
-    "auto.offset.reset": "a store that fell behind retention must read from the earliest record",
+    "auto.offset.reset": "a store that fell behind retention must be rebuilt, not skip records",
     "enable.partition.eof": "a takeover knows it read the progress topic to its end by it",
     "partition.assignment.strategy": "the election relies on cooperative-sticky",
     "session.timeout.ms": "set group.session_timeout_ms instead",

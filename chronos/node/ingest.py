@@ -126,6 +126,13 @@ class IngestWorker(LoopWorker):
             log.warning("ingest_consumer_error", error=error)
         if batch.not_authorized is not None and self._on_fatal is not None:
             self._on_fatal(f"Kafka refused reading the inner topic: {batch.not_authorized}")
+        if batch.gap is not None and self._on_fatal is not None:
+            # Going on would leave the store without what those records said (a cancel):
+            # a restart clears the store and rebuilds it from the topic and the floor.
+            self._on_fatal(
+                f"inner records were removed before this node read them ({batch.gap}): "
+                "restart it to rebuild its store from Kafka"
+            )
         for _key, _value, _headers, reason, origin in batch.rejected:
             self._metrics.incr("inner_rejected")
             log.warning("inner_record_rejected", origin=origin, reason=reason)

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from chronos.delivery.deadletter import Rejected
 from chronos.errors import DecodeError
@@ -45,6 +52,9 @@ class DecodedBatch:
         refreshed: indexes in ``items`` of refresh records (``wire.encode_refresh``), whose
             due field holds the slot they were stored at.
         not_authorized: set when Kafka refused chronos reading the inner topic (the node ends).
+        gap: set when the next offset to read was no longer in the topic (retention or
+            ``DeleteRecords`` removed records before this store read them; the node ends, and
+            its next start clears and rebuilds the store: ``runtime/origin.py``).
     """
 
     items: list[DecodedRequest] = field(default_factory=list)
@@ -56,6 +66,7 @@ class DecodedBatch:
     origins: list[tuple[int, int]] = field(default_factory=list)
     refreshed: list[int] = field(default_factory=list)
     not_authorized: str | None = None
+    gap: str | None = None
 
     def merge(self, later: DecodedBatch) -> None:
         """Append ``later``, read after this one, as if both had been read at once."""
@@ -69,6 +80,7 @@ class DecodedBatch:
             self.oldest_ms = later.oldest_ms
         self.positions.update(later.positions)
         self.not_authorized = self.not_authorized or later.not_authorized
+        self.gap = self.gap or later.gap
 
     @property
     def empty(self) -> bool:
@@ -151,6 +163,8 @@ def decode_batch(
             batch.errors.append(str(error))
             if classify(error) is ErrorKind.AUTHORIZATION:
                 batch.not_authorized = describe(error)
+            elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                batch.gap = describe(error)
             continue
         partition, offset = record.partition(), record.offset()
         if partition is None or offset is None:

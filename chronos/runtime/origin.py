@@ -40,7 +40,9 @@ def establish_origin(
         )
         store.clear()
         stored = {}
-    fresh = not stored and store.read_seek() is None
+    # No seek yet: nothing was delivered from this store, nor a cut applied to it. A rebuild
+    # that did not finish (the node stopped meanwhile) is started again.
+    fresh = store.read_seek() is None
     began = store.read_began_offsets(partitions)
     new = {p: (0 if p in stored else starts.get(p, 0)) for p in partitions if p not in began}
     if new and fresh and floor is not None:

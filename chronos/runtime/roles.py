@@ -51,7 +51,11 @@ log = structlog.get_logger(__name__)
 def _ingest(ctx: NodeContext, owned: list[int]) -> list[IngestWorker]:
     s = ctx.settings
     names = s.topics.names
-    config = ctx.clients.consumer_config(names.node_group(s.node.node_id))
+    # An offset no longer in the topic is an error, not a silent jump to its start: the
+    # records between were lost to this store (IngestWorker ends the node).
+    config = ctx.clients.consumer_config(
+        names.node_group(s.node.node_id), **{"auto.offset.reset": "error"}
+    )
     workers: list[IngestWorker] = []
     for i, partitions in enumerate(thread_shares(owned, s.node.ingest_threads)):
         spec = ReaderSpec(

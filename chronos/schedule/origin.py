@@ -23,8 +23,8 @@ class StoreOrigin:
         began: inner offset ingest began at per partition (0: from the first record).
         gaps: partitions whose stored offset had fallen behind the topic's start when the
             node started: (stored next offset, topic's first offset); the store was cleared.
-        fresh: the store held nothing when the node started (new, wiped or cleared): a node
-            alone then rebuilds from the inner topic and its published progress.
+        fresh: the store has no seek yet (new, wiped or cleared, or its rebuild did not
+            finish): a node alone then rebuilds from the inner topic and its published progress.
     """
 
     began: dict[int, int]

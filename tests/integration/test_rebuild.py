@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
+from chronos.errors import ConfigError
 from chronos.group.replica import Replica
 from chronos.group.spec import GroupSpec
 from chronos.group.status import group_status
@@ -27,7 +28,14 @@ from chronos.runtime.node import Node
 from chronos.runtime.rebuild import read_published
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
-from tests.integration.harness import Group, Inbox, make_settings, role_of, wait_until
+from tests.integration.harness import (
+    Group,
+    Inbox,
+    make_settings,
+    role_of,
+    running_node,
+    wait_until,
+)
 
 KAFKA_ONLY = pytest.mark.kafka_only(
     reason="DeleteRecords and exactly once for read_committed consumers need Apache Kafka"
@@ -188,5 +196,44 @@ def test_a_node_alone_with_a_wiped_store_delivers_what_was_pending_and_nothing_a
         assert not [i for i in cancelled if inbox.count(i)]
         with inbox._lock:
             assert sorted(d.occurrence for d in inbox.by_id["rep"]) == [1, 2, 3, 4]
+    finally:
+        node.stop()
+
+
+@KAFKA_ONLY
+def test_a_store_the_topic_left_behind_is_cleared_and_a_node_alone_refuses_to_start_without_it(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path, admin: Any
+) -> None:
+    """The node was down while records it had not read were removed (and no refresh pass had
+    re-appended what it held): its store is stale (it may miss a cancel), so it is cleared;
+    a node alone then cannot prove it holds every pending message and says so instead of
+    starting, unless told to accept the loss."""
+    settings = make_settings(
+        kafka_bootstrap, namespace, tmp_path / "store", rebuild={"refresh_interval_s": 3600}
+    )
+    inner = settings.topics.names.inner
+    with running_node(settings), DelayClient(settings) as client:
+        client.send_delay(f"{namespace}-target", b"v", delay=600.0, id="held")
+        time.sleep(1.0)
+    with DelayClient(settings) as client:
+        client.cancel_batch([f"unseen{i}" for i in range(20)])
+    ends = _ends(admin, inner, 4)
+    for future in admin.delete_records(
+        [TopicPartition(inner, p, o) for p, o in ends.items()]
+    ).values():
+        future.result(30)
+    with pytest.raises(ConfigError, match="began reading the inner topic at"):
+        Node(settings).start()
+    accepting = settings.model_copy(
+        update={"rebuild": settings.rebuild.model_copy(update={"accept_incomplete": True})}
+    )
+    node = Node(accepting)
+    node.start()
+    try:
+        # The refused start cleared the stale store already: this one begins where the topic
+        # starts now.
+        assert node.context is not None and node.context.origin.fresh
+        assert node.context.origin.began == ends
+        assert node.context.store.get_index(["held"]) == [None], "the stale store was cleared"
     finally:
         node.stop()

@@ -170,3 +170,12 @@ def test_an_inner_topic_chronos_may_not_read_ends_the_node(tmp_path: Path) -> No
     rig = Rig(tmp_path, [ScriptedSource([refused], {})])
     rig.worker.step()
     assert rig.fatal == ["Kafka refused reading the inner topic: denied"]
+
+
+def test_records_removed_before_the_store_read_them_end_the_node(tmp_path: Path) -> None:
+    """Going on would leave the store without what they said (a cancel); the next start
+    clears and rebuilds it."""
+    gap = DecodedBatch(errors=["_AUTO_OFFSET_RESET"], gap="offset 3 out of range")
+    rig = Rig(tmp_path, [ScriptedSource([gap], {})])
+    rig.worker.step()
+    assert len(rig.fatal) == 1 and "removed before this node read them" in rig.fatal[0]

@@ -129,3 +129,14 @@ def test_a_record_whose_key_is_not_its_id_is_refused() -> None:
         assert not batch.items
         ((_k, _v, _h, reason, _origin),) = batch.rejected
         assert reason.startswith("invalid id: the record key must be the message id"), reason
+
+
+def test_an_offset_no_longer_in_the_topic_is_flagged_as_a_gap() -> None:
+    """With ``auto.offset.reset=error`` librdkafka reports a next offset that retention (or
+    DeleteRecords) removed instead of jumping over the records silently."""
+    removed = Message(error=KafkaError(KafkaError._AUTO_OFFSET_RESET))
+    batch = decode_batch([removed], LimitSettings(), NAMES, NOW)
+    assert batch.gap is not None and batch.not_authorized is None
+    later = DecodedBatch()
+    later.merge(batch)
+    assert later.gap == batch.gap
