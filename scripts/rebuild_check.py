@@ -12,7 +12,7 @@ deletes every record below it (``DeleteRecords``: what retention does after days
   delivered for a ``read_committed`` consumer;
 * ``b``: replace the backup's disk, wait until complete, trim, kill -9 the master and replace
   its disk too, wait until complete, trim, kill -9 the new master: the same;
-* ``c``: a node alone: kill -9, delete its store, trim, start it: 0 lost, duplicates only of
+* ``c``: a node alone: trim, kill -9, delete its store, start it: 0 lost, duplicates only of
   messages first delivered within ``--window`` ms before the kill (the crash window);
 * ``d``: an inner topic with ``cleanup.policy=delete`` and ``retention.ms=20000``: the node
   must refuse to start, naming the setting.
@@ -206,10 +206,10 @@ def run_alone(
             load = Load(client, topic, args.rate, args.seed, (5.0, 150.0), REPEAT)
             load.start()
             time.sleep(args.load)
+            facts["trim"] = trim(admin, node.config, False)
             node.process.kill()
             killed_ms = int(time.time() * 1000)
             shutil.rmtree(node.data_dir)
-            facts["trim"] = trim(admin, node.config, False)
             started = time.monotonic()
             node.process.start()
             node.process.wait_ready(300)
