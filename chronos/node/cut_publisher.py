@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 
 import structlog
@@ -56,6 +57,10 @@ class CutPublisher(LoopWorker):
         floor: the rebuild floor each cut carries.
         interval_s: how often a cut is noted and published.
         clock: time source.
+        published: the cut this node published last (read at start): a cut with an earlier
+            frontier is never published after it.
+        ready: whether the frontier and seek are this node's own yet (a store being rebuilt
+            has not applied ``published``: its frontier says nothing until then).
     """
 
     def __init__(
@@ -68,8 +73,11 @@ class CutPublisher(LoopWorker):
         floor: RebuildFloor,
         interval_s: float,
         clock: Clock,
+        published: Cut | None = None,
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
         super().__init__("cut-publisher")
+        self._ready = ready
         self._frontier = frontier
         self._ledger = ledger
         self._publisher = publisher
@@ -83,8 +91,10 @@ class CutPublisher(LoopWorker):
         #: Cuts noted and not yet reached by the persisted seek, oldest first.
         self._noted: deque[tuple[EpochMs, dict[int, int]]] = deque()
         #: The cut and floor published last.
-        self._last: tuple[EpochMs, dict[int, int]] | None = None
-        self._last_floor: Floor | None = None
+        self._last: tuple[EpochMs, dict[int, int]] | None = (
+            None if published is None else (published.seek_ms, published.offsets)
+        )
+        self._last_floor: Floor | None = None if published is None else published.floor
         self.failures = 0
 
     def repeats_committed(self, written: list[tuple[DelayMessage, EpochMs]]) -> None:
@@ -113,13 +123,17 @@ class CutPublisher(LoopWorker):
     def publish_once(self) -> None:
         """Note the frontier's cut and publish the newest one the persisted seek reached (with
         the floor), after the repeat states committed so far."""
+        if not self._ready():
+            return
         frontier, offsets = self._frontier.cut()
         if not self._noted or self._noted[-1][0] != frontier:
             self._noted.append((frontier, offsets))
         seek = self._ledger.seek_ms
         reached = self._last
         while self._noted and self._noted[0][0] <= seek:
-            reached = self._noted.popleft()
+            noted = self._noted.popleft()
+            if reached is None or noted[0] >= reached[0]:
+                reached = noted
         with self._lock:
             repeats, self._repeats = self._repeats, []
         for state in repeats:

@@ -83,6 +83,9 @@ class RefreshWorker(LoopWorker):
         settings: interval and rate.
         clock: time source.
         metrics: counters.
+        ready: whether the store's slots are the delivering node's own yet (a node alone
+            rebuilding its store has not applied its published cut: a refresh written then
+            would record slots that cut has not settled).
     """
 
     def __init__(
@@ -95,8 +98,10 @@ class RefreshWorker(LoopWorker):
         settings: RebuildSettings,
         clock: Clock,
         metrics: Metrics,
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
         super().__init__("refresh")
+        self._ready = ready
         self._store = store
         self._inner_offsets = inner_offsets
         self._publisher = publisher
@@ -109,6 +114,9 @@ class RefreshWorker(LoopWorker):
         self._retry_at_ms = 0
 
     def step(self) -> None:
+        if not self._ready():
+            self._stop.wait(1.0)
+            return
         now = self._clock.now_ms()
         current = self._floor.current
         due = max(self._retry_at_ms, 0 if current is None else current.at_ms + self._interval_ms)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -44,6 +44,7 @@ class NodeContext:
         origin: where its store's ingest began (complete or not, see ``schedule/origin.py``).
         floor: the rebuild floor this node publishes while it delivers.
         rebuild: a node alone rebuilding its empty store from Kafka (``runtime/rebuild.py``).
+        published: the progress this node (alone) or its group published, as read at start.
     """
 
     settings: ChronosSettings
@@ -62,6 +63,7 @@ class NodeContext:
     origin: StoreOrigin
     floor: RebuildFloor
     rebuild: AloneRebuild | None = None
+    published: Published = field(default_factory=lambda: Published(None, {}))
 
 
 def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
@@ -125,6 +127,7 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         owned=owned,
         origin=origin,
         floor=RebuildFloor(None if published.cut is None else published.cut.floor),
+        published=published,
         rebuild=(
             AloneRebuild(published, store, replica_store, placement, owned)
             if rebuilding and replica_store is not None and isinstance(placement, ReplicaPlacement)

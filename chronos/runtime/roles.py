@@ -162,6 +162,10 @@ def alone(ctx: NodeContext) -> list[Component]:
         ctx.floor,
         _CUT_INTERVAL_S,
         ctx.clock,
+        ctx.published.cut,
+        ready=(lambda: True)
+        if ctx.rebuild is None
+        else (lambda: ctx.rebuild is not None and ctx.rebuild.done),
     )
     return [
         MetricsReporter(ctx.metrics, ctx.ledger),
@@ -176,7 +180,9 @@ def alone(ctx: NodeContext) -> list[Component]:
 
 
 def _refresher(ctx: NodeContext, floor: RebuildFloor) -> RefreshWorker:
-    """The refresh passes of the node that delivers (``node/refresh.py``)."""
+    """The refresh passes of the node that delivers (``node/refresh.py``); a node alone's
+    once its rebuild, if any, finished."""
+    rebuild = ctx.rebuild
     return RefreshWorker(
         ctx.store,
         lambda: ctx.ledger.inner_offsets(ctx.owned),
@@ -186,6 +192,7 @@ def _refresher(ctx: NodeContext, floor: RebuildFloor) -> RefreshWorker:
         ctx.settings.rebuild,
         ctx.clock,
         ctx.metrics,
+        ready=(lambda: True) if rebuild is None else (lambda: rebuild.done),
     )
 
 

@@ -79,3 +79,45 @@ def test_a_cut_is_published_once_the_persisted_seek_reached_its_frontier(tmp_pat
     last = _published(publisher)[-1]
     assert isinstance(last, Cut) and (last.seek_ms, last.offsets) == (T0 + 200, {0: 9})
     store.close()
+
+
+def test_nothing_is_published_before_a_rebuild_applied_the_last_cut_nor_an_earlier_one(
+    tmp_path: Path,
+) -> None:
+    """A store being rebuilt has a frontier of 0 until the published cut is applied. Mutant
+    caught: that frontier published over the real cut (a crash during the rebuild would then
+    deliver everything again)."""
+    store = RocksStore(tmp_path, StoreSettings(wal_sync_interval_ms=60_000))
+    frontier = Frontier(0)
+    ledger = Ledger(store, frontier, FakeClock(T0), DeleteSettings())
+    last = Cut(0, T0 + 500, {0: 40}, "n1", T0, Floor({0: 30}, T0))
+    done = {"rebuilt": False}
+    publisher = _Publisher(auto=True)
+    cuts = CutPublisher(
+        frontier,
+        ledger,
+        publisher,
+        TOPIC,
+        "n1",
+        RebuildFloor(last.floor),
+        1.0,
+        FakeClock(T0),
+        last,
+        ready=lambda: done["rebuilt"],
+    )
+    with frontier.placing(None, {0: 41}):
+        pass
+    cuts.publish_once()
+    cuts.finish()
+    assert publisher.published == [], "published while the rebuild had not applied its cut"
+    done["rebuilt"] = True
+    cuts.publish_once()
+    assert publisher.published == [], "a frontier behind the published cut went out"
+    frontier.reset(T0 + 500, {0: 41})
+    ledger.commit_progress(T0 + 600, [])
+    frontier.advance(T0 + 600)
+    cuts.publish_once()
+    cuts.publish_once()
+    (cut,) = _published(publisher)
+    assert isinstance(cut, Cut) and (cut.seek_ms, cut.offsets) == (T0 + 600, {0: 41})
+    store.close()

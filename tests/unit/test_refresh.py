@@ -120,3 +120,31 @@ def test_a_pass_with_a_refused_record_proves_no_floor(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="refused a refresh record"):
         _worker(store, ledger, publisher, clock).run_pass()
     store.close()
+
+
+def test_no_pass_runs_before_the_store_is_the_delivering_nodes_own(tmp_path: Path) -> None:
+    """A node alone rebuilding its store: a pass then would record slots its published cut has
+    not settled yet (a later rebuild would take a relocated message for delivered)."""
+    clock = FakeClock(T0)
+    store, ledger = _ledger(tmp_path / "a", clock)
+    ledger.apply([DelayMessage("a", "t", None, b"1", [], T0 + 10)], {0: 1})
+    publisher = StubPublisher(auto=True)
+    ready = {"now": False}
+    worker = RefreshWorker(
+        store,
+        lambda: ledger.inner_offsets([0]),
+        publisher,
+        INNER,
+        RebuildFloor(),
+        RebuildSettings(refresh_rate=1_000_000),
+        clock,
+        CountingMetrics(),
+        ready=lambda: ready["now"],
+    )
+    worker.stop()  # its waits return at once; a pass still sends its first chunk
+    worker.step()
+    assert publisher.published == []
+    ready["now"] = True
+    worker.step()
+    assert len(publisher.published) == 1
+    store.close()
