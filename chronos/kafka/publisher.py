@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError
 
+from chronos.lifecycle import Component
 from chronos.types import Headers
 
 #: Called once per record with (error or None, the confluent Message or None).
@@ -50,6 +51,10 @@ class Publisher(Protocol):
     def topic_exists(self, topic: str, timeout_s: float) -> bool:
         """Whether Kafka's metadata knows ``topic`` (asked of the broker, not cached)."""
         ...
+
+
+class OwnedPublisher(Publisher, Component, Protocol):
+    """A publisher its user starts and stops (``IdempotentPublisher``, ``StubPublisher``)."""
 
 
 class TransactionalPublisher(Publisher, Protocol):

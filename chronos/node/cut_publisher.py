@@ -19,14 +19,13 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
 
 import structlog
 from confluent_kafka import KafkaError
 
 from chronos.clock import Clock
-from chronos.kafka.publisher import Publisher
-from chronos.lifecycle import Component, LoopWorker
+from chronos.kafka.publisher import OwnedPublisher
+from chronos.lifecycle import LoopWorker
 from chronos.model import DelayMessage
 from chronos.schedule.floor import Floor, RebuildFloor
 from chronos.schedule.frontier import Frontier
@@ -38,10 +37,6 @@ log = structlog.get_logger(__name__)
 
 #: Longest wait for the last records at a clean stop.
 _FLUSH_TIMEOUT_S = 10.0
-
-
-class OwnPublisher(Publisher, Component, Protocol):
-    """A publisher its user starts and stops (``IdempotentPublisher``)."""
 
 
 class CutPublisher(LoopWorker):
@@ -67,7 +62,7 @@ class CutPublisher(LoopWorker):
         self,
         frontier: Frontier,
         ledger: Ledger,
-        publisher: OwnPublisher,
+        publisher: OwnedPublisher,
         topic: str,
         node_id: str,
         floor: RebuildFloor,

@@ -37,9 +37,13 @@ from chronos.node.reporter import MetricsReporter
 from chronos.node.sender import RetrySchedule, Sender
 from chronos.runtime.context import NodeContext
 from chronos.schedule.floor import RebuildFloor
-from chronos.settings import ChronosSettings, DecoderPlace
+from chronos.settings import ChronosSettings, DecoderPlace, KafkaValue
 
 Role = Callable[[NodeContext], list[Component]]
+
+#: A refresh pass is bulk and off the delivery path: compressed, in full batches (a pass over
+#: 1 M messages of 100 bytes wrote 282 MB uncompressed to the broker).
+_REFRESH_PRODUCER: dict[str, KafkaValue] = {"compression.type": "lz4", "linger.ms": 50}
 
 #: How often a node alone publishes its cut: the most a wiped store delivers again, plus the
 #: seek's lag behind acknowledgements (``node/cut_publisher.py``).
@@ -186,7 +190,7 @@ def _refresher(ctx: NodeContext, floor: RebuildFloor) -> RefreshWorker:
     return RefreshWorker(
         ctx.store,
         lambda: ctx.ledger.inner_offsets(ctx.owned),
-        ctx.publisher,
+        lambda: ctx.clients.idempotent("refresh", **_REFRESH_PRODUCER),
         ctx.settings.topics.names.inner,
         floor,
         ctx.settings.rebuild,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from chronos.errors import DecodeError
-from chronos.group.follower import Follower
+from chronos.group.follower import Follower, read_to_end
 from chronos.model import DelayMessage
 from chronos.repeat import Repeat, RepeatKind
 from chronos.schedule.progress_record import Cut, RepeatState, decode, encode_cut, encode_repeat
@@ -69,3 +69,32 @@ def test_a_cut_waits_until_ingest_stored_everything_below_it() -> None:
     assert follower.apply_covered() == 1
     assert ledger.applied[-1] == (T0 + 10, [], {0: 6, 1: 2})
     assert follower.applied is not None and follower.applied.seek_ms == T0 + 10
+
+
+@dataclass
+class _OpenTransactionLog:
+    """A progress topic whose high watermark lies past the last stable offset: a master's
+    delivery transaction is open, as it is most of the time under load."""
+
+    records: list[Cut | RepeatState]
+    end_reached: int = -1
+
+    def read(self, timeout_s: float) -> list[Cut | RepeatState]:
+        out, self.records = self.records, []
+        self.end_reached = 2  # the EOF a read_committed reader gets at the stable offset
+        return out
+
+    def end_offset(self, timeout_s: float, topic: str | None = None, partition: int = 0) -> int:
+        return 3  # an open transaction's record lies past the stable offset
+
+    def close(self) -> None:
+        pass
+
+
+def test_reading_to_the_end_stops_at_the_stable_offset_not_the_high_watermark() -> None:
+    """Mutant caught: waiting for the high watermark, which an open transaction holds ahead of
+    what a read_committed reader can reach (nodes failed to start for 30 s under load)."""
+    repeat = RepeatState("r", None, 0)
+    log = _OpenTransactionLog([Cut(1, 10, {0: 1}, "a", 5), repeat, Cut(2, 20, {0: 2}, "a", 6)])
+    cut, states = read_to_end(log, timeout_s=1.0)
+    assert cut == Cut(2, 20, {0: 2}, "a", 6) and states == {"r": repeat}

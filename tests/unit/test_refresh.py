@@ -37,7 +37,7 @@ def _worker(
     return RefreshWorker(
         store,
         lambda: ledger.inner_offsets([0]),
-        publisher,
+        lambda: publisher,
         INNER,
         RebuildFloor(),
         RebuildSettings(refresh_rate=1_000_000),
@@ -133,7 +133,7 @@ def test_no_pass_runs_before_the_store_is_the_delivering_nodes_own(tmp_path: Pat
     worker = RefreshWorker(
         store,
         lambda: ledger.inner_offsets([0]),
-        publisher,
+        lambda: publisher,
         INNER,
         RebuildFloor(),
         RebuildSettings(refresh_rate=1_000_000),

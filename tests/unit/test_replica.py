@@ -223,7 +223,7 @@ def world(tmp_path: Path, origin: StoreOrigin) -> Iterator[World]:
         return RefreshWorker(
             store,
             lambda: ledger.inner_offsets([0]),
-            inner,
+            lambda: inner,
             spec.inner_topic,
             floor,
             RebuildSettings(),

@@ -63,10 +63,25 @@ class StubPublisher:
     #: Records a flush leaves unanswered (as if Kafka never answered in time).
     hold: Callable[[StubRecord], bool] = lambda _record: False
     noted: list[KafkaError] = field(default_factory=list)
+    name: str = "stub"
+    #: "started" while between ``start`` and ``stop`` (as a component), else "stopped".
+    state: str = "stopped"
     _fail: dict[str, BaseException] = field(default_factory=dict)
     _transaction: int = 0
     _open: bool = False
     closed: bool = False
+
+    def start(self) -> None:
+        self.state = "started"
+
+    def stop(self) -> None:
+        self.state = "stopped"
+
+    def join(self, timeout: float) -> None:
+        pass
+
+    def is_alive(self) -> bool:
+        return self.state == "started"
 
     def fail_next(self, call: str, error: BaseException) -> None:
         """Make the next ``call`` ("init", "begin", "publish", "flush", "commit", "abort",
