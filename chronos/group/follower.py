@@ -43,6 +43,8 @@ class ProgressReader(Protocol):
 
     #: The offset of the last end of the topic reached, -1 before any.
     end_reached: int
+    #: The offset after the last record read, -1 before any.
+    position: int
 
     def read(self, timeout_s: float) -> list[Cut | RepeatState]: ...
     def end_offset(self, timeout_s: float, topic: str | None = None, partition: int = 0) -> int: ...
@@ -78,6 +80,8 @@ class ProgressLog:
         self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
         #: The offset of the last end of the topic reached, -1 before any.
         self.end_reached = -1
+        #: The offset after the last record read, -1 before any.
+        self.position = -1
 
     def read(self, timeout_s: float) -> list[Cut | RepeatState]:
         """The records that arrived, in order (at most a batch)."""
@@ -90,6 +94,7 @@ class ProgressLog:
                 else:
                     self._errors(error)
                 continue
+            self.position = (message.offset() or 0) + 1
             try:
                 out.append(decode(message.key(), message.value()))
             except DecodeError as exc:
@@ -109,19 +114,21 @@ class ProgressLog:
 
 
 def read_to_end(
-    reader: ProgressReader, timeout_s: float
+    reader: ProgressReader, timeout_s: float, stable_end: int | None = None
 ) -> tuple[Cut | None, dict[str, RepeatState]]:
-    """The last cut and each repeat's last state, as committed when the reader first reached
-    the end (bounded by ``timeout_s``: TimeoutError when it does not).
+    """The last cut and each repeat's last state, read from the beginning to ``stable_end``
+    (the topic's last stable offset, ``kafka.admin.stable_end``), or to the first end the
+    reader reaches (bounded by ``timeout_s``: TimeoutError when it does not get there).
 
-    The end is where a ``read_committed`` reader stops, the last stable offset: a master
-    keeps a delivery transaction open most of the time, so the topic's high watermark lies
-    past it and a reader waiting for that would wait until the master pauses (node starts
-    failed after 30 s under load). What lies past it is not committed yet."""
+    A ``read_committed`` reader stops at the last stable offset, and librdkafka reports the
+    end only at the high watermark: a master keeps a delivery transaction open most of the
+    time, which holds the high watermark past the stable offset, so a reader of a group's
+    topic waiting for the end waits until the master pauses (a replica restarted under load
+    failed after 30 s). A node alone's topic has no transactions: its end comes."""
     cut: Cut | None = None
     states: dict[str, RepeatState] = {}
     deadline = time.monotonic() + timeout_s
-    while reader.end_reached < 0:
+    while reader.end_reached < 0 and (stable_end is None or reader.position < stable_end):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the progress topic was not read to its end in {timeout_s} s")
         for record in reader.read(0.2):

@@ -16,6 +16,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from chronos.errors import ConfigError
 from chronos.group.follower import ProgressLog, read_to_end
 from chronos.group.spec import GroupSpec
+from chronos.kafka.admin import stable_end
 from chronos.kafka.clients import KafkaClients
 from chronos.schedule.progress_record import Cut
 from chronos.types import EpochMs
@@ -169,7 +170,7 @@ def _last_cut(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Cut |
         clients.errors("progress-status"),
     )
     try:
-        return read_to_end(log, timeout_s)[0]
+        return read_to_end(log, timeout_s, stable_end(clients.admin(), spec.progress_topic))[0]
     finally:
         log.close()
 

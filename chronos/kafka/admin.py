@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import structlog
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # not re-exported explicitly
 
@@ -120,6 +120,20 @@ def log_start_offsets(
         return {tp.partition: int(f.result(timeout_s).offset) for tp, f in futures.items()}
     except KafkaException as exc:
         raise ConfigError(f"cannot read where {topic} starts: {exc.args[0]}") from exc
+
+
+def stable_end(admin: AdminClient, topic: str, timeout_s: float = 30.0) -> int:
+    """The last stable offset of a one-partition topic: where a ``read_committed`` reader can
+    read up to now (an open transaction's first record, else the end)."""
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    tp = TopicPartition(topic, 0)
+    try:
+        futures = admin.list_offsets(
+            {tp: latest}, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
+        )
+        return int(futures[tp].result(timeout_s).offset)
+    except KafkaException as exc:
+        raise ConfigError(f"cannot read where {topic} ends: {exc.args[0]}") from exc
 
 
 def partition_count(settings: ChronosSettings, topic: str, timeout_s: float = 30.0) -> int:

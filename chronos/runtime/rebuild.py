@@ -19,6 +19,7 @@ import structlog
 
 from chronos.group.follower import ProgressLog, read_to_end
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.kafka.admin import stable_end
 from chronos.kafka.clients import KafkaClients
 from chronos.schedule.progress_record import Cut, RepeatState
 from chronos.settings import ChronosSettings
@@ -43,14 +44,17 @@ def read_published(
     names = settings.topics.names
     node_id = settings.node.node_id
     group = settings.group.name
+    topic = names.alone_progress(node_id) if group is None else names.progress(group)
+    # A group's master writes in transactions: read to the stable offset (see read_to_end).
+    end = None if group is None else stable_end(clients.admin(), topic, timeout_s)
     reader = ProgressLog(
-        names.alone_progress(node_id) if group is None else names.progress(group),
+        topic,
         names.progress_reader_group(node_id, "start"),
         clients.consumer,
         clients.errors("progress"),
     )
     try:
-        cut, repeats = read_to_end(reader, timeout_s)
+        cut, repeats = read_to_end(reader, timeout_s, end)
     finally:
         reader.close()
     return Published(cut, repeats)

@@ -82,6 +82,7 @@ class StubProgress:
     records: list[Cut | RepeatState] = field(default_factory=list)
     inner_ends: dict[int, int] = field(default_factory=dict)
     end_reached: int = -1
+    position: int = -1
     _read: int = 0
 
     def read(self, timeout_s: float) -> list[Cut | RepeatState]:
