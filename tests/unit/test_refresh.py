@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,11 @@ def _ledger(path: Path, clock: FakeClock) -> tuple[RocksStore, Ledger]:
 
 
 def _worker(
-    store: RocksStore, ledger: Ledger, publisher: StubPublisher, clock: FakeClock
+    store: RocksStore,
+    ledger: Ledger,
+    publisher: StubPublisher,
+    clock: FakeClock,
+    ready: Callable[[], bool] = lambda: True,
 ) -> RefreshWorker:
     return RefreshWorker(
         store,
@@ -43,6 +48,7 @@ def _worker(
         RebuildSettings(refresh_rate=1_000_000),
         clock,
         CountingMetrics(),
+        ready=ready,
     )
 
 
@@ -130,17 +136,7 @@ def test_no_pass_runs_before_the_store_is_the_delivering_nodes_own(tmp_path: Pat
     ledger.apply([DelayMessage("a", "t", None, b"1", [], T0 + 10)], {0: 1})
     publisher = StubPublisher(auto=True)
     ready = {"now": False}
-    worker = RefreshWorker(
-        store,
-        lambda: ledger.inner_offsets([0]),
-        lambda: publisher,
-        INNER,
-        RebuildFloor(),
-        RebuildSettings(refresh_rate=1_000_000),
-        clock,
-        CountingMetrics(),
-        ready=lambda: ready["now"],
-    )
+    worker = _worker(store, ledger, publisher, clock, ready=lambda: ready["now"])
     worker.stop()  # its waits return at once; a pass still sends its first chunk
     worker.step()
     assert publisher.published == []
