@@ -345,6 +345,25 @@ class NodeSettings(_Section):
             "again after a restart. Delivery resumes when a write succeeds."
         ),
     )
+    cancel_margin_ms: int = Field(
+        100,
+        ge=0,
+        description=(
+            "A cancel Kafka acknowledged at least this long before its message's due time (by "
+            "the node's clock) is never delivered: delivery of a slot waits until ingest has "
+            "applied every inner record acknowledged up to this long before it. Ingest lag "
+            "then makes deliveries late (metric cancel_gate_held_ms), never wrong. Clients' "
+            "clocks must agree with the node's within it."
+        ),
+    )
+    watermark_interval_ms: int = Field(
+        50,
+        ge=1,
+        description=(
+            "How often the node asks Kafka where its inner partitions end (one ListOffsets), "
+            "for the cancel gate. Below cancel_margin_ms, an idle node delivers on time."
+        ),
+    )
     catch_up_timeout_s: float = Field(
         60.0,
         ge=0,

@@ -69,6 +69,8 @@ log = structlog.get_logger(__name__)
 
 #: Longest sleep while idle, so the loop notices a stop or a clock jump.
 _MAX_WAIT_S = 1.0
+#: How soon a loop held back by the cancel gate looks again.
+_GATE_RECHECK_S = 0.01
 #: Index of the progress records among a transaction's failures (jobs are 0..n-1).
 _PROGRESS = -1
 
@@ -105,6 +107,8 @@ class TransactionLoop(LoopWorker):
         clock: time source.
         metrics: counters.
         state: term and callbacks.
+        horizon: the last slot that may be delivered at a given now (the cancel gate,
+            ``node/watermark.py``); None: now.
     """
 
     def __init__(
@@ -120,8 +124,10 @@ class TransactionLoop(LoopWorker):
         clock: Clock,
         metrics: Metrics,
         state: MasterState,
+        horizon: Callable[[EpochMs], EpochMs] | None = None,
     ) -> None:
         super().__init__("transactions")
+        self._horizon = horizon
         group = spec.settings
         self._spec = spec
         self._max_records = group.transaction_max_records
@@ -197,7 +203,8 @@ class TransactionLoop(LoopWorker):
         if since < self._interval_s:
             self._stop.wait(self._interval_s - since)
             return
-        target = self._target(now)
+        limit = now if self._horizon is None else self._horizon(now)
+        target = self._target(limit)
         self._frontier.advance(target)
         upto, covered = self._frontier.cut()
         rows = self._rows_through(upto)
@@ -205,6 +212,11 @@ class TransactionLoop(LoopWorker):
             upcoming = self._store.first_key_from(keys.slot_bound(upto + 1))
             wake = None if upcoming is None else keys.slot_of(upcoming)
             wait_s = min(_MAX_WAIT_S, self._heartbeat_s - since)
+            if wake is not None and wake <= now:
+                # Due, and held by the cancel gate: ingest has not applied up to it yet.
+                self._metrics.observe("cancel_gate_held_ms", now - limit)
+                wait_s = min(wait_s, _GATE_RECHECK_S)
+                wake = None
             self._frontier.wait(wake, self._clock.now_ms(), wait_s)
             return
         jobs = jobs_for(rows, now, self._ledger)

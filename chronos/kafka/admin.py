@@ -136,6 +136,19 @@ def stable_end(admin: AdminClient, topic: str, timeout_s: float = 30.0) -> int:
         raise ConfigError(f"cannot read where {topic} ends: {exc.args[0]}") from exc
 
 
+def stable_ends(
+    admin: AdminClient, topic: str, partitions: list[int], timeout_s: float
+) -> dict[int, int]:
+    """The last stable offset of each of ``partitions`` (one ListOffsets per broker): what a
+    ``read_committed`` reader reaches; KafkaException when Kafka does not answer in time."""
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    wanted = {TopicPartition(topic, p): latest for p in partitions}
+    futures = admin.list_offsets(
+        wanted, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
+    )
+    return {tp.partition: int(f.result(timeout_s).offset) for tp, f in futures.items()}
+
+
 def partition_count(settings: ChronosSettings, topic: str, timeout_s: float = 30.0) -> int:
     """Number of partitions of ``topic``; ConfigError when it does not exist."""
     admin = _admin(settings)

@@ -159,6 +159,7 @@ def _child_main(conn: Connection) -> None:
         # The collector, at CPython's defaults, cost this process a sixth of its CPU (decoding
         # allocates several objects per record): the node's settings apply here too.
         tune_interpreter()
+        told: dict[int, int] = {}
         while True:
             # Also how a dead parent is noticed: its end of the pipe reads as EOF.
             while conn.poll(0):
@@ -167,7 +168,9 @@ def _child_main(conn: Connection) -> None:
                     return
                 reader.store_offsets(payload)
             batch = reader.read(spec.poll_timeout_s)
-            if not batch.empty or batch.positions:  # an idle read says nothing new
+            # An idle read says something new only when a position moved (past a marker).
+            if not batch.empty or batch.positions != told:
+                told = batch.positions if batch.empty else {}
                 conn.send(("batch", batch))
     except (EOFError, OSError):
         return  # the parent is gone: nobody left to read for

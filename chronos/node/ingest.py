@@ -12,6 +12,7 @@ from chronos.delivery.deadletter import DeadLetters
 from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
 from chronos.node.inner_reader import BatchSource, DecodedBatch
+from chronos.node.watermark import IngestWatermark
 from chronos.schedule.ledger import ApplyOutcome, Ledger
 
 log = structlog.get_logger(__name__)
@@ -38,6 +39,8 @@ class IngestWorker(LoopWorker):
         poll_timeout_ms: how long one read waits.
         metrics: counters.
         on_fatal: told when Kafka refuses chronos reading the inner topic (the node ends).
+        watermark: told how far each partition is applied (the cancel gate,
+            ``node/watermark.py``).
     """
 
     def __init__(
@@ -51,8 +54,10 @@ class IngestWorker(LoopWorker):
         poll_timeout_ms: int,
         metrics: Metrics,
         on_fatal: Callable[[str], None] | None = None,
+        watermark: IngestWatermark | None = None,
     ) -> None:
         super().__init__(f"ingest-{index}")
+        self._watermark = watermark
         self._partitions = partitions
         self._new_source = open_source
         self._ledger = ledger
@@ -98,6 +103,8 @@ class IngestWorker(LoopWorker):
         try:
             batch = source.read(self._timeout_s)
             if batch.empty:
+                if batch.positions and self._watermark is not None:
+                    self._watermark.applied(batch.positions)
                 if not self.caught_up.is_set():
                     # By position: it also moves past transaction markers.
                     self._check_caught_up(batch.positions)
@@ -149,6 +156,11 @@ class IngestWorker(LoopWorker):
         )
         dead.clear()
         self._count(outcome)
+        if self._watermark is not None:
+            # Applied and visible to the push scan: cancels in it now hold.
+            self._watermark.applied(batch.offsets)
+            if batch.positions:
+                self._watermark.applied(batch.positions)
         if not self.caught_up.is_set():
             # Positions (from an idle read merged in) come after the records: they win.
             self._check_caught_up(batch.offsets | batch.positions)

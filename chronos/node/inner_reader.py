@@ -268,13 +268,12 @@ class InnerReader:
         return decode_batch(records, spec.limits, spec.names, self._now_ms())
 
     def _positions(self, consumer: Consumer) -> dict[int, int]:
-        """Positions in the partitions still catching up (none once all are caught up)."""
-        if not self._catching_up:
-            return {}
-        found = consumer.position([TopicPartition(self._topic, p) for p in self._catching_up])
+        """Positions in every partition read: past transaction markers that no record shows,
+        which catching up and the ingest watermark (``node/watermark.py``) must both see."""
+        found = consumer.position([TopicPartition(self._topic, p) for p in self._spec.partitions])
         positions = {tp.partition: tp.offset for tp in found if tp.offset >= 0}
         for partition, offset in positions.items():
-            if offset >= self._catching_up[partition]:
+            if offset >= self._catching_up.get(partition, offset + 1):
                 del self._catching_up[partition]
         return positions
 

@@ -47,6 +47,8 @@ class PushWorker(LoopWorker):
         max_in_flight: most jobs dispatched and not yet collected.
         max_unpersisted_s: pause dispatching once the progress could not be persisted for
             this long (``node.max_unpersisted_s``).
+        horizon: the last slot that may be delivered at a given now (the cancel gate,
+            ``node/watermark.py``); None: now.
     """
 
     def __init__(
@@ -63,13 +65,15 @@ class PushWorker(LoopWorker):
         gate_timeout_s: float = 60.0,
         max_in_flight: int = 200_000,
         max_unpersisted_s: float = 5.0,
+        horizon: Callable[[EpochMs], EpochMs] | None = None,
     ) -> None:
         super().__init__("push")
+        self._horizon = horizon
         self._max_in_flight = max_in_flight
         self._max_unpersisted_s = max_unpersisted_s
         self._paused = False
         # Resume point inside an interrupted scan, so a failed scan never dispatches twice.
-        self._cursor = b""
+        self._cursor = b"" if ledger.cursor is None else ledger.cursor + b"\x00"
         self._gate = start_gate
         self._gate_deadline = time.monotonic() + gate_timeout_s
         self._store = store
@@ -105,7 +109,10 @@ class PushWorker(LoopWorker):
     def scan_due(self) -> EpochMs | None:
         """Dispatch everything due up to now; returns the next slot waiting, if any."""
         now = self._clock.now_ms()
-        upto = self._frontier.advance(now)
+        limit = now if self._horizon is None else self._horizon(now)
+        if limit < now:
+            self._note_held(limit, now)
+        upto = self._frontier.advance(limit)
         start = max(keys.slot_bound(self._scanned + 1), self._cursor)
         stop = keys.slot_bound(upto + 1)
         while True:
@@ -123,6 +130,12 @@ class PushWorker(LoopWorker):
             return now + _HELD_BACK_RECHECK_MS
         upcoming = self._store.first_key_from(stop)
         return None if upcoming is None else keys.slot_of(upcoming)
+
+    def _note_held(self, limit: EpochMs, now: EpochMs) -> None:
+        """Sample how late the cancel gate makes a message that is due (lateness, not loss)."""
+        waiting = self._store.first_key_from(keys.slot_bound(limit + 1))
+        if waiting is not None and keys.slot_of(waiting) <= now:
+            self._metrics.observe("cancel_gate_held_ms", now - limit)
 
     def _put(self, jobs: list[DeliveryJob]) -> bool:
         """Hand jobs to the senders; blocks while the queue is full, too much is in flight, or

@@ -17,11 +17,12 @@ from chronos.kafka.publishers.idempotent import IdempotentPublisher
 from chronos.lifecycle import Fatal
 from chronos.metrics import CountingMetrics
 from chronos.node.partitions import owned_partitions
+from chronos.node.watermark import IngestWatermark
 from chronos.runtime.origin import establish_origin
 from chronos.runtime.rebuild import AloneRebuild, Published, read_published
 from chronos.schedule.floor import RebuildFloor
 from chronos.schedule.frontier import Frontier
-from chronos.schedule.ledger import ALONE, Ledger
+from chronos.schedule.ledger import ALONE, Ledger, resume_frontier
 from chronos.schedule.origin import StoreOrigin
 from chronos.settings import ChronosSettings
 from chronos.store.rocks import RocksStore
@@ -45,6 +46,7 @@ class NodeContext:
         floor: the rebuild floor this node publishes while it delivers.
         rebuild: a node alone rebuilding its empty store from Kafka (``runtime/rebuild.py``).
         published: the progress this node (alone) or its group published, as read at start.
+        watermark: how far ingest has applied what Kafka acknowledged (the cancel gate).
     """
 
     settings: ChronosSettings
@@ -64,6 +66,7 @@ class NodeContext:
     floor: RebuildFloor
     rebuild: AloneRebuild | None = None
     published: Published = field(default_factory=lambda: Published(None, {}))
+    watermark: IngestWatermark = field(default_factory=lambda: IngestWatermark({}, 0))
 
 
 def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
@@ -87,7 +90,7 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
     except BaseException:
         store.close()
         raise
-    frontier = Frontier(store.read_seek() or 0)
+    frontier = Frontier(resume_frontier(store))
     metrics = CountingMetrics()
     # A replica starts following and records where each add came from (chronos/group/); so
     # does a node alone that rebuilds its empty store from what it published.
@@ -128,6 +131,7 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         origin=origin,
         floor=RebuildFloor(None if published.cut is None else published.cut.floor),
         published=published,
+        watermark=IngestWatermark(ledger.inner_offsets(owned), settings.node.cancel_margin_ms),
         rebuild=(
             AloneRebuild(published, store, replica_store, placement, owned)
             if rebuilding and replica_store is not None and isinstance(placement, ReplicaPlacement)

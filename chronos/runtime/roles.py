@@ -21,6 +21,7 @@ from chronos.group.placement import ReplicaStore
 from chronos.group.replica import Elector, Replica
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import MasterState, TransactionLoop
+from chronos.kafka.admin import stable_ends
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.lifecycle import Component
 from chronos.node.checkpointer import CheckpointWorker
@@ -35,6 +36,7 @@ from chronos.node.push import JobQueue, PushWorker
 from chronos.node.refresh import RefreshWorker
 from chronos.node.reporter import MetricsReporter
 from chronos.node.sender import RetrySchedule, Sender
+from chronos.node.watermark import WatermarkProbe
 from chronos.runtime.context import NodeContext
 from chronos.schedule.floor import RebuildFloor
 from chronos.settings import ChronosSettings, DecoderPlace, KafkaValue
@@ -82,9 +84,24 @@ def _ingest(ctx: NodeContext, owned: list[int]) -> list[IngestWorker]:
                 s.node.ingest_poll_timeout_ms,
                 ctx.metrics,
                 ctx.fatal.report,
+                ctx.watermark,
             )
         )
     return workers
+
+
+def _watermark_probe(ctx: NodeContext) -> WatermarkProbe:
+    """Asks Kafka where the owned inner partitions end, for the cancel gate."""
+    s = ctx.settings
+    admin = ctx.clients.admin()
+    interval_ms = s.node.watermark_interval_ms
+    timeout_s = max(1.0, 20 * interval_ms / 1000.0)
+    return WatermarkProbe(
+        ctx.watermark,
+        partial(stable_ends, admin, s.topics.names.inner, ctx.owned, timeout_s),
+        ctx.clock,
+        interval_ms,
+    )
 
 
 def _source(spec: ReaderSpec, decoder: DecoderPlace, ctx: NodeContext, name: str) -> BatchSource:
@@ -142,6 +159,7 @@ def _at_least_once(
         gate_timeout_s=s.node.catch_up_timeout_s if ctx.rebuild is None else math.inf,
         max_in_flight=s.node.max_in_flight,
         max_unpersisted_s=s.node.max_unpersisted_s,
+        horizon=ctx.watermark.horizon,
     )
     return [
         ProgressWorker(
@@ -177,6 +195,7 @@ def alone(ctx: NodeContext) -> list[Component]:
         published,
         *_at_least_once(ctx, ingest, published),
         *ingest,
+        _watermark_probe(ctx),
         _refresher(ctx, ctx.floor),
         DeleteWorker(ctx.ledger, ctx.settings.delete),
         CheckpointWorker(ctx.store, ctx.settings.node.data_dir),
@@ -231,6 +250,7 @@ def _replica(
             ctx.clock,
             ctx.metrics,
             state,
+            horizon=ctx.watermark.horizon,
         )
 
     def new_refresher(floor: RebuildFloor) -> RefreshWorker:
@@ -269,6 +289,7 @@ def replica(ctx: NodeContext) -> list[Component]:
         MetricsReporter(ctx.metrics, ctx.ledger),
         ctx.publisher,  # ingest's dead letters and refresh records: every replica has its own
         *ingest,
+        _watermark_probe(ctx),
         _replica(ctx, ctx.group, ctx.replica_store, owned, ingest),
         DeleteWorker(ctx.ledger, ctx.settings.delete),
         CheckpointWorker(ctx.store, ctx.settings.node.data_dir),

@@ -1,0 +1,144 @@
+"""The ingest watermark: how far delivery may go without outrunning a cancel Kafka acknowledged.
+
+A cancel only holds if ingest applied it before the push reached its message's slot. Ingest
+can fall behind (a burst, a broker that was down and delivers a client's queued requests at
+once), so "due" alone is not enough: delivery of slot T waits until every inner record Kafka
+acknowledged before ``T - margin`` has been applied to the store.
+
+How the node knows that, with no clock comparison against the broker: a *probe* notes the
+node's time ``t`` and then asks Kafka for the end of every owned inner partition (ListOffsets,
+``read_committed`` like the ingest reader). Any record acknowledged before ``t`` lies below the
+end Kafka answers, because the question was asked after the acknowledgement. Once ingest has
+applied each partition up to that end, the watermark moves to ``t``. Delivery then covers slots
+up to ``watermark + margin`` (and never past now).
+
+So a cancel acknowledged at least ``margin`` before the due time (by the node's clock) is never
+delivered; ingest lag makes deliveries late, never wrong, and that lateness is counted
+(``cancel_gate_held_ms``). While Kafka cannot be asked (an outage), the watermark stands still
+and so does delivery: nothing can prove a cancel did not arrive meanwhile. Clock assumption: the
+clients' clocks and the node's agree within the margin (what "before the due time" means for a
+request is judged on the client's clock, the delivery on the node's).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+
+import structlog
+
+from chronos.clock import Clock
+from chronos.lifecycle import LoopWorker
+from chronos.types import EpochMs
+
+log = structlog.get_logger(__name__)
+
+#: (partition -> end offset) of the owned inner partitions, asked of Kafka now; raises on failure.
+ListEnds = Callable[[], Mapping[int, int]]
+
+#: Most probes kept waiting for ingest: older ones are dropped first (a newer probe that is
+#: applied says more), so a long ingest lag costs bounded memory.
+_MAX_PENDING = 256
+
+
+class IngestWatermark:
+    """Applied inner offsets against probed ends; thread-safe.
+
+    Parameters:
+        applied: next offset per owned partition the store already holds (its inner offsets).
+        margin_ms: how far past the watermark delivery may go (``node.cancel_margin_ms``).
+    """
+
+    def __init__(self, applied: Mapping[int, int], margin_ms: int) -> None:
+        self._lock = threading.Lock()
+        self._applied = dict(applied)
+        self._pending: deque[tuple[EpochMs, dict[int, int]]] = deque()
+        self._margin = margin_ms
+        #: Node time before which every acknowledged inner record is applied; None: not yet
+        #: known (nothing may be delivered).
+        self._value: EpochMs | None = None
+
+    @property
+    def value(self) -> EpochMs | None:
+        """The watermark, None until a first probe was applied."""
+        return self._value
+
+    def applied(self, offsets: Mapping[int, int]) -> None:
+        """Ingest made these next offsets visible in the store (records or positions past
+        transaction markers); lower ones than already known are ignored."""
+        with self._lock:
+            known = self._applied
+            for partition, offset in offsets.items():
+                if offset > known.get(partition, -1):
+                    known[partition] = offset
+            self._advance()
+
+    def probed(self, at_ms: EpochMs, ends: Mapping[int, int]) -> None:
+        """Kafka answered ``ends`` to a question asked at ``at_ms`` (node time)."""
+        with self._lock:
+            self._pending.append((at_ms, dict(ends)))
+            if len(self._pending) > _MAX_PENDING:
+                self._pending.popleft()
+            self._advance()
+
+    def horizon(self, now_ms: EpochMs) -> EpochMs:
+        """The last slot delivery may cover now: ``min(now, watermark + margin)``."""
+        value = self._value
+        if value is None:
+            return 0
+        return min(now_ms, value + self._margin)
+
+    def _advance(self) -> None:
+        applied = self._applied
+        # Probes are in time order; the newest one fully applied sets the watermark.
+        for index in range(len(self._pending) - 1, -1, -1):
+            at_ms, ends = self._pending[index]
+            if all(applied.get(p, 0) >= end for p, end in ends.items()):
+                if self._value is None or at_ms > self._value:
+                    self._value = at_ms
+                for _ in range(index + 1):
+                    self._pending.popleft()
+                return
+
+
+class WatermarkProbe(LoopWorker):
+    """Asks Kafka for the owned inner partitions' ends every ``interval_ms``.
+
+    Parameters:
+        watermark: told each answer with the time the question was asked.
+        list_ends: one ListOffsets round (``read_committed``) for the owned partitions.
+        clock: the node's time source (the one delivery compares due times with).
+        interval_ms: time between probes; the watermark trails now by about this much when
+            ingest keeps up, so keep it below the margin.
+    """
+
+    def __init__(
+        self,
+        watermark: IngestWatermark,
+        list_ends: ListEnds,
+        clock: Clock,
+        interval_ms: int,
+    ) -> None:
+        super().__init__("watermark")
+        self._watermark = watermark
+        self._list_ends = list_ends
+        self._clock = clock
+        self._interval_s = interval_ms / 1000.0
+        self._failing = False
+
+    def step(self) -> None:
+        at_ms = self._clock.now_ms()
+        try:
+            ends = self._list_ends()
+        except Exception as exc:
+            if not self._failing:
+                self._failing = True
+                log.warning("watermark_probe_failed", error=str(exc), delivery="held")
+            self._stop.wait(self._interval_s)
+            return
+        if self._failing:
+            self._failing = False
+            log.info("watermark_probe_recovered")
+        self._watermark.probed(at_ms, ends)
+        self._stop.wait(self._interval_s)

@@ -1,0 +1,65 @@
+"""An acknowledged cancel wins over a lagging ingest: delivery waits for the cancel gate."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from chronos.node.ingest import IngestWorker
+from chronos.schedule.ledger import Ledger
+from proxy.client import DelayClient
+from tests.integration.harness import Inbox, make_settings, running_node
+
+_STALL_S = 2.5
+
+
+class _StallingCancels:
+    """The node's ledger, except that a batch holding a cancel is applied ``_STALL_S`` late:
+    ingest falls behind exactly when it matters (as in a burst, or after a broker outage)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self.stalled = threading.Event()
+
+    def apply_decoded(self, items: list[Any], *args: Any) -> Any:
+        if any(value is None for _id, _due, value in items):
+            self.stalled.set()
+            time.sleep(_STALL_S)
+        return self._ledger.apply_decoded(items, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+
+def test_cancel_acknowledged_before_due_is_never_delivered_while_ingest_lags(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
+    settings = make_settings(
+        kafka_bootstrap,
+        namespace,
+        tmp_path / "store",
+        node={"ingest_threads": 1, "cancel_margin_ms": 100},
+    )
+    topic = f"{namespace}-gate"
+    with running_node(settings) as node, Inbox(settings, [topic]) as inbox:
+        worker = node.component(IngestWorker)
+        assert worker is not None
+        stalling = _StallingCancels(worker._ledger)
+        worker._ledger = stalling  # type: ignore[assignment]  # fault injection
+        with DelayClient(settings) as client:
+            due_ms = int(time.time() * 1000) + 1500
+            doomed = client.send_delay(topic, b"order-timeout", deliver_at=due_ms)
+            kept = client.send_delay(topic, b"kept", deliver_at=due_ms)
+            time.sleep(0.3)
+            client.cancel(doomed.id)  # acknowledged about 1.2 s before the due time
+            acked_ms = int(time.time() * 1000)
+        assert acked_ms < due_ms - 500
+        assert stalling.stalled.wait(5)
+        # The kept message goes out once ingest applied the cancel's batch: late, not wrong.
+        assert inbox.wait_for({kept.id}, timeout_s=15)
+        time.sleep(1.0)
+        assert inbox.count(doomed.id) == 0
+        lateness_ms = inbox.first(kept.id).produced_ms - due_ms
+    assert lateness_ms > 0

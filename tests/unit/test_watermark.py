@@ -1,0 +1,62 @@
+"""The ingest watermark: probes of Kafka's ends against what ingest applied."""
+
+from __future__ import annotations
+
+from chronos.clock import FakeClock
+from chronos.node.watermark import IngestWatermark, WatermarkProbe
+
+
+def test_nothing_may_be_delivered_before_a_probe_was_applied() -> None:
+    mark = IngestWatermark({0: 5}, margin_ms=100)
+    assert mark.value is None
+    assert mark.horizon(10_000) == 0
+
+
+def test_watermark_moves_to_the_probe_time_once_every_partition_reached_its_end() -> None:
+    mark = IngestWatermark({0: 5, 1: 0}, margin_ms=100)
+    mark.probed(1_000, {0: 7, 1: 3})
+    assert mark.value is None
+    mark.applied({0: 7})
+    assert mark.value is None  # partition 1 still behind
+    mark.applied({1: 3})
+    assert mark.value == 1_000
+    # Delivery may cover the margin past the watermark, never past now.
+    assert mark.horizon(5_000) == 1_100
+    assert mark.horizon(1_050) == 1_050
+
+
+def test_newest_applied_probe_wins_and_older_ones_are_dropped() -> None:
+    mark = IngestWatermark({0: 0}, margin_ms=0)
+    mark.probed(1_000, {0: 2})
+    mark.probed(1_050, {0: 4})
+    mark.probed(1_100, {0: 9})
+    mark.applied({0: 5})
+    assert mark.value == 1_050
+    mark.applied({0: 9})
+    assert mark.value == 1_100
+
+
+def test_lower_applied_offsets_never_move_it_back() -> None:
+    mark = IngestWatermark({0: 10}, margin_ms=0)
+    mark.applied({0: 3})
+    mark.probed(500, {0: 10})
+    assert mark.value == 500
+
+
+def test_probe_failure_holds_the_watermark() -> None:
+    clock = FakeClock(2_000)
+    mark = IngestWatermark({0: 4}, margin_ms=0)
+    answers: list[dict[int, int] | Exception] = [{0: 4}, RuntimeError("broker down")]
+
+    def list_ends() -> dict[int, int]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    probe = WatermarkProbe(mark, list_ends, clock, interval_ms=1)
+    probe.step()
+    assert mark.value == 2_000
+    clock.advance(1_000)
+    probe.step()
+    assert mark.value == 2_000
