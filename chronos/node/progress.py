@@ -42,6 +42,8 @@ class ProgressTracker:
         self._lock = threading.Lock()
         self._jobs: deque[DeliveryJob] = deque()
         self._scanned = start_ms
+        #: Key of the last job of the acknowledged prefix (jobs are dispatched in key order).
+        self._last_done: bytes | None = None
         self._changed = threading.Event()
         #: Monotonic time since which the progress could not be persisted, None while it can.
         self.persist_failing_since: float | None = None
@@ -84,8 +86,10 @@ class ProgressTracker:
         """Jobs dispatched and not yet collected."""
         return len(self._jobs)
 
-    def collect(self) -> tuple[EpochMs, list[tuple[bytes, DelayMessage]]]:
-        """The seek candidate and the follow-ups of the acknowledged prefix of jobs."""
+    def collect(self) -> tuple[EpochMs, bytes | None, list[tuple[bytes, DelayMessage]]]:
+        """The seek candidate, the cursor past it (the last acknowledged key when its slot is
+        only partly acknowledged, see ``Ledger.cursor``) and the follow-ups of the
+        acknowledged prefix of jobs."""
         followups: list[tuple[bytes, DelayMessage]] = []
         delivered = 0
         oldest_due: EpochMs | None = None
@@ -100,13 +104,16 @@ class ProgressTracker:
                         oldest_due = job.lateness_base_ms
                 if job.followup is not None:
                     followups.append((job.key, job.followup))
+                self._last_done = job.key
             seek = self._scanned if not jobs else min(self._scanned, keys.slot_of(jobs[0].key) - 1)
+            last = self._last_done
+            cursor = last if last is not None and keys.slot_of(last) > seek else None
         if delivered:
             self._metrics.incr("delivered", delivered)
         if oldest_due is not None and self._clock is not None:
             # Due -> collected, an upper bound of due -> acknowledged (by the collect interval).
             self._metrics.observe("ack_lateness_ms", self._clock.now_ms() - oldest_due)
-        return seek, followups
+        return seek, cursor, followups
 
 
 class ProgressWorker(LoopWorker):
@@ -138,7 +145,10 @@ class ProgressWorker(LoopWorker):
         # Sleep while nothing is in flight (an idle node stays idle); otherwise collect every
         # interval, so one write covers many acknowledgements (acks do not wake this thread:
         # a wake-up per record would cost more than the poll).
-        if self._tracker.in_flight() == 0 and not self._unwritten:
+        # A failed write is retried every interval even then: delivery waits for it (a full
+        # disk freed must resume it without any new acknowledgement).
+        idle = self._tracker.in_flight() == 0 and not self._unwritten
+        if idle and self._tracker.persist_failing_since is None:
             if not self._tracker.wait_for_change(_IDLE_WAIT_S):
                 return
         self._stop.wait(self._interval_s)
@@ -155,11 +165,13 @@ class ProgressWorker(LoopWorker):
         """Collect and persist once. A failed write (a full disk) is kept to retry and marks
         the tracker, so the push worker can pause instead of delivering what a restart would
         deliver again."""
-        seek, followups = self._tracker.collect()
+        seek, cursor, followups = self._tracker.collect()
         self._unwritten += followups
-        if self._unwritten or seek > self._ledger.seek_ms:
+        failing = self._tracker.persist_failing_since is not None
+        ledger = self._ledger
+        if self._unwritten or seek > ledger.seek_ms or cursor != ledger.cursor or failing:
             try:
-                written = self._ledger.commit_progress(seek, self._unwritten)
+                written = ledger.commit_progress(seek, self._unwritten, cursor, rewrite=failing)
                 # Ingest syncs the WAL while it writes; an idle ingest must not leave the seek
                 # unsynced (a power cut would then re-deliver more than the last interval).
                 self._ledger.sync_if_due()

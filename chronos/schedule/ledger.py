@@ -98,6 +98,15 @@ class ApplyOutcome:
     refreshed: int = 0
 
 
+def resume_frontier(store: RocksStore) -> EpochMs:
+    """Where a store's push frontier starts: at the seek, or at the cursor's slot when that
+    slot was partly delivered (``Ledger.cursor``), so that no new add is placed into it behind
+    the cursor, where it would count as delivered."""
+    seek = store.read_seek() or 0
+    cursor = store.read_cursor()
+    return seek if cursor is None else max(seek, keys.slot_of(cursor))
+
+
 class Ledger:
     """Writes to the store that must agree with the push frontier.
 
@@ -123,6 +132,7 @@ class Ledger:
         self._clock = clock
         self._tombstone_ms = int(retention.tombstone_retention_s * 1000)
         self._seek = store.read_seek() or 0
+        self._cursor = store.read_cursor()
         # One writer at a time: each write reads index entries and writes them back. The push
         # worker never takes this lock.
         self._lock = threading.Lock()
@@ -153,6 +163,18 @@ class Ledger:
     def seek_ms(self) -> EpochMs:
         """The persisted seek timestamp: every message with slot <= seek was acknowledged."""
         return self._seek
+
+    @property
+    def cursor(self) -> bytes | None:
+        """The persisted delivery cursor past the seek: every key <= it was acknowledged too.
+
+        A millisecond can hold any number of messages (a burst due at once); the seek alone
+        would deliver a partly delivered one again after a clean stop. None when the seek
+        says it all."""
+        cursor = self._cursor
+        if cursor is None or keys.slot_of(cursor) <= self._seek:
+            return None
+        return cursor
 
     def inner_offsets(self, partitions: list[int]) -> dict[int, int]:
         """Where ingest resumes: the next inner offset per partition the store has applied."""
@@ -348,14 +370,21 @@ class Ledger:
         return tombstone
 
     def commit_progress(
-        self, seek_ms: EpochMs, followups: list[tuple[bytes, DelayMessage]]
+        self,
+        seek_ms: EpochMs,
+        followups: list[tuple[bytes, DelayMessage]],
+        cursor: bytes | None = None,
+        rewrite: bool = False,
     ) -> list[tuple[DelayMessage, EpochMs]]:
         """Persist the seek timestamp and the next occurrences of repeats it passed, atomically.
 
         ``followups`` pairs the key of a delivered occurrence with its next occurrence; the next
         one is written only while the index still points at the delivered key (not cancelled,
         not already rescheduled by an earlier delivery of the same key). Returns the next
-        occurrences written and their slots (a node alone publishes them).
+        occurrences written and their slots (a node alone publishes them). ``cursor`` is the
+        last acknowledged key past ``seek_ms`` (see ``cursor``). ``rewrite`` writes seek and
+        cursor even when unchanged: it proves the store accepts writes again (a full disk
+        freed).
         """
         earliest_due = min((m.due_ms for _key, m in followups), default=None)
         written: list[tuple[DelayMessage, EpochMs]] = []
@@ -372,6 +401,11 @@ class Ledger:
                 write.placed(slot)
                 written.append((message, slot))
             write.seek_ms = max(write.seek_ms, seek_ms)
+            if rewrite:
+                write.batch.set_seek(write.seek_ms)
+            if cursor != self._cursor or rewrite:
+                write.batch.set_cursor(cursor or b"")
+        self._cursor = cursor
         return written
 
     def is_current(self, pairs: list[tuple[str, bytes]]) -> list[bool]:

@@ -29,6 +29,8 @@ MAX_MS = (1 << 64) - 1
 
 META_FORMAT_VERSION = b"format-version"
 META_SEEK = b"seek"
+#: The last delivered key of a partly delivered slot past the seek (empty: none).
+META_CURSOR = b"cursor"
 _META_INNER_OFFSET = b"inner-offset:"
 _META_BEGAN = b"began:"
 _PARTITION = struct.Struct(">I")

@@ -137,6 +137,10 @@ class RocksBatch:
     def set_seek(self, seek_ms: EpochMs) -> None:
         self._put(keys.META_SEEK, keys.pack_ms(seek_ms), self._s.h_meta)
 
+    def set_cursor(self, key: bytes) -> None:
+        """The last delivered key of a partly delivered slot (b"": none), see ``Ledger``."""
+        self._put(keys.META_CURSOR, key, self._s.h_meta)
+
     def set_inner_offset(self, partition: int, offset: int) -> None:
         self._put(keys.inner_offset_key(partition), keys.pack_ms(offset), self._s.h_meta)
 
@@ -346,6 +350,11 @@ class RocksStore:
         """The persisted seek timestamp, None for a new store."""
         raw = self._meta.get(keys.META_SEEK)
         return None if raw is None else keys.unpack_ms(raw)
+
+    def read_cursor(self) -> bytes | None:
+        """The persisted delivery cursor (``RocksBatch.set_cursor``), None without one."""
+        raw = self._meta.get(keys.META_CURSOR)
+        return raw or None
 
     def scan(self, start: bytes, stop: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` messages with ``start <= key < stop``, in key order."""

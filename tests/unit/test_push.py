@@ -113,7 +113,7 @@ def test_batches_keep_key_order_and_seek_waits_for_every_ack(env: Env) -> None:
     assert [j.message.id for j in jobs if j.message] == [f"m{i}" for i in range(7)]
     for job in jobs[1:]:
         env.tracker.completed(job)
-    seek, _ = env.tracker.collect()
+    seek, _, _ = env.tracker.collect()
     assert seek == T0 - 100 - 1  # m0 unacknowledged holds the seek before its slot
     env.tracker.completed(jobs[0])
     assert env.tracker.collect()[0] == T0  # everything up to the scan is acknowledged
