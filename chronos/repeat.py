@@ -14,6 +14,21 @@ from dataclasses import dataclass
 from chronos.types import EpochMs
 
 
+class CatchUp(enum.IntEnum):
+    """What a repeat does with occurrences that fell due while nothing delivered them (a
+    failover, an outage, a stop), or before it was scheduled.
+
+    ``ALL`` (the default) delivers each one, oldest first, back to back, as long as it is
+    overdue by at most the node's ``delivery.catch_up_window_s``; those older still collapse
+    into one delivery (the latest of them), so a repeat far in the past does not flood.
+    ``LATEST`` delivers only the latest overdue one (a heartbeat that only the current value
+    matters for). The integer is the stored encoding.
+    """
+
+    ALL = 1
+    LATEST = 2
+
+
 class RepeatKind(enum.IntEnum):
     """How occurrences are spaced; the integer is the stored encoding."""
 
@@ -31,6 +46,7 @@ class Repeat:
         times: total number of occurrences, the first one included.
         multiplier: growth factor of the gap (exponential only; 1 for fixed).
         max_interval_ms: cap of the gap (exponential only).
+        catch_up: what happens to overdue occurrences (see ``CatchUp``).
     """
 
     kind: RepeatKind
@@ -38,6 +54,7 @@ class Repeat:
     times: int
     multiplier: int = 1
     max_interval_ms: int = 0
+    catch_up: CatchUp = CatchUp.ALL
 
     def gap_after(self, occurrence: int) -> int:
         """Milliseconds between ``occurrence`` and the next one."""
@@ -78,3 +95,16 @@ class Repeat:
                 break
             occurrence, due = occurrence + 1, nxt
         return occurrence, due
+
+    def due_now(
+        self, first_due: EpochMs, occurrence: int, now: EpochMs, window_ms: int
+    ) -> tuple[int, EpochMs]:
+        """The occurrence, from ``occurrence`` on, to deliver at ``now`` under ``catch_up``.
+
+        ``LATEST``: ``latest_due``. ``ALL``: ``occurrence`` itself when it is overdue by at most
+        ``window_ms``; otherwise the latest one overdue by more, standing for all those (the
+        ones inside the window follow as follow-ups, each once).
+        """
+        if self.catch_up is CatchUp.LATEST:
+            return self.latest_due(first_due, occurrence, now)
+        return self.latest_due(first_due, occurrence, now - window_ms - 1)

@@ -383,6 +383,16 @@ class DeliverySettings(_Section):
     message_timeout_ms: int = Field(
         30_000, ge=1000, description="librdkafka delivery timeout of one attempt, ms."
     )
+    catch_up_window_s: float = Field(
+        600.0,
+        ge=0,
+        description=(
+            "A repeat with catch-up 'all' (the default) delivers each occurrence that fell due "
+            "while nothing delivered it (a failover, an outage, a stop), once, oldest first, "
+            "when it is overdue by at most this long; older ones collapse into one delivery "
+            "(chronos-skipped says how many). Repeats with catch-up 'latest' always collapse."
+        ),
+    )
 
 
 class GroupSettings(_Section):

@@ -21,6 +21,9 @@ A delay request is one Kafka record on the inner topic:
   chronos-repeat-times                    repeat    total occurrences
   chronos-repeat-multiplier               expo.     gap growth factor (integer >= 2)
   chronos-repeat-max-interval-ms          expo.     cap of the gap
+  chronos-repeat-catch-up                 no        ``all`` (default) or ``latest``: overdue
+                                                    occurrences each delivered, or only the
+                                                    latest (see ``chronos.repeat.CatchUp``)
   chronos-slot-ms                         refresh   the slot the delivering node stored it at
   chronos-occurrence                      refresh   the pending occurrence (1-based)
   ======================================  ========  =========================================
@@ -43,7 +46,7 @@ import re
 from chronos.errors import DecodeError
 from chronos.model import CancelRequest, DelayMessage, InnerRequest, Refresh
 from chronos.names import HEADER_PREFIX
-from chronos.repeat import Repeat, RepeatKind
+from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.types import Headers
 
 WIRE_VERSION = b"1"
@@ -59,6 +62,9 @@ H_REPEAT_INTERVAL = "chronos-repeat-interval-ms"
 H_REPEAT_TIMES = "chronos-repeat-times"
 H_REPEAT_MULTIPLIER = "chronos-repeat-multiplier"
 H_REPEAT_MAX_INTERVAL = "chronos-repeat-max-interval-ms"
+#: Added in release 0.23 (wire version still 1: optional, and only sent for ``latest``; nodes
+#: of earlier releases refuse records that carry it).
+H_REPEAT_CATCH_UP = "chronos-repeat-catch-up"
 H_OCCURRENCE = "chronos-occurrence"
 H_SKIPPED = "chronos-skipped"
 H_SLOT = "chronos-slot-ms"
@@ -84,6 +90,7 @@ INNER_HEADERS = frozenset(
         H_REPEAT_TIMES,
         H_REPEAT_MULTIPLIER,
         H_REPEAT_MAX_INTERVAL,
+        H_REPEAT_CATCH_UP,
         H_SLOT,
         H_OCCURRENCE,
     }
@@ -93,6 +100,8 @@ OP_ADD = b"add"
 OP_CANCEL = b"cancel"
 _REPEAT_NAMES = {b"fixed": RepeatKind.FIXED, b"exponential": RepeatKind.EXPONENTIAL}
 _REPEAT_WIRE = {kind: name for name, kind in _REPEAT_NAMES.items()}
+_CATCH_UP_NAMES = {b"all": CatchUp.ALL, b"latest": CatchUp.LATEST}
+_CATCH_UP_WIRE = {policy: name for name, policy in _CATCH_UP_NAMES.items()}
 
 
 def _num(value: int) -> bytes:
@@ -123,6 +132,8 @@ def encode_add(message: DelayMessage) -> tuple[bytes, bytes | None, Headers]:
                 (H_REPEAT_MULTIPLIER, _num(repeat.multiplier)),
                 (H_REPEAT_MAX_INTERVAL, _num(repeat.max_interval_ms)),
             ]
+        if repeat.catch_up is not CatchUp.ALL:
+            headers.append((H_REPEAT_CATCH_UP, _CATCH_UP_WIRE[repeat.catch_up]))
     return message.id.encode(), message.value, headers
 
 
@@ -258,14 +269,21 @@ def _decode_repeat(fields: dict[str, bytes | None], origin: str) -> Repeat | Non
         raise DecodeError(f"unknown {H_REPEAT} {name!r}", origin=origin)
     interval = _int(fields, H_REPEAT_INTERVAL, origin)
     times = _int(fields, H_REPEAT_TIMES, origin)
+    raw_catch_up = fields.get(H_REPEAT_CATCH_UP)
+    catch_up = CatchUp.ALL if raw_catch_up is None else _CATCH_UP_NAMES.get(raw_catch_up)
+    if catch_up is None:
+        raise DecodeError(
+            f"unknown {H_REPEAT_CATCH_UP} {raw_catch_up!r} (all or latest)", origin=origin
+        )
     if kind is RepeatKind.FIXED:
-        return Repeat(kind, interval, times)
+        return Repeat(kind, interval, times, catch_up=catch_up)
     return Repeat(
         kind,
         interval,
         times,
         multiplier=_int(fields, H_REPEAT_MULTIPLIER, origin),
         max_interval_ms=_int(fields, H_REPEAT_MAX_INTERVAL, origin),
+        catch_up=catch_up,
     )
 
 

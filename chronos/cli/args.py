@@ -60,7 +60,8 @@ def header(text: str) -> tuple[str, str]:
 
 
 def repeat(text: str) -> Repeat:
-    """``fixed:INTERVAL:TIMES`` or ``exponential:INTERVAL:TIMES[:MULTIPLIER[:CAP]]``."""
+    """``fixed:INTERVAL:TIMES`` or ``exponential:INTERVAL:TIMES[:MULTIPLIER[:CAP]]``; the
+    catch-up policy is ``send --catch-up``'s."""
     parts = text.split(":")
     try:
         if parts[0] == "fixed" and len(parts) == 3:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
 from chronos.cli.args import add_config, duration_ms, header, repeat, settings_from
 from chronos.cli.waiting import waiting_notice
+from chronos.repeat import CatchUp, Repeat
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,12 +47,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="fixed:INTERVAL:TIMES or exponential:INTERVAL:TIMES[:MULT[:CAP]]",
     )
+    send.add_argument(
+        "--catch-up",
+        choices=["all", "latest"],
+        default="all",
+        help="with --repeat: occurrences that fell due while nothing delivered them (failover, "
+        "outage) are each delivered once (all, the default) or only the latest",
+    )
     send.set_defaults(func=send_main)
 
     cancel = sub.add_parser("cancel", help="cancel a message by id")
     add_config(cancel)
     cancel.add_argument("id", help="id of the message to cancel (as send printed it)")
     cancel.set_defaults(func=cancel_main)
+
+
+def _with_catch_up(repeat: Repeat | None, catch_up: str) -> Repeat | None:
+    if repeat is None:
+        return None
+    return dataclasses.replace(
+        repeat, catch_up=CatchUp.LATEST if catch_up == "latest" else CatchUp.ALL
+    )
 
 
 def send_main(args: argparse.Namespace) -> int:
@@ -70,7 +87,7 @@ def send_main(args: argparse.Namespace) -> int:
             delay=None if args.delay is None else args.delay / 1000.0,
             deliver_at=args.at,
             id=args.id,
-            repeat=args.repeat,
+            repeat=_with_catch_up(args.repeat, args.catch_up),
         )
     print(
         json.dumps(

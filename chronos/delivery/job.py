@@ -69,9 +69,19 @@ class DeliveryJob:
             self.on_error(self, error)
 
 
-def jobs_for(rows: list[tuple[bytes, bytes]], now: EpochMs, ledger: Ledger) -> list[DeliveryJob]:
+#: Default of ``delivery.catch_up_window_s``, in ms.
+CATCH_UP_WINDOW_MS = 600_000
+
+
+def jobs_for(
+    rows: list[tuple[bytes, bytes]],
+    now: EpochMs,
+    ledger: Ledger,
+    catch_up_window_ms: int = CATCH_UP_WINDOW_MS,
+) -> list[DeliveryJob]:
     """Delivery jobs of scanned rows: undecodable ones marked for dead letters, repeats at
-    their latest due occurrence with the next one as follow-up, superseded repeats done."""
+    the occurrence their catch-up policy delivers now (``Repeat.due_now``) with the next one
+    as follow-up, superseded repeats done."""
     jobs: list[DeliveryJob] = []
     repeats: list[tuple[int, str]] = []
     for key, raw in rows:
@@ -85,7 +95,9 @@ def jobs_for(rows: list[tuple[bytes, bytes]], now: EpochMs, ledger: Ledger) -> l
             jobs.append(DeliveryJob(key, message, message.first_due_ms))
             continue
         first = message.occurrence
-        occurrence, due = message.repeat.latest_due(message.first_due_ms, first, now)
+        occurrence, due = message.repeat.due_now(
+            message.first_due_ms, first, now, catch_up_window_ms
+        )
         current = replace(message, occurrence=occurrence)
         jobs.append(
             DeliveryJob(

@@ -136,6 +136,7 @@ class TransactionLoop(LoopWorker):
         self._timeout_s = group.transaction_timeout_ms / 1000.0
         self._backoff_ms = retry.retry_backoff_initial_ms
         self._backoff_max_ms = retry.retry_backoff_max_ms
+        self._catch_up_ms = int(retry.catch_up_window_s * 1000)
         self._publisher = publisher
         self._store = store
         self._ledger = ledger
@@ -219,7 +220,7 @@ class TransactionLoop(LoopWorker):
                 wake = None
             self._frontier.wait(wake, self._clock.now_ms(), wait_s)
             return
-        jobs = jobs_for(rows, now, self._ledger)
+        jobs = jobs_for(rows, now, self._ledger, self._catch_up_ms)
         try:
             committed = self._transact(jobs, upto, covered)
         except TransactionAborted:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import structlog
 
 from chronos.clock import Clock
-from chronos.delivery.job import DeliveryJob, jobs_for
+from chronos.delivery.job import CATCH_UP_WINDOW_MS, DeliveryJob, jobs_for
 from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
 from chronos.node.progress import ProgressTracker
@@ -47,6 +47,8 @@ class PushWorker(LoopWorker):
         max_in_flight: most jobs dispatched and not yet collected.
         max_unpersisted_s: pause dispatching once the progress could not be persisted for
             this long (``node.max_unpersisted_s``).
+        catch_up_window_ms: how far overdue a repeat occurrence is still delivered on its own
+            (``delivery.catch_up_window_s``).
         horizon: the last slot that may be delivered at a given now (the cancel gate,
             ``node/watermark.py``); None: now.
     """
@@ -66,8 +68,10 @@ class PushWorker(LoopWorker):
         max_in_flight: int = 200_000,
         max_unpersisted_s: float = 5.0,
         horizon: Callable[[EpochMs], EpochMs] | None = None,
+        catch_up_window_ms: int = CATCH_UP_WINDOW_MS,
     ) -> None:
         super().__init__("push")
+        self._catch_up_ms = catch_up_window_ms
         self._horizon = horizon
         self._max_in_flight = max_in_flight
         self._max_unpersisted_s = max_unpersisted_s
@@ -119,7 +123,7 @@ class PushWorker(LoopWorker):
             rows = self._store.scan(start, stop, self._batch_max)
             if not rows:
                 break
-            jobs = jobs_for(rows, now, self._ledger)
+            jobs = jobs_for(rows, now, self._ledger, self._catch_up_ms)
             if not self._put(jobs):
                 return None  # stopping: the scan did not complete, the seek will not pass it
             start = self._cursor = rows[-1][0] + b"\x00"

@@ -160,6 +160,7 @@ def _at_least_once(
         max_in_flight=s.node.max_in_flight,
         max_unpersisted_s=s.node.max_unpersisted_s,
         horizon=ctx.watermark.horizon,
+        catch_up_window_ms=int(s.delivery.catch_up_window_s * 1000),
     )
     return [
         ProgressWorker(

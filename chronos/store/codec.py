@@ -4,7 +4,8 @@ Layout of encoding version 2 (big-endian): every length first, then every byte s
 decode is two ``struct`` calls and slices::
 
     B  version (2)
-    B  flags: 1 key present, 2 value present, 4 repeat present
+    B  flags: 1 key present, 2 value present, 4 repeat present, 8 repeat catches up with the
+       latest occurrence only (``CatchUp.LATEST``; unset: all, which older stores meant too)
     Q  first_due_ms
     I  occurrence
     H  len(topic)     H  len(id)     I  len(key)     I  len(value)     I  header count
@@ -23,7 +24,7 @@ import struct
 
 from chronos.errors import DecodeError
 from chronos.model import DelayMessage
-from chronos.repeat import Repeat, RepeatKind
+from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.types import Headers
 
 CODEC_VERSION = 2
@@ -33,7 +34,7 @@ _REPEAT = struct.Struct(">BQIIQ")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
-_F_KEY, _F_VALUE, _F_REPEAT = 1, 2, 4
+_F_KEY, _F_VALUE, _F_REPEAT, _F_LATEST = 1, 2, 4, 8
 
 
 @functools.lru_cache(maxsize=64)
@@ -50,6 +51,7 @@ def encode(message: DelayMessage) -> bytes:
         (_F_KEY if key is not None else 0)
         | (_F_VALUE if value is not None else 0)
         | (_F_REPEAT if repeat is not None else 0)
+        | (_F_LATEST if repeat is not None and repeat.catch_up is CatchUp.LATEST else 0)
     )
     parts = [
         _HEAD.pack(
@@ -129,7 +131,8 @@ def _decode(raw: bytes) -> DelayMessage:
     repeat = None
     if flags & _F_REPEAT:
         kind, interval, times, multiplier, max_interval = _REPEAT.unpack_from(raw, pos)
-        repeat = Repeat(RepeatKind(kind), interval, times, multiplier, max_interval)
+        catch_up = CatchUp.LATEST if flags & _F_LATEST else CatchUp.ALL
+        repeat = Repeat(RepeatKind(kind), interval, times, multiplier, max_interval, catch_up)
         pos += _REPEAT.size
     if count:
         if 8 * count > len(raw) - pos:  # before building a struct for a corrupt count
@@ -173,7 +176,8 @@ def _decode_v1(raw: bytes) -> DelayMessage:
     repeat = None
     if flags & _F_REPEAT:
         kind, interval, times, multiplier, max_interval = _REPEAT.unpack_from(raw, pos)
-        repeat = Repeat(RepeatKind(kind), interval, times, multiplier, max_interval)
+        catch_up = CatchUp.LATEST if flags & _F_LATEST else CatchUp.ALL
+        repeat = Repeat(RepeatKind(kind), interval, times, multiplier, max_interval, catch_up)
         pos += _REPEAT.size
     size = len(raw)
     (length,) = _U16.unpack_from(raw, pos)

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from chronos.errors import ValidationError
-from chronos.repeat import Repeat, RepeatKind
+from chronos.repeat import CatchUp, Repeat, RepeatKind
 from proxy.client import DelayRequest
 
 
@@ -35,16 +35,25 @@ class RepeatIn(_Body):
     max_interval_ms: int | None = Field(
         None, description="Exponential only: cap of the gap (default: the configured maximum)."
     )
+    catch_up: Literal["all", "latest"] = Field(
+        "all",
+        description=(
+            "Occurrences that fell due while nothing delivered them (failover, outage): each "
+            "delivered once (all, within the node's catch-up window) or only the latest."
+        ),
+    )
 
     def to_repeat(self, default_cap_ms: int) -> Repeat:
+        catch_up = CatchUp.LATEST if self.catch_up == "latest" else CatchUp.ALL
         if self.kind == "fixed":
-            return Repeat(RepeatKind.FIXED, self.interval_ms, self.times)
+            return Repeat(RepeatKind.FIXED, self.interval_ms, self.times, catch_up=catch_up)
         return Repeat(
             RepeatKind.EXPONENTIAL,
             self.interval_ms,
             self.times,
             self.multiplier,
             self.max_interval_ms or default_cap_ms,
+            catch_up,
         )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from chronos.repeat import Repeat, RepeatKind
+from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.store import keys
 from chronos.wire import H_SKIPPED
 from proxy.client import DelayClient
@@ -31,7 +31,7 @@ def test_fixed_repeat_delivers_each_occurrence_on_time(
     assert all(d.produced_ms >= d.due_ms for d in deliveries)
 
 
-def test_repeat_far_in_the_past_collapses_then_keeps_schedule(
+def test_repeat_far_in_the_past_catching_up_latest_collapses_then_keeps_schedule(
     kafka_bootstrap: str, namespace: str, tmp_path: Path
 ) -> None:
     settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
@@ -39,7 +39,10 @@ def test_repeat_far_in_the_past_collapses_then_keeps_schedule(
     hour_ago = int(time.time() * 1000) - 3_600_000
     with running_node(settings), Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
         receipt = client.send_delay(
-            topic, b"beat", deliver_at=hour_ago, repeat=Repeat(RepeatKind.FIXED, 1000, 5000)
+            topic,
+            b"beat",
+            deliver_at=hour_ago,
+            repeat=Repeat(RepeatKind.FIXED, 1000, 5000, catch_up=CatchUp.LATEST),
         )
         deadline = time.monotonic() + 10
         while inbox.count(receipt.id) < 2 and time.monotonic() < deadline:
@@ -100,3 +103,30 @@ def test_delete_worker_drops_delivered_data(
         index = store.get_index([*ids, later])
     assert remaining == [later], "delivered messages were not deleted, or a pending one was"
     assert index[-1] is not None and all(v is None for v in index[:-1])
+
+
+def test_repeat_occurrences_missed_while_the_node_was_down_are_each_delivered_once(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
+    """The default catch-up: a stop (or a failover) longer than the interval must not fold the
+    occurrences that fell due meanwhile into one."""
+    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
+    topic = f"{namespace}-catch-up"
+    with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
+        with running_node(settings):
+            receipt = client.send_delay(
+                topic, b"tick", delay=0.3, repeat=Repeat(RepeatKind.FIXED, 1000, 10)
+            )
+            deadline = time.monotonic() + 10
+            while inbox.count(receipt.id) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+        time.sleep(3.5)  # three or four occurrences fall due while no node runs
+        with running_node(settings):
+            deadline = time.monotonic() + 20
+            while inbox.count(receipt.id) < 10 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)
+        deliveries = sorted(inbox.by_id[receipt.id], key=lambda d: d.occurrence)
+    assert [d.occurrence for d in deliveries] == list(range(1, 11))
+    assert [d.due_ms - receipt.deliver_at_ms for d in deliveries] == [1000 * k for k in range(10)]
+    assert all(d.produced_ms >= d.due_ms for d in deliveries)

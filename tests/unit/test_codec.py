@@ -168,3 +168,14 @@ def test_absurd_header_count_raises_without_allocating() -> None:
 def test_empty_input_raises() -> None:
     with pytest.raises(DecodeError):
         codec.decode(b"")
+
+
+def test_catch_up_policy_is_stored() -> None:
+    from chronos.model import DelayMessage
+    from chronos.repeat import CatchUp, Repeat, RepeatKind
+    from chronos.store import codec
+
+    for policy in CatchUp:
+        repeat = Repeat(RepeatKind.EXPONENTIAL, 1000, 5, 2, 60_000, policy)
+        message = DelayMessage("r", "t", b"k", b"v", [("h", b"1")], 5, repeat, occurrence=2)
+        assert codec.decode(codec.encode(message)) == message

@@ -17,7 +17,7 @@ from chronos.metrics import NullMetrics
 from chronos.model import DelayMessage
 from chronos.node.progress import ProgressTracker
 from chronos.node.push import PushWorker
-from chronos.repeat import Repeat, RepeatKind
+from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings, StoreSettings
@@ -119,14 +119,25 @@ def test_batches_keep_key_order_and_seek_waits_for_every_ack(env: Env) -> None:
     assert env.tracker.collect()[0] == T0  # everything up to the scan is acknowledged
 
 
-def test_overdue_repeat_collapses_to_the_latest_occurrence(env: Env) -> None:
-    env.add("r", T0 - 10_000, Repeat(RepeatKind.FIXED, 1000, 100))
+def test_overdue_repeat_catching_up_latest_collapses_to_the_latest_occurrence(env: Env) -> None:
+    env.add("r", T0 - 10_000, Repeat(RepeatKind.FIXED, 1000, 100, catch_up=CatchUp.LATEST))
     env.push.scan_due()
     (job,) = env.drain()
     assert job.message is not None and job.message.occurrence == 11
     assert (job.due_ms, job.skipped) == (T0, 10)
     assert job.followup is not None and job.followup.occurrence == 12
     assert job.followup.due_ms == T0 + 1000
+
+
+def test_overdue_repeat_catching_up_all_delivers_each_missed_occurrence(env: Env) -> None:
+    env.add("r", T0 - 10_000, Repeat(RepeatKind.FIXED, 1000, 100))
+    env.push.scan_due()
+    (job,) = env.drain()
+    assert job.message is not None and job.message.occurrence == 1
+    assert (job.due_ms, job.skipped) == (T0 - 10_000, 0)
+    # The next one is overdue too: it follows at once, on its own.
+    assert job.followup is not None and job.followup.occurrence == 2
+    assert job.followup.due_ms == T0 - 9_000
 
 
 def test_a_superseded_repeat_key_is_not_delivered_again(env: Env) -> None:

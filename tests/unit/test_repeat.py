@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chronos.repeat import Repeat, RepeatKind
+from chronos.repeat import CatchUp, Repeat, RepeatKind
 
 FIRST = 1_700_000_000_000
 
@@ -137,3 +137,28 @@ def test_due_of_matches_brute_force(repeat: Repeat, data: st.DataObject) -> None
         assert repeat.gap_after(k) == dues[k] - dues[k - 1]
         if repeat.kind is RepeatKind.EXPONENTIAL:
             assert repeat.gap_after(k) <= repeat.max_interval_ms
+
+
+def test_catch_up_all_delivers_each_occurrence_inside_the_window() -> None:
+    r = Repeat(RepeatKind.FIXED, 1000, 100)
+    assert r.catch_up is CatchUp.ALL
+    # A 7 s failover: occurrence 3 is still the one to deliver, then 4, 5, ... each once.
+    assert r.due_now(FIRST, 3, FIRST + 9_000, window_ms=60_000) == (3, FIRST + 2_000)
+    # Not due yet: itself.
+    assert r.due_now(FIRST, 3, FIRST + 1_000, window_ms=60_000) == (3, FIRST + 2_000)
+
+
+def test_catch_up_all_collapses_only_what_is_older_than_the_window() -> None:
+    r = Repeat(RepeatKind.FIXED, 1000, 100)
+    # Now = occurrence 51's due; window 10 s: occurrences due before FIRST + 40,000 - 1 ms
+    # collapse into the latest of them (40), then 41.. follow one by one.
+    assert r.due_now(FIRST, 1, FIRST + 50_000, window_ms=10_000) == (40, FIRST + 39_000)
+    # Never past the last occurrence.
+    assert r.due_now(FIRST, 1, FIRST + 10**9, window_ms=10_000) == (100, FIRST + 99_000)
+
+
+def test_catch_up_latest_is_the_collapse() -> None:
+    r = Repeat(RepeatKind.FIXED, 1000, 100, catch_up=CatchUp.LATEST)
+    assert r.due_now(FIRST, 3, FIRST + 9_000, window_ms=60_000) == r.latest_due(
+        FIRST, 3, FIRST + 9_000
+    )

@@ -12,7 +12,7 @@ from chronos import wire
 from chronos.errors import DecodeError, ValidationError
 from chronos.model import CancelRequest, DelayMessage, Refresh
 from chronos.names import TopicNames
-from chronos.repeat import Repeat, RepeatKind
+from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.settings import LimitSettings
 from chronos.types import Headers
 from chronos.validation import validate_message
@@ -323,3 +323,25 @@ def test_a_refresh_that_cannot_be_right_is_refused(extra: Headers, reason: str) 
     """An occurrence without a slot (or the reverse), a slot before the due time or an
     occurrence outside the repeat would place a message where no node put it."""
     assert reason in _reason(_add_headers() + extra)
+
+
+def test_catch_up_policy_travels_and_defaults_to_all() -> None:
+    latest = DelayMessage(
+        "r1", "t", None, b"v", [], 1_000, Repeat(RepeatKind.FIXED, 1000, 3, catch_up=CatchUp.LATEST)
+    )
+    _key, value, headers = wire.encode_add(latest)
+    assert (wire.H_REPEAT_CATCH_UP, b"latest") in headers
+    assert wire.decode(value, headers) == latest
+    plain = DelayMessage("r2", "t", None, b"v", [], 1_000, Repeat(RepeatKind.FIXED, 1000, 3))
+    _key, value, headers = wire.encode_add(plain)
+    assert all(name != wire.H_REPEAT_CATCH_UP for name, _ in headers)  # older nodes read it
+    decoded = wire.decode(value, headers)
+    assert isinstance(decoded, DelayMessage) and decoded.repeat is not None
+    assert decoded.repeat.catch_up is CatchUp.ALL
+
+
+def test_unknown_catch_up_policy_is_refused() -> None:
+    message = DelayMessage("r3", "t", None, b"v", [], 1_000, Repeat(RepeatKind.FIXED, 1000, 3))
+    _key, value, headers = wire.encode_add(message)
+    with pytest.raises(DecodeError, match="catch-up"):
+        wire.decode(value, [*headers, (wire.H_REPEAT_CATCH_UP, b"some")])
