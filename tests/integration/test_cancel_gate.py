@@ -7,10 +7,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from chronos.node.ingest import IngestWorker
+from chronos.runtime.node import Node
 from chronos.schedule.ledger import Ledger
 from proxy.client import DelayClient
-from tests.integration.harness import Inbox, make_settings, running_node
+from tests.integration.harness import Group, Inbox, make_settings, running_node, wait_until
 
 _STALL_S = 2.5
 
@@ -33,6 +36,25 @@ class _StallingCancels:
         return getattr(self._ledger, name)
 
 
+def _stall_cancels(node: Node) -> _StallingCancels:
+    worker = node.component(IngestWorker)
+    assert worker is not None
+    stalling = _StallingCancels(worker._ledger)
+    worker._ledger = stalling  # type: ignore[assignment]  # fault injection
+    return stalling
+
+
+def _doomed_and_kept(client: DelayClient, topic: str) -> tuple[str, str, int]:
+    """Two messages due in 1.5 s; the first cancelled about 1.2 s before its due time."""
+    due_ms = int(time.time() * 1000) + 1500
+    doomed = client.send_delay(topic, b"order-timeout", deliver_at=due_ms)
+    kept = client.send_delay(topic, b"kept", deliver_at=due_ms)
+    time.sleep(0.3)
+    client.cancel(doomed.id)
+    assert int(time.time() * 1000) < due_ms - 500, "the cancel was acknowledged too late"
+    return doomed.id, kept.id, due_ms
+
+
 def test_cancel_acknowledged_before_due_is_never_delivered_while_ingest_lags(
     kafka_bootstrap: str, namespace: str, tmp_path: Path
 ) -> None:
@@ -44,22 +66,35 @@ def test_cancel_acknowledged_before_due_is_never_delivered_while_ingest_lags(
     )
     topic = f"{namespace}-gate"
     with running_node(settings) as node, Inbox(settings, [topic]) as inbox:
-        worker = node.component(IngestWorker)
-        assert worker is not None
-        stalling = _StallingCancels(worker._ledger)
-        worker._ledger = stalling  # type: ignore[assignment]  # fault injection
+        stalling = _stall_cancels(node)
         with DelayClient(settings) as client:
-            due_ms = int(time.time() * 1000) + 1500
-            doomed = client.send_delay(topic, b"order-timeout", deliver_at=due_ms)
-            kept = client.send_delay(topic, b"kept", deliver_at=due_ms)
-            time.sleep(0.3)
-            client.cancel(doomed.id)  # acknowledged about 1.2 s before the due time
-            acked_ms = int(time.time() * 1000)
-        assert acked_ms < due_ms - 500
+            doomed, kept, due_ms = _doomed_and_kept(client, topic)
         assert stalling.stalled.wait(5)
         # The kept message goes out once ingest applied the cancel's batch: late, not wrong.
-        assert inbox.wait_for({kept.id}, timeout_s=15)
+        assert inbox.wait_for({kept}, timeout_s=15)
         time.sleep(1.0)
-        assert inbox.count(doomed.id) == 0
-        lateness_ms = inbox.first(kept.id).produced_ms - due_ms
+        assert inbox.count(doomed) == 0
+        lateness_ms = inbox.first(kept).produced_ms - due_ms
     assert lateness_ms > 0
+
+
+@pytest.mark.kafka_only(reason="a read_committed consumer must not see aborted records")
+def test_a_group_master_waits_for_its_ingest_too(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
+    group = Group(kafka_bootstrap, namespace, tmp_path)
+    try:
+        master = group.start("a")
+        wait_until(lambda: group.masters() == ["a"], 30, "a is master")
+        assert master.wait_ready(30)
+        topic = f"{namespace}-gate"
+        with Inbox(master.settings, [topic]) as inbox:
+            stalling = _stall_cancels(master)
+            with DelayClient(master.settings) as client:
+                doomed, kept, _due_ms = _doomed_and_kept(client, topic)
+            assert stalling.stalled.wait(5)
+            assert inbox.wait_for({kept}, timeout_s=15)
+            time.sleep(1.0)
+            assert inbox.count(doomed) == 0
+    finally:
+        group.stop_all()
