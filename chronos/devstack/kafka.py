@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -250,6 +251,13 @@ class KafkaBroker(BrokerProcess):
             raise ConfigError(
                 f"kafka storage format failed: {formatted.stderr or formatted.stdout}"
             )
+        self._launch()
+        self._wait_ready(timeout_s)
+        return self
+
+    def _launch(self) -> None:
+        assert self._workdir is not None and self._log_path is not None
+        properties = self._workdir / "server.properties"
         with open(self._log_path, "ab") as out:
             self._process = subprocess.Popen(
                 self._java("kafka.Kafka", str(properties), heap=self._heap),
@@ -257,8 +265,21 @@ class KafkaBroker(BrokerProcess):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def crash(self) -> None:
+        """``kill -9`` the broker, keeping its data: ``restart`` brings the same one back."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
+            self._process.kill()
+            self._process.wait(10)
+            self._process = None
+
+    def restart(self, timeout_s: float = 60.0) -> None:
+        """Start the broker again on its data and ports after ``crash`` (log recovery runs)."""
+        if self._workdir is None:
+            raise ConfigError("restart() needs a broker that was started and crashed")
+        self._launch()
         self._wait_ready(timeout_s)
-        return self
 
     def _wait_ready(self, timeout_s: float) -> None:
         """Until the broker lists its metadata with itself in it (registered and unfenced)."""
