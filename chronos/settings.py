@@ -246,6 +246,17 @@ class StoreSettings(_Section):
             "Flush threads keep their priority: a late flush stalls writes."
         ),
     )
+    min_free_mb: int = Field(
+        256,
+        ge=0,
+        description=(
+            "Disk reserve, MiB: below this much free space on the store's file system chronos "
+            "stops writing (ingest holds its batch, delivery pauses after "
+            "node.max_unpersisted_s) and goes on within ~20 ms of space coming back. A write "
+            "that meets a full disk instead puts RocksDB in an error state it leaves only by "
+            "its own poll, every 5 s. 0: no reserve."
+        ),
+    )
     wal_sync_interval_ms: int = Field(
         100,
         ge=0,

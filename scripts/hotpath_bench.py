@@ -137,8 +137,8 @@ def run(bootstrap: str, count: int, batch: int) -> dict[str, float]:
         publisher.flush(60)  # acknowledgements run here, on this thread
         cost["acks (flush + callbacks)"] = _cpu() - started
         started = _cpu()
-        seek, followups = tracker.collect()
-        ledger.commit_progress(seek, followups)
+        seek, cursor, followups = tracker.collect()
+        ledger.commit_progress(seek, followups, cursor)
         cost["progress collect"] = _cpu() - started
         store.close()
     return {name: round(seconds / count * 1e6, 2) for name, seconds in cost.items()}

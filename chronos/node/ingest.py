@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import structlog
@@ -14,10 +15,13 @@ from chronos.metrics import Metrics
 from chronos.node.inner_reader import BatchSource, DecodedBatch
 from chronos.node.watermark import IngestWatermark
 from chronos.schedule.ledger import ApplyOutcome, Ledger
+from chronos.store.disk_guard import StoreFull
 
 log = structlog.get_logger(__name__)
 
 _DEAD_LETTER_TIMEOUT_S = 30.0
+#: How often a batch the full disk refused is tried again.
+_DISK_RETRY_S = 0.02
 
 
 class IngestWorker(LoopWorker):
@@ -76,6 +80,9 @@ class IngestWorker(LoopWorker):
         self._unsynced: dict[int, int] = {}
         #: Sources of dead letters acknowledged since the last stored batch (see ingest()).
         self._dead_lettered: set[str] = set()
+        #: A decoded batch the store refused for lack of disk space: applied before reading on.
+        self._held: DecodedBatch | None = None
+        self._disk_full_since: float | None = None
 
     def _open(self) -> BatchSource:
         """The source, (re)started at the offsets the store holds."""
@@ -100,7 +107,13 @@ class IngestWorker(LoopWorker):
 
     def step(self) -> None:
         source = self._open()
+        batch = self._held
         try:
+            if batch is not None:
+                self._held = None
+                self.ingest(source, batch)
+                self._disk_writable_again()
+                return
             batch = source.read(self._timeout_s)
             if batch.empty:
                 if batch.positions and self._watermark is not None:
@@ -112,11 +125,25 @@ class IngestWorker(LoopWorker):
                     self._commit_synced(source)
                 return
             self.ingest(source, batch)
+        except StoreFull as exc:
+            # Kept, not read again: the disk fills and frees without a source restart (a
+            # decoder process each time) or a growing error backoff.
+            self._held = batch
+            if self._disk_full_since is None:
+                self._disk_full_since = time.monotonic()
+                log.error("ingest_paused", worker=self.name, reason=str(exc))
+            self._stop.wait(_DISK_RETRY_S)
         except Exception:
             # The source has already moved past what failed: start it again where the store
             # stands, or the next batch's offsets would cover (and so skip) those records.
             self._restart_source()
             raise
+
+    def _disk_writable_again(self) -> None:
+        if self._disk_full_since is not None:
+            paused_s = round(time.monotonic() - self._disk_full_since, 2)
+            log.info("ingest_resumed", worker=self.name, paused_s=paused_s)
+            self._disk_full_since = None
 
     def _restart_source(self) -> None:
         source, self._source = self._source, None

@@ -28,6 +28,7 @@ from chronos.errors import StoreError
 from chronos.names import CF_ARRIVALS, CF_EXPIRY, CF_INDEX, CF_MESSAGES, CF_META
 from chronos.settings import StoreSettings
 from chronos.store import keys
+from chronos.store.disk_guard import DiskGuard, StoreFull
 from chronos.types import EpochMs
 
 #: Bump when the key layout or the value codec changes incompatibly. 2: stored-message codec
@@ -196,6 +197,7 @@ class RocksStore:
         self._sync_interval_s = settings.wal_sync_interval_ms / 1000.0
         self._synced_at = time.monotonic()
         self._sync_lock = threading.Lock()
+        self._guard = DiskGuard(path, settings.min_free_mb << 20)
         self._check_format()
         if settings.compaction_nice:
             lower_compaction_priority(settings.compaction_nice)
@@ -257,9 +259,18 @@ class RocksStore:
         return RocksBatch(self)
 
     def write(self, batch: RocksBatch) -> None:
-        """Apply ``batch`` atomically (visible at once, durable after ``sync``)."""
+        """Apply ``batch`` atomically (visible at once, durable after ``sync``).
+
+        Raises ``StoreFull`` below the disk reserve (nothing written) or when RocksDB met a
+        full disk (``disk_guard.py``)."""
         if len(batch):
-            self._db.write(batch.raw, self._write_opts)
+            self._guard.check()
+            try:
+                self._db.write(batch.raw, self._write_opts)
+            except Exception as exc:  # rocksdict raises plain Exceptions
+                if "No space left" in str(exc) or "NoSpace" in str(exc):
+                    raise StoreFull(f"RocksDB met a full disk: {exc}") from exc
+                raise
 
     def sync(self) -> None:
         """Make every write so far durable: fsync the WAL."""

@@ -22,6 +22,7 @@ from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store import codec
+from chronos.store.disk_guard import StoreFull
 from chronos.store.rocks import RocksStore
 
 T0 = 1_700_000_000_000
@@ -179,3 +180,41 @@ def test_records_removed_before_the_store_read_them_end_the_node(tmp_path: Path)
     rig = Rig(tmp_path, [ScriptedSource([gap], {})])
     rig.worker.step()
     assert len(rig.fatal) == 1 and "removed before this node read them" in rig.fatal[0]
+
+
+def test_a_full_disk_holds_the_batch_and_applies_it_once_space_is_back(tmp_path: Path) -> None:
+    """Below the disk reserve the store refuses writes; ingest keeps the batch it read (no
+    source restart, no growing backoff) and applies it as soon as a write succeeds."""
+    source = ScriptedSource([_batch(2, "a", "b"), _batch(3, "c")], {})
+    rig = Rig(tmp_path, [source])
+    real_check = rig.store._guard.check
+    full = {"now": True}
+
+    def check() -> None:
+        if full["now"]:
+            raise StoreFull("the store's disk has 1 MiB free")
+        real_check()
+
+    rig.store._guard.check = check  # type: ignore[method-assign]
+    rig.worker.step()
+    rig.worker.step()
+    assert rig.stored_offset() is None and not source.closed
+    full["now"] = False
+    rig.worker.step()  # the held batch
+    assert rig.stored_offset() == 2
+    rig.worker.step()
+    assert rig.stored_offset() == 3
+    assert rig.opened == [source]
+    assert rig.store.get_index(["a", "b", "c"]).count(None) == 0
+
+
+def test_the_disk_reserve_refuses_writes_before_rocksdb_sees_them(tmp_path: Path) -> None:
+    store = RocksStore(tmp_path / "store", StoreSettings(min_free_mb=1 << 40))
+    try:
+        batch = store.batch()
+        batch.set_seek(5)
+        with pytest.raises(StoreFull, match="min_free_mb"):
+            store.write(batch)
+        assert store.read_seek() is None
+    finally:
+        store.close()
