@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import structlog
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -147,6 +148,43 @@ def stable_ends(
         wanted, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
     )
     return {tp.partition: int(f.result(timeout_s).offset) for tp, f in futures.items()}
+
+
+class StableEnds:
+    """``stable_ends`` of some partitions, asked again and again (the cancel gate's probe).
+
+    A failed question drops the admin client: librdkafka answers from its metadata cache, and
+    after a broker restart that cache said "no leader" for minutes (until its periodic refresh)
+    while the broker was long back; a new client asks afresh.
+
+    Parameters:
+        open_admin: builds an admin client.
+        topic: the topic.
+        partitions: the partitions asked about.
+        timeout_s: longest wait for one answer.
+    """
+
+    def __init__(
+        self,
+        open_admin: Callable[[], AdminClient],
+        topic: str,
+        partitions: list[int],
+        timeout_s: float,
+    ) -> None:
+        self._open_admin = open_admin
+        self._topic = topic
+        self._partitions = partitions
+        self._timeout_s = timeout_s
+        self._admin: AdminClient | None = None
+
+    def __call__(self) -> dict[int, int]:
+        if self._admin is None:
+            self._admin = self._open_admin()
+        try:
+            return stable_ends(self._admin, self._topic, self._partitions, self._timeout_s)
+        except BaseException:
+            self._admin = None
+            raise
 
 
 def partition_count(settings: ChronosSettings, topic: str, timeout_s: float = 30.0) -> int:

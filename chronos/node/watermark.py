@@ -37,6 +37,9 @@ log = structlog.get_logger(__name__)
 #: (partition -> end offset) of the owned inner partitions, asked of Kafka now; raises on failure.
 ListEnds = Callable[[], Mapping[int, int]]
 
+#: Pause after a failed probe.
+_FAILED_RETRY_S = 0.2
+
 #: Most probes kept waiting for ingest: older ones are dropped first (a newer probe that is
 #: applied says more), so a long ingest lag costs bounded memory.
 _MAX_PENDING = 256
@@ -135,7 +138,9 @@ class WatermarkProbe(LoopWorker):
             if not self._failing:
                 self._failing = True
                 log.warning("watermark_probe_failed", error=str(exc), delivery="held")
-            self._stop.wait(self._interval_s)
+            # Each failed probe opens a new admin client next time (``StableEnds``): not more
+            # than a few a second while Kafka is away.
+            self._stop.wait(max(self._interval_s, _FAILED_RETRY_S))
             return
         if self._failing:
             self._failing = False

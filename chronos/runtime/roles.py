@@ -21,7 +21,7 @@ from chronos.group.placement import ReplicaStore
 from chronos.group.replica import Elector, Replica
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import MasterState, TransactionLoop
-from chronos.kafka.admin import stable_ends
+from chronos.kafka.admin import StableEnds
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.lifecycle import Component
 from chronos.node.checkpointer import CheckpointWorker
@@ -93,12 +93,11 @@ def _ingest(ctx: NodeContext, owned: list[int]) -> list[IngestWorker]:
 def _watermark_probe(ctx: NodeContext) -> WatermarkProbe:
     """Asks Kafka where the owned inner partitions end, for the cancel gate."""
     s = ctx.settings
-    admin = ctx.clients.admin()
     interval_ms = s.node.watermark_interval_ms
     timeout_s = max(1.0, 20 * interval_ms / 1000.0)
     return WatermarkProbe(
         ctx.watermark,
-        partial(stable_ends, admin, s.topics.names.inner, ctx.owned, timeout_s),
+        StableEnds(ctx.clients.admin, s.topics.names.inner, ctx.owned, timeout_s),
         ctx.clock,
         interval_ms,
     )
