@@ -43,7 +43,7 @@ def main() -> int:
             f'[node]\ndata_dir = "{tmp}/store"\n'
         )
         node = subprocess.Popen(
-            [sys.executable, "-m", "chronos.cli.main", "run", "--config", str(config)],
+            [sys.executable, "-m", "chronos.cli.entry", "run", "--config", str(config)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -255,7 +255,7 @@ def run_refusal(workdir: Path, bootstrap: str, admin: AdminClient) -> dict[str, 
     admin.create_topics([NewTopic(inner, 1, 1, config=config)])[inner].result(30)
     node = Replica("d", workdir / "d", bootstrap, namespace, group=None)
     result = subprocess.run(
-        [sys.executable, "-m", "chronos.cli.main", "run", "--config", str(node.config)],
+        [sys.executable, "-m", "chronos.cli.entry", "run", "--config", str(node.config)],
         capture_output=True,
         text=True,
         timeout=120,

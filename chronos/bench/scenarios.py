@@ -336,7 +336,7 @@ def proxy_http(
             (stack.workdir / "chronos.toml").read_text() + f"\n[proxy]\nport = {port}\n"
         )
         proxy = subprocess.Popen(
-            [sys.executable, "-m", "chronos.cli.main", "proxy", "--config", str(config)],
+            [sys.executable, "-m", "chronos.cli.entry", "proxy", "--config", str(config)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

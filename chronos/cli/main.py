@@ -27,6 +27,7 @@ from chronos.cli import (
     topics,
 )
 from chronos.cli.args import attach_signed_values
+from chronos.cli.entry import hand_back
 from chronos.errors import ChronosError, ConfigError, NotAcknowledged, ValidationError
 
 
@@ -61,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Until a command configures its own (run, proxy, dev): errors only, on stderr; librdkafka's
     # connection retries left to the one clear error a command ends with.
     configure_logging(LogSettings(level="error"), librdkafka_level=logging.CRITICAL)
+    hand_back(keep=getattr(args, "early_signals", False))
     try:
         code: int = args.func(args)
         return code

@@ -13,7 +13,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run a broker node (a replica of group.name when set, otherwise a node alone)",
     )
     add_config(parser)
-    parser.set_defaults(func=main)
+    # Stop signals before the node installs its own handling end it cleanly (cli/entry.py).
+    parser.set_defaults(func=main, early_signals=True)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -41,7 +41,7 @@ class NodeProcess:
         self.started_at = time.time()
         with open(self._log_path, "ab") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "chronos.cli.main", "run", "--config", str(self._config)],
+                [sys.executable, "-m", "chronos.cli.entry", "run", "--config", str(self._config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

@@ -75,7 +75,7 @@ def _run(bootstrap: str, tmp_path: Path, namespace: str, group: str | None) -> s
         f'[node]\nnode_id = "a"\ndata_dir = "{tmp_path / "store"}"\n{section}'
     )
     done = subprocess.run(
-        [sys.executable, "-m", "chronos.cli.main", "run", "--config", str(config)],
+        [sys.executable, "-m", "chronos.cli.entry", "run", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,
