@@ -44,10 +44,20 @@ KEPT_HEADERS_BYTES = 16 * 1024
 REASON_BYTES = 1024
 
 
+#: The headers chronos puts on a dead letter.
+_DLQ_HEADERS = frozenset({H_DLQ_REASON, H_DLQ_SOURCE, H_DLQ_TARGET, H_DLQ_TRUNCATED})
+
+
 def dead_letter_headers(
     headers: Headers, reason: str, source: str, target: str | None, truncated: str | None
 ) -> Headers:
-    """The record's headers plus why it was dead-lettered, from where, and where it was going."""
+    """The record's headers plus why it was dead-lettered, from where, and where it was going.
+
+    chronos' own names appear once: a record header of the same name (an inner record may
+    carry any header, e.g. a forged ``chronos-dlq-reason``) is kept as ``user-<name>``, so no
+    reader that takes the first or the last header of a name gets the record's instead."""
+    own = _DLQ_HEADERS
+    headers = [(f"user-{name}" if name in own else name, raw) for name, raw in headers]
     extra: Headers = [
         (H_DLQ_REASON, reason.encode()[:REASON_BYTES]),
         (H_DLQ_SOURCE, source.encode()),

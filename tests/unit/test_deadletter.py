@@ -6,7 +6,13 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaError
 
-from chronos.delivery.deadletter import KEPT_HEADERS_BYTES, DeadLetters, Rejected, shrink
+from chronos.delivery.deadletter import (
+    KEPT_HEADERS_BYTES,
+    DeadLetters,
+    Rejected,
+    dead_letter_headers,
+    shrink,
+)
 from chronos.kafka.publishers.stub import StubPublisher, StubRecord
 from chronos.metrics import CountingMetrics
 from chronos.types import Headers
@@ -75,3 +81,17 @@ def test_acknowledged_dead_letters_are_not_sent_again_when_the_batch_is_retried(
     assert dead.send_and_wait(batch, 5.0, acknowledged)
     sources = [r.header(H_DLQ_SOURCE) or b"" for r in topic.published]
     assert sorted(sources) == [b"inner[0]@0", b"inner[0]@1", b"inner[0]@2", b"inner[0]@2"]
+
+
+def test_a_forged_chronos_header_never_shadows_the_real_reason() -> None:
+    headers = dead_letter_headers(
+        [("chronos-dlq-reason", b"all fine"), ("trace", b"1")],
+        "unknown header chronos-dlq-reason",
+        "ns.inner[0]@7",
+        None,
+        None,
+    )
+    reasons = [raw for name, raw in headers if name == "chronos-dlq-reason"]
+    assert reasons == [b"unknown header chronos-dlq-reason"]
+    assert ("user-chronos-dlq-reason", b"all fine") in headers
+    assert ("trace", b"1") in headers
