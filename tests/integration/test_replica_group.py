@@ -72,7 +72,10 @@ def test_one_replica_is_elected_and_a_stopped_master_hands_over_without_loss_or_
         assert group.masters() == ["a"], "a backup joining took the role from a live master"
         spec = GroupSpec.of(settings)
         assert spec is not None
-        status = group_status(spec, KafkaClients(settings.kafka, "test"))
+        clients = KafkaClients(settings.kafka, "test")
+        # b stands for election once it is complete and caught up; its join takes a rebalance.
+        _wait(lambda: len(group_status(spec, clients).members) == 2, 20, "b joined the election")
+        status = group_status(spec, clients)
         assert status.master == "a" and status.term == 1
         assert sorted(m.node for m in status.members) == ["a", "b"]
         later = _send(client, topic, 30, 1.5, "across-")
