@@ -7,6 +7,7 @@ out is plain data (strings, ints, bytes), cheap to send between processes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
@@ -33,6 +34,9 @@ from chronos.store import codec
 from chronos.types import EpochMs, Headers, KafkaConfig
 
 log = structlog.get_logger(__name__)
+
+#: How long after seeking back an idle position is not trusted to show the re-read's outcome.
+_SEEK_SETTLE_S = 0.5
 
 
 @dataclass(slots=True)
@@ -218,6 +222,13 @@ class InnerReader:
     Partitions are assigned directly (no group membership, no rebalance wait at start); the
     group only receives advisory offsets, for lag monitoring.
 
+    No silent skip: offsets of a partition follow each other unless something took the ones
+    between (a transaction marker; retention is caught as a ``gap``). A record, or on an idle
+    read the position, further on than the next offset expected is therefore read again from
+    that offset once; only a second read that jumps the same way is taken as a real gap. Tansu
+    (the embedded broker) was seen to hand a live consumer records past a range it never
+    returned, which a re-read had: without this, the store silently lacked them.
+
     Parameters:
         spec: what to read, and the rules records must meet.
         clock_ms: current time in epoch ms, for validation.
@@ -230,6 +241,14 @@ class InnerReader:
         self._consumer: Consumer | None = None
         #: End offsets as of ``open`` not reached yet: positions are reported until they are.
         self._catching_up: dict[int, int] = {}
+        #: Next offset expected per partition (known once it was opened at one or read one).
+        self._next: dict[int, int] = {}
+        #: Partitions read again after a jump: where the jump landed.
+        self._verifying: dict[int, int] = {}
+        self._sought_at: dict[int, float] = {}
+        #: Re-reads done and jumps taken as real (markers), for logs and tests.
+        self.rereads = 0
+        self.gaps_accepted = 0
 
     def _open_consumer(self) -> Consumer:
         return consumer(self._spec.consumer_config, ClientErrors("ingest"))
@@ -252,6 +271,8 @@ class InnerReader:
             raise
         self._consumer = consumer
         self._catching_up = dict(targets)
+        self._next = {p: o for p, o in start.items() if o >= 0}
+        self._verifying = {}
         return targets
 
     def read(self, timeout_s: float) -> DecodedBatch:
@@ -265,13 +286,78 @@ class InnerReader:
         records = [first]
         if spec.batch_max > 1:
             records += consumer.consume(spec.batch_max - 1, 0)
+        records = self._in_sequence(consumer, records)
+        if not records:
+            return DecodedBatch()
         return decode_batch(records, spec.limits, spec.names, self._now_ms())
+
+    def _in_sequence(self, consumer: Consumer, records: list[Message]) -> list[Message]:
+        """``records`` up to any unexplained jump of offsets; a partition that jumped is read
+        again from the offset expected (see the class docstring)."""
+        kept: list[Message] = []
+        reread: set[int] = set()
+        expected = self._next
+        for record in records:
+            partition, offset = record.partition(), record.offset()
+            if record.error() is not None or partition is None or offset is None:
+                kept.append(record)
+                continue
+            if partition in reread:
+                continue  # read again from the jump on
+            wanted = expected.get(partition)
+            if wanted is not None and offset != wanted:
+                if offset < wanted:
+                    continue  # fetched before a seek back: already handed out
+                if not self._jumped(consumer, partition, wanted, offset):
+                    reread.add(partition)
+                    continue
+            elif partition in self._verifying:
+                landed = self._verifying.pop(partition)
+                log.warning(
+                    "inner_records_skipped_then_found",
+                    partition=partition,
+                    first=offset,
+                    skipped_to=landed,
+                )
+            expected[partition] = offset + 1
+            kept.append(record)
+        return kept
+
+    def _jumped(self, consumer: Consumer, partition: int, wanted: int, landed: int) -> bool:
+        """The next offset of ``partition`` came as ``landed`` instead of ``wanted``: True when
+        that was already seen on a read again from ``wanted`` (a real gap), else seek back and
+        False."""
+        if self._verifying.get(partition, landed + 1) <= landed:
+            del self._verifying[partition]
+            self.gaps_accepted += 1
+            log.debug("inner_gap_accepted", partition=partition, start=wanted, end=landed)
+            return True
+        self._verifying[partition] = landed
+        self.rereads += 1
+        log.info("inner_gap_read_again", partition=partition, start=wanted, end=landed)
+        consumer.seek(TopicPartition(self._topic, partition, wanted))
+        self._sought_at[partition] = time.monotonic()
+        return False
 
     def _positions(self, consumer: Consumer) -> dict[int, int]:
         """Positions in every partition read: past transaction markers that no record shows,
         which catching up and the ingest watermark (``node/watermark.py``) must both see."""
         found = consumer.position([TopicPartition(self._topic, p) for p in self._spec.partitions])
         positions = {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+        for partition, offset in list(positions.items()):
+            wanted = self._next.get(partition)
+            if wanted is not None and offset > wanted:
+                # Past offsets no record showed: markers, or records skipped. Only a read
+                # again from ``wanted`` tells; until then nothing past it counts as read. (A
+                # seek is asynchronous: the position may show the old jump for a moment.)
+                if time.monotonic() - self._sought_at.get(partition, 0.0) < _SEEK_SETTLE_S:
+                    positions[partition] = wanted
+                    continue
+                if self._jumped(consumer, partition, wanted, offset):
+                    self._next[partition] = offset
+                else:
+                    positions[partition] = wanted
+                    continue
         for partition, offset in positions.items():
             if offset >= self._catching_up.get(partition, offset + 1):
                 del self._catching_up[partition]
