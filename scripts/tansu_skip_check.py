@@ -25,6 +25,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import cast
 
 from confluent_kafka import Producer
 from failover_check import Replica
@@ -53,7 +54,13 @@ def load(bootstrap: str, topic: str, count: int, prefix: str) -> int:
         )
         while True:
             try:
-                producer.produce(topic, value, key, headers=headers, on_delivery=on_ack)
+                producer.produce(
+                    topic,
+                    value,
+                    key,
+                    headers=cast("list[tuple[str, str | bytes | None]]", headers),
+                    on_delivery=on_ack,
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
