@@ -15,6 +15,14 @@ Scenarios (``--scenario``):
 * ``zombie``: SIGSTOP the master past the session timeout, let the backup take over, SIGCONT
   the old master: it must log that it was fenced and become a backup.
 * ``both``: kill -9 both replicas at once, restart both.
+* ``takeover-kill``: kill -9 the master and restart it at once; kill -9 the backup as soon as
+  it starts taking over (``takeover_started``), then restart it: the restarted first node must
+  lead. Failover time: the first kill to the first commit of the master that remains.
+* ``join-kill``: kill -9 the backup and restart it; one second after it stands for election
+  (``replica_eligible``), kill -9 the master. Failover time: that kill to the new master's
+  first commit.
+* ``steady``: no fault for ``--duration`` s: any takeover after the first master's is a false
+  one (the failure detector suspected a live master) and fails the check.
 * ``lagging``: stop the backup for ``--backup-down`` s while the master delivers, restart it,
   let it catch up, then kill -9 the master.
 * ``broker-freeze``: SIGSTOP the broker for ``--freeze`` s (a broker this script started), then
@@ -88,6 +96,9 @@ class Summary:
     failover_ms: list[int] = field(default_factory=list)
     zombie_fenced: int = 0
     masters_at_end: int = 0
+    #: Takeovers after the first master's, beyond one per failover (needless handovers).
+    extra_takeovers: int = 0
+    suspicions: int = 0
     flowing_again_after_ms: int | None = None
     visible_lateness_p50_ms: int = 0
     visible_lateness_p99_ms: int = 0
@@ -293,6 +304,68 @@ def _kill_master(group: Group, summary: Summary) -> None:
     print(f"killed {master.name} (term {term}); {new.name} delivers after {failover} ms")
 
 
+def _wait_event(replica: Replica, name: str, more_than: int, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if len(replica.events(name)) > more_than:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _kill_during_takeover(group: Group, summary: Summary) -> None:
+    master = group.master()
+    backup = group.other(master)
+    term = master.term()
+    started = len(backup.events("takeover_started"))
+    killed_ms = int(time.time() * 1000)
+    master.process.kill()
+    master.process.start()
+    if not _wait_event(backup, "takeover_started", started):
+        summary.problems.append(f"{backup.name} did not start a takeover")
+        return
+    completed = backup.is_master() and backup.term() > term
+    backup.process.kill()
+    summary.kills += 2
+    new = group.master(newer_than=term)
+    failover = group.first_commit_ms(new, new.term()) - killed_ms
+    backup.process.start()
+    backup.process.wait_ready(60)
+    summary.failover_ms.append(failover)
+    summary.failovers += 1
+    when = "after" if completed else "during"
+    print(
+        f"killed {master.name}, then {backup.name} {when} its takeover; {new.name} delivers "
+        f"after {failover} ms"
+    )
+
+
+def _kill_after_a_join(group: Group, summary: Summary) -> None:
+    master = group.master()
+    backup = group.other(master)
+    eligible = len(backup.events("replica_eligible"))
+    backup.process.kill()
+    backup.process.start()
+    if not _wait_event(backup, "replica_eligible", eligible):
+        summary.problems.append(f"{backup.name} did not stand for election after its restart")
+        return
+    time.sleep(1.0)
+    term = master.term()
+    killed_ms = int(time.time() * 1000)
+    master.process.kill()
+    summary.kills += 2
+    new = group.master(newer_than=term)
+    failover = group.first_commit_ms(new, new.term()) - killed_ms
+    master.process.start()
+    master.process.wait_ready(60)
+    summary.failover_ms.append(failover)
+    summary.failovers += 1
+    print(
+        f"{backup.name} joined 1 s before {master.name} was killed; {new.name} delivers "
+        f"after {failover} ms"
+    )
+
+
 def run_scenario(
     args: argparse.Namespace, group: Group, summary: Summary, broker: Any, seen: Seen
 ) -> None:
@@ -300,6 +373,16 @@ def run_scenario(
         for _ in range(args.kills):
             time.sleep(args.interval)
             _kill_master(group, summary)
+    elif args.scenario == "takeover-kill":
+        for _ in range(args.kills):
+            time.sleep(args.interval)
+            _kill_during_takeover(group, summary)
+    elif args.scenario == "join-kill":
+        for _ in range(args.kills):
+            time.sleep(args.interval)
+            _kill_after_a_join(group, summary)
+    elif args.scenario == "steady":
+        time.sleep(args.duration)
     elif args.scenario == "zombie":
         for _ in range(args.kills):
             time.sleep(args.interval)
@@ -420,13 +503,25 @@ def main() -> int:
     )
     parser.add_argument(
         "--scenario",
-        choices=["kill", "zombie", "both", "lagging", "broker-freeze"],
+        choices=[
+            "kill",
+            "takeover-kill",
+            "join-kill",
+            "steady",
+            "zombie",
+            "both",
+            "lagging",
+            "broker-freeze",
+        ],
         default="kill",
         help="what happens to the group under load (see above)",
     )
-    parser.add_argument("--kills", type=int, default=10, help="how many times (kill, zombie, both)")
+    parser.add_argument(
+        "--kills", type=int, default=10, help="how many times (all but lagging, broker-freeze)"
+    )
     parser.add_argument("--interval", type=float, default=12.0, help="seconds between events")
     parser.add_argument("--rate", type=int, default=2000, help="requests per second")
+    parser.add_argument("--duration", type=float, default=600.0, help="steady: seconds")
     parser.add_argument("--backup-down", type=float, default=600.0, help="lagging: seconds")
     parser.add_argument("--freeze", type=float, default=60.0, help="broker-freeze: seconds")
     parser.add_argument("--broker", choices=BROKER_KINDS, default="kafka", help="broker to start")
@@ -476,6 +571,11 @@ def main() -> int:
         summary.masters_at_end = sum(r.is_master() for r in group.replicas)
         if summary.masters_at_end != 1:
             summary.problems.append(f"{summary.masters_at_end} masters at the end")
+        takeovers = sum(len(r.events("became_master")) for r in group.replicas) - 1
+        summary.extra_takeovers = max(0, takeovers - summary.failovers)
+        summary.suspicions = sum(len(r.events("suspected_master")) for r in group.replicas)
+        if args.scenario == "steady" and takeovers:
+            summary.problems.append(f"{takeovers} takeovers without a fault")
         if load.errors:
             print(f"load errors: {len(load.errors)}, first: {load.errors[0]}")
         verify(load, committed, uncommitted, summary)

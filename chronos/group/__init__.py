@@ -18,5 +18,8 @@ Why this works without sharing a store (the argument every module here relies on
 
 Election is a consumer group on a one-partition topic: the member assigned partition 0 should
 be master. An assignment is not a lease (a frozen master still believes it holds it); safety
-comes from the transactional fencing, the group only picks who tries.
+comes from the transactional fencing, the group only picks who tries. The group's session (6 s
+at least on Apache Kafka) is too slow to notice a dead master, so replicas also watch the
+master's commits and take over when they stop (``master_watch.py``); fencing makes that as
+safe as the election.
 """

@@ -40,6 +40,7 @@ from confluent_kafka import KafkaException
 
 from chronos.clock import Clock
 from chronos.group.follower import Follower, FollowWorker, ProgressReader
+from chronos.group.master_watch import MasterWatch
 from chronos.group.placement import ReplicaStore
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import MasterState
@@ -108,6 +109,8 @@ class Replica(LoopWorker):
         fatal: where a failure no retry can mend is reported (the node ends).
         clock: time source.
         metrics: counters.
+        watch: the failure detector on the master's commits (``master_watch.py``); None:
+            only the election decides (after its session timeout).
     """
 
     def __init__(
@@ -125,8 +128,16 @@ class Replica(LoopWorker):
         fatal: Fatal,
         clock: Clock,
         metrics: Metrics,
+        watch: MasterWatch | None = None,
     ) -> None:
         super().__init__("replica")
+        self._watch = watch
+        #: Whether this term's master holds the election partition (a master that took over on
+        #: suspicion gets it once the dead master's session expires; until then losing the
+        #: election says nothing).
+        self._by_election = False
+        self._promoting_by_election = True
+        self._deferred_logged = False
         self._spec = spec
         self._partitions = partitions
         self._store = store
@@ -191,25 +202,66 @@ class Replica(LoopWorker):
         master = self._master
         elected = self._election.elected
         if master is not None:
+            self._by_election = self._by_election or elected
             if master.fenced is not None:
                 self._demote(f"fenced: {master.fenced}")
-            elif not elected:
+            elif not elected and self._by_election:
                 self._demote("election lost")
-        elif elected and time.monotonic() >= self._retry_at and not self._cannot_lead():
-            try:
-                self._promote()
-            except Exception as exc:  # any failure: stay a backup that follows, try again later
-                expected = isinstance(exc, (_TakeoverAborted, Fenced, KafkaException))
-                log.warning(
-                    "takeover_failed",
-                    reason=str(exc) if expected else repr(exc),
-                    retry_in_s=RETRY_S,
-                    exc_info=not expected,
-                )
-                self._retry_at = time.monotonic() + RETRY_S
-                self._store.follow()
-                if self._follow is None:
-                    self._start_following()
+            return
+        watch = self._watch
+        if watch is not None:
+            watch.observe()
+        if time.monotonic() < self._retry_at or self._cannot_lead():
+            return
+        if elected:
+            if self._elected_may_lead(watch):
+                self._try_promote(by_election=True)
+            elif not self._deferred_logged:
+                log.info("elected_waits_for_silence", node=self._spec.node_id)
+                self._deferred_logged = True
+        elif watch is not None and watch.suspects() and self._follower.latest is not None:
+            # A committed cut: a master existed (a new group's first is the election's pick).
+            log.warning(
+                "suspected_master",
+                node=self._spec.node_id,
+                silent_ms=round(watch.silent_s * 1000),
+                last_term=self.term,
+            )
+            self._try_promote(by_election=False)
+
+    def _elected_may_lead(self, watch: MasterWatch | None) -> bool:
+        """Holding the election partition is no reason to fence a master that commits: one
+        that took over on suspicion while this node was frozen, or that this node, just
+        started, has not watched long enough to see. So an elected replica waits until the
+        progress topic stood still for ``suspect_after_ms`` (having seen a commit or not: a
+        takeover killed before its first commit must not leave the group without a master),
+        unless no master ever committed (a new group) or Kafka has not answered the watch for
+        a session timeout (the election alone decides then, as without a watch)."""
+        if watch is None or self._follower.latest is None:
+            return True
+        session_s = self._spec.settings.session_timeout_ms / 1000.0
+        return watch.quiet() or watch.blind_s >= session_s
+
+    def _try_promote(self, by_election: bool) -> None:
+        self._deferred_logged = False
+        self._promoting_by_election = by_election
+        try:
+            self._promote()
+            self._by_election = by_election
+            if self._watch is not None:
+                self._watch.reset()  # from now on the end moves with this node's commits
+        except Exception as exc:  # any failure: stay a backup that follows, try again later
+            expected = isinstance(exc, (_TakeoverAborted, Fenced, KafkaException))
+            log.warning(
+                "takeover_failed",
+                reason=str(exc) if expected else repr(exc),
+                retry_in_s=RETRY_S,
+                exc_info=not expected,
+            )
+            self._retry_at = time.monotonic() + RETRY_S
+            self._store.follow()
+            if self._follow is None:
+                self._start_following()
 
     def _stand_when_eligible(self) -> bool:
         """Join the election once ingest caught up and the store is complete (True then);
@@ -370,7 +422,7 @@ class Replica(LoopWorker):
     def _check_still_elected(self) -> None:
         if self.stopping:
             raise _TakeoverAborted("stopping")
-        if not self._election.elected:
+        if self._promoting_by_election and not self._election.elected:
             raise _TakeoverAborted("election lost during the takeover")
 
     def _demote(self, reason: str) -> None:
@@ -379,6 +431,8 @@ class Replica(LoopWorker):
         self._store.follow()
         self._start_following()
         self._retry_at = time.monotonic() + RETRY_S
+        if self._watch is not None:
+            self._watch.reset()
         self._metrics.incr("demotions")
         log.warning("became_backup", node=self._spec.node_id, term=term, reason=reason)
 

@@ -138,15 +138,19 @@ def stable_end(admin: AdminClient, topic: str, timeout_s: float = 30.0) -> int:
 
 
 def stable_ends(
-    admin: AdminClient, topic: str, partitions: list[int], timeout_s: float
+    admin: AdminClient,
+    topic: str,
+    partitions: list[int],
+    timeout_s: float,
+    committed: bool = True,
 ) -> dict[int, int]:
     """The last stable offset of each of ``partitions`` (one ListOffsets per broker): what a
-    ``read_committed`` reader reaches; KafkaException when Kafka does not answer in time."""
+    ``read_committed`` reader reaches (``committed`` False: the high watermark, which also
+    moves with records of open transactions); KafkaException when Kafka does not answer."""
     latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
     wanted = {TopicPartition(topic, p): latest for p in partitions}
-    futures = admin.list_offsets(
-        wanted, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
-    )
+    isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    futures = admin.list_offsets(wanted, isolation_level=isolation, request_timeout=timeout_s)
     return {tp.partition: int(f.result(timeout_s).offset) for tp, f in futures.items()}
 
 
@@ -162,6 +166,7 @@ class StableEnds:
         topic: the topic.
         partitions: the partitions asked about.
         timeout_s: longest wait for one answer.
+        committed: stable offsets (True) or high watermarks.
     """
 
     def __init__(
@@ -170,7 +175,9 @@ class StableEnds:
         topic: str,
         partitions: list[int],
         timeout_s: float,
+        committed: bool = True,
     ) -> None:
+        self._committed = committed
         self._open_admin = open_admin
         self._topic = topic
         self._partitions = partitions
@@ -181,7 +188,9 @@ class StableEnds:
         if self._admin is None:
             self._admin = self._open_admin()
         try:
-            return stable_ends(self._admin, self._topic, self._partitions, self._timeout_s)
+            return stable_ends(
+                self._admin, self._topic, self._partitions, self._timeout_s, self._committed
+            )
         except BaseException:
             self._admin = None
             raise

@@ -17,6 +17,7 @@ from chronos.delivery.deadletter import DeadLetterPolicy
 from chronos.errors import ConfigError
 from chronos.group.election import Election
 from chronos.group.follower import ProgressLog
+from chronos.group.master_watch import MasterWatch
 from chronos.group.placement import ReplicaStore
 from chronos.group.replica import Elector, Replica
 from chronos.group.spec import GroupSpec
@@ -275,7 +276,14 @@ def _replica(
         ctx.fatal,
         ctx.clock,
         ctx.metrics,
+        _master_watch(ctx, spec),
     )
+
+
+def _master_watch(ctx: NodeContext, spec: GroupSpec) -> MasterWatch:
+    """The backup's failure detector: the progress topic's end (high watermark) moving."""
+    ends = StableEnds(ctx.clients.admin, spec.progress_topic, [0], 0.5, committed=False)
+    return MasterWatch(lambda: ends()[0], spec.settings.suspect_after_ms / 1000.0)
 
 
 def replica(ctx: NodeContext) -> list[Component]:

@@ -409,3 +409,96 @@ def test_a_master_refreshes_what_its_store_holds_and_publishes_the_floor(world: 
     world.until(lambda: published_floor() is not None, "a progress record carries the floor")
     floor = published_floor()
     assert floor is not None and floor.offsets == {0: 1}
+
+
+@dataclass
+class ScriptedWatch:
+    """A failure detector whose verdicts the test sets."""
+
+    suspicious: bool = False
+    silent: bool = False
+    blind_s: float = 0.0
+    observed: int = 0
+    silent_s: float = 2.0
+
+    def observe(self) -> None:
+        self.observed += 1
+
+    def suspects(self) -> bool:
+        return self.suspicious
+
+    def quiet(self) -> bool:
+        return self.silent
+
+    def reset(self) -> None:
+        self.suspicious = self.silent = False
+
+
+def _a_master_committed(world: World, term: int) -> None:
+    cut = Cut(term, T0 - 100, {0: 0}, "a", T0 - 100)
+    world.progress.records.append(cut)
+    world.replica._follower.take([cut])  # what the follow worker does on its thread
+    assert world.replica.term == term
+
+
+def test_a_backup_takes_over_on_suspicion_without_the_election(world: World) -> None:
+    """The master stopped committing: the backup fences it and leads before the election's
+    session expires; losing an election it never held does not demote it. Mutants caught: the
+    suspicion ignored (no takeover until elected); the takeover aborted because the backup does
+    not hold the election partition; a suspicion acted on in a group where no master ever
+    committed (the election picks the first)."""
+    watch = ScriptedWatch(suspicious=True)
+    world.replica._watch = watch  # type: ignore[assignment]
+    world.replica.step()
+    assert world.replica.role == "backup" and watch.observed == 1, "no master ever committed"
+    _a_master_committed(world, 3)
+    world.replica.step()
+    assert world.replica.role == "master" and world.replica.term == 4
+    assert world.events[0] == "init"
+    world.replica.step()  # not elected, never was: stays master
+    assert world.replica.role == "master"
+    world.election.win()  # the dead master's session expired
+    world.replica.step()
+    world.election.lose()
+    world.replica.step()
+    assert world.replica.role == "backup"
+
+
+def test_holding_the_partition_is_no_reason_to_fence_a_committing_master(world: World) -> None:
+    """A thawed zombie, or a node just started, holds the election partition while another
+    node commits: it must not take the role (a needless handover) until the progress topic
+    stood still, seen or not seen moving before. Mutant caught: the elected path ignoring the
+    watch."""
+    watch = ScriptedWatch()
+    world.replica._watch = watch  # type: ignore[assignment]
+    _a_master_committed(world, 3)
+    world.election.win()
+    world.replica.step()
+    world.replica.step()
+    assert world.replica.role == "backup" and not world.publishers
+    watch.silent = True  # that master died, or a takeover was killed before its first commit
+    world.replica.step()
+    assert world.replica.role == "master" and world.replica.term == 4
+
+
+def test_an_elected_replica_leads_at_once_in_a_new_group_or_when_the_watch_is_blind(
+    world: World,
+) -> None:
+    """Mutants caught: the first master of a new group waiting for a silence; a watch Kafka
+    never answers keeping the elected replica a backup for ever."""
+    watch = ScriptedWatch()
+    world.replica._watch = watch  # type: ignore[assignment]
+    world.election.win()
+    world.replica.step()
+    assert world.replica.role == "master", "no master ever committed: the election decides"
+    world.election.lose()
+    world.replica.step()
+    assert world.replica.role == "backup"
+    _a_master_committed(world, 5)
+    world.replica._retry_at = 0.0
+    world.election.win()
+    world.replica.step()
+    assert world.replica.role == "backup"
+    watch.blind_s = world.spec.settings.session_timeout_ms / 1000.0
+    world.replica.step()
+    assert world.replica.role == "master"
