@@ -233,6 +233,14 @@ class TransactionLoop(LoopWorker):
             return
         except (Fenced, NotAuthorized):
             raise
+        except KafkaException as exc:
+            # An outage (a broker killed) or a stop mid-transaction: nothing of it may stay
+            # open; one line, no traceback, and the same range again after the backoff.
+            self._quiet_abort()
+            error = exc.args[0] if exc.args else None
+            reason = describe(error) if isinstance(error, KafkaError) else str(exc)
+            log.warning("transaction_failed", term=self.term, error=reason)
+            committed = False
         except Exception:
             # Whatever broke, no transaction may stay open: the next one could not begin.
             self._quiet_abort()

@@ -359,7 +359,9 @@ class Ledger:
             batch.delete_message(key)
             if slot <= frontier and leading:
                 outcome.cancel_raced += 1  # already handed to a sender: may still be delivered
-                log.warning("cancel_raced_delivery", id=message_id, slot_ms=slot)
+                # Info, not a warning: the slot was being delivered; the message may or may not
+                # have gone out (a scan that had not read it yet leaves it undelivered).
+                log.info("cancel_raced_delivery", id=message_id, slot_ms=slot)
             else:
                 outcome.cancelled += 1
         else:

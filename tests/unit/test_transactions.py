@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from chronos.clock import FakeClock
 from chronos.delivery.deadletter import DeadLetterPolicy
@@ -123,6 +123,22 @@ def test_a_commit_kafka_refuses_moves_nothing_and_the_range_is_tried_again(
     master.publisher.fail_next("commit", TransactionAborted("CONCURRENT_TRANSACTIONS"))
     master.loop.step()
     assert master.delivered() == [] and master.ledger.seek_ms == T0 - 1000
+    assert master.metrics.totals()["transactions_aborted"] == 1
+    master.loop.step()
+    assert master.delivered() == ["m"] and master.ledger.seek_ms == T0
+
+
+def test_a_broker_gone_mid_commit_aborts_quietly_and_tries_the_range_again(
+    master: Master,
+) -> None:
+    """A broker killed under a commit: one warning, no exception out of the loop (a
+    traceback each time), no transaction left open, the same range after the backoff.
+    Mutant caught: the KafkaException re-raised to the worker loop."""
+    master.add("m", T0 - 10)
+    gone = KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
+    master.publisher.fail_next("commit", gone)
+    master.loop.step()
+    assert master.delivered() == [] and not master.publisher.in_transaction
     assert master.metrics.totals()["transactions_aborted"] == 1
     master.loop.step()
     assert master.delivered() == ["m"] and master.ledger.seek_ms == T0

@@ -30,6 +30,8 @@ from chronos.types import Headers, KafkaConfig
 log = structlog.get_logger(__name__)
 
 _RETRY_PAUSE_S = 0.1
+#: Longest wait of an abort once the publisher was interrupted.
+_INTERRUPTED_ABORT_S = 1.0
 
 
 class TransactionalProducer:
@@ -97,8 +99,10 @@ class TransactionalProducer:
             # fenced ones do) with the error still set, and the first callback raises this.
             # The producer keeps the error: without its traceback it cannot keep the caller's
             # frames (and through them the producer itself) alive.
+            # What it says ("<function ...> returned a result with an exception set") names
+            # a callback, not the cause: the fatal error itself went to the error callback.
             exc.__traceback__ = None
-            raise Fenced(f"the producer failed while flushing: {exc}") from None
+            raise Fenced("the producer failed fatally while flushing (fenced)") from None
 
     def commit(self) -> None:
         """Commit, retrying what librdkafka says may be retried: giving up on a commit whose
@@ -119,7 +123,11 @@ class TransactionalProducer:
                 log.warning("transaction_commit_retry", error=describe(error))
 
     def abort(self) -> None:
-        self._call(self._live().abort_transaction, self._timeout_s)
+        # Once interrupted (a stop or a demotion), a short try: the next master's init, or
+        # Kafka after the transaction timeout, aborts what is left, and a node that waited the
+        # whole timeout on a dead broker outlived its own shutdown.
+        wait_s = _INTERRUPTED_ABORT_S if self._interrupted.is_set() else self._timeout_s
+        self._call(self._live().abort_transaction, wait_s)
 
     def in_flight(self) -> int:
         return 0 if self._producer is None else len(self._producer)
