@@ -20,14 +20,22 @@ from chronos.settings import ChronosSettings
 
 log = structlog.get_logger(__name__)
 
+#: How long one wait for Kafka's first answer lasts before a stop is looked for.
+_STOP_CHECK_S = 1.0
+
 
 def _admin(settings: ChronosSettings) -> AdminClient:
     return KafkaClients(settings.kafka, settings.node.node_id).admin()
 
 
-def ensure_topics(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
+def ensure_topics(
+    settings: ChronosSettings,
+    timeout_s: float = 30.0,
+    stopped: Callable[[], bool] = lambda: False,
+) -> None:
     """Create the inner and dead-letter topics, and a replica group's election and progress
-    topics, when missing (idempotent)."""
+    topics, when missing (idempotent). Waiting for Kafka to answer ends early once
+    ``stopped`` says so (a stop signal during start-up)."""
     names = settings.topics.names
     admin = _admin(settings)
     # Internal topics must take the largest request the proxy accepts, with chronos' headers.
@@ -44,12 +52,17 @@ def ensure_topics(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
         ),
         NewTopic(names.dead_letter, 1, settings.topics.replication_factor, config=config),
     ]
-    try:
-        existing = admin.list_topics(timeout=timeout_s).topics
-    except KafkaException as exc:
-        raise ConfigError(
-            f"cannot reach Kafka at {settings.kafka.bootstrap_servers}: {exc.args[0]}"
-        ) from exc
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            wait_s = max(0.1, min(_STOP_CHECK_S, deadline - time.monotonic()))
+            existing = admin.list_topics(timeout=wait_s).topics
+            break
+        except KafkaException as exc:
+            if stopped() or time.monotonic() >= deadline:
+                raise ConfigError(
+                    f"cannot reach Kafka at {settings.kafka.bootstrap_servers}: {exc.args[0]}"
+                ) from exc
     # One cut and one state per live repeat survive compaction.
     compacted = {"cleanup.policy": "compact", "segment.ms": str(3600 * 1000)}
     if settings.group.name is not None:

@@ -48,11 +48,13 @@ class Node:
         self._components: list[Component] = []
         self.context: NodeContext | None = None
         self._stopped = threading.Event()
+        #: A stop signal arrived (``run``): start-up waits no longer for Kafka.
+        self._stop_requested = threading.Event()
 
     def start(self) -> None:
         """Create topics if configured, open the store, start every component."""
         if self.settings.topics.create:
-            ensure_topics(self.settings)
+            ensure_topics(self.settings, stopped=self._stop_requested.is_set)
         if self.settings.rebuild.check_inner_topic:
             # Refuses a topic that could remove a pending message's last record.
             check_inner_topic(self.settings)
@@ -134,7 +136,7 @@ class Node:
 
     def run(self) -> int:
         """Run until SIGTERM or SIGINT; returns the process exit code."""
-        stop = threading.Event()
+        stop = self._stop_requested
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
             log.info("node_signal", signal=signal.Signals(signum).name)
@@ -142,7 +144,15 @@ class Node:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        self.start()
+        try:
+            self.start()
+        except Exception as exc:
+            if not stop.is_set():
+                raise
+            # Asked to stop while starting (Kafka not answering yet, say): a stop, not an
+            # error; what did start is stopped below.
+            log.info("node_stopped_during_start_up", error=str(exc))
+            return 0 if self.stop() else 1
         tune_interpreter()
         fatal = None
         while not stop.wait(1.0):
