@@ -52,7 +52,10 @@ def test_a_killed_master_is_taken_over_on_suspicion_exactly_once(
     assert report["failovers"] == 2, result.stdout[-3000:]
     assert report["lost"] == 0 and report["duplicates"] == 0 and report["early"] == 0
     assert report["cancelled_delivered"] == 0
-    assert report["suspicions"] >= 2, "the backups waited for the election instead"
+    # The first kill's backup does not hold the election partition (the first master does):
+    # only a suspicion lets it lead before the session expires. (The second kill's may hold it,
+    # once the first master's session expired, and then leads as the elected replica.)
+    assert report["suspicions"] >= 1, "the backup waited for the election instead"
     assert report["extra_takeovers"] == 0, "a restarted node took the role from a live master"
     assert report["masters_at_end"] == 1
     assert report["ok"] is True, report["problems"]
