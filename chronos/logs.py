@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
+import time
+from collections.abc import Callable
 from typing import TextIO, cast
 
 import structlog
@@ -23,20 +26,100 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
+#: Repeats of one librdkafka line inside this window are counted, not written.
+REPEAT_WINDOW_S = 10.0
+
+
+class RepeatLimiter(logging.Filter):
+    """Writes a librdkafka line once per ``window_s``, and the next one after the window with
+    how many were held back (``repeated``). Why: while Kafka is down every client says
+    "Connect ... failed" every few hundred ms; a node wrote about 20 such lines a second.
+
+    Lines count as the same when they differ only in numbers (ports, ms, client ids) and in
+    which client said them.
+
+    Parameters:
+        window_s: how long repeats are held back.
+        now: monotonic time source.
+    """
+
+    def __init__(
+        self, window_s: float = REPEAT_WINDOW_S, now: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__()
+        self._window_s = window_s
+        self._now = now
+        #: key -> (when last written, repeats held back since).
+        self._seen: dict[tuple[int, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.levelno, _NUMBERS.sub("#", _text_of(record)))
+        now = self._now()
+        written, held = self._seen.get(key, (-self._window_s, 0))
+        if now - written < self._window_s:
+            self._seen[key] = (written, held + 1)
+            return False
+        if len(self._seen) > _MAX_KEYS:
+            self._seen.clear()  # bounded memory; at worst a line is written once more
+        self._seen[key] = (now, 0)
+        if held:
+            record.repeated = held
+        return True
+
+
+_NUMBERS = re.compile(r"\d+")
+#: Distinct lines remembered at most.
+_MAX_KEYS = 1000
+
+
+def _text_of(record: logging.LogRecord) -> str:
+    """A librdkafka line without the client that said it (``FAIL [client] text``)."""
+    args = record.args
+    if isinstance(args, tuple) and len(args) == 3:
+        return f"{args[0]} {args[2]}"
+    return record.getMessage()
+
+
+def _librdkafka_fields(
+    _logger: object, _name: str, event_dict: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    """A librdkafka line as fields (facility, client, message) instead of one string."""
+    record = event_dict.get("_record")
+    if isinstance(record, logging.LogRecord):
+        # The formatter has already cleared the record's args: the rendered line is parsed.
+        line = _LIBRDKAFKA_LINE.match(str(event_dict.get("event", "")))
+        if record.name == LIBRDKAFKA and line is not None:
+            event_dict["event"] = "librdkafka"
+            event_dict["facility"], event_dict["client"], event_dict["message"] = line.groups()
+        repeated = getattr(record, "repeated", None)
+        if repeated:
+            event_dict["repeated"] = repeated
+    return event_dict
+
+
+#: How confluent-kafka renders a librdkafka line: ``FACILITY [client] text``.
+_LIBRDKAFKA_LINE = re.compile(r"(\S+) \[([^\]]*)\] (.*)", re.DOTALL)
+#: The stdlib logger librdkafka's lines arrive on (``chronos.kafka.clients``).
+LIBRDKAFKA = "librdkafka"
+
+
 def configure_logging(settings: LogSettings, librdkafka_level: int = logging.WARNING) -> None:
     """Route structlog and stdlib logs (librdkafka's included, from ``librdkafka_level`` up, or
-    all of them at ``debug``) to stderr: stdout holds a command's results only."""
+    all of them at ``debug``) to stderr: stdout holds a command's results only. Every line has
+    the chosen format, stdlib and librdkafka lines too (one JSON object per line in ``json``);
+    repeated librdkafka lines are held back (``RepeatLimiter``)."""
     level = getattr(logging, settings.level.upper())
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
         if settings.format == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            stamp,
             structlog.processors.format_exc_info,
             renderer,
         ],
@@ -44,11 +127,26 @@ def configure_logging(settings: LogSettings, librdkafka_level: int = logging.WAR
         logger_factory=structlog.PrintLoggerFactory(cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(
-        level=max(level, logging.WARNING),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    handler = logging.StreamHandler(cast(TextIO, _CurrentStderr()))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_log_level,
+                structlog.stdlib.add_logger_name,
+                stamp,
+                _librdkafka_fields,
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
     )
-    logging.getLogger("librdkafka").setLevel(
-        logging.DEBUG if settings.level == "debug" else librdkafka_level
-    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(max(level, logging.WARNING))
+    librdkafka = logging.getLogger(LIBRDKAFKA)
+    librdkafka.setLevel(logging.DEBUG if settings.level == "debug" else librdkafka_level)
+    if not any(isinstance(f, RepeatLimiter) for f in librdkafka.filters):
+        librdkafka.addFilter(RepeatLimiter())

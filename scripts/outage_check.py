@@ -11,10 +11,15 @@ it, keeps sending for --after seconds, then checks from the target topic:
 - duplicates: delivered more than once;
 - recovery: seconds from the broker's return to the first request acknowledged again and to the
   first delivery of a message scheduled after the return;
-- the node process still running (no restart), and how often it logged PRODUCER_FENCED.
+- the node process still running (no restart), and how often it logged PRODUCER_FENCED;
+- what the node wrote while the broker was gone: lines, the most in one second, lines not JSON.
+
+``--stop crash`` kills the broker instead (kill -9, Apache Kafka only) and starts it again on its
+data after ``--freeze`` seconds.
 
     python scripts/outage_check.py --broker kafka --freeze 60
     python scripts/outage_check.py --broker tansu --freeze 60
+    python scripts/outage_check.py --broker kafka --stop crash --freeze 60
 
 The last line of output is the JSON summary. Exit code 0 when nothing acknowledged was lost,
 nothing was early and both recoveries took at most --recover-within seconds.
@@ -29,6 +34,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +101,12 @@ def main() -> int:
     parser.add_argument("--max-delay", type=float, default=2.0, help="seconds (default 2)")
     parser.add_argument("--warm", type=float, default=10.0, help="seconds before the freeze")
     parser.add_argument("--freeze", type=float, default=60.0, help="outage, seconds")
+    parser.add_argument(
+        "--stop",
+        choices=["freeze", "crash"],
+        default="freeze",
+        help="freeze: SIGSTOP and SIGCONT; crash: kill -9 and start again on its data (Kafka)",
+    )
     parser.add_argument("--after", type=float, default=30.0, help="load after it, seconds")
     parser.add_argument(
         "--recover-within", type=float, default=5.0, help="seconds allowed to recover (default 5)"
@@ -131,13 +143,25 @@ def main() -> int:
             )
             sender.start()
             time.sleep(args.warm)
+            node_log = stack.workdir / "node.log"
+            outage_began = node_log.stat().st_size
+            how = "killing (kill -9)" if args.stop == "crash" else "freezing"
             print(
-                f"[outage] freezing the {args.broker} broker for {args.freeze:.0f} s",
-                file=sys.stderr,
+                f"[outage] {how} the {args.broker} broker for {args.freeze:.0f} s", file=sys.stderr
             )
-            broker.freeze()
-            time.sleep(args.freeze)
-            broker.thaw()
+            if args.stop == "crash":
+                crash, restart = getattr(broker, "crash", None), getattr(broker, "restart", None)
+                if crash is None or restart is None:
+                    raise SystemExit("--stop crash needs --broker kafka")
+                crash()
+                time.sleep(args.freeze)
+                outage_ended = node_log.stat().st_size
+                restart()
+            else:
+                broker.freeze()
+                time.sleep(args.freeze)
+                outage_ended = node_log.stat().st_size
+                broker.thaw()
             thawed_ms = int(time.time() * 1000)
             print("[outage] broker resumed", file=sys.stderr)
             time.sleep(args.after)
@@ -154,7 +178,8 @@ def main() -> int:
             time.sleep(0.5)
         watcher.stop()
         node_running = stack.node.running()
-        log_text = (stack.workdir / "node.log").read_text(errors="replace")
+        log_text = node_log.read_text(errors="replace")
+        outage_log = node_log.read_bytes()[outage_began:outage_ended].decode(errors="replace")
     summary = _summary(expected, deliveries, thawed_ms, accepted.refused_calls)
     summary.update(
         {
@@ -164,6 +189,8 @@ def main() -> int:
             "node_still_running": node_running,
             "node_producer_fenced_logs": log_text.count("PRODUCER_FENCED"),
             "node_exited_fatal": "node_exit_fatal" in log_text,
+            "stop": args.stop,
+            **_log_rate(outage_log.splitlines()),
         }
     )
     ok = (
@@ -178,6 +205,24 @@ def main() -> int:
     summary["ok"] = ok
     print(json.dumps(summary))
     return 0 if ok else 1
+
+
+def _log_rate(lines: list[str]) -> dict[str, int]:
+    """How much the node wrote while the broker was gone: lines, the most in one second (by
+    their timestamps), and lines that were not JSON."""
+    per_second: Counter[str] = Counter()
+    not_json = 0
+    for line in lines:
+        try:
+            event = json.loads(line)
+            per_second[str(event.get("timestamp", ""))[:19]] += 1
+        except ValueError:
+            not_json += 1
+    return {
+        "outage_log_lines": len(lines),
+        "outage_log_lines_max_per_s": max(per_second.values(), default=0),
+        "outage_log_lines_not_json": not_json,
+    }
 
 
 def _summary(

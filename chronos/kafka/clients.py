@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 from chronos.kafka.errors import ErrorKind, classify, describe
+from chronos.logs import LIBRDKAFKA
 from chronos.types import KafkaConfig
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from chronos.settings import KafkaSettings, KafkaValue
 
 #: librdkafka's own log lines go to this stdlib logger (configured in ``chronos.logs``).
-LIBRDKAFKA_LOGGER = logging.getLogger("librdkafka")
+LIBRDKAFKA_LOGGER = logging.getLogger(LIBRDKAFKA)
 #: Seconds between two log lines of the same client error.
 ERROR_LOG_INTERVAL_S = 10.0
 

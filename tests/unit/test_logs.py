@@ -1,0 +1,82 @@
+"""Logs a machine can read: every line JSON in JSON mode (stdlib and librdkafka included), and
+librdkafka's repeated lines held back with a count."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from chronos.kafka.clients import KafkaClients, producer
+from chronos.logs import LIBRDKAFKA, RepeatLimiter, configure_logging
+from chronos.settings import KafkaSettings, LogSettings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _librdkafka_record(client: str, text: str) -> logging.LogRecord:
+    """A record as confluent-kafka makes it: ``"%s [%s] %s" % (facility, client, text)``."""
+    return logging.LogRecord(
+        LIBRDKAFKA, logging.ERROR, "", 0, "%s [%s] %s", ("FAIL", client, text), None
+    )
+
+
+def test_a_repeated_line_is_written_once_per_window_then_with_its_count() -> None:
+    """Mutants caught: no limiting; lines of two clients (or two ports) counted apart; the
+    count of held-back lines dropped."""
+    clock = Clock()
+    limiter = RepeatLimiter(10.0, clock)
+    refused = "127.0.0.1:{port}/bootstrap: Connect failed: Connection refused (after {ms}ms)"
+    first = _librdkafka_record("a#producer-1", refused.format(port=9092, ms=0))
+    assert limiter.filter(first) and not hasattr(first, "repeated")
+    for n in range(20):
+        clock.now += 0.4
+        again = _librdkafka_record(f"a#consumer-{n}", refused.format(port=9093, ms=n))
+        assert not limiter.filter(again)
+    other = _librdkafka_record("a#producer-1", "Disconnected: connection reset by peer")
+    assert limiter.filter(other), "another line is not held back by the first"
+    clock.now += 2.0
+    later = _librdkafka_record("a#producer-1", refused.format(port=9092, ms=1))
+    assert limiter.filter(later) and later.repeated == 20  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def json_logs() -> Iterator[None]:
+    configure_logging(LogSettings(format="json"))
+    yield
+    configure_logging(LogSettings())
+
+
+def test_in_json_mode_every_line_is_json_stdlib_and_librdkafka_too(
+    json_logs: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real librdkafka client meeting a closed port for 3 s, and a stdlib warning: every line
+    on stderr parses as JSON, librdkafka's with its fields, and the client's repeated connect
+    failures come out a few times at most. Mutant caught: stdlib lines in plain text (the
+    formatter of ``logging.basicConfig``)."""
+    logging.getLogger("uvicorn.error").warning("plain %s", "stdlib")
+    clients = KafkaClients(KafkaSettings(bootstrap_servers="127.0.0.1:9"), "t")
+    config = clients.producer_config(**{"reconnect.backoff.ms": 10})
+    client = producer({**config, "reconnect.backoff.max.ms": 50}, clients.errors("t"))
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        client.poll(0.1)  # serves librdkafka's log lines (it returns after each)
+    del client
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    events = [json.loads(line) for line in lines]  # raises on any line that is not JSON
+    stdlib = [e for e in events if e.get("logger") == "uvicorn.error"]
+    assert stdlib and stdlib[0]["event"] == "plain stdlib" and stdlib[0]["level"] == "warning"
+    kafka = [e for e in events if e.get("event") == "librdkafka"]
+    assert kafka, "librdkafka said nothing about the closed port"
+    assert {"facility", "client", "message", "timestamp"} <= kafka[0].keys()
+    refused = [e for e in kafka if "Connection refused" in e["message"]]
+    assert 1 <= len(refused) <= 2, f"{len(refused)} connect failures written in 3 s"
