@@ -1,9 +1,11 @@
-"""Metrics through one interface: counters and a lateness distribution, reported to logs."""
+"""Metrics through one interface: counters and millisecond histograms, reported to logs and to
+Prometheus (``chronos/admin/prometheus.py`` reads them; the hot path only adds to them)."""
 
 from __future__ import annotations
 
 import bisect
 import threading
+from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -26,6 +28,18 @@ class NullMetrics:
 
 # Lateness buckets (ms upper bounds); a fixed histogram keeps memory constant.
 _BOUNDS = [0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 60_000]
+#: The histograms' bucket upper bounds, ms (a last bucket takes everything above).
+BOUNDS_MS: tuple[int, ...] = tuple(_BOUNDS)
+
+
+@dataclass(frozen=True)
+class HistogramSnapshot:
+    """One histogram as of a moment: counts per bucket of ``BOUNDS_MS`` (one more: above the
+    last bound), the sum and the largest value, in ms."""
+
+    buckets: tuple[int, ...]
+    sum_ms: int
+    max_ms: int
 
 
 class _Histogram:
@@ -34,9 +48,11 @@ class _Histogram:
     def __init__(self) -> None:
         self.buckets = [0] * (len(_BOUNDS) + 1)
         self.max = 0
+        self.sum = 0
 
     def add(self, value: int) -> None:
         self.buckets[bisect.bisect_left(_BOUNDS, value)] += 1
+        self.sum += value
         if value > self.max:
             self.max = value
 
@@ -44,6 +60,7 @@ class _Histogram:
         for index, count in enumerate(list(other.buckets)):
             self.buckets[index] += count
         self.max = max(self.max, other.max)
+        self.sum += other.sum
 
     def summary(self) -> dict[str, int]:
         """Bucket upper bounds of p50/p99 and the exact max, in ms."""
@@ -112,10 +129,20 @@ class CountingMetrics:
 
     def summaries(self) -> dict[str, dict[str, int]]:
         """Every histogram's summary (since start), merged over threads."""
+        return {name: h.summary() for name, h in self._merged().items()}
+
+    def histograms(self) -> dict[str, HistogramSnapshot]:
+        """Every histogram's buckets, sum and max (since start), merged over threads."""
+        return {
+            name: HistogramSnapshot(tuple(h.buckets), h.sum, h.max)
+            for name, h in self._merged().items()
+        }
+
+    def _merged(self) -> dict[str, _Histogram]:
         with self._lock:
             shards = list(self._shards)
         merged: dict[str, _Histogram] = {}
         for shard in shards:
             for name, histogram in dict(shard.histograms).items():
                 merged.setdefault(name, _Histogram()).merge(histogram)
-        return {name: h.summary() for name, h in merged.items()}
+        return merged

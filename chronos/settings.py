@@ -552,6 +552,23 @@ class ProxySettings(_Section):
     batch_max: int = Field(10_000, ge=1, description="Most messages in one batch request.")
 
 
+class AdminSettings(_Section):
+    """A node's admin HTTP API: health, readiness, Prometheus metrics."""
+
+    enabled: bool = Field(True, description="Serve the admin API from every node.")
+    host: str = Field(
+        "127.0.0.1",
+        description="Listen address; loopback by default (it answers without authentication).",
+    )
+    port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Listen port; 0: a free port, logged as admin_listening (set one for probes "
+        "and scraping; several nodes on one machine need different ports).",
+    )
+
+
 class LogSettings(_Section):
     """Logging output."""
 
@@ -580,6 +597,7 @@ class ChronosSettings(BaseSettings):
     delete: DeleteSettings = Field(default_factory=DeleteSettings)
     rebuild: RebuildSettings = Field(default_factory=RebuildSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
     log: LogSettings = Field(default_factory=LogSettings)
 
 

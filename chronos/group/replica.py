@@ -177,6 +177,11 @@ class Replica(LoopWorker):
         self._changed.set()
 
     @property
+    def standing(self) -> bool:
+        """Whether it stands for election: ingest caught up and its store complete."""
+        return self._standing
+
+    @property
     def complete(self) -> bool:
         """Whether the store holds everything it must (as of the latest progress read)."""
         return self._origin.complete(self._latest_floor())

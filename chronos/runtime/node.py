@@ -6,7 +6,7 @@ import signal
 import threading
 import time
 from types import FrameType
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 
@@ -21,6 +21,9 @@ from chronos.node.interpreter import tune_interpreter
 from chronos.runtime.context import NodeContext, build_context
 from chronos.runtime.roles import ROLES, role_of
 from chronos.settings import ChronosSettings
+
+if TYPE_CHECKING:
+    from chronos.admin.server import AdminServer
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +51,8 @@ class Node:
         self._components: list[Component] = []
         self.context: NodeContext | None = None
         self._stopped = threading.Event()
+        self._admin: AdminServer | None = None
+        self._started = threading.Event()
         #: A stop signal arrived (``run``): start-up waits no longer for Kafka.
         self._stop_requested = threading.Event()
 
@@ -60,8 +65,12 @@ class Node:
             check_inner_topic(self.settings)
         self.context = build_context(self.settings, self._clock)
         self._components = ROLES[self._role](self.context)
+        if self.settings.admin.enabled:
+            # Before the components: a port it cannot take ends the start with nothing running.
+            self._start_admin(self.context)
         for component in self._components:
             component.start()
+        self._started.set()
         log.info(
             "node_started",
             node=self.settings.node.node_id,
@@ -69,6 +78,36 @@ class Node:
             seek_ms=self.context.ledger.seek_ms,
             data_dir=str(self.settings.node.data_dir),
         )
+
+    def _start_admin(self, context: NodeContext) -> None:
+        """The admin API (health, readiness, metrics); a port it cannot take ends the start."""
+        from chronos.admin.server import AdminServer
+        from chronos.runtime.probes import NodeProbes
+
+        admin = self.settings.admin
+        self._admin = AdminServer(NodeProbes(self, context), admin.host, admin.port)
+        self._admin.start()
+        if not self._admin.wait_started(10.0):
+            raise ConfigError(
+                f"the admin API could not listen on {admin.host}:{admin.port} "
+                "(is admin.port taken? 0 picks a free one)"
+            )
+        log.info("admin_listening", host=admin.host, port=self._admin.port)
+
+    @property
+    def admin_port(self) -> int | None:
+        """Where the admin API listens, None when it does not run."""
+        return None if self._admin is None else self._admin.port
+
+    @property
+    def components(self) -> list[Component]:
+        """The running components, in start order."""
+        return list(self._components)
+
+    @property
+    def started(self) -> bool:
+        """Every component of its role was started."""
+        return self._started.is_set()
 
     @property
     def replica(self) -> Replica | None:
@@ -96,6 +135,9 @@ class Node:
         if self._stopped.is_set():
             return True
         self._stopped.set()
+        if self._admin is not None:
+            self._admin.stop()
+            self._admin.join(5.0)
         deadline = time.monotonic() + self.settings.node.shutdown_timeout_s
         for component in reversed(self._components):
             component.stop()

@@ -258,6 +258,20 @@ class RocksStore:
         """A new, empty batch."""
         return RocksBatch(self)
 
+    def messages_estimate(self) -> int:
+        """Messages RocksDB estimates the store holds (pending, and delivered ones kept for
+        ``delete.retention_s``): a property read, no scan."""
+        value = self._messages.property_int_value("rocksdb.estimate-num-keys")
+        return int(value or 0)
+
+    def disk_problem(self) -> str | None:
+        """Why a write would be refused now (below the disk reserve), or None."""
+        try:
+            self._guard.check()
+        except StoreFull as exc:
+            return str(exc)
+        return None
+
     def write(self, batch: RocksBatch) -> None:
         """Apply ``batch`` atomically (visible at once, durable after ``sync``).
 

@@ -26,6 +26,9 @@ class ProxyServer:
             host=settings.proxy.host,
             port=settings.proxy.port,
             log_level="warning",
+            # uvicorn's own logging config writes plain text past chronos' handler; without
+            # it, its lines reach the root logger in chronos' format (JSON in json mode).
+            log_config=None,
             access_log=False,
             lifespan="off",
         )

@@ -2,7 +2,8 @@
 
 ``node/`` (a node's components and the at-least-once engine) and ``group/`` (replica groups)
 never import each other; ``runtime/`` is the only package that knows both. The layers below
-them (``schedule/``, ``delivery/``, ``kafka/``, ``store/``) import neither. And every Kafka
+them (``schedule/``, ``delivery/``, ``kafka/``, ``store/``) import neither, nor does ``admin/``
+(the HTTP surface, which reads a node through a Protocol). And every Kafka
 client of the runtime is built in ``chronos/kafka/``.
 """
 
@@ -24,6 +25,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "delivery": {"node", "group", "runtime", "cli"},
     "kafka": {"node", "group", "runtime", "schedule", "delivery", "cli"},
     "store": {"node", "group", "runtime", "schedule", "delivery", "kafka", "cli"},
+    # The admin API reads a node through a Protocol (admin/view.py); runtime/ answers it.
+    "admin": {"node", "group", "runtime", "schedule", "delivery", "kafka", "store", "cli"},
 }
 
 #: Where confluent-kafka clients may be constructed: the one factory, and the local tools

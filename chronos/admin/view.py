@@ -1,0 +1,74 @@
+"""What the admin API asks of a node: its health, its readiness and its gauges."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from chronos.metrics import CountingMetrics
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named check: passed or not, and what was seen."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    """Checks and facts: ``ok`` when every check passed.
+
+    Parameters:
+        checks: the checks, in a stable order.
+        facts: what a reader wants beside them (role, term, lag), JSON values.
+    """
+
+    checks: list[Check]
+    facts: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in self.checks},
+            **self.facts,
+        }
+
+
+@dataclass(frozen=True)
+class Gauges:
+    """A node's state as numbers, for Prometheus.
+
+    Parameters:
+        role: "alone", "master" or "backup".
+        term: the term this node leads in or last saw committed (0 for a node alone).
+        seek_ms: the persisted seek timestamp (epoch ms).
+        now_ms: the node's clock when read.
+        stored_messages: messages RocksDB estimates the store holds (pending, and delivered
+            ones kept for ``delete.retention_s``).
+        ready: whether ``/readyz`` would answer 200.
+    """
+
+    role: str
+    term: int
+    seek_ms: int
+    now_ms: int
+    stored_messages: int
+    ready: bool
+
+
+class NodeView(Protocol):
+    """What the admin API reads (``runtime.probes.NodeProbes``, or a test's)."""
+
+    @property
+    def metrics(self) -> CountingMetrics: ...
+
+    def health(self) -> Report: ...
+    def readiness(self) -> Report: ...
+    def gauges(self) -> Gauges: ...

@@ -1,0 +1,99 @@
+"""A running node's health, readiness and gauges, as the admin API reads them.
+
+Health says whether the process should be restarted (a component died, Kafka refused
+chronos' credentials, no producer could replace a failed one, the store's disk is below its
+reserve); readiness whether it does its job now (ingest caught up with the inner topic, and for
+a replica, a complete store standing for election). Role and term are in both answers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chronos.admin.view import Check, Gauges, Report
+from chronos.metrics import CountingMetrics
+
+if TYPE_CHECKING:
+    from chronos.runtime.context import NodeContext
+    from chronos.runtime.node import Node
+
+
+class NodeProbes:
+    """Answers the admin API's questions (``admin.view.NodeView``) about ``node``.
+
+    Parameters:
+        node: a started node (its context built).
+        context: that node's context.
+    """
+
+    def __init__(self, node: Node, context: NodeContext) -> None:
+        self._node = node
+        self._context = context
+
+    @property
+    def metrics(self) -> CountingMetrics:
+        return self._context.metrics
+
+    def _facts(self) -> dict[str, object]:
+        role, term = self._role_and_term()
+        return {"node": self._context.settings.node.node_id, "role": role, "term": term}
+
+    def _role_and_term(self) -> tuple[str, int]:
+        replica = self._node.replica
+        if replica is None:
+            return "alone", 0
+        return replica.role, replica.term
+
+    def health(self) -> Report:
+        starting = not self._node.started
+        stopped = [] if starting else [c.name for c in self._node.components if not c.is_alive()]
+        fatal = self._node.fatal_error()
+        disk = self._context.store.disk_problem()
+        checks = [
+            Check(
+                "components",
+                not stopped,
+                f"not running: {', '.join(stopped)}"
+                if stopped
+                else ("starting" if starting else "all running"),
+            ),
+            Check("kafka_clients", fatal is None, fatal or "no fatal error"),
+            Check("disk", disk is None, disk or "above the reserve"),
+        ]
+        return Report(checks, self._facts())
+
+    def readiness(self) -> Report:
+        caught_up = self._node.wait_ready(0)
+        checks = [
+            Check("healthy", self.health().ok, "see /healthz"),
+            Check(
+                "ingest_caught_up",
+                caught_up,
+                "applied the inner topic up to its end" if caught_up else "catching up",
+            ),
+        ]
+        facts = self._facts()
+        replica = self._node.replica
+        if replica is not None:
+            complete = replica.complete
+            checks.append(
+                Check(
+                    "store_complete",
+                    complete,
+                    "holds every pending message" if complete else "waits for a refresh floor",
+                )
+            )
+            facts["eligible"] = replica.standing
+        return Report(checks, facts)
+
+    def gauges(self) -> Gauges:
+        role, term = self._role_and_term()
+        ctx = self._context
+        return Gauges(
+            role=role,
+            term=term,
+            seek_ms=ctx.ledger.seek_ms,
+            now_ms=ctx.clock.now_ms(),
+            stored_messages=ctx.store.messages_estimate(),
+            ready=self.readiness().ok,
+        )
