@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TextIO, cast
@@ -30,13 +31,45 @@ class _CurrentStderr:
 REPEAT_WINDOW_S = 10.0
 
 
+class Throttle:
+    """Says when a repeated event may be written again: once per ``window_s`` per key, and
+    how many were held back since the last one written. Not thread-safe: one per thread, or
+    per callback thread.
+
+    Parameters:
+        window_s: how long repeats are held back.
+        now: monotonic time source.
+    """
+
+    def __init__(
+        self, window_s: float = REPEAT_WINDOW_S, now: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._window_s = window_s
+        self._now = now
+        #: key -> (when last written, repeats held back since).
+        self._seen: dict[object, tuple[float, int]] = {}
+
+    def admit(self, key: object) -> int | None:
+        """None: hold this one back; else write it, saying how many were held back before."""
+        now = self._now()
+        written, held = self._seen.get(key, (-self._window_s, 0))
+        if now - written < self._window_s:
+            self._seen[key] = (written, held + 1)
+            return None
+        if len(self._seen) > _MAX_KEYS:
+            self._seen.clear()  # bounded memory; at worst a line is written once more
+        self._seen[key] = (now, 0)
+        return held
+
+
 class RepeatLimiter(logging.Filter):
     """Writes a librdkafka line once per ``window_s``, and the next one after the window with
     how many were held back (``repeated``). Why: while Kafka is down every client says
     "Connect ... failed" every few hundred ms; a node wrote about 20 such lines a second.
 
     Lines count as the same when they differ only in numbers (ports, ms, client ids) and in
-    which client said them.
+    which client said them. librdkafka's lines reach Python on the thread that polls each
+    client, so the throttle is guarded by a lock.
 
     Parameters:
         window_s: how long repeats are held back.
@@ -47,21 +80,15 @@ class RepeatLimiter(logging.Filter):
         self, window_s: float = REPEAT_WINDOW_S, now: Callable[[], float] = time.monotonic
     ) -> None:
         super().__init__()
-        self._window_s = window_s
-        self._now = now
-        #: key -> (when last written, repeats held back since).
-        self._seen: dict[tuple[int, str], tuple[float, int]] = {}
+        self._throttle = Throttle(window_s, now)
+        self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
         key = (record.levelno, _NUMBERS.sub("#", _text_of(record)))
-        now = self._now()
-        written, held = self._seen.get(key, (-self._window_s, 0))
-        if now - written < self._window_s:
-            self._seen[key] = (written, held + 1)
+        with self._lock:
+            held = self._throttle.admit(key)
+        if held is None:
             return False
-        if len(self._seen) > _MAX_KEYS:
-            self._seen.clear()  # bounded memory; at worst a line is written once more
-        self._seen[key] = (now, 0)
         if held:
             record.repeated = held
         return True

@@ -207,20 +207,29 @@ def main() -> int:
     return 0 if ok else 1
 
 
-def _log_rate(lines: list[str]) -> dict[str, int]:
+def _log_rate(lines: list[str]) -> dict[str, Any]:
     """How much the node wrote while the broker was gone: lines, the most in one second (by
-    their timestamps), and lines that were not JSON."""
+    their timestamps) and what they said, and lines that were not JSON."""
     per_second: Counter[str] = Counter()
+    said: dict[str, Counter[str]] = {}
     not_json = 0
     for line in lines:
         try:
             event = json.loads(line)
-            per_second[str(event.get("timestamp", ""))[:19]] += 1
         except ValueError:
             not_json += 1
+            continue
+        second = str(event.get("timestamp", ""))[:19]
+        per_second[second] += 1
+        what = str(event.get("event"))
+        if what == "librdkafka":
+            what += f" {event.get('facility')}: {str(event.get('message'))[:60]}"
+        said.setdefault(second, Counter())[what] += 1
+    worst = per_second.most_common(1)
     return {
         "outage_log_lines": len(lines),
-        "outage_log_lines_max_per_s": max(per_second.values(), default=0),
+        "outage_log_lines_max_per_s": worst[0][1] if worst else 0,
+        "outage_log_worst_second": dict(said[worst[0][0]].most_common(8)) if worst else {},
         "outage_log_lines_not_json": not_json,
     }
 

@@ -26,6 +26,7 @@ from chronos.delivery.job import DeliveryJob
 from chronos.kafka.errors import describe
 from chronos.kafka.publisher import Publisher
 from chronos.lifecycle import LoopWorker
+from chronos.logs import Throttle
 from chronos.metrics import Metrics
 from chronos.node.progress import ProgressTracker
 from chronos.settings import DeliverySettings
@@ -114,6 +115,8 @@ class Sender(LoopWorker):
         super().__init__(f"sender-{index}")
         self._jobs = jobs
         self._retries = retries
+        self._retry_log = Throttle()
+        self._retry_log_lock = threading.Lock()
         self._publisher = publisher
         self._dead = dead_letters
         self._policy = policy
@@ -216,12 +219,19 @@ class Sender(LoopWorker):
             self._retries.add(job, now)
             return
         self._metrics.incr("retried")
-        log.warning(
-            "delivery_retry",
-            id=job.message.id if job.message else None,
-            error=describe(error),
-            attempt=job.attempts,
-        )
+        reason = describe(error)
+        # When the broker goes, every job in flight fails at once (87 lines in one second):
+        # one line per error and 10 s, with how many were held back (``retried`` counts all).
+        with self._retry_log_lock:
+            held = self._retry_log.admit(reason)
+        if held is not None:
+            log.warning(
+                "delivery_retry",
+                id=job.message.id if job.message else None,
+                error=reason,
+                attempt=job.attempts,
+                repeated=held,
+            )
         self._retries.add(job, now + self._retry_delay_ms(job.attempts))
 
     def _retry_delay_ms(self, attempts: int) -> int:
