@@ -33,8 +33,8 @@ REPEAT_WINDOW_S = 10.0
 
 class Throttle:
     """Says when a repeated event may be written again: once per ``window_s`` per key, and
-    how many were held back since the last one written. Not thread-safe: one per thread, or
-    per callback thread.
+    how many were held back since the last one written. Safe to share between threads (the
+    callers are error paths, never the hot path).
 
     Parameters:
         window_s: how long repeats are held back.
@@ -48,18 +48,20 @@ class Throttle:
         self._now = now
         #: key -> (when last written, repeats held back since).
         self._seen: dict[object, tuple[float, int]] = {}
+        self._lock = threading.Lock()
 
     def admit(self, key: object) -> int | None:
         """None: hold this one back; else write it, saying how many were held back before."""
         now = self._now()
-        written, held = self._seen.get(key, (-self._window_s, 0))
-        if now - written < self._window_s:
-            self._seen[key] = (written, held + 1)
-            return None
-        if len(self._seen) > _MAX_KEYS:
-            self._seen.clear()  # bounded memory; at worst a line is written once more
-        self._seen[key] = (now, 0)
-        return held
+        with self._lock:
+            written, held = self._seen.get(key, (-self._window_s, 0))
+            if now - written < self._window_s:
+                self._seen[key] = (written, held + 1)
+                return None
+            if len(self._seen) > _MAX_KEYS:
+                self._seen.clear()  # bounded memory; at worst a line is written once more
+            self._seen[key] = (now, 0)
+            return held
 
 
 class RepeatLimiter(logging.Filter):
@@ -68,8 +70,7 @@ class RepeatLimiter(logging.Filter):
     "Connect ... failed" every few hundred ms; a node wrote about 20 such lines a second.
 
     Lines count as the same when they differ only in numbers (ports, ms, client ids) and in
-    which client said them. librdkafka's lines reach Python on the thread that polls each
-    client, so the throttle is guarded by a lock.
+    which client said them.
 
     Parameters:
         window_s: how long repeats are held back.
@@ -81,12 +82,10 @@ class RepeatLimiter(logging.Filter):
     ) -> None:
         super().__init__()
         self._throttle = Throttle(window_s, now)
-        self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.levelno, _NUMBERS.sub("#", _text_of(record)))
-        with self._lock:
-            held = self._throttle.admit(key)
+        key = (record.levelno, without_numbers(_text_of(record)))
+        held = self._throttle.admit(key)
         if held is None:
             return False
         if held:
@@ -95,6 +94,12 @@ class RepeatLimiter(logging.Filter):
 
 
 _NUMBERS = re.compile(r"\d+")
+
+
+def without_numbers(text: str) -> str:
+    """``text`` with every number as ``#``: lines that differ only in ports, durations or
+    client ids count as the same line."""
+    return _NUMBERS.sub("#", text)
 #: Distinct lines remembered at most.
 _MAX_KEYS = 1000
 

@@ -212,12 +212,12 @@ def _log_rate(lines: list[str]) -> dict[str, Any]:
     their timestamps) and what they said, and lines that were not JSON."""
     per_second: Counter[str] = Counter()
     said: dict[str, Counter[str]] = {}
-    not_json = 0
+    not_json: list[str] = []
     for line in lines:
         try:
             event = json.loads(line)
         except ValueError:
-            not_json += 1
+            not_json.append(line[:200])
             continue
         second = str(event.get("timestamp", ""))[:19]
         per_second[second] += 1
@@ -230,7 +230,8 @@ def _log_rate(lines: list[str]) -> dict[str, Any]:
         "outage_log_lines": len(lines),
         "outage_log_lines_max_per_s": worst[0][1] if worst else 0,
         "outage_log_worst_second": dict(said[worst[0][0]].most_common(8)) if worst else {},
-        "outage_log_lines_not_json": not_json,
+        "outage_log_lines_not_json": len(not_json),
+        "outage_log_not_json_first": not_json[:3],
     }
 
 

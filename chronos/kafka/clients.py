@@ -13,8 +13,6 @@ options that would change what chronos relies on (``settings.PROTECTED_KAFKA_KEY
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 from chronos.kafka.errors import ErrorKind, classify, describe
-from chronos.logs import LIBRDKAFKA
+from chronos.logs import LIBRDKAFKA, Throttle, without_numbers
 from chronos.types import KafkaConfig
 
 if TYPE_CHECKING:
@@ -47,13 +45,16 @@ class ClientErrors:
 
     librdkafka repeats an outage's error every few hundred ms, from every client: each
     distinct error is logged once per :data:`ERROR_LOG_INTERVAL_S`, with how often it came
-    meanwhile. An authorization failure is reported to ``on_fatal`` (and logged critical); a
-    fatal one to ``on_client_fatal`` (a publisher replaces its producer).
+    meanwhile, and clients that share ``error_log`` (those of one ``KafkaClients``: a process)
+    share that count, so a broker's death is one line, not one per client. An authorization
+    failure is reported to ``on_fatal`` (and logged critical); a fatal one to
+    ``on_client_fatal`` (a publisher replaces its producer).
 
     Parameters:
         client: the client's name in logs.
         on_fatal: told when chronos' credentials are refused; None only logs.
         on_client_fatal: told of errors librdkafka marks fatal for this client.
+        error_log: the throttle of the error lines; None: this client's own.
     """
 
     def __init__(
@@ -61,12 +62,12 @@ class ClientErrors:
         client: str,
         on_fatal: OnFatal | None = None,
         on_client_fatal: Callable[[KafkaError], None] | None = None,
+        error_log: Throttle | None = None,
     ) -> None:
         self._client = client
         self._on_fatal = on_fatal
         self._on_client_fatal = on_client_fatal
-        self._lock = threading.Lock()
-        self._seen: dict[str, tuple[float, int]] = {}
+        self._error_log = error_log or Throttle(ERROR_LOG_INTERVAL_S)
 
     def __call__(self, error: KafkaError) -> None:
         kind = classify(error)
@@ -81,14 +82,9 @@ class ClientErrors:
                 self._on_client_fatal(error)
             return
         text = str(error)
-        now = time.monotonic()
-        with self._lock:
-            last, repeated = self._seen.get(text, (-ERROR_LOG_INTERVAL_S, 0))
-            if now - last < ERROR_LOG_INTERVAL_S:
-                self._seen[text] = (last, repeated + 1)
-                return
-            self._seen[text] = (now, 0)
-        log.warning("kafka_client_error", client=self._client, error=text, repeated=repeated)
+        repeated = self._error_log.admit(without_numbers(text))
+        if repeated is not None:
+            log.warning("kafka_client_error", client=self._client, error=text, repeated=repeated)
 
 
 def lists_topic(metadata: Any, topic: str) -> bool:
@@ -138,6 +134,8 @@ class KafkaClients:
         self.client_id = client_id
         self._max_message_bytes = max_message_bytes
         self.on_fatal = on_fatal
+        #: One count of each client error for every client built here (one line per error).
+        self._error_log = Throttle(ERROR_LOG_INTERVAL_S)
 
     def producer_config(self, **overrides: KafkaValue) -> KafkaConfig:
         """A durable producer's config (see ``KafkaSettings.producer``)."""
@@ -152,7 +150,7 @@ class KafkaClients:
     def errors(self, client: str) -> ClientErrors:
         """An error handler for ``client`` that reports authorization failures to ``on_fatal``:
         a component passes its consumer's poll errors to it too."""
-        return ClientErrors(client, self.on_fatal)
+        return ClientErrors(client, self.on_fatal, error_log=self._error_log)
 
     def consumer(
         self,
@@ -166,13 +164,15 @@ class KafkaClients:
     def admin(self) -> AdminClient:
         """An admin client."""
         config = {**self._settings.admin(), "client.id": self.client_id}
-        return AdminClient(routed(config, ClientErrors("admin", self.on_fatal)))
+        return AdminClient(routed(config, self.errors("admin")))
 
     def idempotent(self, name: str, **overrides: KafkaValue) -> IdempotentPublisher:
         """An idempotent publisher with its own poll thread (not started)."""
         from chronos.kafka.publishers.idempotent import IdempotentPublisher
 
-        return IdempotentPublisher(self.producer_config(**overrides), name, self.on_fatal)
+        return IdempotentPublisher(
+            self.producer_config(**overrides), name, self.on_fatal, self._error_log
+        )
 
     def transactional(
         self, transactional_id: str, timeout_ms: int, name: str = "transactions"
@@ -190,4 +190,6 @@ class KafkaClients:
             "linger.ms": 5,
         }
         config = self.producer_config(**options)
-        return TransactionalProducer(config, name, timeout_ms / 1000.0, self.on_fatal)
+        return TransactionalProducer(
+            config, name, timeout_ms / 1000.0, self.on_fatal, self._error_log
+        )

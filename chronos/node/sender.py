@@ -116,7 +116,6 @@ class Sender(LoopWorker):
         self._jobs = jobs
         self._retries = retries
         self._retry_log = Throttle()
-        self._retry_log_lock = threading.Lock()
         self._publisher = publisher
         self._dead = dead_letters
         self._policy = policy
@@ -222,8 +221,7 @@ class Sender(LoopWorker):
         reason = describe(error)
         # When the broker goes, every job in flight fails at once (87 lines in one second):
         # one line per error and 10 s, with how many were held back (``retried`` counts all).
-        with self._retry_log_lock:
-            held = self._retry_log.admit(reason)
+        held = self._retry_log.admit(reason)
         if held is not None:
             log.warning(
                 "delivery_retry",

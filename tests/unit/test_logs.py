@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import KafkaError
 
 from chronos.kafka.clients import KafkaClients, producer
 from chronos.logs import LIBRDKAFKA, RepeatLimiter, configure_logging
@@ -80,3 +81,19 @@ def test_in_json_mode_every_line_is_json_stdlib_and_librdkafka_too(
     assert {"facility", "client", "message", "timestamp"} <= kafka[0].keys()
     refused = [e for e in kafka if "Connection refused" in e["message"]]
     assert 1 <= len(refused) <= 2, f"{len(refused)} connect failures written in 3 s"
+
+
+def test_clients_of_one_process_write_a_broker_error_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A broker's death reaches every client of a node at once: one ``kafka_client_error``
+    line for the process, whatever ms or ports the texts carry. Mutants caught: a throttle per
+    client (a line each); the key keeping numbers (a line per duration)."""
+    clients = KafkaClients(KafkaSettings(bootstrap_servers="127.0.0.1:9"), "t")
+    handlers = [clients.errors(name) for name in ("ingest", "admin", "watermark")]
+    capsys.readouterr()
+    for n, handler in enumerate(handlers * 3):
+        handler(KafkaError(KafkaError._TRANSPORT, f"127.0.0.1:9/1: Disconnected (after {n}ms)"))
+    written = capsys.readouterr()
+    # Counted in the raw output: whichever renderer an earlier test left configured.
+    assert (written.out + written.err).count("kafka_client_error") == 1

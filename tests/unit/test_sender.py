@@ -8,7 +8,6 @@ from typing import cast
 
 import pytest
 from confluent_kafka import KafkaError
-from structlog.testing import capture_logs
 
 from chronos.clock import FakeClock
 from chronos.delivery.deadletter import DeadLetterPolicy, DeadLetters
@@ -165,18 +164,21 @@ def test_outage_errors_are_retried_past_the_give_up_time(env: Env) -> None:
     assert waiting.done
 
 
-def test_a_broker_gone_under_many_jobs_writes_one_retry_line(env: Env) -> None:
+def test_a_broker_gone_under_many_jobs_writes_one_retry_line(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Every job in flight fails at once when the broker goes: one ``delivery_retry`` line
     (the real clock's window), every job still retried and counted. Mutant caught: a line per
     job (87 in one second with the broker killed under 1,000 msg/s)."""
     jobs = [job(f"m{n}") for n in range(50)]
     env.jobs.put(jobs)
     env.sender.step()
-    with capture_logs() as logs:
-        for n in range(50):
-            env.reply(n, KafkaError(KafkaError._TRANSPORT))
-    retries = [e for e in logs if e["event"] == "delivery_retry"]
-    assert len(retries) == 1 and retries[0]["repeated"] == 0
+    capsys.readouterr()
+    for n in range(50):
+        env.reply(n, KafkaError(KafkaError._TRANSPORT))
+    written = capsys.readouterr()
+    # Counted in the raw output: whichever renderer an earlier test left configured.
+    assert (written.out + written.err).count("delivery_retry") == 1
     assert env.metrics.totals()["retried"] == 50 and len(env.retries) == 50
 
 

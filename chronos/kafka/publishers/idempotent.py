@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from chronos.kafka.clients import ClientErrors, OnFatal, lists_topic, producer
 from chronos.kafka.errors import ErrorKind, classify, describe
 from chronos.kafka.publisher import DeliveryCallback
+from chronos.logs import Throttle
 from chronos.types import Headers, KafkaConfig
 
 log = structlog.get_logger(__name__)
@@ -34,14 +35,19 @@ class IdempotentPublisher:
         config: librdkafka producer config (see ``KafkaClients.producer_config``).
         name: component name for logs.
         on_fatal: told when Kafka refuses chronos' credentials (see ``KafkaClients``).
+        error_log: the throttle its client error lines share with the process' other clients.
     """
 
     def __init__(
-        self, config: KafkaConfig, name: str = "publisher", on_fatal: OnFatal | None = None
+        self,
+        config: KafkaConfig,
+        name: str = "publisher",
+        on_fatal: OnFatal | None = None,
+        error_log: Throttle | None = None,
     ) -> None:
         self.name = name
         self._config = config
-        self._errors = ClientErrors(name, on_fatal, on_client_fatal=self.note_error)
+        self._errors = ClientErrors(name, on_fatal, self.note_error, error_log)
         self._producer = producer(config, self._errors)
         #: Replaced producers, polled until their purged records have reported back.
         self._retiring: list[Producer] = []

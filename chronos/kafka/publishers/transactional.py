@@ -25,6 +25,7 @@ from chronos.kafka.errors import (
     describe,
 )
 from chronos.kafka.publisher import DeliveryCallback
+from chronos.logs import Throttle
 from chronos.types import Headers, KafkaConfig
 
 log = structlog.get_logger(__name__)
@@ -42,14 +43,21 @@ class TransactionalProducer:
         name: for logs.
         timeout_s: the transaction timeout: longest wait of any one call.
         on_fatal: told when Kafka refuses chronos' credentials (client-level errors).
+        error_log: the throttle its client error lines share with the process' other clients.
     """
 
     def __init__(
-        self, config: KafkaConfig, name: str, timeout_s: float, on_fatal: OnFatal | None = None
+        self,
+        config: KafkaConfig,
+        name: str,
+        timeout_s: float,
+        on_fatal: OnFatal | None = None,
+        error_log: Throttle | None = None,
     ) -> None:
         self.name = name
         self._timeout_s = timeout_s
-        self._producer: Producer | None = producer(config, ClientErrors(name, on_fatal))
+        errors = ClientErrors(name, on_fatal, error_log=error_log)
+        self._producer: Producer | None = producer(config, errors)
         self._interrupted = threading.Event()
 
     def _live(self) -> Producer:
