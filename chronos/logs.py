@@ -100,6 +100,8 @@ def without_numbers(text: str) -> str:
     """``text`` with every number as ``#``: lines that differ only in ports, durations or
     client ids count as the same line."""
     return _NUMBERS.sub("#", text)
+
+
 #: Distinct lines remembered at most.
 _MAX_KEYS = 1000
 

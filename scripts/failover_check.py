@@ -298,18 +298,27 @@ class Seen:
             self.by_id.setdefault(delivered.id, []).append(delivered)
 
 
+def _failover(
+    group: Group, summary: Summary, term: int, since_ms: int, rejoining: Replica | None
+) -> tuple[Replica, int]:
+    """Wait for the first commit in a term above ``term``; record the failover from
+    ``since_ms``; restart ``rejoining`` (a killed node) as a backup. Returns (new master, ms)."""
+    new, first_ms = group.first_commit_after(term)
+    if rejoining is not None:
+        rejoining.process.start()
+        rejoining.process.wait_ready(60)
+    summary.failover_ms.append(first_ms - since_ms)
+    summary.failovers += 1
+    return new, first_ms - since_ms
+
+
 def _kill_master(group: Group, summary: Summary) -> None:
     master = group.master()
     term = master.term()
     killed_ms = int(time.time() * 1000)
     master.process.kill()
     summary.kills += 1
-    new, first_ms = group.first_commit_after(term)
-    failover = first_ms - killed_ms
-    master.process.start()  # rejoins as backup
-    master.process.wait_ready(60)
-    summary.failover_ms.append(failover)
-    summary.failovers += 1
+    new, failover = _failover(group, summary, term, killed_ms, master)
     print(f"killed {master.name} (term {term}); {new.name} delivers after {failover} ms")
 
 
@@ -336,12 +345,7 @@ def _kill_during_takeover(group: Group, summary: Summary) -> None:
     completed = backup.is_master() and backup.term() > term
     backup.process.kill()
     summary.kills += 2
-    new, first_ms = group.first_commit_after(term)
-    failover = first_ms - killed_ms
-    backup.process.start()
-    backup.process.wait_ready(60)
-    summary.failover_ms.append(failover)
-    summary.failovers += 1
+    new, failover = _failover(group, summary, term, killed_ms, backup)
     when = "after" if completed else "during"
     print(
         f"killed {master.name}, then {backup.name} {when} its takeover; {new.name} delivers "
@@ -363,12 +367,7 @@ def _kill_after_a_join(group: Group, summary: Summary) -> None:
     killed_ms = int(time.time() * 1000)
     master.process.kill()
     summary.kills += 2
-    new, first_ms = group.first_commit_after(term)
-    failover = first_ms - killed_ms
-    master.process.start()
-    master.process.wait_ready(60)
-    summary.failover_ms.append(failover)
-    summary.failovers += 1
+    new, failover = _failover(group, summary, term, killed_ms, master)
     print(
         f"{backup.name} joined 1 s before {master.name} was killed; {new.name} delivers "
         f"after {failover} ms"
@@ -400,9 +399,7 @@ def run_scenario(
             stopped_ms = int(time.time() * 1000)
             demoted_before = len(master.events("became_backup"))
             master.process.signal(signal.SIGSTOP)
-            new, first_ms = group.first_commit_after(term)
-            summary.failover_ms.append(first_ms - stopped_ms)
-            summary.failovers += 1
+            new, _ = _failover(group, summary, term, stopped_ms, None)
             time.sleep(2.0)  # the new master delivers while the zombie is frozen
             master.process.signal(signal.SIGCONT)
             deadline = time.monotonic() + 30
@@ -425,9 +422,7 @@ def run_scenario(
             summary.kills += 2
             for replica in group.replicas:
                 replica.process.start()
-            new, first_ms = group.first_commit_after(term)
-            summary.failover_ms.append(first_ms - killed_ms)
-            summary.failovers += 1
+            new, _ = _failover(group, summary, term, killed_ms, None)
             print(f"killed both; {new.name} delivers again")
     elif args.scenario == "lagging":
         time.sleep(args.interval)

@@ -180,6 +180,9 @@ def main() -> int:
         node_running = stack.node.running()
         log_text = node_log.read_text(errors="replace")
         outage_log = node_log.read_bytes()[outage_began:outage_ended].decode(errors="replace")
+        # Whole lines only: the ends were taken while the node was writing.
+        outage_log = outage_log[outage_log.find("\n") + 1 if outage_began else 0 :]
+        outage_log = outage_log[: outage_log.rfind("\n") + 1]
     summary = _summary(expected, deliveries, thawed_ms, accepted.refused_calls)
     summary.update(
         {
@@ -213,7 +216,7 @@ def _log_rate(lines: list[str]) -> dict[str, Any]:
     per_second: Counter[str] = Counter()
     said: dict[str, Counter[str]] = {}
     not_json: list[str] = []
-    for line in lines:
+    for line in filter(None, lines):
         try:
             event = json.loads(line)
         except ValueError:

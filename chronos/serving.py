@@ -1,0 +1,70 @@
+"""An ASGI application served by uvicorn on a thread of this process (the proxy, a node's
+admin API): started, stopped and joined like any component."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+
+class ThreadedServer:
+    """uvicorn on a daemon thread.
+
+    Parameters:
+        name: the thread's and component's name.
+        app: the ASGI application.
+        host: listen address.
+        port: listen port (0: any free one; ``port`` says which once started).
+    """
+
+    def __init__(self, name: str, app: Any, host: str, port: int) -> None:
+        self.name = name
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            # uvicorn's own logging config writes plain text past chronos' handler; without
+            # it, its lines reach the root logger in chronos' format (JSON in json mode).
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+        )
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.server.run, name=name, daemon=True)
+
+    @property
+    def started(self) -> bool:
+        """True once the socket is listening."""
+        return bool(self.server.started)
+
+    @property
+    def port(self) -> int:
+        """The bound port (the configured one, or the one chosen for 0)."""
+        for server in getattr(self.server, "servers", []):
+            for sock in server.sockets:
+                return int(sock.getsockname()[1])
+        return int(self.server.config.port)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait_started(self, timeout_s: float) -> bool:
+        """Wait until listening (True), or until the server thread ended (False: the port
+        was taken, say)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.started
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
