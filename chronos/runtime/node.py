@@ -136,12 +136,13 @@ class Node:
             return True
         self._stopped.set()
         if self._admin is not None:
-            self._admin.stop()
-            self._admin.join(5.0)
+            self._admin.stop()  # asked only: its thread is joined after the components
         deadline = time.monotonic() + self.settings.node.shutdown_timeout_s
         for component in reversed(self._components):
             component.stop()
             component.join(max(0.1, deadline - time.monotonic()))
+        if self._admin is not None:
+            self._admin.join(5.0)
         stuck = [c.name for c in self._components if c.is_alive()]
         if self.context is None:
             return True
