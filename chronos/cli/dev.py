@@ -20,6 +20,7 @@ _BANNER = """
 chronos dev stack is up
   Kafka (Tansu, memory-only)  {bootstrap}
   HTTP proxy                  http://{host}:{port}   (OpenAPI: /docs, /openapi.json)
+  node admin API              {admin}
   node store                  {data_dir}
 
 Schedule a message and watch it arrive:
@@ -30,6 +31,12 @@ or over HTTP:
        -d '{{"topic":"hello","value":"hi there","delay_ms":3000}}'
 Stop with Ctrl-C.
 """
+
+
+def _admin_line(settings: ChronosSettings, port: int | None) -> str:
+    if port is None:
+        return "off (admin.enabled = false)"
+    return f"http://{settings.admin.host}:{port}/metrics   (/healthz, /readyz)"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -102,6 +109,7 @@ def main(args: argparse.Namespace) -> int:
                 host=settings.proxy.host,
                 port=settings.proxy.port,
                 data_dir=data_dir if not temporary else f"{data_dir} (removed at exit)",
+                admin=_admin_line(settings, node.admin_port),
                 env=_hint_prefix(settings.kafka.bootstrap_servers),
             ),
             file=sys.stderr,

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 from chronos.devstack.tansu import free_port
 
 
@@ -41,6 +43,10 @@ def test_dev_stack_delivers_a_message_sent_from_the_shell(tmp_path: Path) -> Non
         assert hint in banner, banner
         store = Path(re.search(r"node store\s+(\S+) \(removed at exit\)", banner)[1])  # type: ignore[index]
         assert store.is_dir()
+        # The printed admin address answers.
+        admin = re.search(r"node admin API\s+(http://\S+)/metrics", banner)
+        assert admin is not None, banner
+        assert httpx.get(f"{admin[1]}/healthz", timeout=5).status_code == 200
         client_env = {**env, "CHRONOS_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{kafka_port}"}
         sent = subprocess.run(
             chronos(
