@@ -136,6 +136,8 @@ class Replica(LoopWorker):
         #: suspicion gets it once the dead master's session expires; until then losing the
         #: election says nothing).
         self._by_election = False
+        #: Whether the takeover in progress is the election's (it aborts if the election is
+        #: lost meanwhile) or a suspicion's (it never held the partition).
         self._promoting_by_election = True
         self._deferred_logged = False
         self._spec = spec

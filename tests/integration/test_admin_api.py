@@ -28,9 +28,8 @@ def _scrape(http: httpx.Client) -> dict[str, float]:
 def test_metrics_match_what_was_delivered_and_probes_answer(
     kafka_bootstrap: str, namespace: str, tmp_path: Path
 ) -> None:
-    """Mutants caught: a counter the collector does not export; a probe that answers 200
-    before ingest caught up is not caught here (see the unit test), but one that never answers
-    200 on a healthy node is."""
+    """Mutants caught: a counter the collector does not export or miscounts; a probe that
+    never answers 200 on a healthy node. (A probe answering 200 too early is the unit test's.)"""
     settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
     topic = f"{namespace}-target"
     count = 60
