@@ -40,3 +40,7 @@ class StoreError(ChronosError):
 class NotAcknowledged(ChronosError):
     """Kafka did not acknowledge a request (the inner topic) in time, or refused it: its outcome
     is unknown or negative, never "accepted"."""
+
+
+class NotReady(ChronosError):
+    """An answer is not available yet (a count being built at start-up): ask again soon."""

@@ -10,6 +10,7 @@ CF_INDEX = "index"  # id -> slot key or tombstone (idempotency and cancel lookup
 CF_EXPIRY = "expiry"  # expire_ms|id -> b"" (when a tombstone may be forgotten)
 CF_META = "meta"  # format version, seek timestamp
 CF_ARRIVALS = "arrivals"  # partition|offset -> id of each add a replica stored (replica groups)
+CF_OUTCOMES = "outcomes"  # id -> where its last delivered occurrence went (store/outcome.py)
 
 #: Header prefix reserved for chronos' own fields, on the inner topic and on delivered records.
 HEADER_PREFIX = "chronos-"

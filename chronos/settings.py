@@ -567,6 +567,23 @@ class AdminSettings(_Section):
         description="Listen port; 0: a free port, logged as admin_listening (set one for probes "
         "and scraping; several nodes on one machine need different ports).",
     )
+    outcomes: bool = Field(
+        True,
+        description="Keep where each delivered message went (partition, offset, or the "
+        "dead-letter reason) for status lookups, until delete.retention_s drops it; only with "
+        "the admin API enabled. About 30 bytes and one RocksDB put per delivery.",
+    )
+    list_scan_max: int = Field(
+        100_000,
+        ge=1_000,
+        description="Most stored messages one listing page reads while filtering by topic or "
+        "state; a page that reached it returns fewer rows and a cursor to go on from.",
+    )
+
+    @property
+    def keeps_outcomes(self) -> bool:
+        """Whether delivering records outcomes: the API that reads them must be there."""
+        return self.enabled and self.outcomes
 
 
 class LogSettings(_Section):

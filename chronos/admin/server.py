@@ -1,21 +1,36 @@
-"""The admin API served with uvicorn on a thread of the node: /healthz, /readyz, /metrics.
+"""The admin API served with uvicorn on a thread of the node.
 
-Probes answer 200 or 503 with a JSON body naming each check; /metrics is Prometheus' text
-format. Nothing here writes: the API reads the node as it is (``view.NodeView``).
+* ``/healthz``, ``/readyz``: 200 or 503 with a JSON body naming each check.
+* ``/metrics``: Prometheus' text format.
+* ``/v1/messages/{id}``: where a message is (``schedule/lookup.py``); 200 for every state,
+  ``unknown`` included, so a caller tells "not known here" from "this node is down".
+* ``/v1/messages``: pending (or delivered) messages by slot range, topic and state, one page
+  per call with a cursor.
+* ``/v1/forecast``: pending messages per bucket over a horizon, from counts per minute.
+* ``/v1/overview``: what the dashboard draws; ``/dashboard``: the page.
+
+Nothing here writes: the API reads the node as it is (``view.NodeView``). Handlers that read
+the store are plain functions, which Starlette runs on its thread pool, off the event loop.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib.resources import files
+from typing import cast
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from chronos.admin.prometheus import ChronosCollector
-from chronos.admin.view import NodeView, Report
+from chronos.admin.view import ListState, NodeView, Report
+from chronos.errors import NotReady
+from chronos.metrics import BOUNDS_MS
 from chronos.serving import ThreadedServer
 
 log = structlog.get_logger(__name__)
@@ -38,13 +53,110 @@ def create_app(view: NodeView) -> Starlette:
     async def metrics(_request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    def message(request: Request) -> JSONResponse:
+        return JSONResponse(view.lookup.status(request.path_params["id"]).as_json())
+
+    def messages(request: Request) -> JSONResponse:
+        q = request.query_params
+        try:
+            state = q.get("state", "pending")
+            if state not in _LIST_STATES:
+                raise ValueError(f"state must be one of {', '.join(_LIST_STATES)}")
+            cursor = q.get("cursor")
+            if cursor is not None:
+                bytes.fromhex(cursor)
+            page = view.lookup.page(
+                from_ms=_int(q, "from_ms", 0),
+                to_ms=_int(q, "to_ms", _FAR),
+                topic=q.get("topic"),
+                state=cast("ListState", state),
+                cursor=cursor,
+                limit=_int(q, "limit", 100),
+            )
+        except ValueError as exc:
+            return _bad(str(exc))
+        return JSONResponse(page.as_json())
+
+    def forecast(request: Request) -> JSONResponse:
+        q = request.query_params
+        try:
+            horizon = _int(q, "horizon_s", 3_600)
+            bucket = _int(q, "bucket_s", 60)
+            if not 60 <= horizon <= _MAX_HORIZON_S or horizon // bucket > _MAX_BUCKETS:
+                raise ValueError(
+                    f"horizon_s must be 60..{_MAX_HORIZON_S} with at most {_MAX_BUCKETS} buckets"
+                )
+            answer = view.lookup.forecast(view.gauges().now_ms, horizon, bucket)
+        except ValueError as exc:
+            return _bad(str(exc))
+        except NotReady as exc:
+            return JSONResponse({"error": str(exc)}, status_code=503)
+        return JSONResponse(answer.as_json())
+
+    def overview(_request: Request) -> JSONResponse:
+        return JSONResponse(_overview(view))
+
+    page = files("chronos.admin").joinpath("dashboard.html")
+
+    async def dashboard(_request: Request) -> HTMLResponse:
+        return HTMLResponse(page.read_text(encoding="utf-8"))
+
     return Starlette(
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics),
+            Route("/v1/messages/{id:path}", message),
+            Route("/v1/messages", messages),
+            Route("/v1/forecast", forecast),
+            Route("/v1/overview", overview),
+            Route("/dashboard", dashboard),
         ]
     )
+
+
+_LIST_STATES = ("pending", "delivered", "dead_lettered", "any")
+_FAR = 1 << 62
+_MAX_HORIZON_S = 31 * 86_400
+_MAX_BUCKETS = 10_000
+
+
+def _int(query: Mapping[str, str], name: str, default: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _bad(reason: str) -> JSONResponse:
+    return JSONResponse({"error": reason}, status_code=400)
+
+
+def _overview(view: NodeView) -> dict[str, object]:
+    """The node at a glance: role, term, lag, totals, delivery lateness, the replicas."""
+    g = view.gauges()
+    histograms = view.metrics.histograms()
+    # Due to acknowledged (alone) or committed (master): what a consumer sees.
+    lateness = histograms.get("ack_lateness_ms") or histograms.get("send_lateness_ms")
+    return {
+        "node": view.readiness().as_json().get("node"),
+        "role": g.role,
+        "term": g.term,
+        "ready": g.ready,
+        "now_ms": g.now_ms,
+        "seek_ms": g.seek_ms,
+        "seek_lag_s": max(0, g.now_ms - g.seek_ms) / 1000.0 if g.seek_ms else 0.0,
+        "stored_messages": g.stored_messages,
+        "totals": view.metrics.totals(),
+        "lateness": {
+            "bounds_s": [bound / 1000.0 for bound in BOUNDS_MS],
+            "counts": list(lateness.buckets) if lateness else [0] * (len(BOUNDS_MS) + 1),
+        },
+        "replicas": view.replicas(),
+    }
 
 
 class AdminServer(ThreadedServer):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from chronos.metrics import CountingMetrics
+
+ListState = Literal["pending", "delivered", "dead_lettered", "any"]
 
 
 @dataclass(frozen=True)
@@ -63,12 +65,47 @@ class Gauges:
     ready: bool
 
 
+class Answer(Protocol):
+    """A lookup's answer, as JSON."""
+
+    def as_json(self) -> dict[str, object]: ...
+
+
+class ScheduleReader(Protocol):
+    """Status, listing and forecast over a node's store (``schedule.lookup.Lookup``); raises
+    ``errors.NotReady`` while an answer cannot be given yet, ValueError for bad arguments."""
+
+    def status(self, message_id: str) -> Answer: ...
+
+    def page(
+        self,
+        from_ms: int,
+        to_ms: int,
+        topic: str | None,
+        state: ListState,
+        cursor: str | None,
+        limit: int,
+    ) -> Answer: ...
+
+    def forecast(self, now_ms: int, horizon_s: int, bucket_s: int) -> Answer: ...
+
+
 class NodeView(Protocol):
     """What the admin API reads (``runtime.probes.NodeProbes``, or a test's)."""
 
     @property
     def metrics(self) -> CountingMetrics: ...
 
+    @property
+    def lookup(self) -> ScheduleReader:
+        """Status, listing and forecast over the node's store."""
+        ...
+
     def health(self) -> Report: ...
     def readiness(self) -> Report: ...
     def gauges(self) -> Gauges: ...
+
+    def replicas(self) -> list[dict[str, object]]:
+        """Every replica of the node's group as Kafka reports it (role, term, lag), or the
+        node alone; JSON values."""
+        ...

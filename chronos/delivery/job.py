@@ -34,6 +34,9 @@ class DeliveryJob:
         dead_reason: set when the job must go to the dead-letter topic instead of its target.
         dlq_truncated: the dead-letter topic refused the full record; send it without value.
         on_error: called with (job, error) when producing it failed (set by the sender).
+        occurrence: the delivered occurrence, kept when ``message`` is dropped.
+        partition: the target partition Kafka acknowledged it on (-1 before).
+        offset: its offset there (-1 before); with ``partition``, the status lookup's answer.
 
     The job is its own delivery callback: librdkafka calls it once Kafka answered. Why not a
     closure per record: on success it only marks itself done (the progress worker collects it),
@@ -52,6 +55,9 @@ class DeliveryJob:
     first_attempt_ms: EpochMs = 0
     done: bool = False
     on_error: Callable[[DeliveryJob, KafkaError], None] | None = None
+    occurrence: int = 1
+    partition: int = -1
+    offset: int = -1
 
     @property
     def lateness_base_ms(self) -> EpochMs:
@@ -61,9 +67,15 @@ class DeliveryJob:
         ~1.8e12 ms into every lateness summary; their count is the ledger's ``late``."""
         return max(self.due_ms, keys.slot_of(self.key))
 
-    def __call__(self, error: KafkaError | None, _record: Any = None) -> None:
+    def __call__(self, error: KafkaError | None, record: Any = None) -> None:
         if error is None:
             self.done = True
+            if record is not None:
+                self.partition = record.partition()
+                self.offset = record.offset()
+            message = self.message
+            if message is not None:
+                self.occurrence = message.occurrence
             self.message = None  # only key and follow-up are needed from here on
         elif self.on_error is not None:
             self.on_error(self, error)

@@ -60,7 +60,7 @@ from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.schedule.progress_record import Cut, RepeatState, encode_cut, encode_repeat
 from chronos.settings import DeliverySettings
-from chronos.store import keys
+from chronos.store import keys, outcome
 from chronos.store.rocks import RocksStore
 from chronos.types import EpochMs, Headers
 from chronos.wire import delivery_headers
@@ -109,6 +109,7 @@ class TransactionLoop(LoopWorker):
         state: term and callbacks.
         horizon: the last slot that may be delivered at a given now (the cancel gate,
             ``node/watermark.py``); None: now.
+        keep_outcomes: record where each committed delivery went (``store/outcome.py``).
     """
 
     def __init__(
@@ -125,9 +126,13 @@ class TransactionLoop(LoopWorker):
         metrics: Metrics,
         state: MasterState,
         horizon: Callable[[EpochMs], EpochMs] | None = None,
+        keep_outcomes: bool = False,
     ) -> None:
         super().__init__("transactions")
         self._horizon = horizon
+        self._keep_outcomes = keep_outcomes
+        #: (partition, offset) of each job's record, by its index in the open transaction.
+        self._placed: dict[int, tuple[int, int]] = {}
         group = spec.settings
         self._spec = spec
         self._max_records = group.transaction_max_records
@@ -284,6 +289,8 @@ class TransactionLoop(LoopWorker):
         TransactionAborted."""
         publisher = self._publisher
         failures: dict[int, KafkaError] = {}
+        self._placed = {}
+        targets: list[int] = []
         began = time.monotonic()
         publisher.begin()
         states: list[RepeatState] = []
@@ -293,6 +300,7 @@ class TransactionLoop(LoopWorker):
             if job.done:
                 continue  # a repeat occurrence superseded before a crash
             if self._publish_job(n, job, failures):
+                targets.append(n)
                 delivered += 1
                 if oldest is None:
                     oldest = job.lateness_base_ms
@@ -337,6 +345,8 @@ class TransactionLoop(LoopWorker):
             log.info("master_first_commit", term=self.term, seek_ms=upto)
         self._last_commit = time.monotonic()
         self._replica.apply_cut(upto, states, covered)
+        if self._keep_outcomes:
+            self._ledger.record_outcomes(self._outcomes(jobs, targets, now))
         for job in jobs:
             self._dead.pop(job.key, None)
             self._shrink.discard(job.key)
@@ -349,6 +359,29 @@ class TransactionLoop(LoopWorker):
         self._metrics.incr("transactions")
         return True
 
+    def _outcomes(
+        self, jobs: list[DeliveryJob], targets: list[int], now: EpochMs
+    ) -> list[tuple[bytes, bytes]]:
+        """Where the committed transaction's jobs went: target partition and offset, or the
+        dead-letter reason."""
+        placed = self._placed
+        found: list[tuple[bytes, bytes]] = []
+        for n in targets:
+            job = jobs[n]
+            partition, offset = placed.get(n, (-1, -1))
+            occurrence = job.message.occurrence if job.message is not None else job.occurrence
+            found.append(
+                (job.key[keys.MS_WIDTH :], outcome.delivered(now, partition, offset, occurrence))
+            )
+        for job in jobs:
+            reason = self._dead.get(job.key)
+            if reason is not None:
+                occurrence = job.message.occurrence if job.message is not None else 1
+                found.append(
+                    (job.key[keys.MS_WIDTH :], outcome.dead_lettered(now, occurrence, reason))
+                )
+        return found
+
     def _publish_job(self, n: int, job: DeliveryJob, failures: dict[int, KafkaError]) -> bool:
         """Publish one job to its target or, when the policy says so, to the dead-letter topic.
         True when it went to its target."""
@@ -359,7 +392,8 @@ class TransactionLoop(LoopWorker):
         reason = None if known is None else str(known)
         if reason is None and message is not None:
             headers = delivery_headers(message, job.due_ms, job.skipped)
-            self._publish(message.topic, message.key, message.value, headers, n, failures)
+            on_result = partial(_placed, n, failures, self._placed)
+            self._publisher.publish(message.topic, message.key, message.value, headers, on_result)
             refused = failures.get(n)
             if refused is None:
                 return True  # queued: its outcome arrives at the flush
@@ -454,6 +488,21 @@ class TransactionLoop(LoopWorker):
 
 class _TopicNotYet(Exception):
     """A target topic was unknown at a first look; the transaction waits for a second."""
+
+
+def _placed(
+    n: int,
+    failures: dict[int, KafkaError],
+    placed: dict[int, tuple[int, int]],
+    error: KafkaError | None,
+    msg: Any,
+) -> None:
+    """A delivery's outcome: where it landed (the status lookup's answer), or its failure."""
+    if error is None:
+        if msg is not None:
+            placed[n] = (msg.partition(), msg.offset())
+    else:
+        failures.setdefault(n, error)
 
 
 def _noted(n: int, failures: dict[int, KafkaError], error: KafkaError | None, _msg: Any) -> None:

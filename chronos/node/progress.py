@@ -15,7 +15,7 @@ from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics, NullMetrics
 from chronos.model import DelayMessage
 from chronos.schedule.ledger import Ledger
-from chronos.store import keys
+from chronos.store import keys, outcome
 from chronos.types import EpochMs
 
 log = structlog.get_logger(__name__)
@@ -35,8 +35,15 @@ class ProgressTracker:
     """
 
     def __init__(
-        self, start_ms: EpochMs, metrics: Metrics | None = None, clock: Clock | None = None
+        self,
+        start_ms: EpochMs,
+        metrics: Metrics | None = None,
+        clock: Clock | None = None,
+        keep_outcomes: bool = False,
     ) -> None:
+        #: Record where each acknowledged job went (``store/outcome.py``; the status lookup).
+        self.keep_outcomes = keep_outcomes
+        self._outcomes: list[tuple[bytes, bytes]] = []
         self._metrics = metrics or NullMetrics()
         self._clock = clock
         self._lock = threading.Lock()
@@ -60,6 +67,8 @@ class ProgressTracker:
         job.done = True
         # Only key and follow-up are needed from here on: drop the payload so jobs held behind
         # a slow one cost little memory.
+        if job.message is not None:
+            job.occurrence = job.message.occurrence
         job.message = None
         job.raw = None
         if not self._changed.is_set():  # a lock-free read spares a lock per acknowledgement
@@ -93,6 +102,8 @@ class ProgressTracker:
         followups: list[tuple[bytes, DelayMessage]] = []
         delivered = 0
         oldest_due: EpochMs | None = None
+        outcomes = self._outcomes if self.keep_outcomes else None
+        now = self._clock.now_ms() if self._clock is not None else 0
         with self._lock:
             jobs = self._jobs
             while jobs and jobs[0].done:
@@ -102,6 +113,20 @@ class ProgressTracker:
                     delivered += 1
                     if oldest_due is None:
                         oldest_due = job.lateness_base_ms
+                    if outcomes is not None:
+                        outcomes.append(
+                            (
+                                job.key[keys.MS_WIDTH :],
+                                outcome.delivered(now, job.partition, job.offset, job.occurrence),
+                            )
+                        )
+                elif outcomes is not None and job.dead_reason is not None:
+                    outcomes.append(
+                        (
+                            job.key[keys.MS_WIDTH :],
+                            outcome.dead_lettered(now, job.occurrence, job.dead_reason),
+                        )
+                    )
                 if job.followup is not None:
                     followups.append((job.key, job.followup))
                 self._last_done = job.key
@@ -112,8 +137,15 @@ class ProgressTracker:
             self._metrics.incr("delivered", delivered)
         if oldest_due is not None and self._clock is not None:
             # Due -> collected, an upper bound of due -> acknowledged (by the collect interval).
-            self._metrics.observe("ack_lateness_ms", self._clock.now_ms() - oldest_due)
+            self._metrics.observe("ack_lateness_ms", now - oldest_due)
         return seek, cursor, followups
+
+    def take_outcomes(self) -> list[tuple[bytes, bytes]]:
+        """Outcomes of the jobs collected so far (raw id, ``store/outcome.py`` value); empty
+        unless ``keep_outcomes``."""
+        with self._lock:
+            taken, self._outcomes = self._outcomes, []
+        return taken
 
 
 class ProgressWorker(LoopWorker):
@@ -140,6 +172,7 @@ class ProgressWorker(LoopWorker):
         self._interval_s = interval_ms / 1000.0
         # Follow-ups collected but not yet written survive a failed write and are retried.
         self._unwritten: list[tuple[bytes, DelayMessage]] = []
+        self._outcomes: list[tuple[bytes, bytes]] = []
 
     def step(self) -> None:
         # Sleep while nothing is in flight (an idle node stays idle); otherwise collect every
@@ -167,11 +200,15 @@ class ProgressWorker(LoopWorker):
         deliver again."""
         seek, cursor, followups = self._tracker.collect()
         self._unwritten += followups
+        self._outcomes += self._tracker.take_outcomes()
         failing = self._tracker.persist_failing_since is not None
         ledger = self._ledger
-        if self._unwritten or seek > ledger.seek_ms or cursor != ledger.cursor or failing:
+        changed = seek > ledger.seek_ms or cursor != ledger.cursor
+        if self._unwritten or self._outcomes or changed or failing:
             try:
-                written = ledger.commit_progress(seek, self._unwritten, cursor, rewrite=failing)
+                written = ledger.commit_progress(
+                    seek, self._unwritten, cursor, rewrite=failing, outcomes=self._outcomes
+                )
                 # Ingest syncs the WAL while it writes; an idle ingest must not leave the seek
                 # unsynced (a power cut would then re-deliver more than the last interval).
                 self._ledger.sync_if_due()
@@ -182,6 +219,7 @@ class ProgressWorker(LoopWorker):
                     log.error("progress_not_persisted", error=str(exc), seek_ms=seek)
                 return  # logged once; tried again every interval until it works
             self._unwritten = []
+            self._outcomes = []
             if written and self._on_committed is not None:
                 self._on_committed(written)
         if self._tracker.persist_failing_since is not None:

@@ -8,10 +8,21 @@ a replica, a complete store standing for election). Role and term are in both an
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import TYPE_CHECKING
 
+import structlog
+
 from chronos.admin.view import Check, Gauges, Report
+from chronos.group.status import group_status
 from chronos.metrics import CountingMetrics
+from chronos.schedule.lookup import Lookup
+
+log = structlog.get_logger(__name__)
+
+#: How long a group's view is reused: it costs a few Kafka requests, and a dashboard polls.
+_REPLICAS_TTL_S = 5.0
 
 if TYPE_CHECKING:
     from chronos.runtime.context import NodeContext
@@ -29,6 +40,53 @@ class NodeProbes:
     def __init__(self, node: Node, context: NodeContext) -> None:
         self._node = node
         self._context = context
+        self._lookup = Lookup(context.store, context.ledger, context.settings.admin.list_scan_max)
+        self._replicas_lock = threading.Lock()
+        self._replicas: tuple[float, list[dict[str, object]]] | None = None
+
+    @property
+    def lookup(self) -> Lookup:
+        return self._lookup
+
+    def replicas(self) -> list[dict[str, object]]:
+        role, term = self._role_and_term()
+        ctx = self._context
+        me: dict[str, object] = {
+            "node": ctx.settings.node.node_id,
+            "role": role,
+            "term": term,
+            "ingest_lag": None,
+            "seek_lag_s": max(0, ctx.clock.now_ms() - ctx.ledger.seek_ms) / 1000.0,
+        }
+        spec = ctx.group
+        if spec is None:
+            return [me]
+        with self._replicas_lock:
+            cached = self._replicas
+            if cached is not None and time.monotonic() - cached[0] < _REPLICAS_TTL_S:
+                return cached[1]
+            try:
+                status = group_status(spec, ctx.clients, timeout_s=2.0)
+            except Exception as exc:  # Kafka away: show this node alone, say why in the log
+                log.info("group_view_unavailable", error=str(exc))
+                return [me]
+            seek_lag = None
+            if status.committed_seek_ms is not None:
+                seek_lag = max(0, ctx.clock.now_ms() - status.committed_seek_ms) / 1000.0
+            view: list[dict[str, object]] = []
+            for member in status.members:
+                leading = member.node == (status.committed_by or status.master)
+                view.append(
+                    {
+                        "node": member.node,
+                        "role": "master" if leading else "backup",
+                        "term": status.term if leading else None,
+                        "ingest_lag": member.ingest_lag,
+                        "seek_lag_s": seek_lag if leading else None,
+                    }
+                )
+            self._replicas = (time.monotonic(), view or [me])
+            return view or [me]
 
     @property
     def metrics(self) -> CountingMetrics:

@@ -118,7 +118,9 @@ def _at_least_once(
     progress worker persists the seek as acknowledgements come in, ``published`` tells
     Kafka. A store being rebuilt finishes that before the push worker starts."""
     s = ctx.settings
-    tracker = ProgressTracker(ctx.ledger.seek_ms, ctx.metrics, ctx.clock)
+    tracker = ProgressTracker(
+        ctx.ledger.seek_ms, ctx.metrics, ctx.clock, keep_outcomes=s.admin.keeps_outcomes
+    )
     jobs: JobQueue = JobQueue(maxsize=s.node.queue_batches)
     retries = RetrySchedule()
     policy = DeadLetterPolicy.of(s.delivery.give_up_after_s, ctx.publisher)
@@ -252,6 +254,7 @@ def _replica(
             ctx.metrics,
             state,
             horizon=ctx.watermark.horizon,
+            keep_outcomes=s.admin.keeps_outcomes,
         )
 
     def new_refresher(floor: RebuildFloor) -> RefreshWorker:

@@ -357,8 +357,10 @@ class Ledger:
                 log.info("cancel_too_late", id=message_id, slot_ms=slot)
                 return current
             batch.delete_message(key)
+            how = keys.CANCEL_REMOVED if leading else keys.CANCEL_FOLLOWER
             if slot <= frontier and leading:
                 outcome.cancel_raced += 1  # already handed to a sender: may still be delivered
+                how = keys.CANCEL_RACED
                 # Info, not a warning: the slot was being delivered; the message may or may not
                 # have gone out (a scan that had not read it yet leaves it undelivered).
                 log.info("cancel_raced_delivery", id=message_id, slot_ms=slot)
@@ -366,7 +368,8 @@ class Ledger:
                 outcome.cancelled += 1
         else:
             outcome.cancel_unknown += 1  # remembered so a later replay of its add stays cancelled
-        tombstone = keys.index_cancelled(now)
+            how = keys.CANCEL_UNKNOWN
+        tombstone = keys.index_cancelled(now, how)
         batch.put_index(message_id, tombstone)
         batch.put_expiry(keys.expiry_key(now + self._tombstone_ms, message_id))
         return tombstone
@@ -377,6 +380,7 @@ class Ledger:
         followups: list[tuple[bytes, DelayMessage]],
         cursor: bytes | None = None,
         rewrite: bool = False,
+        outcomes: Sequence[tuple[bytes, bytes]] = (),
     ) -> list[tuple[DelayMessage, EpochMs]]:
         """Persist the seek timestamp and the next occurrences of repeats it passed, atomically.
 
@@ -386,7 +390,8 @@ class Ledger:
         occurrences written and their slots (a node alone publishes them). ``cursor`` is the
         last acknowledged key past ``seek_ms`` (see ``cursor``). ``rewrite`` writes seek and
         cursor even when unchanged: it proves the store accepts writes again (a full disk
-        freed).
+        freed). ``outcomes`` are (raw id, ``store/outcome.py`` value) of the deliveries the
+        seek passes, written in the same batch.
         """
         earliest_due = min((m.due_ms for _key, m in followups), default=None)
         written: list[tuple[DelayMessage, EpochMs]] = []
@@ -402,6 +407,8 @@ class Ledger:
                 )
                 write.placed(slot)
                 written.append((message, slot))
+            for raw_id, value in outcomes:
+                write.batch.put_outcome(raw_id, value)
             write.seek_ms = max(write.seek_ms, seek_ms)
             if rewrite:
                 write.batch.set_seek(write.seek_ms)
@@ -409,6 +416,13 @@ class Ledger:
                 write.batch.set_cursor(cursor or b"")
         self._cursor = cursor
         return written
+
+    def record_outcomes(self, outcomes: Sequence[tuple[bytes, bytes]]) -> None:
+        """Keep where delivered messages went (a master, once their transaction committed)."""
+        if outcomes:
+            with self.writing() as write:
+                for raw_id, value in outcomes:
+                    write.batch.put_outcome(raw_id, value)
 
     def is_current(self, pairs: list[tuple[str, bytes]]) -> list[bool]:
         """Whether each (id, key) is still what the index schedules (false when superseded)."""
@@ -438,6 +452,7 @@ class Ledger:
                 for (key, _), message_id, state in zip(rows, ids, states, strict=True):
                     if state == keys.index_pending(key):
                         batch.delete_index(message_id)
+                        batch.delete_outcome(key[keys.MS_WIDTH :])
                 self._store.write(batch)
             dropped += len(rows)
             start = rows[-1][0] + b"\x00"

@@ -6,7 +6,11 @@ Layout (all integers fixed-width big-endian, so byte order is numeric order):
   for a late arrival (due at or before the push frontier) the first millisecond after the
   frontier, so the push worker's next scan sees it. ``slot_ms >= due`` always.
 * ``index``: ``id:utf8`` -> ``b"P" | messages key`` (scheduled or delivered) or
-  ``b"C" | cancelled_ms:>Q`` (cancel tombstone).
+  ``b"C" | cancelled_ms:>Q | how:1`` (cancel tombstone; ``how`` says what the cancel found:
+  ``R`` removed a pending message, ``M`` removed one already handed to a sender, which may
+  have gone out, ``U`` found nothing, ``F`` removed it on a following replica, which cannot
+  tell; tombstones written before release 0.24 have no ``how``).
+* ``outcomes``: ``id:utf8`` -> where its last delivered occurrence went (``outcome.py``).
 * ``expiry``: ``expire_ms:>Q | id:utf8`` -> ``b""``, when a tombstone may be forgotten.
 * ``arrivals`` (replica groups only): ``partition:>I | offset:>Q`` -> id of each add the store
   took, until a committed progress record covers that offset (see ``chronos/group/``).
@@ -37,6 +41,12 @@ _PARTITION = struct.Struct(">I")
 
 INDEX_PENDING = b"P"
 INDEX_CANCELLED = b"C"
+
+#: What a cancel found, the last byte of its tombstone (see the module docstring).
+CANCEL_REMOVED = b"R"
+CANCEL_RACED = b"M"
+CANCEL_UNKNOWN = b"U"
+CANCEL_FOLLOWER = b"F"
 
 
 def pack_ms(ms: EpochMs) -> bytes:
@@ -80,9 +90,14 @@ def index_pending(key: bytes) -> bytes:
     return INDEX_PENDING + key
 
 
-def index_cancelled(cancelled_ms: EpochMs) -> bytes:
-    """Index value of a cancel tombstone."""
-    return INDEX_CANCELLED + _MS.pack(cancelled_ms)
+def index_cancelled(cancelled_ms: EpochMs, how: bytes = CANCEL_REMOVED) -> bytes:
+    """Index value of a cancel tombstone: when, and what the cancel found."""
+    return INDEX_CANCELLED + _MS.pack(cancelled_ms) + how
+
+
+def split_cancelled(value: bytes) -> tuple[EpochMs, bytes | None]:
+    """(cancelled ms, what it found) of a tombstone; None for one of an earlier release."""
+    return unpack_ms(value[1:]), value[1 + MS_WIDTH :] or None
 
 
 def expiry_key(expire_ms: EpochMs, message_id: str) -> bytes:

@@ -25,10 +25,11 @@ from rocksdict import (
 )
 
 from chronos.errors import StoreError
-from chronos.names import CF_ARRIVALS, CF_EXPIRY, CF_INDEX, CF_MESSAGES, CF_META
+from chronos.names import CF_ARRIVALS, CF_EXPIRY, CF_INDEX, CF_MESSAGES, CF_META, CF_OUTCOMES
 from chronos.settings import StoreSettings
 from chronos.store import keys
 from chronos.store.disk_guard import DiskGuard, StoreFull
+from chronos.store.due_counts import MINUTE_MS, DueCounts
 from chronos.types import EpochMs
 
 #: Bump when the key layout or the value codec changes incompatibly. 2: stored-message codec
@@ -37,8 +38,11 @@ from chronos.types import EpochMs
 FORMAT_VERSION = 2
 _UPGRADABLE = {1}
 
-#: Families read by key: the index (every add looks its id up) and meta. The others are scanned.
-_POINT_READ_FAMILIES = frozenset({CF_INDEX, CF_META})
+#: Families read by key: the index (every add looks its id up), meta and outcomes (status
+#: lookups). The others are scanned.
+_POINT_READ_FAMILIES = frozenset({CF_INDEX, CF_META, CF_OUTCOMES})
+#: Keys the initial due count reads per hold of the write lock (about 3 ms).
+_COUNT_CHUNK = 10_000
 
 _COMPRESSION = {
     "lz4": DBCompressionType.lz4,
@@ -90,6 +94,9 @@ class RocksBatch:
         self._wb = WriteBatch(raw_mode=True)
         self._s = store
         self._count = 0
+        #: Message keys put and deleted, for the due counts (``due_counts.py``).
+        self.added: list[bytes] = []
+        self.removed: list[bytes] = []
 
     def _put(self, key: bytes, value: bytes, cf: ColumnFamily) -> None:
         self._wb.put(key, value, cf)
@@ -97,6 +104,7 @@ class RocksBatch:
 
     def put_message(self, key: bytes, value: bytes) -> None:
         self._put(key, value, self._s.h_messages)
+        self.added.append(key)
 
     def put_scheduled(self, key: bytes, message_id: str, value: bytes, pending: bytes) -> None:
         """A message and its index entry, the write of every add."""
@@ -105,13 +113,24 @@ class RocksBatch:
     def put_scheduled_many(self, placed: list[tuple[bytes, bytes, bytes, bytes]]) -> None:
         """Many adds: (messages key, raw id, stored value, index value) each; the ingest path."""
         put, messages, index = self._wb.put, self._s.h_messages, self._s.h_index
+        added = self.added
         for key, raw_id, value, pending in placed:
             put(key, value, messages)
             put(raw_id, pending, index)
+            added.append(key)
         self._count += 2 * len(placed)
 
     def delete_message(self, key: bytes) -> None:
         self._wb.delete(key, self._s.h_messages)
+        self._count += 1
+        self.removed.append(key)
+
+    def put_outcome(self, raw_id: bytes, value: bytes) -> None:
+        """Where a message's delivered occurrence went (``store/outcome.py``)."""
+        self._put(raw_id, value, self._s.h_outcomes)
+
+    def delete_outcome(self, raw_id: bytes) -> None:
+        self._wb.delete(raw_id, self._s.h_outcomes)
         self._count += 1
 
     def put_index(self, message_id: str, value: bytes) -> None:
@@ -174,7 +193,7 @@ class RocksStore:
         options.set_db_write_buffer_size(2 * settings.write_buffer_mb << 20)
         families = {
             name: self._options(settings, cache, point_reads=name in _POINT_READ_FAMILIES)
-            for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META, CF_ARRIVALS)
+            for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META, CF_ARRIVALS, CF_OUTCOMES)
         }
         try:
             self._db = Rdict(str(path), options, column_families=families)
@@ -185,11 +204,18 @@ class RocksStore:
         self.h_expiry = self._db.get_column_family_handle(CF_EXPIRY)
         self.h_meta = self._db.get_column_family_handle(CF_META)
         self.h_arrivals = self._db.get_column_family_handle(CF_ARRIVALS)
+        self.h_outcomes = self._db.get_column_family_handle(CF_OUTCOMES)
         self._messages = self._db.get_column_family(CF_MESSAGES)
         self._index = self._db.get_column_family(CF_INDEX)
         self._expiry = self._db.get_column_family(CF_EXPIRY)
         self._meta = self._db.get_column_family(CF_META)
         self._arrivals = self._db.get_column_family(CF_ARRIVALS)
+        self._outcomes = self._db.get_column_family(CF_OUTCOMES)
+        #: Messages per minute, once ``start_due_counts`` ran (the forecast reads them).
+        self.due_counts = DueCounts()
+        # Serialises writes with the due count's scan chunks (see ``due_counts.py``).
+        self._write_lock = threading.Lock()
+        self._closed = False
         # Writes are visible at once without waiting for the disk; ``sync`` makes them durable,
         # every ``wal_sync_interval_ms`` (see ``sync_if_due``).
         self._write_opts = WriteOptions()
@@ -279,12 +305,57 @@ class RocksStore:
         full disk (``disk_guard.py``)."""
         if len(batch):
             self._guard.check()
-            try:
-                self._db.write(batch.raw, self._write_opts)
-            except Exception as exc:  # rocksdict raises plain Exceptions
-                if "No space left" in str(exc) or "NoSpace" in str(exc):
-                    raise StoreFull(f"RocksDB met a full disk: {exc}") from exc
-                raise
+            with self._write_lock:
+                try:
+                    self._db.write(batch.raw, self._write_opts)
+                except Exception as exc:  # rocksdict raises plain Exceptions
+                    if "No space left" in str(exc) or "NoSpace" in str(exc):
+                        raise StoreFull(f"RocksDB met a full disk: {exc}") from exc
+                    raise
+                if batch.added or batch.removed:
+                    self.due_counts.changed(batch.added, batch.removed)
+
+    def start_due_counts(self) -> threading.Thread:
+        """Count the stored messages per minute in the background (``due_counts.py``); the
+        counts follow every write from now on. Returns the counting thread (a daemon)."""
+        self.due_counts.start()
+        thread = threading.Thread(target=self._count_due, name="due-counts", daemon=True)
+        thread.start()
+        return thread
+
+    def _count_due(self) -> None:
+        start = b""
+        while not self._closed:
+            with self._write_lock:
+                if self._closed:
+                    return
+                read = ReadOptions()
+                # One pass over everything: keep the cache for reads (the stub lacks the flag).
+                read.fill_cache(False)  # type: ignore[call-arg]
+                chunk = cast(
+                    "list[bytes]",
+                    list(
+                        itertools.islice(
+                            self._messages.keys(from_key=start, read_opt=read), _COUNT_CHUNK
+                        )
+                    ),
+                )
+                if not chunk:
+                    self.due_counts.finish()
+                    return
+                self.due_counts.scanned(chunk)
+            start = chunk[-1] + b"\x00"
+
+    def count_messages(self, start: bytes, stop: bytes) -> int:
+        """Messages with ``start <= key < stop``, by a scan of their keys (short ranges)."""
+        read = ReadOptions()
+        read.set_iterate_upper_bound(stop)
+        return sum(1 for _ in self._messages.keys(from_key=start, read_opt=read))
+
+    def get_outcome(self, message_id: str) -> bytes | None:
+        """The outcome value of ``message_id`` (``store/outcome.py``), None without one."""
+        raw = self._outcomes.get(message_id.encode())
+        return cast("bytes | None", raw)
 
     def sync(self) -> None:
         """Make every write so far durable: fsync the WAL."""
@@ -363,8 +434,10 @@ class RocksStore:
         over (``chronos/runtime/origin.py``). Ids are UTF-8 and other keys binary of fixed
         layout, so no key reaches 64 bytes of 0xff."""
         everything = b"\xff" * 64
-        for cf in (self._messages, self._index, self._expiry, self._arrivals):
+        for cf in (self._messages, self._index, self._expiry, self._arrivals, self._outcomes):
             cf.delete_range(b"", everything, self._write_opts)
+        if self.due_counts.started:
+            self.start_due_counts()
         version = self._meta.get(keys.META_FORMAT_VERSION)
         self._meta.delete_range(b"", everything, self._write_opts)
         if version is not None:
@@ -415,6 +488,9 @@ class RocksStore:
         """Range-delete every message key below ``stop`` and compact the range away."""
         self._messages.delete_range(b"", stop, self._write_opts)
         self._messages.compact_range(None, stop)
+        # Minutes wholly below ``stop`` are gone; the partly deleted one is behind the seek,
+        # where the forecast scans instead of reading counts.
+        self.due_counts.forget_before(keys.unpack_ms(stop) // MINUTE_MS)
 
     def create_checkpoint(self, dest: Path) -> None:
         """A consistent copy of the whole store at ``dest`` (hard links where possible).
@@ -436,9 +512,20 @@ class RocksStore:
         Every column-family object and handle keeps RocksDB alive (and its LOCK held), so all
         of them are dropped, not only the database object.
         """
-        for cf in (self._messages, self._index, self._expiry, self._meta, self._arrivals):
+        with self._write_lock:
+            self._closed = True
+        cfs = (
+            self._messages,
+            self._index,
+            self._expiry,
+            self._meta,
+            self._arrivals,
+            self._outcomes,
+        )
+        for cf in cfs:
             cf.close()
         self._db.close()
-        del self._messages, self._index, self._expiry, self._meta, self._arrivals
+        del self._messages, self._index, self._expiry, self._meta, self._arrivals, self._outcomes
         del self.h_messages, self.h_index, self.h_expiry, self.h_meta, self.h_arrivals
+        del self.h_outcomes
         del self._db

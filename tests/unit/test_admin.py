@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,11 +14,25 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from chronos.admin.server import AdminServer
 from chronos.admin.view import Check, Gauges, Report
+from chronos.clock import FakeClock
 from chronos.metrics import CountingMetrics
+from chronos.model import CancelRequest, DelayMessage
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger
+from chronos.schedule.lookup import Lookup
+from chronos.settings import DeleteSettings, StoreSettings
+from chronos.store.rocks import RocksStore
+
+T0 = 1_700_000_040_000
 
 
 @dataclass
 class StubNode:
+    """A node with a real store behind its lookups and stub probes."""
+
+    store: RocksStore
+    ledger: Ledger
+    lookup: Lookup
     metrics: CountingMetrics = field(default_factory=CountingMetrics)
     disk_ok: bool = True
     caught_up: bool = False
@@ -33,12 +48,18 @@ class StubNode:
         return Report([Check("ingest_caught_up", self.caught_up)], {"role": self.role})
 
     def gauges(self) -> Gauges:
-        return Gauges(self.role, 3, 1_000, 3_500, 42, self.caught_up)
+        return Gauges(self.role, 3, T0 + 1_000, T0 + 3_500, 42, self.caught_up)
+
+    def replicas(self) -> list[dict[str, object]]:
+        return [{"node": "n1", "role": self.role, "term": 3}]
 
 
 @pytest.fixture
-def node() -> StubNode:
-    return StubNode()
+def node(tmp_path: Path) -> Iterator[StubNode]:
+    store = RocksStore(tmp_path / "store", StoreSettings())
+    ledger = Ledger(store, Frontier(0), FakeClock(T0), DeleteSettings())
+    yield StubNode(store, ledger, Lookup(store, ledger))
+    store.close()
 
 
 @pytest.fixture
@@ -111,3 +132,51 @@ def test_metrics_read_back_with_prometheus_parser_match_the_node(
     term = families["chronos_term"].samples[0].value  # type: ignore[attr-defined]
     lag = families["chronos_seek_lag_seconds"].samples[0].value  # type: ignore[attr-defined]
     assert term == 3 and lag == pytest.approx(2.5)
+
+
+def test_message_status_listing_and_forecast_over_http(
+    node: StubNode, client: httpx.Client
+) -> None:
+    """Mutants caught: an unknown id answered 404 (indistinguishable from a wrong URL), a bad
+    query parameter answered 500, a forecast served from counts not yet built."""
+    node.ledger.apply(
+        [DelayMessage(f"m{n}", "orders", None, b"v", [], T0 + 60_000 + n) for n in range(5)]
+        + [CancelRequest("m4")]
+    )
+    assert client.get("/v1/messages/m1").json() == {
+        "id": "m1",
+        "state": "pending",
+        "topic": "orders",
+        "due_ms": T0 + 60_001,
+        "slot_ms": T0 + 60_001,
+        "occurrence": 1,
+        "times": 1,
+    }
+    assert client.get("/v1/messages/m4").json()["cancel"] == "removed"
+    unknown = client.get("/v1/messages/no%2Fsuch")
+    assert unknown.status_code == 200 and unknown.json() == {"id": "no/such", "state": "unknown"}
+    page = client.get("/v1/messages", params={"limit": 3, "topic": "orders"}).json()
+    assert [row["id"] for row in page["rows"]] == ["m0", "m1", "m2"]
+    rest = client.get("/v1/messages", params={"cursor": page["cursor"]}).json()
+    assert [row["id"] for row in rest["rows"]] == ["m3"] and rest["cursor"] is None
+    for bad in ({"state": "lost"}, {"limit": "ten"}, {"cursor": "zz"}):
+        answer = client.get("/v1/messages", params=bad)
+        assert answer.status_code == 400 and "error" in answer.json()
+    assert client.get("/v1/forecast").status_code == 503
+    node.store.start_due_counts()
+    assert node.store.due_counts.wait_ready(10)
+    forecast = client.get("/v1/forecast", params={"horizon_s": 300, "bucket_s": 60}).json()
+    assert forecast["from_ms"] == T0 and forecast["counts"] == [0, 4, 0, 0, 0]
+    assert forecast["total"] == 4
+    assert client.get("/v1/forecast", params={"bucket_s": 45}).status_code == 400
+
+
+def test_overview_has_role_term_lag_and_replicas(node: StubNode, client: httpx.Client) -> None:
+    node.metrics.incr("delivered", 5)
+    node.metrics.observe("ack_lateness_ms", 20)
+    body = client.get("/v1/overview").json()
+    assert (body["role"], body["term"], body["totals"]["delivered"]) == ("master", 3, 5)
+    assert body["seek_lag_s"] == pytest.approx(2.5)
+    assert sum(body["lateness"]["counts"]) == 1
+    assert len(body["lateness"]["counts"]) == len(body["lateness"]["bounds_s"]) + 1
+    assert body["replicas"] == [{"node": "n1", "role": "master", "term": 3}]

@@ -103,11 +103,11 @@ def test_duplicate_add_in_same_batch_keeps_first(env: Env) -> None:
 def test_cancel_before_add_stays_cancelled(env: Env) -> None:
     outcome = env.ledger.apply([CancelRequest("a")])
     assert outcome.cancel_unknown == 1
-    assert env.index("a") == keys.index_cancelled(T0)
+    assert env.index("a") == keys.index_cancelled(T0, keys.CANCEL_UNKNOWN)
     outcome = env.ledger.apply([_msg("a", T0 + 1000)])
     assert outcome.duplicates == 1 and outcome.added == 0
     assert env.slots() == []
-    assert env.index("a") == keys.index_cancelled(T0)
+    assert env.index("a") == keys.index_cancelled(T0, keys.CANCEL_UNKNOWN)
 
 
 def test_cancel_pending_removes_it_from_scans(env: Env) -> None:
@@ -226,7 +226,7 @@ def test_followup_not_written_after_cancel(env: Env) -> None:
     assert nxt is not None
     env.ledger.commit_progress(T0 + 1000, [(keys.message_key(T0 + 1000, "r"), nxt)])
     assert env.slots() == []
-    assert env.index("r") == keys.index_cancelled(T0)
+    assert env.index("r") == keys.index_cancelled(T0, keys.CANCEL_RACED)
     assert env.store.read_seek() == T0 + 1000
 
 
@@ -274,7 +274,7 @@ def test_purge_keeps_tombstones(env: Env) -> None:
     env.ledger.apply([CancelRequest("a")])  # raced
     env.ledger.commit_progress(T0 + 1000, [])
     env.ledger.purge_delivered(T0 + 1000)
-    assert env.index("a") == keys.index_cancelled(T0)
+    assert env.index("a") == keys.index_cancelled(T0, keys.CANCEL_RACED)
 
 
 def test_expire_tombstones(env: Env) -> None:
@@ -282,7 +282,7 @@ def test_expire_tombstones(env: Env) -> None:
     assert env.ledger.expire_tombstones() == 0
     env.clock.advance(TOMBSTONE_S * 1000 - 1)
     assert env.ledger.expire_tombstones() == 0
-    assert env.index("x") == keys.index_cancelled(T0)
+    assert env.index("x") == keys.index_cancelled(T0, keys.CANCEL_UNKNOWN)
     assert env.ledger.apply([_msg("x", T0 + 10**6)]).duplicates == 1
 
     env.clock.advance(1)
@@ -348,7 +348,7 @@ def test_a_refresh_of_a_known_or_cancelled_id_changes_nothing(env: Env) -> None:
     assert outcome.refreshed == 0 and outcome.duplicates == 2
     assert env.slots() == [(T0 + 1000, "a")]
     assert env.messages()[keys.message_key(T0 + 1000, "a")].value == b"v"
-    assert env.index("c") == keys.index_cancelled(T0)
+    assert env.index("c") == keys.index_cancelled(T0, keys.CANCEL_UNKNOWN)
 
 
 def test_a_refresh_moves_a_repeat_forward_only(env: Env) -> None:

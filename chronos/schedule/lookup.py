@@ -1,0 +1,291 @@
+"""Read-only questions about the schedule: where is a message, what is pending, what comes due.
+
+The answers come from the store as it is (no Kafka round trip): the index says whether an id is
+scheduled or cancelled (and what its cancel found), the seek and cursor whether its slot was
+delivered, the outcomes family where it went. A backup answers from the committed progress it
+follows: the same states, without partition and offset (only the delivering node saw those).
+
+A message's states: ``pending`` (stored, slot not yet passed), ``delivered``, ``dead_lettered``,
+``cancelled`` and ``unknown`` (never seen, or forgotten: a delivered message after
+``delete.retention_s``, a cancel tombstone after ``delete.tombstone_retention_s``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from chronos.errors import DecodeError, NotReady
+from chronos.model import DelayMessage
+from chronos.schedule.ledger import Ledger, next_occurrence
+from chronos.store import codec, keys, outcome
+from chronos.store.due_counts import MINUTE_MS
+from chronos.store.rocks import RocksStore
+from chronos.types import EpochMs
+
+State = Literal["pending", "delivered", "dead_lettered", "cancelled", "unknown"]
+ListState = Literal["pending", "delivered", "dead_lettered", "any"]
+__all__ = ["Lookup", "NotReady"]
+
+#: What a cancel tombstone says the cancel found (``keys.CANCEL_*``).
+CANCEL_FINDINGS = {
+    keys.CANCEL_REMOVED: "removed",
+    keys.CANCEL_RACED: "removed_while_delivering",
+    keys.CANCEL_UNKNOWN: "nothing_to_cancel",
+    keys.CANCEL_FOLLOWER: "removed_on_backup",
+}
+MAX_PAGE = 1_000
+
+
+@dataclass
+class MessageStatus:
+    """One message as the store knows it; JSON through ``as_json``."""
+
+    id: str
+    state: State
+    topic: str | None = None
+    due_ms: EpochMs | None = None
+    slot_ms: EpochMs | None = None
+    occurrence: int | None = None
+    times: int | None = None
+    next_due_ms: EpochMs | None = None
+    delivered_ms: EpochMs | None = None
+    partition: int | None = None
+    offset: int | None = None
+    dead_letter_reason: str | None = None
+    cancelled_ms: EpochMs | None = None
+    cancel: str | None = None
+    last_delivery: dict[str, int | None] | None = None
+
+    def as_json(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class Page:
+    """One listing page: rows in slot order and where the next page starts (None: the end)."""
+
+    rows: list[dict[str, object]] = field(default_factory=list)
+    cursor: str | None = None
+    scanned: int = 0
+
+    def as_json(self) -> dict[str, object]:
+        return {"rows": self.rows, "cursor": self.cursor, "scanned": self.scanned}
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Pending messages per bucket from ``from_ms`` (a whole minute), and those overdue."""
+
+    from_ms: EpochMs
+    bucket_s: int
+    counts: list[int]
+    overdue: int
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "from_ms": self.from_ms,
+            "bucket_s": self.bucket_s,
+            "counts": self.counts,
+            "total": sum(self.counts),
+            "overdue": self.overdue,
+        }
+
+
+class Lookup:
+    """Answers status, listing and forecast questions about one node's store.
+
+    Parameters:
+        store: the node store (its due counts must have been started for ``forecast``).
+        ledger: the owner of the seek and cursor.
+        scan_max: most stored messages a listing page reads (``admin.list_scan_max``).
+    """
+
+    def __init__(self, store: RocksStore, ledger: Ledger, scan_max: int = 100_000) -> None:
+        self._store = store
+        self._ledger = ledger
+        self._scan_max = scan_max
+
+    def _passed(self, key: bytes) -> bool:
+        """Whether the delivery of the message at ``key`` is behind the seek (or cursor)."""
+        if keys.slot_of(key) <= self._ledger.seek_ms:
+            return True
+        cursor = self._ledger.cursor
+        return cursor is not None and key <= cursor
+
+    def status(self, message_id: str) -> MessageStatus:
+        """Where ``message_id`` is now."""
+        state = self._store.get_index([message_id])[0]
+        if state is None:
+            return MessageStatus(message_id, "unknown")
+        if state[:1] == keys.INDEX_CANCELLED:
+            at, how = keys.split_cancelled(state)
+            return MessageStatus(
+                message_id,
+                "cancelled",
+                cancelled_ms=at,
+                cancel=CANCEL_FINDINGS.get(how or b"", "removed"),
+            )
+        key = state[1:]
+        raw = self._store.get_messages([key])[0]
+        found = self._store.get_outcome(message_id)
+        last = None if found is None else outcome.decode(found)
+        status = MessageStatus(message_id, "pending", slot_ms=keys.slot_of(key))
+        message = _decoded(raw)
+        if message is not None:
+            status.topic = message.topic
+            status.due_ms = message.due_ms
+            status.occurrence = message.occurrence
+            status.times = 1 if message.repeat is None else message.repeat.times
+        if not self._passed(key):
+            if message is not None:
+                following = next_occurrence(message)
+                status.next_due_ms = None if following is None else following.due_ms
+            if last is not None:
+                status.last_delivery = _outcome_json(last)
+            return status
+        if last is not None and last.dead_reason is not None:
+            status.state = "dead_lettered"
+            status.dead_letter_reason = last.dead_reason
+            status.delivered_ms = last.at_ms
+            return status
+        status.state = "delivered"
+        if last is not None and (message is None or last.occurrence == message.occurrence):
+            status.delivered_ms = last.at_ms
+            status.partition = (
+                None if last.partition is None or last.partition < 0 else last.partition
+            )
+            status.offset = None if last.offset is None or last.offset < 0 else last.offset
+        return status
+
+    def page(
+        self,
+        from_ms: EpochMs = 0,
+        to_ms: EpochMs = keys.MAX_MS - 1,
+        topic: str | None = None,
+        state: ListState = "pending",
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page:
+        """Stored messages with a slot in ``[from_ms, to_ms)``, in slot order, filtered by
+        target ``topic`` and ``state``; at most ``limit`` rows (up to ``MAX_PAGE``).
+
+        ``cursor`` is the previous page's. A page reads at most ``scan_max`` stored messages:
+        one that matches few of them may end early with a cursor to go on from. Cancelled
+        messages are not stored, so they are not listed (ask ``status`` by id)."""
+        limit = max(1, min(limit, MAX_PAGE))
+        seek = self._ledger.seek_ms
+        low = from_ms
+        high = to_ms
+        if state == "pending":
+            low = max(low, seek + 1)  # a partly delivered slot is listed from its first key
+        elif state in ("delivered", "dead_lettered"):
+            high = min(high, seek + 1)
+        start = keys.slot_bound(low)
+        if cursor is not None:
+            start = max(start, bytes.fromhex(cursor) + b"\x00")
+        stop = keys.slot_bound(high)
+        page = Page()
+        while page.scanned < self._scan_max and len(page.rows) < limit:
+            rows = self._store.scan(start, stop, min(limit * 4, self._scan_max - page.scanned))
+            if not rows:
+                return page
+            page.scanned += len(rows)
+            outcomes = self._outcomes_of(rows) if state in ("dead_lettered", "any") else None
+            for n, (key, raw) in enumerate(rows):
+                start = key + b"\x00"
+                row = self._row(key, raw, topic, state, outcomes[n] if outcomes else None)
+                if row is not None:
+                    page.rows.append(row)
+                    if len(page.rows) == limit:
+                        break
+        if start < stop:
+            page.cursor = start[:-1].hex()
+        return page
+
+    def _outcomes_of(self, rows: list[tuple[bytes, bytes]]) -> list[outcome.Outcome | None]:
+        ids = [key[keys.MS_WIDTH :].decode() for key, _ in rows]
+        found: list[outcome.Outcome | None] = []
+        for message_id in ids:
+            raw = self._store.get_outcome(message_id)
+            found.append(None if raw is None else outcome.decode(raw))
+        return found
+
+    def _row(
+        self,
+        key: bytes,
+        raw: bytes,
+        topic: str | None,
+        state: ListState,
+        last: outcome.Outcome | None,
+    ) -> dict[str, object] | None:
+        message = _decoded(raw)
+        if topic is not None and (message is None or message.topic != topic):
+            return None
+        row_state: State = "pending"
+        if self._passed(key):
+            dead = last is not None and last.dead_reason is not None
+            row_state = "dead_lettered" if dead else "delivered"
+        if state != "any" and row_state != state:
+            return None
+        slot, message_id = keys.split_message_key(key)
+        row: dict[str, object] = {"id": message_id, "slot_ms": slot, "state": row_state}
+        if message is not None:
+            row.update(topic=message.topic, due_ms=message.due_ms, occurrence=message.occurrence)
+        return row
+
+    def forecast(self, now_ms: EpochMs, horizon_s: int, bucket_s: int) -> Forecast:
+        """Pending messages per ``bucket_s`` (a multiple of 60) over ``horizon_s`` from the
+        minute ``now_ms`` falls in, and how many are overdue (due before that minute, not yet
+        delivered). Raises NotReady while the due counts are being built; ValueError for a
+        bucket that is not whole minutes."""
+        if bucket_s < 60 or bucket_s % 60:
+            raise ValueError("bucket_s must be a whole number of minutes (60, 300, 3600, ...)")
+        counts = self._store.due_counts
+        if not counts.ready:
+            raise NotReady("the due counts are being built")
+        per_bucket = bucket_s // 60
+        buckets = max(1, -(-horizon_s // bucket_s))
+        first = now_ms // MINUTE_MS
+        from_ms = first * MINUTE_MS
+        after = self._ledger.seek_ms + 1  # the first slot not delivered
+        minutes = counts.between(first, first + buckets * per_bucket)
+        after_minute = after // MINUTE_MS
+        overdue = 0
+        if after < from_ms:
+            # Behind now: the seek's own minute by a scan, the whole ones after it by counts.
+            partial_end = min((after_minute + 1) * MINUTE_MS, from_ms)
+            overdue = self._count(after, partial_end)
+            overdue += sum(counts.between(after_minute + 1, first))
+        elif after_minute == first:
+            minutes[0] = self._count(after, (first + 1) * MINUTE_MS)
+        elif after_minute > first:  # the seek ahead of this clock (another node's, a backup)
+            for m in range(first, min(after_minute, first + len(minutes))):
+                minutes[m - first] = 0
+            if after_minute < first + len(minutes):
+                minutes[after_minute - first] = self._count(after, (after_minute + 1) * MINUTE_MS)
+        grouped = [sum(minutes[i : i + per_bucket]) for i in range(0, len(minutes), per_bucket)]
+        return Forecast(from_ms, bucket_s, grouped, overdue)
+
+    def _count(self, start_ms: EpochMs, end_ms: EpochMs) -> int:
+        if end_ms <= start_ms:
+            return 0
+        return self._store.count_messages(keys.slot_bound(start_ms), keys.slot_bound(end_ms))
+
+
+def _decoded(raw: bytes | None) -> DelayMessage | None:
+    if raw is None:
+        return None
+    try:
+        return codec.decode(raw)
+    except DecodeError:
+        return None
+
+
+def _outcome_json(last: outcome.Outcome) -> dict[str, int | None]:
+    return {
+        "occurrence": last.occurrence,
+        "at_ms": last.at_ms,
+        "partition": last.partition,
+        "offset": last.offset,
+    }

@@ -1,0 +1,198 @@
+"""Status, listing and forecast over a real RocksDB store, in every state a message can be in."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chronos.clock import FakeClock
+from chronos.model import CancelRequest, DelayMessage
+from chronos.repeat import Repeat, RepeatKind
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger, next_occurrence
+from chronos.schedule.lookup import Lookup, NotReady
+from chronos.settings import DeleteSettings, StoreSettings
+from chronos.store import keys, outcome
+from chronos.store.rocks import RocksStore
+
+T0 = 1_700_000_040_000  # a whole minute
+Env = tuple[RocksStore, Frontier, Ledger, Lookup]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    store = RocksStore(tmp_path / "store", StoreSettings(wal_sync_interval_ms=60_000))
+    frontier = Frontier(0)
+    ledger = Ledger(store, frontier, FakeClock(T0), DeleteSettings(tombstone_retention_s=60))
+    yield store, frontier, ledger, Lookup(store, ledger, scan_max=1_000)
+    store.close()
+
+
+def _msg(message_id: str, due: int, topic: str = "t", repeat: Repeat | None = None) -> DelayMessage:
+    return DelayMessage(message_id, topic, None, b"v", [], due, repeat)
+
+
+def _deliver(
+    frontier: Frontier, ledger: Ledger, seek: int, outcomes: list[tuple[str, bytes]]
+) -> None:
+    frontier.advance(seek)
+    ledger.commit_progress(seek, [], outcomes=[(i.encode(), v) for i, v in outcomes])
+
+
+def test_status_of_every_state(env: Env) -> None:
+    store, frontier, ledger, lookup = env
+    ledger.apply(
+        [
+            _msg("p", T0 + 60_000),
+            _msg("d", T0 + 1_000),
+            _msg("x", T0 + 2_000),
+            _msg("c", T0 + 5_000),
+        ]
+    )
+    ledger.apply([CancelRequest("c"), CancelRequest("never")])
+    _deliver(
+        frontier,
+        ledger,
+        T0 + 3_000,
+        [
+            ("d", outcome.delivered(T0 + 1_010, 2, 41, 1)),
+            ("x", outcome.dead_lettered(T0 + 2_010, 1, "too large")),
+        ],
+    )
+    assert lookup.status("p").as_json() == {
+        "id": "p",
+        "state": "pending",
+        "topic": "t",
+        "due_ms": T0 + 60_000,
+        "slot_ms": T0 + 60_000,
+        "occurrence": 1,
+        "times": 1,
+    }
+    delivered = lookup.status("d")
+    assert (delivered.state, delivered.partition, delivered.offset) == ("delivered", 2, 41)
+    assert delivered.delivered_ms == T0 + 1_010
+    dead = lookup.status("x")
+    assert (dead.state, dead.dead_letter_reason) == ("dead_lettered", "too large")
+    assert lookup.status("c").as_json() == {
+        "id": "c",
+        "state": "cancelled",
+        "cancelled_ms": T0,
+        "cancel": "removed",
+    }
+    assert lookup.status("never").cancel == "nothing_to_cancel"
+    assert lookup.status("nobody").state == "unknown"
+
+
+def test_a_cancel_after_delivery_leaves_it_delivered_and_a_raced_one_says_so(env: Env) -> None:
+    _store, frontier, ledger, lookup = env
+    ledger.apply([_msg("late", T0 + 1_000), _msg("raced", T0 + 2_000)])
+    _deliver(frontier, ledger, T0 + 1_000, [("late", outcome.delivered(T0 + 1_001, 0, 7, 1))])
+    frontier.advance(T0 + 2_000)  # handed to a sender, not yet acknowledged
+    outcome_ = ledger.apply([CancelRequest("late"), CancelRequest("raced")])
+    assert outcome_.cancel_too_late == 1 and outcome_.cancel_raced == 1
+    assert lookup.status("late").state == "delivered"
+    assert lookup.status("raced").cancel == "removed_while_delivering"
+
+
+def test_a_repeat_shows_its_next_occurrence_and_last_delivery(env: Env) -> None:
+    _store, frontier, ledger, lookup = env
+    first = _msg("r", T0 + 1_000, repeat=Repeat(RepeatKind.FIXED, 10_000, 3))
+    ledger.apply([first])
+    second = next_occurrence(first)
+    assert second is not None
+    frontier.advance(T0 + 1_000)
+    ledger.commit_progress(
+        T0 + 1_000,
+        [(keys.message_key(T0 + 1_000, "r"), second)],
+        outcomes=[(b"r", outcome.delivered(T0 + 1_005, 0, 3, 1))],
+    )
+    status = lookup.status("r")
+    assert (status.state, status.occurrence, status.due_ms, status.next_due_ms) == (
+        "pending",
+        2,
+        T0 + 11_000,
+        T0 + 21_000,
+    )
+    assert status.last_delivery == {
+        "occurrence": 1,
+        "at_ms": T0 + 1_005,
+        "partition": 0,
+        "offset": 3,
+    }
+
+
+def test_purge_forgets_the_outcome_with_the_message(env: Env) -> None:
+    store, frontier, ledger, lookup = env
+    ledger.apply([_msg("d", T0 + 1_000)])
+    _deliver(frontier, ledger, T0 + 1_000, [("d", outcome.delivered(T0, 0, 1, 1))])
+    ledger.purge_delivered(T0 + 1_000)
+    assert lookup.status("d").state == "unknown"
+    assert store.get_outcome("d") is None
+
+
+def test_listing_pages_by_range_topic_and_state(env: Env) -> None:
+    _store, frontier, ledger, lookup = env
+    ledger.apply([_msg(f"m{n:03}", T0 + n * 100, topic="a" if n % 3 else "b") for n in range(300)])
+    _deliver(frontier, ledger, T0 + 99 * 100, [])  # m000..m099 delivered
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = lookup.page(topic="b", cursor=cursor, limit=7)
+        seen += [str(row["id"]) for row in page.rows]
+        assert all(row["topic"] == "b" and row["state"] == "pending" for row in page.rows)
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert seen == [f"m{n:03}" for n in range(100, 300) if n % 3 == 0]
+    delivered = lookup.page(state="delivered", from_ms=T0 + 5_000, limit=1_000)
+    assert [row["id"] for row in delivered.rows] == [f"m{n:03}" for n in range(50, 100)]
+    window = lookup.page(state="any", from_ms=T0 + 9_850, to_ms=T0 + 10_150)
+    assert [(row["id"], row["state"]) for row in window.rows] == [
+        ("m099", "delivered"),
+        ("m100", "pending"),
+        ("m101", "pending"),
+    ]
+
+
+def test_a_page_stops_at_the_scan_budget_with_a_cursor(env: Env) -> None:
+    _store, _frontier, ledger, lookup = env  # scan_max 1,000
+    ledger.apply(
+        [_msg(f"a{n:05}", T0 + n, topic="a") for n in range(2_500)] + [_msg("z", T0 + 9_999, "z")]
+    )
+    page = lookup.page(topic="z")
+    assert page.rows == [] and page.cursor is not None and page.scanned == 1_000
+    while not page.rows:
+        page = lookup.page(topic="z", cursor=page.cursor)
+    assert [row["id"] for row in page.rows] == ["z"]
+
+
+def test_forecast_counts_per_minute_follow_every_write(env: Env) -> None:
+    store, frontier, ledger, lookup = env
+    rng = random.Random(7)
+    dues = [T0 + rng.randrange(0, 3_600_000) for _ in range(2_000)]
+    ledger.apply([_msg(f"early{n}", due) for n, due in enumerate(dues[:1_000])])
+    with pytest.raises(NotReady):  # nothing counted before start_due_counts
+        lookup.forecast(T0, 3_600, 60)
+    store.start_due_counts()
+    ledger.apply([_msg(f"late{n}", due) for n, due in enumerate(dues[1_000:])])
+    assert store.due_counts.wait_ready(10)
+    ledger.apply([CancelRequest("early0"), CancelRequest("late0")])
+    expected = dues[1:1_000] + dues[1_001:]
+    # Delivery up to 90 s in: the seek's minute is counted by a scan, later minutes by counts.
+    seek = T0 + 90_000
+    _deliver(frontier, ledger, seek, [])
+    pending = [due for due in expected if due > seek]
+    forecast = lookup.forecast(T0 + 61_000, 3_600, 300)
+    assert forecast.from_ms == T0 + 60_000 and forecast.overdue == 0
+    assert len(forecast.counts) == 12
+    for n, count in enumerate(forecast.counts):
+        low = T0 + 60_000 + n * 300_000
+        assert count == sum(1 for due in pending if low <= due < low + 300_000), n
+    later = lookup.forecast(T0 + 600_000, 600, 60)  # the node's clock ahead of its seek
+    assert later.overdue == sum(1 for due in pending if due < T0 + 600_000)
+    assert later.counts[0] == sum(1 for due in pending if T0 + 600_000 <= due < T0 + 660_000)
+    with pytest.raises(ValueError):
+        lookup.forecast(T0, 3_600, 90)
