@@ -550,6 +550,12 @@ class ProxySettings(_Section):
     port: int = Field(8080, ge=0, le=65535, description="HTTP listen port.")
     ack_timeout_s: float = Field(30.0, gt=0, description="Longest wait for Kafka's ack.")
     batch_max: int = Field(10_000, ge=1, description="Most messages in one batch request.")
+    status_nodes: list[str] = Field(
+        default_factory=list,
+        description="Admin API base URLs of the nodes (http://host:port) that answer "
+        "GET /v1/messages/{id} and `chronos status`: a ready master (or node alone) first, "
+        "else a ready backup.",
+    )
 
 
 class AdminSettings(_Section):

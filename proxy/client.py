@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
+from typing import Any
 
 from confluent_kafka import KafkaError
 
@@ -22,6 +23,7 @@ from chronos.repeat import Repeat
 from chronos.settings import ChronosSettings
 from chronos.types import EpochMs, Headers
 from chronos.validation import resolve_due, validate_id, validate_message
+from proxy.status import StatusSource
 
 #: ``client.id`` of the client library's and the proxy's Kafka clients.
 CLIENT_ID = "chronos-client"
@@ -183,6 +185,13 @@ class DelayClient:
                 publisher.start()
                 self._started = publisher
             return self._started
+
+    def status(self, id: str) -> dict[str, Any]:
+        """Where message ``id`` is: pending, delivered (partition, offset), dead_lettered,
+        cancelled (and what the cancel found) or unknown, as a ready node of
+        ``proxy.status_nodes`` answers (``proxy/status.py``). Raises StatusUnavailable when
+        none can. After ``cancel``, this tells whether the cancel removed the message."""
+        return StatusSource(self._settings.proxy.status_nodes).status(id)
 
     def healthy(self, timeout_s: float = 2.0) -> bool:
         """True when Kafka answers."""

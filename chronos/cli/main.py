@@ -23,6 +23,7 @@ from chronos.cli import (
     proxy_cmd,
     run,
     send,
+    status,
     tail,
     topics,
 )
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         proxy_cmd,
         dev,
         send,
+        status,
         tail,
         demo,
         check,

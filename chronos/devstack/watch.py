@@ -31,6 +31,9 @@ class Delivered:
     skipped: int = 0
     #: When this consumer received it (epoch ms): visibility, for read_committed readers.
     received_ms: int = 0
+    #: Where it was read (what a status lookup says it was delivered to).
+    partition: int = -1
+    offset: int = -1
 
     @property
     def lateness_ms(self) -> int:
@@ -137,5 +140,11 @@ class DeliveryWatcher:
                         headers=headers,
                         skipped=int(skipped),
                         received_ms=int(time.time() * 1000),
+                        partition=_or_unknown(record.partition()),
+                        offset=_or_unknown(record.offset()),
                     )
                 )
+
+
+def _or_unknown(number: int | None) -> int:
+    return -1 if number is None else number

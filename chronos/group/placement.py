@@ -34,6 +34,8 @@ class ReplicaPlacement:
         #: A replica starts following.
         self.leading = False
         self.tracks_arrivals = True
+        #: The inner offsets the last applied committed progress covers (None before one).
+        self.covered: Mapping[int, int] | None = None
 
 
 class ReplicaStore:
@@ -115,6 +117,7 @@ class ReplicaStore:
                 )
                 write.placed(st.slot_ms)
             write.seek_ms = max(write.seek_ms, seek_ms)
+            self._placement.covered = dict(covered)
         self._forget_arrivals(covered)
 
     def _forget_arrivals(self, covered: Mapping[int, int]) -> None:

@@ -49,6 +49,12 @@ class Placement(Protocol):
         """True: each add's inner ``partition|offset`` is recorded (the arrivals column)."""
         ...
 
+    @property
+    def covered(self) -> Mapping[int, int] | None:
+        """A following replica: the inner offsets its last applied committed progress covers
+        (an add below them at or behind the seek was delivered); None when not known."""
+        ...
+
 
 @dataclass(frozen=True)
 class FixedPlacement:
@@ -56,6 +62,7 @@ class FixedPlacement:
 
     leading: bool = True
     tracks_arrivals: bool = False
+    covered: Mapping[int, int] | None = None
 
 
 #: A node alone: places after the frontier, records no arrivals.
@@ -241,6 +248,7 @@ class Ledger:
             leading = placement.leading
             arrivals = origins if placement.tracks_arrivals and origins else None
             copies = frozenset(refreshed)
+            fresh: set[str] = set()  # ids added by this batch: not covered by any progress
             with self._frontier.placing(earliest_due, offsets) as frontier:
                 for n, (message_id, due, value) in enumerate(items):
                     current = state[message_id]
@@ -268,6 +276,7 @@ class Ledger:
                         key = keys.message_key_raw(slot, raw_id)
                         pending = keys.index_pending(key)
                         state[message_id] = pending
+                        fresh.add(message_id)
                         placed.append((key, raw_id, value, pending))
                         if arrivals is not None:
                             batch.put_arrival(keys.arrival_key(*arrivals[n]), raw_id)
@@ -279,7 +288,14 @@ class Ledger:
                         batch.put_scheduled_many(placed)
                         placed = []
                         state[message_id] = self._cancel(
-                            batch, message_id, current, frontier, now, outcome, leading
+                            batch,
+                            message_id,
+                            current,
+                            frontier,
+                            now,
+                            outcome,
+                            leading,
+                            message_id in fresh,
                         )
                 outcome.added += len(placed)
                 batch.put_scheduled_many(placed)
@@ -344,15 +360,19 @@ class Ledger:
         now: EpochMs,
         outcome: ApplyOutcome,
         leading: bool,
+        fresh: bool = False,
     ) -> bytes | None:
         if current is not None and current[:1] == keys.INDEX_CANCELLED:
             return current  # already cancelled
         if current is not None:
             key = current[1:]
             slot = keys.slot_of(key)
-            # A follower cannot tell a delivered add from one the master has not reached yet
-            # (both may sit behind its seek); deleting either is right.
-            if slot <= self._seek and leading:
+            # A follower stores adds at their due time; behind its seek, one the committed
+            # progress covers was delivered, but an add the master received after its cut may
+            # sit there undelivered (placed after the master's frontier). Only a covered one
+            # is too late; when unsure, deleting is right (an acknowledged cancel wins).
+            too_late = slot <= self._seek and (leading or self._surely_delivered(key, fresh))
+            if too_late:
                 outcome.cancel_too_late += 1
                 log.info("cancel_too_late", id=message_id, slot_ms=slot)
                 return current
@@ -373,6 +393,28 @@ class Ledger:
         batch.put_index(message_id, tombstone)
         batch.put_expiry(keys.expiry_key(now + self._tombstone_ms, message_id))
         return tombstone
+
+    def _surely_delivered(self, key: bytes, fresh: bool) -> bool:
+        """A follower: whether the add stored at ``key`` (behind the seek) is covered by the
+        last applied committed progress, i.e. not among the arrivals since its cut."""
+        covered = self._placement.covered
+        if fresh or not covered:
+            return False
+        raw_id = key[keys.MS_WIDTH :]
+        # Arrivals hold the adds since about the last cut (covered ones are forgotten within a
+        # second), so this reads little; it runs only for a cancel behind a follower's seek.
+        start, stop = b"", b"\xff" * 16
+        while True:
+            rows = self._store.scan_arrivals(start, stop, _CHUNK)
+            for arrival, value in rows:
+                if value == raw_id:
+                    partition, offset = keys.split_arrival_key(arrival)
+                    if offset >= covered.get(partition, 0):
+                        return False
+            if len(rows) < _CHUNK:
+                break
+            start = rows[-1][0] + b"\x00"
+        return True
 
     def commit_progress(
         self,

@@ -5,6 +5,10 @@ scheduled or cancelled (and what its cancel found), the seek and cursor whether 
 delivered, the outcomes family where it went. A backup answers from the committed progress it
 follows: the same states, without partition and offset (only the delivering node saw those).
 
+Only the node that delivered a message recorded where it went; another replica (a backup, or
+the master after a failover) answers ``delivered`` with ``outcome_recorded: false``, which may
+also mean dead-lettered.
+
 A message's states: ``pending`` (stored, slot not yet passed), ``delivered``, ``dead_lettered``,
 ``cancelled`` and ``unknown`` (never seen, or forgotten: a delivered message after
 ``delete.retention_s``, a cancel tombstone after ``delete.tombstone_retention_s``).
@@ -56,6 +60,9 @@ class MessageStatus:
     cancelled_ms: EpochMs | None = None
     cancel: str | None = None
     last_delivery: dict[str, int | None] | None = None
+    #: False for a delivered message whose outcome this node did not record (another replica
+    #: delivered it): it may also have gone to the dead-letter topic.
+    outcome_recorded: bool | None = None
 
     def as_json(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -150,6 +157,7 @@ class Lookup:
             status.delivered_ms = last.at_ms
             return status
         status.state = "delivered"
+        status.outcome_recorded = last is not None
         if last is not None and (message is None or last.occurrence == message.occurrence):
             status.delivered_ms = last.at_ms
             status.partition = (

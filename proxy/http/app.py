@@ -1,4 +1,4 @@
-"""FastAPI application: schedule one, schedule a batch, cancel by id, health."""
+"""FastAPI application: schedule one, schedule a batch, cancel by id, status by id, health."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from proxy.http.schemas import (
     ReceiptOut,
     ScheduleIn,
 )
+from proxy.status import StatusUnavailable
 
 _ERRORS: dict[int | str, dict[str, object]] = {
     413: {"model": ErrorOut, "description": "Message larger than the configured limit."},
@@ -125,6 +126,17 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
     def cancel(message_id: str) -> CancelOut:
         """Cancel every remaining occurrence of a message."""
         return CancelOut(id=client.cancel(message_id).id)
+
+    @app.exception_handler(StatusUnavailable)
+    def _no_status(_request: Request, exc: StatusUnavailable) -> JSONResponse:
+        return JSONResponse(status_code=503, content={"error": str(exc), "field": None})
+
+    @app.get("/v1/messages/{message_id}", responses={503: {"model": ErrorOut}})
+    def status(message_id: str) -> dict[str, Any]:
+        """Where a message is: ``pending``, ``delivered`` (partition, offset), ``dead_lettered``,
+        ``cancelled`` (``cancel`` says whether it removed the message) or ``unknown``, as a
+        ready node of ``proxy.status_nodes`` answers. 503 when no node can."""
+        return client.status(message_id)
 
     @app.get("/healthz", response_model=HealthOut, responses={503: {"model": HealthOut}})
     def health() -> JSONResponse:

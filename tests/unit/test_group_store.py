@@ -190,3 +190,25 @@ def test_a_follower_and_its_master_agree_on_what_was_delivered(
     backup.replica.relocate_uncovered(seek, cut, [0])
     assert backup.delivered_through(seek) == master.delivered_through(seek)
     assert set(backup.slots()) == set(master.slots())
+
+
+def test_a_backup_keeps_a_covered_delivered_add_on_cancel_and_removes_an_uncovered_one(
+    pair: tuple[Replica, Replica],
+) -> None:
+    """Behind a backup's seek, an add the applied progress covers was delivered (a cancel is
+    too late, as on the master); one the master received after its cut may not have been
+    (placed after the master's frontier), and the cancel must win. Mutants caught: every
+    cancel behind the seek kept (the uncovered add delivered after a takeover despite its
+    cancel); every one deleted (the backup says "cancelled" for what was delivered)."""
+    _, backup = pair
+    backup.add(_msg("covered", T0 + 1_000), 0, 0)
+    backup.add(_msg("after-cut", T0 + 1_500), 0, 1)
+    backup.replica.apply_cut(T0 + 2_000, [], {0: 1})  # the cut covers offset 0 only
+    backup.cancel("covered", 0, 2)
+    backup.cancel("after-cut", 0, 3)
+    assert backup.store.get_index(["covered"])[0] == keys.index_pending(
+        keys.message_key(T0 + 1_000, "covered")
+    )
+    tombstone = backup.store.get_index(["after-cut"])[0]
+    assert tombstone is not None and keys.split_cancelled(tombstone)[1] == keys.CANCEL_FOLLOWER
+    assert backup.slots() == {"covered": T0 + 1_000}
