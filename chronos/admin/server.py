@@ -116,6 +116,7 @@ def create_app(view: NodeView) -> Starlette:
 
 
 _LIST_STATES = ("pending", "delivered", "dead_lettered", "any")
+_TOTALS = ("ingested", "delivered", "cancelled", "dead_lettered")
 _FAR = 1 << 62
 _MAX_HORIZON_S = 31 * 86_400
 _MAX_BUCKETS = 10_000
@@ -150,7 +151,8 @@ def _overview(view: NodeView) -> dict[str, object]:
         "seek_ms": g.seek_ms,
         "seek_lag_s": max(0, g.now_ms - g.seek_ms) / 1000.0 if g.seek_ms else 0.0,
         "stored_messages": g.stored_messages,
-        "totals": view.metrics.totals(),
+        # The counters a reader expects are there from the start, 0 until they move.
+        "totals": {**dict.fromkeys(_TOTALS, 0), **view.metrics.totals()},
         "lateness": {
             "bounds_s": [bound / 1000.0 for bound in BOUNDS_MS],
             "counts": list(lateness.buckets) if lateness else [0] * (len(BOUNDS_MS) + 1),

@@ -264,7 +264,7 @@ class Lookup:
             # Behind now: the seek's own minute by a scan, the whole ones after it by counts.
             partial_end = min((after_minute + 1) * MINUTE_MS, from_ms)
             overdue = self._count(after, partial_end)
-            overdue += sum(counts.between(after_minute + 1, first))
+            overdue += counts.total(after_minute + 1, first)
         elif after_minute == first:
             minutes[0] = self._count(after, (first + 1) * MINUTE_MS)
         elif after_minute > first:  # the seek ahead of this clock (another node's, a backup)
