@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from chronos import wire
 from chronos.errors import DecodeError, ValidationError
-from chronos.model import DelayMessage, InnerRequest
+from chronos.model import DelayMessage, InnerRequest, RescheduleRequest
 from chronos.names import TopicNames
 from chronos.settings import LimitSettings
 from chronos.types import EpochMs, Headers
-from chronos.validation import validate_message
+from chronos.validation import validate_message, validate_reschedule
 
 #: The proxy checked the horizon with its own clock; a node whose clock is a little behind must
 #: not dead-letter what the proxy accepted.
@@ -39,6 +39,8 @@ def accept_inner(
         request = wire.decode(value, headers)
         if isinstance(request, DelayMessage):
             validate_message(request, limits, names, now_ms + HORIZON_SLACK_MS)
+        elif isinstance(request, RescheduleRequest):
+            validate_reschedule(request.id, request.due_ms, limits, now_ms + HORIZON_SLACK_MS)
         # A refresh is not checked again: the message was accepted when first sent, and a
         # rule tightened since must not dead-letter what is already scheduled.
         if key != request.id.encode():  # after the rules, whose reasons say more

@@ -48,6 +48,16 @@ class CancelRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class RescheduleRequest:
+    """Move the pending occurrence of message ``id`` to ``due_ms`` (later occurrences of a
+    repeat keep their gaps from it). A node that delivers decides: a message already due and
+    handed to Kafka is not moved (see ``chronos/schedule/ledger.py``)."""
+
+    id: str
+    due_ms: EpochMs
+
+
+@dataclass(frozen=True, slots=True)
 class Refresh:
     """chronos' own copy of a message its store holds (``wire.encode_refresh``).
 
@@ -64,8 +74,13 @@ class Refresh:
         return self.message.id
 
 
-InnerRequest = DelayMessage | CancelRequest | Refresh
+InnerRequest = DelayMessage | CancelRequest | RescheduleRequest | Refresh
 
 #: An inner request as the store takes it: (id, due ms, encoded message) for an add,
-#: (id, 0, None) for a cancel. Plain data: decoding may run in another process.
+#: (id, 0, None) for a cancel, (id, new due ms, ``RESCHEDULE``) for a reschedule. Plain data:
+#: decoding may run in another process.
 DecodedRequest = tuple[str, EpochMs, bytes | None]
+
+#: The stored-value field of a decoded reschedule: an encoded message is never empty
+#: (``store/codec.py``), so the empty value cannot be mistaken for an add.
+RESCHEDULE = b""

@@ -80,6 +80,17 @@ def resolve_due(
     return deliver_at_ms
 
 
+def validate_reschedule(
+    message_id: str, due_ms: EpochMs, limits: LimitSettings, now_ms: EpochMs
+) -> None:
+    """The rules of a reschedule: a valid id and a due time within the horizon."""
+    validate_id(message_id, limits)
+    if due_ms < 0:
+        raise ValidationError("deliver_at", "must not be before 1970-01-01")
+    if due_ms > now_ms + limits.max_delay_s * 1000:
+        raise ValidationError("deliver_at", f"more than {limits.max_delay_s} s ahead")
+
+
 def validate_repeat(repeat: Repeat, limits: LimitSettings) -> None:
     """Bounds that keep a repeat from flooding a topic or living forever."""
     if not 1 <= repeat.times <= limits.repeat_max_times:

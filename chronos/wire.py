@@ -11,10 +11,11 @@ A delay request is one Kafka record on the inner topic:
   header                                  required  meaning
   ======================================  ========  =========================================
   chronos-version                         yes       ``1``
-  chronos-op                              yes       ``add`` or ``cancel``
+  chronos-op                              yes       ``add``, ``cancel`` or ``reschedule``
   chronos-id                              yes       message id
   chronos-topic                           add       target topic
-  chronos-due-ms                          add       due time, epoch milliseconds (decimal)
+  chronos-due-ms                          add,      due time, epoch milliseconds (decimal);
+                                          resched.  a reschedule's new due time
   chronos-key                             no        target record key (raw bytes); absent=null
   chronos-repeat                          no        ``fixed`` or ``exponential``
   chronos-repeat-interval-ms              repeat    gap between occurrences (first gap)
@@ -27,6 +28,12 @@ A delay request is one Kafka record on the inner topic:
   chronos-slot-ms                         refresh   the slot the delivering node stored it at
   chronos-occurrence                      refresh   the pending occurrence (1-based)
   ======================================  ========  =========================================
+
+A *reschedule* (op added in release 0.24, wire version still 1: nodes of earlier releases
+dead-letter it as an unknown op, so upgrade every node before a producer sends one) carries
+only version, op, id and the new due time, keyed by the id like add and cancel. It moves the
+pending occurrence of a message the node still holds; see ``chronos/schedule/ledger.py`` for
+who decides whether it came too late.
 
 A *refresh* is an add that chronos itself re-appends for a message its store still holds
 (``chronos/node/refresh.py``), so the message outlives its first record's retention. It
@@ -44,7 +51,7 @@ from __future__ import annotations
 import re
 
 from chronos.errors import DecodeError
-from chronos.model import CancelRequest, DelayMessage, InnerRequest, Refresh
+from chronos.model import CancelRequest, DelayMessage, InnerRequest, Refresh, RescheduleRequest
 from chronos.names import HEADER_PREFIX
 from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.types import Headers
@@ -98,6 +105,7 @@ INNER_HEADERS = frozenset(
 
 OP_ADD = b"add"
 OP_CANCEL = b"cancel"
+OP_RESCHEDULE = b"reschedule"
 _REPEAT_NAMES = {b"fixed": RepeatKind.FIXED, b"exponential": RepeatKind.EXPONENTIAL}
 _REPEAT_WIRE = {kind: name for name, kind in _REPEAT_NAMES.items()}
 _CATCH_UP_NAMES = {b"all": CatchUp.ALL, b"latest": CatchUp.LATEST}
@@ -150,6 +158,17 @@ def encode_cancel(message_id: str) -> tuple[bytes, bytes | None, Headers]:
         (H_VERSION, WIRE_VERSION),
         (H_OP, OP_CANCEL),
         (H_ID, message_id.encode()),
+    ]
+    return message_id.encode(), None, headers
+
+
+def encode_reschedule(message_id: str, due_ms: int) -> tuple[bytes, bytes | None, Headers]:
+    """The inner record (key, value, headers) that moves ``message_id`` to ``due_ms``."""
+    headers: Headers = [
+        (H_VERSION, WIRE_VERSION),
+        (H_OP, OP_RESCHEDULE),
+        (H_ID, message_id.encode()),
+        (H_DUE, _num(due_ms)),
     ]
     return message_id.encode(), None, headers
 
@@ -239,7 +258,9 @@ def decode(value: bytes | None, headers: Headers | None, origin: str = "") -> In
         return _refresh(message, fields, origin)
     if op == OP_CANCEL:
         return CancelRequest(message_id)
-    raise DecodeError(f"unknown {H_OP} {op!r}, expected add or cancel", origin=origin)
+    if op == OP_RESCHEDULE:
+        return RescheduleRequest(message_id, _due(fields.get(H_DUE), origin))
+    raise DecodeError(f"unknown {H_OP} {op!r}, expected add, cancel or reschedule", origin=origin)
 
 
 def _refresh(message: DelayMessage, fields: dict[str, bytes | None], origin: str) -> Refresh:

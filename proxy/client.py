@@ -22,7 +22,12 @@ from chronos.model import DelayMessage
 from chronos.repeat import Repeat
 from chronos.settings import ChronosSettings
 from chronos.types import EpochMs, Headers
-from chronos.validation import resolve_due, validate_id, validate_message
+from chronos.validation import (
+    resolve_due,
+    validate_id,
+    validate_message,
+    validate_reschedule,
+)
 from proxy.status import StatusSource
 
 #: ``client.id`` of the client library's and the proxy's Kafka clients.
@@ -50,6 +55,16 @@ class CancelReceipt:
     already handed to Kafka by then is not recalled (the node logs ``cancel_too_late``)."""
 
     id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RescheduleReceipt:
+    """Kafka acknowledged the reschedule. The node that delivers applies it in order after the
+    add: a message still pending moves to ``deliver_at_ms``; one already handed to Kafka is not
+    moved (the node logs ``reschedule_too_late``). ``status`` shows which."""
+
+    id: str
+    deliver_at_ms: EpochMs
 
 
 @dataclass(slots=True)
@@ -267,3 +282,24 @@ class DelayClient:
             self._publisher.publish(self._names.inner, key, value, headers, acks)
         acks.wait(self._timeout_s)
         return [CancelReceipt(message_id) for message_id in ids]
+
+    def reschedule(
+        self,
+        id: str,
+        *,
+        delay: timedelta | float | None = None,
+        deliver_at: datetime | int | None = None,
+    ) -> RescheduleReceipt:
+        """Move the pending occurrence of message ``id`` to ``delay`` from now or to
+        ``deliver_at`` (later occurrences of a repeat keep their gaps). Through the inner
+        topic, so every replica applies it in the same order as the add and any cancel; the
+        node that delivers decides whether it came too late (``status`` then shows the due
+        time the message has)."""
+        now = self._clock.now_ms()
+        due = resolve_due(now, delay_ms=_delay_ms(delay), deliver_at_ms=_deliver_at_ms(deliver_at))
+        validate_reschedule(id, due, self._settings.limits, now)
+        acks = _Acks(1, self._publisher.note_error)
+        key, value, headers = wire.encode_reschedule(id, due)
+        self._publisher.publish(self._names.inner, key, value, headers, acks)
+        acks.wait(self._timeout_s)
+        return RescheduleReceipt(id, due)

@@ -1,7 +1,8 @@
 """The operations API at scale: status by id, a 1,000-row listing page and the one-hour forecast
 over a store holding 10 M pending messages, each asked over HTTP of a real admin API.
 
-    python scripts/ops_bench.py [--messages 10000000] [--spread-hours 24] [--keep DIR]
+    python scripts/ops_bench.py [--messages 10000000] [--spread-hours 24] [--random-values]
+        [--keep DIR]
 
 The store is filled through the ledger (the ingest write path, without Kafka: what is measured
 here is the reads), with due times spread evenly over ``--spread-hours`` from now, 100-byte
@@ -68,15 +69,18 @@ def message_id(n: int) -> str:
     return f"order-{n:09d}"
 
 
-def fill(ledger: Ledger, count: int, spread_ms: int, now: int) -> None:
-    """``count`` pending messages due evenly over ``spread_ms`` from ``now``."""
+def fill(ledger: Ledger, count: int, spread_ms: int, now: int, random_values: bool) -> None:
+    """``count`` pending messages due evenly over ``spread_ms`` from ``now``; 100-byte values,
+    all zero (compression at its best) or each random (at its worst: the disk a store of
+    incompressible payloads needs)."""
     rng = random.Random(1)
-    value = bytes(100)
+    zeros = bytes(100)
     began = time.monotonic()
     for start in range(0, count, _BATCH):
         items = []
         for n in range(start, min(start + _BATCH, count)):
             due = now + 60_000 + rng.randrange(spread_ms)
+            value = rng.randbytes(100) if random_values else zeros
             message = DelayMessage(message_id(n), f"topic-{n % 10}", None, value, [], due)
             items.append((message.id, due, codec.encode(message)))
         ledger.apply_decoded(items)
@@ -109,6 +113,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=10_000_000)
     parser.add_argument("--spread-hours", type=float, default=24.0)
+    parser.add_argument(
+        "--random-values", action="store_true", help="random 100-byte values instead of zeros"
+    )
     parser.add_argument("--lookups", type=int, default=5_000)
     parser.add_argument("--pages", type=int, default=200)
     parser.add_argument("--forecasts", type=int, default=200)
@@ -125,7 +132,13 @@ def main() -> int:
         now = clock.now_ms()
         began = time.monotonic()
         if not reuse:  # a kept store of an earlier run (same --messages) is asked again
-            fill(ledger, args.messages, int(args.spread_hours * 3_600_000), now)
+            fill(
+                ledger,
+                args.messages,
+                int(args.spread_hours * 3_600_000),
+                now,
+                args.random_values,
+            )
         fill_s = time.monotonic() - began
         began = time.monotonic()
         store.start_due_counts()

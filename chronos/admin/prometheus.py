@@ -29,6 +29,8 @@ _COUNTER_HELP = {
     "delivered": "Messages delivered to their target topics (acknowledged or committed).",
     "dead_lettered": "Messages and inner records sent to the dead-letter topic.",
     "cancelled": "Pending messages removed by a cancel.",
+    "rescheduled": "Pending messages moved to a new due time by a reschedule.",
+    "reschedule_too_late": "Reschedules of messages already delivered or being delivered.",
     "fenced": "Times this node's transactional producer was fenced.",
     "promotions": "Times this node became its group's master (failovers it took).",
     "demotions": "Times this node stopped being master.",

@@ -1,4 +1,4 @@
-"""``chronos send`` and ``chronos cancel``: schedule or cancel from the shell."""
+"""``chronos send``, ``chronos cancel`` and ``chronos reschedule``: from the shell."""
 
 from __future__ import annotations
 
@@ -61,6 +61,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cancel.add_argument("id", help="id of the message to cancel (as send printed it)")
     cancel.set_defaults(func=cancel_main)
 
+    reschedule = sub.add_parser("reschedule", help="move a pending message to a new due time")
+    add_config(reschedule)
+    reschedule.add_argument("id", help="id of the message to move (as send printed it)")
+    due = reschedule.add_mutually_exclusive_group(required=True)
+    due.add_argument(
+        "--delay", type=duration_ms, help="deliver after this long from now: 5s, 2m, 1h (0: now)"
+    )
+    due.add_argument("--at", type=int, help="deliver at this time, epoch milliseconds (UTC)")
+    reschedule.set_defaults(func=reschedule_main)
+
 
 def _with_catch_up(repeat: Repeat | None, catch_up: str) -> Repeat | None:
     if repeat is None:
@@ -111,4 +121,29 @@ def cancel_main(args: argparse.Namespace) -> int:
     ):
         receipt = client.cancel(args.id)
     print(json.dumps({"id": receipt.id, "status": "cancel_accepted"}))
+    return 0
+
+
+def reschedule_main(args: argparse.Namespace) -> int:
+    from proxy.client import DelayClient
+
+    settings = settings_from(args)
+    with (
+        waiting_notice(settings.kafka.bootstrap_servers, settings.proxy.ack_timeout_s),
+        DelayClient(settings) as client,
+    ):
+        receipt = client.reschedule(
+            args.id,
+            delay=None if args.delay is None else args.delay / 1000.0,
+            deliver_at=args.at,
+        )
+    print(
+        json.dumps(
+            {
+                "id": receipt.id,
+                "deliver_at_ms": receipt.deliver_at_ms,
+                "status": "reschedule_accepted",
+            }
+        )
+    )
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
+from chronos.model import RESCHEDULE, DelayMessage
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.schedule.progress_record import RepeatState
@@ -93,9 +94,10 @@ class ReplicaStore:
         """Apply one committed progress record: the next occurrences of repeats at the slots
         the master gave them, the seek, and forget arrivals the record covers.
 
-        A state moves its repeat only forward (a later occurrence than the stored one) and
-        never revives a cancelled or unknown id, so applying records again or out of date is
-        harmless. ``state.message`` None means the repeat finished: nothing to schedule."""
+        A state moves its repeat only forward (a later occurrence than the stored one, or the
+        same one rescheduled: ``_not_newer``) and never revives a cancelled or unknown id, so
+        applying records again is harmless. ``state.message`` None means the repeat finished:
+        nothing to schedule."""
         live = [st for st in states if st.message is not None]
         with self._ledger.writing(min((st.slot_ms for st in live), default=None)) as write:
             current = self._store.get_index([st.message_id for st in live])
@@ -107,7 +109,7 @@ class ReplicaStore:
                     continue
                 old_key = index[1:]
                 raw = stored.get(old_key)
-                if raw is not None and codec.decode(raw).occurrence >= message.occurrence:
+                if raw is not None and _not_newer(message, codec.decode(raw)):
                     continue
                 key = keys.message_key(st.slot_ms, message.id)
                 if raw is not None and key != old_key:
@@ -150,9 +152,28 @@ class ReplicaStore:
                 rows = self._store.scan_arrivals(start, stop, _CHUNK)
                 if not rows:
                     break
-                moved += self._relocate([raw_id.decode() for _, raw_id in rows], seek_ms)
+                moved += self._replay(rows, seek_ms)
                 start = rows[-1][0] + b"\x00"
         return moved
+
+    def _replay(self, rows: list[tuple[bytes, bytes]], seek_ms: EpochMs) -> int:
+        """Relocate the uncovered adds of ``rows`` and decide their reschedules, in offset
+        order: a reschedule the old master applied but did not commit is decided again, now
+        by this store leading (``Ledger._reschedule``: too late exactly when the committed
+        progress delivered the message, moved otherwise), as the old master's decision never
+        reached a reader."""
+        moved = 0
+        adds: list[str] = []
+        for key, value in rows:
+            raw_id, due = keys.split_arrival(value)
+            if due is None:
+                adds.append(raw_id.decode())
+                continue
+            moved += self._relocate(adds, seek_ms)
+            adds = []
+            origin = keys.split_arrival_key(key)
+            self._ledger.apply_decoded([(raw_id.decode(), due, RESCHEDULE)], origins=[origin])
+        return moved + self._relocate(adds, seek_ms)
 
     def _relocate(self, message_ids: list[str], seek_ms: EpochMs) -> int:
         with self._ledger.writing() as write:
@@ -172,3 +193,11 @@ class ReplicaStore:
                 write.batch.put_scheduled(key, message_id, value, keys.index_pending(key))
                 moved += 1
         return moved
+
+
+def _not_newer(state: DelayMessage, stored: DelayMessage) -> bool:
+    """Whether a progress state says nothing new about the stored message: an earlier
+    occurrence, or the same one not rescheduled (a reschedule shifts its first due time)."""
+    if stored.occurrence != state.occurrence:
+        return stored.occurrence > state.occurrence
+    return stored.first_due_ms == state.first_due_ms

@@ -21,7 +21,7 @@ authorization failure ends the node.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -57,7 +57,7 @@ from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
 from chronos.schedule.floor import RebuildFloor
 from chronos.schedule.frontier import Frontier
-from chronos.schedule.ledger import Ledger
+from chronos.schedule.ledger import Ledger, Move
 from chronos.schedule.progress_record import Cut, RepeatState, encode_cut, encode_repeat
 from chronos.settings import DeliverySettings
 from chronos.store import keys, outcome
@@ -214,7 +214,10 @@ class TransactionLoop(LoopWorker):
         self._frontier.advance(target)
         upto, covered = self._frontier.cut()
         rows = self._rows_through(upto)
-        if not rows and since < self._heartbeat_s:
+        # After the cut: every reschedule whose write the cut covers is among these; the rest
+        # wait for a cut that covers them (``Move``).
+        moves = {i: m for i, m in self._ledger.moves().items() if m.covered_by(covered)}
+        if not rows and not moves and since < self._heartbeat_s:
             upcoming = self._store.first_key_from(keys.slot_bound(upto + 1))
             wake = None if upcoming is None else keys.slot_of(upcoming)
             wait_s = min(_MAX_WAIT_S, self._heartbeat_s - since)
@@ -227,7 +230,7 @@ class TransactionLoop(LoopWorker):
             return
         jobs = jobs_for(rows, now, self._ledger, self._catch_up_ms)
         try:
-            committed = self._transact(jobs, upto, covered)
+            committed = self._transact(jobs, upto, covered, moves)
         except TransactionAborted:
             committed = False
         except _TopicNotYet as exc:
@@ -284,9 +287,19 @@ class TransactionLoop(LoopWorker):
                 return rows
             start = chunk[-1][0] + b"\x00"
 
-    def _transact(self, jobs: list[DeliveryJob], upto: EpochMs, covered: dict[int, int]) -> bool:
+    def _transact(
+        self,
+        jobs: list[DeliveryJob],
+        upto: EpochMs,
+        covered: dict[int, int],
+        moves: Mapping[str, Move],
+    ) -> bool:
         """One transaction; True once committed. Raises Fenced, NotAuthorized,
-        TransactionAborted."""
+        TransactionAborted.
+
+        ``moves`` (reschedules applied since the last commit) go out as repeat states before
+        the delivered repeats' next occurrences, which are always later ones: followers and a
+        store rebuilt from Kafka move the message where this store has it."""
         publisher = self._publisher
         failures: dict[int, KafkaError] = {}
         self._placed = {}
@@ -313,6 +326,7 @@ class TransactionLoop(LoopWorker):
                         0 if followup is None else max(followup.due_ms, upto + 1),
                     )
                 )
+        moved = [RepeatState(i, m.message, m.slot_ms) for i, m in moves.items()]
         cut = Cut(
             self.term,
             upto,
@@ -322,7 +336,7 @@ class TransactionLoop(LoopWorker):
             self._state.floor.current,
         )
         topic = self._spec.progress_topic
-        for state in states:
+        for state in (*moved, *states):
             key, value = encode_repeat(state)
             self._publish(topic, key, value, [], _PROGRESS, failures)
         key, value = encode_cut(cut)
@@ -344,7 +358,9 @@ class TransactionLoop(LoopWorker):
             self.first_commit_at = time.monotonic()
             log.info("master_first_commit", term=self.term, seek_ms=upto)
         self._last_commit = time.monotonic()
+        # Not the moves: this store made them (and may have moved a message again since).
         self._replica.apply_cut(upto, states, covered)
+        self._ledger.forget_moves(moves)
         if self._keep_outcomes:
             self._ledger.record_outcomes(self._outcomes(jobs, targets, now))
         for job in jobs:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import structlog
 from confluent_kafka import KafkaError
@@ -29,7 +29,7 @@ from chronos.lifecycle import LoopWorker
 from chronos.model import DelayMessage
 from chronos.schedule.floor import Floor, RebuildFloor
 from chronos.schedule.frontier import Frontier
-from chronos.schedule.ledger import Ledger
+from chronos.schedule.ledger import Ledger, Move
 from chronos.schedule.progress_record import Cut, RepeatState, encode_cut, encode_repeat
 from chronos.types import EpochMs
 
@@ -129,10 +129,16 @@ class CutPublisher(LoopWorker):
             noted = self._noted.popleft()
             if reached is None or noted[0] >= reached[0]:
                 reached = noted
+        # After the cut: the moves its writes covered are here. All are published (a store
+        # rebuilt from Kafka applies them once its ingest read everything).
+        moves = self._ledger.moves()
         with self._lock:
             repeats, self._repeats = self._repeats, []
         for state in repeats:
             self._send(*encode_repeat(state))
+        for state in _newer_moves(moves, repeats):
+            self._send(*encode_repeat(state))
+        self._ledger.forget_moves(moves)
         if reached is None:
             return
         floor = self._floor.current
@@ -149,3 +155,15 @@ class CutPublisher(LoopWorker):
         if error is not None:
             self.failures += 1
             log.warning("progress_not_published", error=str(error))
+
+
+def _newer_moves(moves: Mapping[str, Move], repeats: list[RepeatState]) -> list[RepeatState]:
+    """The reschedules to publish after ``repeats``: a move of an earlier occurrence than a
+    committed next occurrence is older than it (and that occurrence already carries the move);
+    one of the same or a later occurrence was made after it."""
+    latest = {st.message_id: st.message.occurrence for st in repeats if st.message is not None}
+    return [
+        RepeatState(message_id, move.message, move.slot_ms)
+        for message_id, move in moves.items()
+        if move.message.occurrence >= latest.get(message_id, 0)
+    ]

@@ -210,6 +210,10 @@ class IngestWorker(LoopWorker):
             "cancel_unknown",
             "late",
             "refreshed",
+            "rescheduled",
+            "reschedule_too_late",
+            "reschedule_unknown",
+            "reschedule_deferred",
         ):
             amount = getattr(outcome, name)
             if amount:

@@ -27,7 +27,7 @@ from chronos.errors import DecodeError
 from chronos.inner import accept_inner
 from chronos.kafka.clients import ClientErrors, consumer
 from chronos.kafka.errors import ErrorKind, classify, describe
-from chronos.model import DecodedRequest, DelayMessage, Refresh
+from chronos.model import RESCHEDULE, DecodedRequest, DelayMessage, Refresh, RescheduleRequest
 from chronos.names import TopicNames
 from chronos.settings import LimitSettings
 from chronos.store import codec
@@ -140,6 +140,8 @@ def decode_record(
             return request.id, request.first_due_ms, codec.encode(request)
         if isinstance(request, Refresh):
             return _Refreshed((request.id, request.slot_ms, codec.encode(request.message)))
+        if isinstance(request, RescheduleRequest):
+            return request.id, request.due_ms, RESCHEDULE
         return request.id, 0, None
     except DecodeError as exc:
         reason = exc.reason

@@ -21,7 +21,14 @@ from typing import Protocol
 import structlog
 
 from chronos.clock import Clock
-from chronos.model import DecodedRequest, DelayMessage, InnerRequest, Refresh
+from chronos.model import (
+    RESCHEDULE,
+    DecodedRequest,
+    DelayMessage,
+    InnerRequest,
+    Refresh,
+    RescheduleRequest,
+)
 from chronos.schedule.frontier import Frontier
 from chronos.settings import DeleteSettings
 from chronos.store import codec, keys
@@ -91,6 +98,28 @@ class LedgerWrite:
             self.earliest = slot_ms
 
 
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A reschedule the node that delivers applied: where the message went, and the inner
+    record that asked (None when not known).
+
+    Published only in progress whose cut covers ``origin`` (``covered_by``): a follower applies
+    a committed cut once its ingest reached the cut's offsets, so it then holds the message
+    the move is about (a state for an id it has not stored yet would be ignored and lost).
+    """
+
+    message: DelayMessage
+    slot_ms: EpochMs
+    origin: tuple[int, int] | None
+
+    def covered_by(self, offsets: Mapping[int, int]) -> bool:
+        """Whether a cut with these inner offsets covers the reschedule's record."""
+        if self.origin is None:
+            return True
+        partition, offset = self.origin
+        return offset < offsets.get(partition, 0)
+
+
 @dataclass(slots=True)
 class ApplyOutcome:
     """What one ingest batch did (for metrics and tests)."""
@@ -103,6 +132,10 @@ class ApplyOutcome:
     cancel_unknown: int = 0
     late: int = 0
     refreshed: int = 0
+    rescheduled: int = 0
+    reschedule_too_late: int = 0
+    reschedule_unknown: int = 0
+    reschedule_deferred: int = 0
 
 
 def resume_frontier(store: RocksStore) -> EpochMs:
@@ -143,6 +176,11 @@ class Ledger:
         # One writer at a time: each write reads index entries and writes them back. The push
         # worker never takes this lock.
         self._lock = threading.Lock()
+        #: Reschedules applied while leading and not yet published. See ``moves``.
+        self._moves: dict[str, Move] = {}
+        # Its own lock: the deliverer reads the moves every round, and must not wait for an
+        # ingest write holding the ledger's.
+        self._moves_lock = threading.Lock()
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -229,11 +267,11 @@ class Ledger:
             state = dict(
                 zip(raw_ids, self._store.get_index_raw(list(raw_ids.values())), strict=True)
             )
-            # A cancel reserves the slot it deletes too: the push worker cannot scan it while
-            # the delete is in flight, so "cancelled" vs "raced" is decided against a frontier
-            # that holds still.
+            # A cancel or reschedule reserves the slot it deletes too: the push worker cannot
+            # scan it while the delete is in flight, so "cancelled" vs "raced" (a reschedule:
+            # moved vs too late) is decided against a frontier that holds still.
             for message_id, _, value in items:
-                if value is None:
+                if not value:
                     current = state[message_id]
                     if current is not None and current[:1] == keys.INDEX_PENDING:
                         slot = keys.slot_of(current[1:])
@@ -252,6 +290,32 @@ class Ledger:
             with self._frontier.placing(earliest_due, offsets) as frontier:
                 for n, (message_id, due, value) in enumerate(items):
                     current = state[message_id]
+                    if value is not None and not value:  # RESCHEDULE
+                        outcome.added += len(placed)
+                        batch.put_scheduled_many(placed)
+                        placed = []
+                        request = RescheduleRequest(message_id, due)
+                        if leading:
+                            origin = origins[n] if origins else None
+                            at = self._reschedule(
+                                batch, request, current, frontier, items, n, origin
+                            )
+                            self._count_reschedule(outcome, request, current, at)
+                            if at is not None:
+                                state[message_id] = keys.index_pending(
+                                    keys.message_key(at, message_id)
+                                )
+                                if earliest is None or at < earliest:
+                                    earliest = at
+                        elif arrivals is not None:
+                            # Decided by the master (its progress moves the message) or, for
+                            # one it had not committed, at takeover (``relocate_uncovered``).
+                            outcome.reschedule_deferred += 1
+                            batch.put_arrival(
+                                keys.arrival_key(*arrivals[n]),
+                                keys.arrival_reschedule(raw_ids[message_id], due),
+                            )
+                        continue
                     if value is not None:
                         if copies and n in copies:
                             outcome.added += len(placed)
@@ -342,6 +406,83 @@ class Ledger:
         key = keys.message_key(slot, message_id)
         batch.put_scheduled(key, message_id, value, keys.index_pending(key))
         return slot
+
+    def _reschedule(
+        self,
+        batch: RocksBatch,
+        request: RescheduleRequest,
+        current: bytes | None,
+        frontier: EpochMs,
+        items: Sequence[DecodedRequest],
+        n: int,
+        origin: tuple[int, int] | None,
+    ) -> EpochMs | None:
+        """Move a pending message to its new due time; the slot it now has, None when it did
+        not move.
+
+        Only the node that delivers decides, from its frontier: a message whose slot the
+        frontier passed was delivered or is being delivered, so it is not moved (too late;
+        moving one in flight would deliver it twice). Every other pending one moves to
+        ``slot_for(frontier, due)``, like an add received now, and is kept in ``moves`` for
+        the progress record that tells followers and a rebuilt store where it went.
+        """
+        if current is None or current[:1] != keys.INDEX_PENDING:
+            return None  # unknown or cancelled: nothing to move
+        old_key = current[1:]
+        if keys.slot_of(old_key) <= frontier:
+            return None
+        stored = self._store.get_messages([old_key])[0]
+        if stored is None:
+            with self._moves_lock:
+                moves = dict(self._moves)
+            stored = _written_by_batch(items, n, request.id, moves)
+        if stored is None:  # pragma: no cover - the index points at a key this batch wrote
+            return None
+        message = codec.decode(stored)
+        moved = replace(
+            message, first_due_ms=message.first_due_ms + request.due_ms - message.due_ms
+        )
+        slot = self._frontier.slot_for(frontier, request.due_ms)
+        key = keys.message_key(slot, request.id)
+        batch.delete_message(old_key)
+        batch.put_scheduled(key, request.id, codec.encode(moved), keys.index_pending(key))
+        # Recorded before the write completes, so a frontier move that covers this write
+        # finds it in ``moves`` (``TransactionLoop`` and ``CutPublisher`` read them after
+        # taking their cut).
+        with self._moves_lock:
+            self._moves[request.id] = Move(moved, slot, origin)
+        return slot
+
+    def _count_reschedule(
+        self,
+        outcome: ApplyOutcome,
+        request: RescheduleRequest,
+        current: bytes | None,
+        at: EpochMs | None,
+    ) -> None:
+        if at is not None:
+            outcome.rescheduled += 1
+            log.info("rescheduled", id=request.id, due_ms=request.due_ms, slot_ms=at)
+        elif current is None or current[:1] != keys.INDEX_PENDING:
+            outcome.reschedule_unknown += 1
+            log.info("reschedule_unknown", id=request.id)
+        else:
+            outcome.reschedule_too_late += 1
+            log.info("reschedule_too_late", id=request.id, slot_ms=keys.slot_of(current[1:]))
+
+    def moves(self) -> dict[str, Move]:
+        """Reschedules applied while leading that no progress record carries yet, by id. The
+        deliverer publishes those its cut covers (``Move.covered_by``) after taking the cut,
+        then calls ``forget_moves`` once they are committed."""
+        with self._moves_lock:
+            return dict(self._moves)
+
+    def forget_moves(self, published: Mapping[str, Move]) -> None:
+        """Drop moves a committed progress record carries (unless moved again since)."""
+        with self._moves_lock:
+            for message_id, move in published.items():
+                if self._moves.get(message_id) is move:
+                    del self._moves[message_id]
 
     def sync(self) -> None:
         """fsync everything applied so far."""
@@ -522,17 +663,38 @@ class Ledger:
             expired += len(rows)
 
 
+def _written_by_batch(
+    items: Sequence[DecodedRequest],
+    n: int,
+    message_id: str,
+    moves: Mapping[str, Move],
+) -> bytes | None:
+    """The stored value of ``message_id`` that items before ``n`` of this batch wrote: its add
+    or refresh, or the move of an earlier reschedule."""
+    for item_id, _due, value in reversed(items[:n]):
+        if item_id != message_id:
+            continue
+        if value:
+            return value
+        if value is not None and message_id in moves:  # an earlier reschedule moved it
+            return codec.encode(moves[message_id].message)
+    return None
+
+
 def _stored_value(request: InnerRequest) -> bytes | None:
     if isinstance(request, Refresh):
         return codec.encode(request.message)
+    if isinstance(request, RescheduleRequest):
+        return RESCHEDULE
     return codec.encode(request) if isinstance(request, DelayMessage) else None
 
 
 def _due_field(request: InnerRequest) -> EpochMs:
-    """The due field of a decoded request: due time, a refresh's slot, 0 for a cancel."""
+    """The due field of a decoded request: due time, a refresh's slot, a reschedule's new
+    due time, 0 for a cancel."""
     if isinstance(request, Refresh):
         return request.slot_ms
-    return request.due_ms if isinstance(request, DelayMessage) else 0
+    return request.due_ms if isinstance(request, DelayMessage | RescheduleRequest) else 0
 
 
 def next_occurrence(message: DelayMessage) -> DelayMessage | None:

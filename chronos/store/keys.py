@@ -127,3 +127,20 @@ def split_arrival_key(key: bytes) -> tuple[int, int]:
     """(partition, offset) of an arrivals key."""
     partition, offset = _ARRIVAL.unpack(key)
     return int(partition), int(offset)
+
+
+#: First byte of an arrivals value that records a reschedule rather than an add (ids are
+#: printable ASCII, ``validation.validate_id``, so no id starts with it).
+ARRIVAL_RESCHEDULE = b"\x00"
+
+
+def arrival_reschedule(raw_id: bytes, due_ms: EpochMs) -> bytes:
+    """Arrivals value of a reschedule of ``raw_id`` to ``due_ms`` a follower has not decided."""
+    return ARRIVAL_RESCHEDULE + pack_ms(due_ms) + raw_id
+
+
+def split_arrival(value: bytes) -> tuple[bytes, EpochMs | None]:
+    """(raw id, reschedule due ms) of an arrivals value; due None for an add."""
+    if value[:1] == ARRIVAL_RESCHEDULE:
+        return value[1 + MS_WIDTH :], unpack_ms(value[1:])
+    return value, None

@@ -20,6 +20,8 @@ from proxy.http.schemas import (
     ErrorOut,
     HealthOut,
     ReceiptOut,
+    RescheduleIn,
+    RescheduleOut,
     ScheduleIn,
 )
 from proxy.status import StatusUnavailable
@@ -126,6 +128,19 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
     def cancel(message_id: str) -> CancelOut:
         """Cancel every remaining occurrence of a message."""
         return CancelOut(id=client.cancel(message_id).id)
+
+    @app.post(
+        "/v1/messages/{message_id}/reschedule",
+        response_model=RescheduleOut,
+        status_code=202,
+        responses=_ERRORS,
+    )
+    def reschedule(message_id: str, body: RescheduleIn) -> RescheduleOut:
+        """Move a pending message to a new due time (later occurrences of a repeat keep their
+        gaps). Not moved when already delivered or being delivered: the status says."""
+        delay, deliver_at = body.due()
+        receipt = client.reschedule(message_id, delay=delay, deliver_at=deliver_at)
+        return RescheduleOut(id=receipt.id, deliver_at_ms=receipt.deliver_at_ms)
 
     @app.exception_handler(StatusUnavailable)
     def _no_status(_request: Request, exc: StatusUnavailable) -> JSONResponse:

@@ -130,6 +130,36 @@ class BatchOut(BaseModel):
     receipts: list[ReceiptOut]
 
 
+class RescheduleIn(_Body):
+    """Move a pending message. Give exactly one of delay_ms, deliver_at_ms, deliver_at."""
+
+    delay_ms: int | None = Field(None, description="Deliver this many ms from now.")
+    deliver_at_ms: int | None = Field(None, description="Deliver at this epoch ms (past = now).")
+    deliver_at: datetime | None = Field(None, description="Deliver at this ISO-8601 time.")
+
+    def due(self) -> tuple[float | None, datetime | int | None]:
+        """(delay in seconds, deliver_at) for ``DelayClient.reschedule``."""
+        given = [v is not None for v in (self.delay_ms, self.deliver_at_ms, self.deliver_at)]
+        if sum(given) != 1:
+            raise ValidationError(
+                "delay_ms", "give exactly one of delay_ms, deliver_at_ms, deliver_at"
+            )
+        if self.deliver_at is not None:
+            if self.deliver_at.tzinfo is None:
+                raise ValidationError("deliver_at", "must include a timezone offset (e.g. Z)")
+            return None, self.deliver_at
+        return (None if self.delay_ms is None else self.delay_ms / 1000.0), self.deliver_at_ms
+
+
+class RescheduleOut(BaseModel):
+    """Kafka acknowledged the reschedule; the node applies it after the add. A message already
+    delivered (or being delivered) is not moved: ``GET /v1/messages/{id}`` shows its due time."""
+
+    id: str
+    deliver_at_ms: int
+    status: Literal["reschedule_accepted"] = "reschedule_accepted"
+
+
 class CancelOut(BaseModel):
     """Kafka acknowledged the cancel; the node applies it after the add."""
 

@@ -1,6 +1,7 @@
 """Where is my message, on Apache Kafka: every state through the node's admin API, the proxy's
-HTTP route, the Python client and ``chronos status``; a cancel's answer told truthfully; and
-the same answers from the new master after a failover."""
+HTTP route, the Python client and ``chronos status``; a cancel's answer told truthfully; a
+reschedule of every state (through the client, the proxy and ``chronos reschedule``); and the
+same answers from the new master after a failover."""
 
 from __future__ import annotations
 
@@ -73,6 +74,36 @@ def _cancel_after_delivery(client: DelayClient) -> None:
     client.cancel("ghost")  # never scheduled
 
 
+def _schedule_to_move(client: DelayClient, topic: str) -> None:
+    client.send_delay(topic, b"far", delay=3600, id="sooner")
+    client.send_delay(topic, b"near", delay=4, id="postponed")
+    client.send_delay(topic, b"far", delay=3600, id="from-shell")
+
+
+def _reschedule_every_state(client: DelayClient, reschedule_http: Any) -> int:
+    """Reschedule a pending message sooner (client) and later (``reschedule_http``), and a
+    delivered, a cancelled and an unknown one; returns the due time asked of "postponed"."""
+    client.reschedule("sooner", delay=1)
+    postponed = reschedule_http("postponed", 7_200_000)
+    client.reschedule("delivered", delay=3600)  # delivered already: too late
+    client.reschedule("cancelled", delay=1)  # cancelled: stays cancelled
+    client.reschedule("never-sent", delay=1)  # unknown: nothing is created
+    return int(postponed)
+
+
+def _check_rescheduled(answer: Any, inbox: Inbox, postponed_ms: int) -> None:
+    """What the reschedules did, as ``answer(id)`` reports it and the topic shows."""
+    assert inbox.wait_for({"sooner"}, 30), "moved sooner, but not delivered"
+    time.sleep(5)  # "postponed" was due 4 s after it was sent
+    assert inbox.count("postponed") == 0, "postponed, but delivered at its first due time"
+    assert inbox.count("delivered") == 1 and inbox.count("sooner") == 1
+    moved = answer("postponed")
+    assert (moved["state"], moved["due_ms"]) == ("pending", postponed_ms), moved
+    assert answer("delivered")["state"] == "delivered"
+    assert answer("cancelled")["state"] == "cancelled"
+    assert answer("never-sent")["state"] == "unknown"
+
+
 def _check_states(answer: Any, inbox: Inbox, with_offsets: bool) -> None:
     """Every state as ``answer(id)`` reports it, checked against what was consumed.
     ``with_offsets`` false: the answering node did not deliver them, so it has no outcomes
@@ -121,6 +152,32 @@ def test_every_state_through_admin_proxy_client_and_cli(
 
         _check_states(client.status, inbox, with_offsets=True)
         assert client.status("pending")["answered_by"]["role"] == "alone"
+        _schedule_to_move(client, topic)
+        with _proxy(settings) as proxy:
+
+            def through_proxy(message_id: str, delay_ms: int) -> int:
+                answer = proxy.post(
+                    f"/v1/messages/{message_id}/reschedule", json={"delay_ms": delay_ms}
+                )
+                assert answer.status_code == 202, answer.text
+                assert answer.json()["status"] == "reschedule_accepted"
+                return int(answer.json()["deliver_at_ms"])
+
+            postponed = _reschedule_every_state(client, through_proxy)
+            refused = proxy.post("/v1/messages/pending/reschedule", json={"delay_ms": -1})
+            assert refused.status_code == 422 and refused.json()["field"] == "delay"
+        _check_rescheduled(client.status, inbox, postponed)
+        # From the shell: moved to now, delivered.
+        config = tmp_path / "chronos.toml"
+        config.write_text(
+            f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\n'
+            f'[topics]\nnamespace = "{namespace}"\ninner_partitions = 4\n'
+        )
+        argv = ["reschedule", "from-shell", "--delay", "0", "--config", str(config)]
+        assert chronos_main(argv) == 0
+        printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert printed["status"] == "reschedule_accepted"
+        assert inbox.wait_for({"from-shell"}, 30), "chronos reschedule --delay 0 did not deliver"
         admin_api = httpx.Client(base_url=f"http://127.0.0.1:{node.admin_port}", timeout=5)
         with admin_api:
             _check_states(
@@ -157,21 +214,51 @@ def test_the_new_master_answers_every_state_after_a_failover(
         ports = [a.admin_port, b.admin_port]
         assert None not in ports
         settings = _with_nodes(a.settings, [p for p in ports if p is not None])
-        with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
+        with ExitStack() as stack:
+            inbox = stack.enter_context(Inbox(settings, [topic]))
+            client = stack.enter_context(DelayClient(settings))
             _schedule_every_state(client, topic, small)
             client.send_delay(topic, b"across", delay=6, id="across")
             assert inbox.wait_for({"delivered", "late"}, 30)
             wait_until(lambda: client.status("dead")["state"] == "dead_lettered", 30, "dlq")
+            b_api = httpx.Client(base_url=f"http://127.0.0.1:{b.admin_port}", timeout=5)
+            stack.callback(b_api.close)
+
+            def on_b(message_id: str, field: str = "due_ms") -> Any:
+                return b_api.get(f"/v1/messages/{message_id}").json().get(field)
+
+            # Else b may read the cancel of "late" before the progress that delivered it, and
+            # remove it as a backup does when unsure (removed_on_backup: a different answer).
+            wait_until(lambda: on_b("late", "state") == "delivered", 15, "b saw late delivered")
             _cancel_after_delivery(client)
             wait_until(lambda: client.status("ghost")["state"] == "cancelled", 10, "cancels")
             _check_states(client.status, inbox, with_offsets=True)
             assert client.status("pending")["answered_by"]["node"] == "a"
+            # Moved by a, delivered by b: the backup learns the move from a's progress.
+            client.send_delay(topic, b"far", delay=3600, id="moved-by-a")
+            client.send_delay(topic, b"near", delay=8, id="postponed-by-a")
+            moved_due = client.reschedule("moved-by-a", delay=12).deliver_at_ms
+            postponed_due = client.reschedule("postponed-by-a", delay=3600).deliver_at_ms
+            wait_until(lambda: on_b("moved-by-a") == moved_due, 15, "b applied a's move")
+            wait_until(lambda: on_b("postponed-by-a") == postponed_due, 15, "b applied it")
             wait_until(lambda: b.wait_ready(0) and role_of(b) == "backup", 30, "b follows")
             a.stop()
             wait_until(lambda: group.masters() == ["b"], 30, "b took over")
             # b delivered nothing before: "delivered" without where, every other state alike.
             _check_states(client.status, inbox, with_offsets=False)
             assert client.status("pending")["answered_by"]["node"] == "b"
+            # Reschedules b decides as master: sooner, too late, cancelled, unknown.
+            _schedule_to_move(client, topic)
+            postponed = _reschedule_every_state(
+                client, lambda i, ms: client.reschedule(i, delay=ms / 1000).deliver_at_ms
+            )
+            _check_rescheduled(client.status, inbox, postponed)
+            assert inbox.wait_for({"moved-by-a"}, 30), "a's move was lost in the failover"
+            assert inbox.count("moved-by-a") == 1
+            delivered = inbox.first("moved-by-a")
+            assert delivered.due_ms == moved_due and delivered.produced_ms >= moved_due
+            assert inbox.count("postponed-by-a") == 0
+            assert client.status("postponed-by-a")["due_ms"] == postponed_due
             assert inbox.wait_for({"across"}, 30)
             consumed = inbox.first("across")
             wait_until(lambda: client.status("across")["state"] == "delivered", 10, "across")

@@ -19,5 +19,6 @@ def test_committed_spec_matches_the_app() -> None:
         "/v1/messages",
         "/v1/messages/batch",
         "/v1/messages/{message_id}",
+        "/v1/messages/{message_id}/reschedule",
         "/healthz",
     }

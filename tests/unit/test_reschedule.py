@@ -1,0 +1,237 @@
+"""Reschedule on a real RocksDB store: what the node that delivers decides, what a follower
+defers to the master's progress, and what a replica taking over decides again (the rules of
+``Ledger._reschedule`` and ``ReplicaStore.relocate_uncovered``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chronos import wire
+from chronos.clock import FakeClock
+from chronos.errors import DecodeError
+from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.inner import accept_inner
+from chronos.model import RESCHEDULE, CancelRequest, DelayMessage, RescheduleRequest
+from chronos.names import TopicNames
+from chronos.node.cut_publisher import _newer_moves
+from chronos.repeat import Repeat, RepeatKind
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import Ledger, Move
+from chronos.schedule.progress_record import RepeatState
+from chronos.settings import DeleteSettings, LimitSettings, StoreSettings
+from chronos.store import codec, keys
+from chronos.store.rocks import RocksStore
+
+T0 = 1_700_000_000_000
+ALL = b"\xff" * 16
+
+
+class Node:
+    """A store, frontier and ledger: alone (``placement`` None) or one replica of a group."""
+
+    def __init__(self, path: Path, placement: ReplicaPlacement | None = None) -> None:
+        self.store = RocksStore(path, StoreSettings(wal_sync_interval_ms=60_000))
+        self.frontier = Frontier(0)
+        if placement is None:
+            self.ledger = Ledger(self.store, self.frontier, FakeClock(T0), DeleteSettings())
+        else:
+            self.ledger = Ledger(
+                self.store, self.frontier, FakeClock(T0), DeleteSettings(), placement
+            )
+            self.replica = ReplicaStore(self.store, self.frontier, self.ledger, placement)
+
+    def add(self, message: DelayMessage, offset: int) -> None:
+        item = (message.id, message.first_due_ms, codec.encode(message))
+        self.ledger.apply_decoded([item], {0: offset + 1}, [(0, offset)])
+
+    def reschedule(self, message_id: str, due: int, offset: int) -> None:
+        self.ledger.apply_decoded([(message_id, due, RESCHEDULE)], {0: offset + 1}, [(0, offset)])
+
+    def stored(self) -> dict[str, tuple[int, DelayMessage]]:
+        """id -> (slot, message) of everything stored."""
+        rows = self.store.scan(b"", ALL, 10**6)
+        return {keys.split_message_key(k)[1]: (keys.slot_of(k), codec.decode(v)) for k, v in rows}
+
+    def slots(self) -> dict[str, int]:
+        return {i: slot for i, (slot, _m) in self.stored().items()}
+
+
+def _msg(message_id: str, due: int, repeat: Repeat | None = None) -> DelayMessage:
+    return DelayMessage(message_id, "orders", b"k", b"v", [("h", b"1")], due, repeat)
+
+
+@pytest.fixture
+def alone(tmp_path: Path) -> Iterator[Node]:
+    node = Node(tmp_path / "alone")
+    yield node
+    node.store.close()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Node, Node]]:
+    leading = ReplicaPlacement()
+    leading.leading = True
+    master, backup = Node(tmp_path / "m", leading), Node(tmp_path / "b", ReplicaPlacement())
+    yield master, backup
+    master.store.close()
+    backup.store.close()
+
+
+def test_the_wire_round_trips_a_reschedule_and_the_node_checks_its_due_time() -> None:
+    key, value, headers = wire.encode_reschedule("order-7", T0 + 5000)
+    assert (key, value) == (b"order-7", None)
+    assert wire.decode(value, headers) == RescheduleRequest("order-7", T0 + 5000)
+    limits, names = LimitSettings(), TopicNames()
+    assert accept_inner(key, value, headers, limits, names, T0) == RescheduleRequest(
+        "order-7", T0 + 5000
+    )
+    far = T0 + limits.max_delay_s * 1000 + 86_400_000
+    with pytest.raises(DecodeError, match="deliver_at"):
+        accept_inner(key, *wire.encode_reschedule("order-7", far)[1:], limits, names, T0)
+    no_due = [h for h in headers if h[0] != wire.H_DUE]
+    with pytest.raises(DecodeError, match="chronos-due-ms"):
+        wire.decode(None, no_due)
+
+
+def test_a_pending_message_moves_later_or_earlier_and_its_index_follows(alone: Node) -> None:
+    alone.ledger.apply([_msg("later", T0 + 5000), _msg("sooner", T0 + 9000)])
+    outcome = alone.ledger.apply(
+        [RescheduleRequest("later", T0 + 60_000), RescheduleRequest("sooner", T0 + 2000)]
+    )
+    assert (outcome.rescheduled, outcome.reschedule_too_late) == (2, 0)
+    stored = alone.stored()
+    assert {i: slot for i, (slot, _m) in stored.items()} == {
+        "later": T0 + 60_000,
+        "sooner": T0 + 2000,
+    }
+    assert stored["later"][1].due_ms == T0 + 60_000
+    assert stored["later"][1].value == b"v" and stored["later"][1].headers == [("h", b"1")]
+    index = alone.store.get_index(["later"])[0]
+    assert index == keys.index_pending(keys.message_key(T0 + 60_000, "later"))
+    moves = alone.ledger.moves()
+    assert {i: move.slot_ms for i, move in moves.items()} == {
+        "later": T0 + 60_000,
+        "sooner": T0 + 2000,
+    }
+
+
+def test_a_repeat_moves_its_pending_occurrence_and_keeps_its_gaps(alone: Node) -> None:
+    repeat = Repeat(RepeatKind.FIXED, 10_000, 3)
+    message = _msg("r", T0 + 1000, repeat)
+    message.occurrence = 2  # the first was delivered
+    alone.ledger.apply([message])
+    assert alone.slots() == {"r": T0 + 11_000}
+    alone.ledger.apply([RescheduleRequest("r", T0 + 30_000)])
+    ((slot, moved),) = alone.stored().values()
+    assert (slot, moved.occurrence, moved.due_ms) == (T0 + 30_000, 2, T0 + 30_000)
+    assert repeat.due_of(moved.first_due_ms, 3) == T0 + 40_000
+
+
+def test_a_message_the_frontier_passed_is_too_late_and_stays(alone: Node) -> None:
+    alone.ledger.apply([_msg("due", T0 + 1000), _msg("ahead", T0 + 9000)])
+    alone.frontier.advance(T0 + 5000)  # "due" is being delivered (or was)
+    outcome = alone.ledger.apply(
+        [RescheduleRequest("due", T0 + 60_000), RescheduleRequest("ahead", T0 + 3000)]
+    )
+    assert (outcome.rescheduled, outcome.reschedule_too_late) == (1, 1)
+    # Moved to the past of the frontier: after it, as an add received now.
+    assert alone.slots() == {"due": T0 + 1000, "ahead": T0 + 5001}
+
+
+def test_an_unknown_or_cancelled_id_is_not_revived(alone: Node) -> None:
+    alone.ledger.apply([_msg("c", T0 + 9000), CancelRequest("c")])
+    outcome = alone.ledger.apply(
+        [RescheduleRequest("c", T0 + 3000), RescheduleRequest("never", T0 + 3000)]
+    )
+    assert (outcome.rescheduled, outcome.reschedule_unknown) == (0, 2)
+    assert alone.slots() == {}
+    assert alone.ledger.moves() == {}
+
+
+def test_an_add_and_its_reschedules_in_one_batch(alone: Node) -> None:
+    outcome = alone.ledger.apply(
+        [
+            _msg("a", T0 + 9000),
+            RescheduleRequest("a", T0 + 20_000),
+            RescheduleRequest("a", T0 + 4000),
+        ]
+    )
+    assert (outcome.added, outcome.rescheduled) == (1, 2)
+    assert alone.slots() == {"a": T0 + 4000}
+    assert alone.stored()["a"][1].value == b"v"
+
+
+def test_published_moves_are_forgotten_unless_moved_again(alone: Node) -> None:
+    alone.ledger.apply([_msg("a", T0 + 9000), _msg("b", T0 + 9000)])
+    alone.ledger.apply([RescheduleRequest("a", T0 + 20_000), RescheduleRequest("b", T0 + 20_000)])
+    published = alone.ledger.moves()
+    alone.ledger.apply([RescheduleRequest("b", T0 + 30_000)])  # after the snapshot
+    alone.ledger.forget_moves(published)
+    assert {i: m.slot_ms for i, m in alone.ledger.moves().items()} == {"b": T0 + 30_000}
+
+
+def test_a_node_alone_publishes_moves_after_the_repeats_they_are_newer_than() -> None:
+    repeat = Repeat(RepeatKind.FIXED, 10_000, 5)
+    third = _msg("r", T0, repeat)
+    third.occurrence = 3
+    second = _msg("r", T0 + 500, repeat)
+    second.occurrence = 2
+    committed = [RepeatState("r", third, T0 + 20_000)]
+    # A move of occurrence 2 was made before occurrence 3 was committed: it is stale.
+    assert _newer_moves({"r": Move(second, T0 + 10_500, None)}, committed) == []
+    moved_third = _msg("r", T0 + 7000, repeat)
+    moved_third.occurrence = 3
+    assert _newer_moves({"r": Move(moved_third, T0 + 27_000, None)}, committed) == [
+        RepeatState("r", moved_third, T0 + 27_000)
+    ]
+
+
+def test_a_follower_defers_to_the_masters_progress(pair: tuple[Node, Node]) -> None:
+    master, backup = pair
+    for node in pair:
+        node.add(_msg("a", T0 + 9000), 0)
+        node.reschedule("a", T0 + 30_000, 1)
+    assert master.slots() == {"a": T0 + 30_000}
+    # The backup keeps the message where it was until committed progress says where it went.
+    assert backup.slots() == {"a": T0 + 9000}
+    moves = master.ledger.moves()
+    # Published only under a cut that covers the reschedule's record (offset 1).
+    assert not moves["a"].covered_by({0: 1}) and moves["a"].covered_by({0: 2})
+    states = [RepeatState(i, m.message, m.slot_ms) for i, m in moves.items()]
+    backup.replica.apply_cut(T0 + 1000, states, {0: 2})
+    assert backup.stored() == master.stored()
+    # An old state (same occurrence, same due time) applied again moves nothing back.
+    original = RepeatState("a", _msg("a", T0 + 30_000), T0 + 30_000)
+    backup.replica.apply_cut(T0 + 1000, [original], {0: 2})
+    assert backup.slots() == {"a": T0 + 30_000}
+
+
+def test_takeover_decides_again_what_the_old_master_never_committed(
+    pair: tuple[Node, Node],
+) -> None:
+    """The backup holds reschedules the committed progress does not cover: one of a message
+    that progress delivered (too late), one of a message not due yet, one of an add the old
+    master never stored: the new master decides each as its store now says."""
+    _, backup = pair
+    backup.add(_msg("delivered", T0 + 1000), 0)  # covered and due: delivered
+    backup.add(_msg("ahead", T0 + 9000), 1)  # covered, not due
+    backup.reschedule("delivered", T0 + 60_000, 2)
+    backup.reschedule("ahead", T0 + 20_000, 3)
+    backup.add(_msg("uncovered", T0 + 1500), 4)  # the old master never stored it
+    backup.reschedule("uncovered", T0 + 40_000, 5)
+    assert backup.slots() == {"delivered": T0 + 1000, "ahead": T0 + 9000, "uncovered": T0 + 1500}
+    seek, cut = T0 + 5000, {0: 2}
+    backup.replica.apply_cut(seek, [], cut)
+    backup.replica.lead(seek, [0])
+    moved = backup.replica.relocate_uncovered(seek, cut, [0])
+    assert moved == 1  # "uncovered", before its reschedule moved it again
+    assert backup.slots() == {
+        "delivered": T0 + 1000,
+        "ahead": T0 + 20_000,
+        "uncovered": T0 + 40_000,
+    }
+    moves = backup.ledger.moves()
+    assert {i: m.origin for i, m in moves.items()} == {"ahead": (0, 3), "uncovered": (0, 5)}
