@@ -77,6 +77,7 @@ class ReplicaStore:
         times and inner offsets alone."""
         with self._ledger.locked():
             self._placement.leading = False
+        self._ledger.clear_moves()
 
     def lead(self, seek_ms: EpochMs, partitions: list[int]) -> EpochMs:
         """Place as the node that delivers, from the committed ``seek_ms``: the frontier
@@ -86,6 +87,9 @@ class ReplicaStore:
             write.seek_ms = seek
             self._frontier.reset(seek, self._store.read_inner_offsets(partitions))
             self._placement.leading = True
+            # Moves of an earlier term of this node never committed: ``relocate_uncovered``
+            # decides their requests again.
+            self._ledger.clear_moves()
         return seek
 
     def apply_cut(
@@ -95,9 +99,9 @@ class ReplicaStore:
         the master gave them, the seek, and forget arrivals the record covers.
 
         A state moves its repeat only forward (a later occurrence than the stored one, or the
-        same one rescheduled: ``_not_newer``) and never revives a cancelled or unknown id, so
-        applying records again is harmless. ``state.message`` None means the repeat finished:
-        nothing to schedule."""
+        same one rescheduled or at another slot: ``_not_newer``) and never revives a cancelled
+        or unknown id, so applying records again is harmless. ``state.message`` None means the
+        repeat finished: nothing to schedule."""
         live = [st for st in states if st.message is not None]
         with self._ledger.writing(min((st.slot_ms for st in live), default=None)) as write:
             current = self._store.get_index([st.message_id for st in live])
@@ -109,9 +113,9 @@ class ReplicaStore:
                     continue
                 old_key = index[1:]
                 raw = stored.get(old_key)
-                if raw is not None and _not_newer(message, codec.decode(raw)):
-                    continue
                 key = keys.message_key(st.slot_ms, message.id)
+                if raw is not None and _not_newer(message, codec.decode(raw), key == old_key):
+                    continue
                 if raw is not None and key != old_key:
                     write.batch.delete_message(old_key)
                 write.batch.put_scheduled(
@@ -195,9 +199,11 @@ class ReplicaStore:
         return moved
 
 
-def _not_newer(state: DelayMessage, stored: DelayMessage) -> bool:
+def _not_newer(state: DelayMessage, stored: DelayMessage, same_slot: bool) -> bool:
     """Whether a progress state says nothing new about the stored message: an earlier
-    occurrence, or the same one not rescheduled (a reschedule shifts its first due time)."""
+    occurrence, or the same one, not rescheduled (a reschedule shifts its first due time), at
+    the same slot. A different slot for the same message is the master's word: a demoted
+    master's own uncommitted move of it put it elsewhere."""
     if stored.occurrence != state.occurrence:
         return stored.occurrence > state.occurrence
-    return stored.first_due_ms == state.first_due_ms
+    return stored.first_due_ms == state.first_due_ms and same_slot

@@ -216,7 +216,7 @@ class TransactionLoop(LoopWorker):
         rows = self._rows_through(upto)
         # After the cut: every reschedule whose write the cut covers is among these; the rest
         # wait for a cut that covers them (``Move``).
-        moves = {i: m for i, m in self._ledger.moves().items() if m.covered_by(covered)}
+        moves = self._ledger.moves(covered)
         if not rows and not moves and since < self._heartbeat_s:
             upcoming = self._store.first_key_from(keys.slot_bound(upto + 1))
             wake = None if upcoming is None else keys.slot_of(upcoming)

@@ -129,11 +129,13 @@ class CutPublisher(LoopWorker):
             noted = self._noted.popleft()
             if reached is None or noted[0] >= reached[0]:
                 reached = noted
-        # After the cut: the moves its writes covered are here. All are published (a store
-        # rebuilt from Kafka applies them once its ingest read everything).
-        moves = self._ledger.moves()
         with self._lock:
             repeats, self._repeats = self._repeats, []
+        # After the cut and the repeats: the moves the cut's writes covered are here, and none
+        # is older than a repeat state taken. All are published (a store rebuilt from Kafka
+        # applies them once its ingest read everything); like the repeats, a failed send is
+        # counted, not retried.
+        moves = self._ledger.moves()
         for state in repeats:
             self._send(*encode_repeat(state))
         for state in _newer_moves(moves, repeats):

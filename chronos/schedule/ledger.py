@@ -176,8 +176,9 @@ class Ledger:
         # One writer at a time: each write reads index entries and writes them back. The push
         # worker never takes this lock.
         self._lock = threading.Lock()
-        #: Reschedules applied while leading and not yet published. See ``moves``.
-        self._moves: dict[str, Move] = {}
+        #: Reschedules applied while leading and not yet published, oldest first per id.
+        #: See ``moves``.
+        self._moves: dict[str, list[Move]] = {}
         # Its own lock: the deliverer reads the moves every round, and must not wait for an
         # ingest write holding the ledger's.
         self._moves_lock = threading.Lock()
@@ -270,8 +271,10 @@ class Ledger:
             # A cancel or reschedule reserves the slot it deletes too: the push worker cannot
             # scan it while the delete is in flight, so "cancelled" vs "raced" (a reschedule:
             # moved vs too late) is decided against a frontier that holds still.
+            rescheduling = False
             for message_id, _, value in items:
                 if not value:
+                    rescheduling = rescheduling or value is not None
                     current = state[message_id]
                     if current is not None and current[:1] == keys.INDEX_PENDING:
                         slot = keys.slot_of(current[1:])
@@ -287,18 +290,24 @@ class Ledger:
             arrivals = origins if placement.tracks_arrivals and origins else None
             copies = frozenset(refreshed)
             fresh: set[str] = set()  # ids added by this batch: not covered by any progress
+            # Key -> stored value of what this batch wrote before each flush of ``placed``,
+            # kept only when it reschedules: a reschedule of a message this batch stored
+            # cannot read it from the store yet.
+            written: dict[bytes, bytes] | None = {} if rescheduling else None
             with self._frontier.placing(earliest_due, offsets) as frontier:
                 for n, (message_id, due, value) in enumerate(items):
                     current = state[message_id]
                     if value is not None and not value:  # RESCHEDULE
                         outcome.added += len(placed)
                         batch.put_scheduled_many(placed)
+                        assert written is not None
+                        written.update((entry[0], entry[2]) for entry in placed)
                         placed = []
                         request = RescheduleRequest(message_id, due)
                         if leading:
                             origin = origins[n] if origins else None
                             at = self._reschedule(
-                                batch, request, current, frontier, items, n, origin
+                                batch, request, current, frontier, written, origin
                             )
                             self._count_reschedule(outcome, request, current, at)
                             if at is not None:
@@ -320,11 +329,15 @@ class Ledger:
                         if copies and n in copies:
                             outcome.added += len(placed)
                             batch.put_scheduled_many(placed)
+                            if written is not None:
+                                written.update((entry[0], entry[2]) for entry in placed)
                             placed = []
                             at = self._refresh(batch, message_id, due, value, current, frontier)
                             if at is None:
                                 outcome.duplicates += 1
                                 continue
+                            if written is not None:
+                                written[keys.message_key(at, message_id)] = value
                             outcome.refreshed += 1
                             state[message_id] = keys.index_pending(keys.message_key(at, message_id))
                             if earliest is None or at < earliest:
@@ -350,6 +363,8 @@ class Ledger:
                         # Batch order is apply order: adds before this cancel go in first.
                         outcome.added += len(placed)
                         batch.put_scheduled_many(placed)
+                        if written is not None:
+                            written.update((entry[0], entry[2]) for entry in placed)
                         placed = []
                         state[message_id] = self._cancel(
                             batch,
@@ -413,8 +428,7 @@ class Ledger:
         request: RescheduleRequest,
         current: bytes | None,
         frontier: EpochMs,
-        items: Sequence[DecodedRequest],
-        n: int,
+        written: dict[bytes, bytes],
         origin: tuple[int, int] | None,
     ) -> EpochMs | None:
         """Move a pending message to its new due time; the slot it now has, None when it did
@@ -431,26 +445,25 @@ class Ledger:
         old_key = current[1:]
         if keys.slot_of(old_key) <= frontier:
             return None
-        stored = self._store.get_messages([old_key])[0]
-        if stored is None:
-            with self._moves_lock:
-                moves = dict(self._moves)
-            stored = _written_by_batch(items, n, request.id, moves)
-        if stored is None:  # pragma: no cover - the index points at a key this batch wrote
+        stored = written.get(old_key) or self._store.get_messages([old_key])[0]
+        if stored is None:  # pragma: no cover - the index points at a stored key
             return None
         message = codec.decode(stored)
-        moved = replace(
-            message, first_due_ms=message.first_due_ms + request.due_ms - message.due_ms
-        )
-        slot = self._frontier.slot_for(frontier, request.due_ms)
+        # A due time before the pending occurrence's offset from the first would put the first
+        # before 1970 (the codec's times are unsigned): both mean "now", so clamp.
+        due = max(request.due_ms, message.due_ms - message.first_due_ms)
+        moved = replace(message, first_due_ms=message.first_due_ms + due - message.due_ms)
+        slot = self._frontier.slot_for(frontier, due)
         key = keys.message_key(slot, request.id)
+        value = codec.encode(moved)
         batch.delete_message(old_key)
-        batch.put_scheduled(key, request.id, codec.encode(moved), keys.index_pending(key))
+        batch.put_scheduled(key, request.id, value, keys.index_pending(key))
+        written[key] = value
         # Recorded before the write completes, so a frontier move that covers this write
         # finds it in ``moves`` (``TransactionLoop`` and ``CutPublisher`` read them after
         # taking their cut).
         with self._moves_lock:
-            self._moves[request.id] = Move(moved, slot, origin)
+            self._moves.setdefault(request.id, []).append(Move(moved, slot, origin))
         return slot
 
     def _count_reschedule(
@@ -470,19 +483,40 @@ class Ledger:
             outcome.reschedule_too_late += 1
             log.info("reschedule_too_late", id=request.id, slot_ms=keys.slot_of(current[1:]))
 
-    def moves(self) -> dict[str, Move]:
-        """Reschedules applied while leading that no progress record carries yet, by id. The
-        deliverer publishes those its cut covers (``Move.covered_by``) after taking the cut,
-        then calls ``forget_moves`` once they are committed."""
+    def moves(self, covered: Mapping[int, int] | None = None) -> dict[str, Move]:
+        """The newest reschedule of each id applied while leading that no progress record
+        carries yet and whose record ``covered`` (a cut's offsets; None: any) covers. The
+        deliverer asks after taking its cut and calls ``forget_moves`` once they are committed.
+
+        The newest covered one, not the newest: a later reschedule still in flight at the cut
+        is published with a later cut, and until then the cut's seek must not pass the
+        message where followers hold it (it would count as delivered)."""
         with self._moves_lock:
-            return dict(self._moves)
+            found: dict[str, Move] = {}
+            for message_id, moves in self._moves.items():
+                for move in reversed(moves):
+                    if covered is None or move.covered_by(covered):
+                        found[message_id] = move
+                        break
+            return found
 
     def forget_moves(self, published: Mapping[str, Move]) -> None:
-        """Drop moves a committed progress record carries (unless moved again since)."""
+        """Drop moves a committed progress record carries, and the older ones of their ids."""
         with self._moves_lock:
             for message_id, move in published.items():
-                if self._moves.get(message_id) is move:
-                    del self._moves[message_id]
+                moves = self._moves.get(message_id, [])
+                done = next((n for n, m in enumerate(moves) if m is move), None)
+                if done is not None:
+                    del moves[: done + 1]
+                if not moves:
+                    self._moves.pop(message_id, None)
+
+    def clear_moves(self) -> None:
+        """Forget every unpublished reschedule: the node stops or starts delivering. What it
+        moved without committing is decided again by whoever delivers next
+        (``ReplicaStore.relocate_uncovered``), from the committed progress alone."""
+        with self._moves_lock:
+            self._moves.clear()
 
     def sync(self) -> None:
         """fsync everything applied so far."""
@@ -661,24 +695,6 @@ class Ledger:
                     batch.delete_expiry(row)
                 self._store.write(batch)
             expired += len(rows)
-
-
-def _written_by_batch(
-    items: Sequence[DecodedRequest],
-    n: int,
-    message_id: str,
-    moves: Mapping[str, Move],
-) -> bytes | None:
-    """The stored value of ``message_id`` that items before ``n`` of this batch wrote: its add
-    or refresh, or the move of an earlier reschedule."""
-    for item_id, _due, value in reversed(items[:n]):
-        if item_id != message_id:
-            continue
-        if value:
-            return value
-        if value is not None and message_id in moves:  # an earlier reschedule moved it
-            return codec.encode(moves[message_id].message)
-    return None
 
 
 def _stored_value(request: InnerRequest) -> bytes | None:

@@ -235,3 +235,85 @@ def test_takeover_decides_again_what_the_old_master_never_committed(
     }
     moves = backup.ledger.moves()
     assert {i: m.origin for i, m in moves.items()} == {"ahead": (0, 3), "uncovered": (0, 5)}
+
+
+def test_a_later_reschedule_in_flight_at_the_cut_does_not_hide_a_covered_one(
+    pair: tuple[Node, Node],
+) -> None:
+    """The cut covers R1 (postponed past the cut's frontier) but not R2: R1's move must go
+    out with it, or the backup keeps the message behind the seek, where it counts as
+    delivered, and a takeover before the next commit loses it."""
+    master, backup = pair
+    due = T0 + 5000
+    for node in pair:
+        node.add(_msg("x", due), 0)
+        node.reschedule("x", T0 + 60_000, 1)
+    master.frontier.advance(due + 100)
+    upto, covered = master.frontier.cut()
+    assert covered == {0: 2}
+    for node in pair:
+        node.reschedule("x", T0 + 90_000, 2)  # applied after the cut
+    moves = master.ledger.moves(covered)
+    assert {i: m.origin for i, m in moves.items()} == {"x": (0, 1)}
+    backup.replica.apply_cut(
+        upto, [RepeatState(i, m.message, m.slot_ms) for i, m in moves.items()], covered
+    )
+    master.ledger.forget_moves(moves)
+    assert {i: m.origin for i, m in master.ledger.moves().items()} == {"x": (0, 2)}
+    # The master dies before its next commit: the backup takes over and replays R2.
+    seek = backup.replica.lead(upto, [0])
+    backup.replica.relocate_uncovered(seek, covered, [0])
+    assert backup.slots() == {"x": T0 + 90_000}
+
+
+def test_a_demoted_master_forgets_its_uncommitted_moves_and_follows_the_new_masters(
+    pair: tuple[Node, Node],
+) -> None:
+    a, b = pair  # a leads, b follows
+    for node in pair:
+        node.add(_msg("x", T0 + 9000), 0)
+    a.frontier.advance(T0 + 100)
+    upto, covered = a.frontier.cut()
+    b.replica.apply_cut(upto, [], covered)
+    for node in pair:
+        node.reschedule("x", T0 + 60_000, 1)  # a moves it and is fenced before committing
+    a.replica.follow()
+    assert a.ledger.moves() == {}
+    b.replica.lead(upto, [0])
+    b.replica.relocate_uncovered(upto, covered, [0])  # b decides it again: moved
+    for node in pair:
+        node.reschedule("x", T0 + 30_000, 2)  # b moves it again; a defers
+    b.frontier.advance(T0 + 300)
+    upto, covered = b.frontier.cut()
+    moves = b.ledger.moves(covered)
+    a.replica.apply_cut(
+        upto, [RepeatState(i, m.message, m.slot_ms) for i, m in moves.items()], covered
+    )
+    assert a.slots() == b.slots() == {"x": T0 + 30_000}
+
+
+def test_a_reschedule_in_the_batch_of_an_ignored_duplicate_add_moves_the_first_add(
+    alone: Node,
+) -> None:
+    first = _msg("x", T0 + 9000)
+    duplicate = DelayMessage(
+        "x", "other", None, b"DUP", [], T0 + 8000, Repeat(RepeatKind.FIXED, 1000, 50)
+    )
+    outcome = alone.ledger.apply([first, duplicate, RescheduleRequest("x", T0 + 20_000)])
+    assert (outcome.duplicates, outcome.rescheduled) == (1, 1)
+    ((slot, moved),) = alone.stored().values()
+    assert (slot, moved.topic, moved.value, moved.repeat) == (T0 + 20_000, "orders", b"v", None)
+
+
+def test_a_repeat_rescheduled_to_the_epoch_is_delivered_now_not_refused(alone: Node) -> None:
+    """``deliver_at_ms: 0`` means "now"; for a repeat's third occurrence the first due time
+    would go below 1970, which the store cannot hold (the batch would fail every retry)."""
+    repeat = Repeat(RepeatKind.FIXED, 86_400_000, 5)
+    message = _msg("r", T0 + 1000, repeat)
+    message.occurrence = 3
+    alone.ledger.apply([message])
+    alone.frontier.advance(T0)
+    outcome = alone.ledger.apply([RescheduleRequest("r", 0)])
+    assert outcome.rescheduled == 1
+    ((slot, moved),) = alone.stored().values()
+    assert slot == T0 + 1 and moved.first_due_ms == 0 and moved.occurrence == 3
