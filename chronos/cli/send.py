@@ -6,10 +6,16 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from chronos.cli.args import add_config, duration_ms, header, repeat, settings_from
 from chronos.cli.waiting import waiting_notice
 from chronos.repeat import CatchUp, Repeat
+
+if TYPE_CHECKING:
+    from proxy.client import DelayClient
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -80,15 +86,22 @@ def _with_catch_up(repeat: Repeat | None, catch_up: str) -> Repeat | None:
     )
 
 
-def send_main(args: argparse.Namespace) -> int:
+@contextmanager
+def _client(args: argparse.Namespace) -> Iterator[DelayClient]:
+    """A client for one command, saying on stderr when Kafka keeps it waiting."""
     from proxy.client import DelayClient
 
-    value = sys.stdin.buffer.read() if args.value == "-" else args.value
     settings = settings_from(args)
     with (
         waiting_notice(settings.kafka.bootstrap_servers, settings.proxy.ack_timeout_s),
         DelayClient(settings) as client,
     ):
+        yield client
+
+
+def send_main(args: argparse.Namespace) -> int:
+    value = sys.stdin.buffer.read() if args.value == "-" else args.value
+    with _client(args) as client:
         receipt = client.send_delay(
             args.topic,
             value,
@@ -112,26 +125,14 @@ def send_main(args: argparse.Namespace) -> int:
 
 
 def cancel_main(args: argparse.Namespace) -> int:
-    from proxy.client import DelayClient
-
-    settings = settings_from(args)
-    with (
-        waiting_notice(settings.kafka.bootstrap_servers, settings.proxy.ack_timeout_s),
-        DelayClient(settings) as client,
-    ):
+    with _client(args) as client:
         receipt = client.cancel(args.id)
     print(json.dumps({"id": receipt.id, "status": "cancel_accepted"}))
     return 0
 
 
 def reschedule_main(args: argparse.Namespace) -> int:
-    from proxy.client import DelayClient
-
-    settings = settings_from(args)
-    with (
-        waiting_notice(settings.kafka.bootstrap_servers, settings.proxy.ack_timeout_s),
-        DelayClient(settings) as client,
-    ):
+    with _client(args) as client:
         receipt = client.reschedule(
             args.id,
             delay=None if args.delay is None else args.delay / 1000.0,
