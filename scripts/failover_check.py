@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Failover check of a replica group: a master and a backup as separate processes under load.
 
-A steady load (default 2,000 requests/s, delays 0-5 s, 10 % cancelled before due, 2 % repeats)
-runs while a scenario hurts the group; afterwards a ``read_committed`` consumer must have seen
-every expected delivery exactly once (repeats: every occurrence once, overdue ones collapsed as
-documented), none early and no cancelled one. A ``read_uncommitted`` consumer's duplicates
+A steady load (default 2,000 requests/s, delays 0-5 s, 10 % cancelled before due, 2 % repeats,
+2 % of the other one-shots rescheduled sooner or later) runs while a scenario hurts the group;
+afterwards a ``read_committed`` consumer must have seen every expected delivery exactly once
+(repeats: every occurrence once, overdue ones collapsed as documented; a rescheduled one at its
+first or its new due time, whichever the master decided), none early and no cancelled one. A ``read_uncommitted`` consumer's duplicates
 (records of aborted transactions) are counted and reported, not failed on.
 
 Scenarios (``--scenario``):
@@ -72,6 +73,9 @@ class Expected:
     due_ms: int
     times: int = 1
     cancelled: bool = False
+    #: The due time a reschedule asked for (one-shots only): delivered at one of the two,
+    #: once, whichever the master decided.
+    rescheduled_to: int | None = None
 
 
 @dataclass
@@ -87,6 +91,9 @@ class Summary:
     duplicates: int = 0
     early: int = 0
     cancelled_delivered: int = 0
+    rescheduled: int = 0
+    rescheduled_moved: int = 0
+    rescheduled_wrong_due: int = 0
     repeat_occurrences_collapsed: int = 0
     uncommitted_duplicates: int = 0
     kills: int = 0
@@ -108,7 +115,12 @@ class Summary:
     @property
     def ok(self) -> bool:
         return not (
-            self.lost or self.duplicates or self.early or self.cancelled_delivered or self.problems
+            self.lost
+            or self.duplicates
+            or self.early
+            or self.cancelled_delivered
+            or self.rescheduled_wrong_due
+            or self.problems
         )
 
 
@@ -280,12 +292,31 @@ class Load:
                     self.expected[message_id].cancelled = True
             except Exception as exc:
                 self.errors.append(f"cancel: {exc}")
+            self._reschedule(requests, set(chosen), now_ms)
             next_at += tick
             pause = next_at - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
             else:
                 next_at = time.monotonic()
+
+    def _reschedule(self, requests: list[DelayRequest], cancelled: set[str], now_ms: int) -> None:
+        """Move 2 % of the one-shots still 1.5 s or more ahead to a new time within the delay
+        range, sooner or later."""
+        for request in requests:
+            message_id = request.id
+            if message_id is None or message_id in cancelled or request.repeat is not None:
+                continue
+            expected = self.expected[message_id]
+            if expected.due_ms - now_ms < 1500 or self._rng.random() >= 0.02:
+                continue
+            try:
+                receipt = self._client.reschedule(
+                    message_id, delay=self._rng.uniform(*self._delay_s)
+                )
+                expected.rescheduled_to = receipt.deliver_at_ms
+            except Exception as exc:
+                self.errors.append(f"reschedule: {exc}")
 
 
 class Seen:
@@ -485,6 +516,12 @@ def verify(load: Load, committed: Seen, uncommitted: Seen, summary: Summary) -> 
         summary.repeat_occurrences_collapsed += sum(d.skipped for d in got)
         summary.delivered += len(distinct)
         summary.lost += max(0, exp.times - covered)
+        if exp.rescheduled_to is not None:
+            summary.rescheduled += 1
+            summary.rescheduled_moved += any(d.due_ms == exp.rescheduled_to for d in got)
+            summary.rescheduled_wrong_due += sum(
+                d.due_ms not in (exp.due_ms, exp.rescheduled_to) for d in got
+            )
         for d in got:
             if d.produced_ms < d.due_ms:
                 summary.early += 1
