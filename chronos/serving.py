@@ -3,11 +3,17 @@ admin API): started, stopped and joined like any component."""
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 from typing import Any
 
 import uvicorn
+
+from chronos.errors import ConfigError
+from chronos.settings import SecuritySettings
+from chronos.web.guard import Guard, GuardSettings, Router
+from chronos.web.tokens import TokenBook, TokenFileError
 
 
 class ThreadedServer:
@@ -20,12 +26,27 @@ class ThreadedServer:
         port: listen port (0: any free one; ``port`` says which once started).
     """
 
-    def __init__(self, name: str, app: Any, host: str, port: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        app: Any,
+        host: str,
+        port: int,
+        security: SecuritySettings | None = None,
+        router: Router | None = None,
+    ) -> None:
         self.name = name
+        tls: dict[str, Any] = {}
+        if security is not None and router is not None:
+            app = Guard(app, guard_settings(security, name, host), router)
+        if security is not None and security.tls_certfile is not None:
+            tls = {"ssl_certfile": security.tls_certfile, "ssl_keyfile": security.tls_keyfile}
+        self.tls = bool(tls)
         config = uvicorn.Config(
             app,
             host=host,
             port=port,
+            **tls,
             log_level="warning",
             # uvicorn's own logging config writes plain text past chronos' handler; without
             # it, its lines reach the root logger in chronos' format (JSON in json mode).
@@ -68,3 +89,31 @@ class ThreadedServer:
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def guard_settings(security: SecuritySettings, name: str, host: str) -> GuardSettings:
+    """The guard of one surface; ConfigError when it would listen beyond loopback with no
+    tokens, or when the tokens file cannot be used."""
+    book = None
+    if security.tokens_file is None:
+        if not is_loopback(host):
+            raise ConfigError(
+                f"{name} listens on {host} without authentication: set security.tokens_file "
+                "(see `chronos token`), or listen on 127.0.0.1"
+            )
+    else:
+        try:
+            book = TokenBook(security.tokens_file)
+        except (OSError, TokenFileError) as exc:
+            raise ConfigError(f"security.tokens_file: {exc}") from exc
+    return GuardSettings(book, security.max_body_bytes, security.body_timeout_s)

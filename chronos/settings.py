@@ -556,6 +556,11 @@ class ProxySettings(_Section):
         "GET /v1/messages/{id} and `chronos status`: a ready master (or node alone) first, "
         "else a ready backup.",
     )
+    status_token: SecretStr | None = Field(
+        None,
+        description="Bearer token (with the admin operation) presented to status_nodes when "
+        "their admin APIs require one (security.tokens_file).",
+    )
 
 
 class AdminSettings(_Section):
@@ -564,7 +569,8 @@ class AdminSettings(_Section):
     enabled: bool = Field(True, description="Serve the admin API from every node.")
     host: str = Field(
         "127.0.0.1",
-        description="Listen address; loopback by default (it answers without authentication).",
+        description="Listen address; loopback by default (beyond it, security.tokens_file is "
+        "required).",
     )
     port: int = Field(
         0,
@@ -590,6 +596,30 @@ class AdminSettings(_Section):
     def keeps_outcomes(self) -> bool:
         """Whether delivering records outcomes: the API that reads them must be there."""
         return self.enabled and self.outcomes
+
+
+class SecuritySettings(_Section):
+    """Authentication, TLS and request bounds of the HTTP surfaces (the proxy, the admin API);
+    see README, Security."""
+
+    tokens_file: Path | None = Field(
+        None,
+        description="TOML file of bearer tokens (hashed; `chronos token` makes one), re-read "
+        "within a second when it changes. Unset: no authentication, allowed only while the "
+        "proxy and admin API listen on loopback.",
+    )
+    max_body_bytes: int = Field(
+        16 * 2**20,
+        ge=1024,
+        description="Largest request body read; larger ones get 413 before being read.",
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="Longest time a client may take to send a request body (408)."
+    )
+    tls_certfile: Path | None = Field(
+        None, description="PEM certificate chain: serve the proxy and admin API over HTTPS."
+    )
+    tls_keyfile: Path | None = Field(None, description="PEM private key of tls_certfile.")
 
 
 class LogSettings(_Section):
@@ -621,6 +651,7 @@ class ChronosSettings(BaseSettings):
     rebuild: RebuildSettings = Field(default_factory=RebuildSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
     log: LogSettings = Field(default_factory=LogSettings)
 
 

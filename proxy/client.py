@@ -206,7 +206,9 @@ class DelayClient:
         cancelled (and what the cancel found) or unknown, as a ready node of
         ``proxy.status_nodes`` answers (``proxy/status.py``). Raises StatusUnavailable when
         none can. After ``cancel``, this tells whether the cancel removed the message."""
-        return StatusSource(self._settings.proxy.status_nodes).status(id)
+        proxy = self._settings.proxy
+        token = None if proxy.status_token is None else proxy.status_token.get_secret_value()
+        return StatusSource(proxy.status_nodes, token=token).status(id)
 
     def healthy(self, timeout_s: float = 2.0) -> bool:
         """True when Kafka answers."""

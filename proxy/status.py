@@ -32,11 +32,15 @@ class StatusSource:
     Parameters:
         nodes: admin API base URLs, e.g. ``http://10.0.0.5:9400``.
         timeout_s: per request.
+        token: the bearer token to present (``proxy.status_token``), None without auth.
     """
 
-    def __init__(self, nodes: Sequence[str], timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, nodes: Sequence[str], timeout_s: float = 2.0, token: str | None = None
+    ) -> None:
         self._nodes = [node.rstrip("/") for node in nodes]
         self._timeout_s = timeout_s
+        self._headers = {} if token is None else {"Authorization": f"Bearer {token}"}
 
     def status(self, message_id: str) -> dict[str, Any]:
         """The message's status (``chronos/schedule/lookup.py``) as a ready node answers it,
@@ -72,7 +76,8 @@ class StatusSource:
 
     def _get(self, url: str, accept_503: bool = False) -> dict[str, Any] | None:
         try:
-            with urllib.request.urlopen(url, timeout=self._timeout_s) as response:
+            request = urllib.request.Request(url, headers=self._headers)
+            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
                 body: dict[str, Any] = json.load(response)
                 return body
         except urllib.error.HTTPError as exc:

@@ -5,8 +5,9 @@ A steady load (default 2,000 requests/s, delays 0-5 s, 10 % cancelled before due
 2 % of the other one-shots rescheduled sooner or later) runs while a scenario hurts the group;
 afterwards a ``read_committed`` consumer must have seen every expected delivery exactly once
 (repeats: every occurrence once, overdue ones collapsed as documented; a rescheduled one at its
-first or its new due time, whichever the master decided), none early and no cancelled one. A ``read_uncommitted`` consumer's duplicates
-(records of aborted transactions) are counted and reported, not failed on.
+first or its new due time, whichever the master decided), none early and no cancelled one. A
+``read_uncommitted`` consumer's duplicates (records of aborted transactions) are counted and
+reported, not failed on.
 
 Scenarios (``--scenario``):
 

@@ -32,6 +32,8 @@ from chronos.admin.view import ListState, NodeView, Report
 from chronos.errors import NotReady
 from chronos.metrics import BOUNDS_MS
 from chronos.serving import ThreadedServer
+from chronos.settings import SecuritySettings
+from chronos.web.tokens import Operation
 
 log = structlog.get_logger(__name__)
 
@@ -161,6 +163,11 @@ def _overview(view: NodeView) -> dict[str, object]:
     }
 
 
+def admin_operation(_method: str, path: str) -> Operation | None:
+    """Probes are open (a liveness probe carries no secret); the rest needs ``admin``."""
+    return None if path in ("/healthz", "/readyz") else "admin"
+
+
 class AdminServer(ThreadedServer):
     """The admin API as a component (start/stop/join).
 
@@ -168,7 +175,10 @@ class AdminServer(ThreadedServer):
         view: the node it reports on.
         host: listen address.
         port: listen port (0: any free one; ``port`` says which once started).
+        security: tokens, TLS and request bounds (``chronos/web/``); None: none (tests).
     """
 
-    def __init__(self, view: NodeView, host: str, port: int) -> None:
-        super().__init__("admin", create_app(view), host, port)
+    def __init__(
+        self, view: NodeView, host: str, port: int, security: SecuritySettings | None = None
+    ) -> None:
+        super().__init__("admin", create_app(view), host, port, security, admin_operation)

@@ -25,6 +25,7 @@ from chronos.cli import (
     send,
     status,
     tail,
+    token,
     topics,
 )
 from chronos.cli.args import attach_signed_values
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         checkpoint,
         group,
         topics,
+        token,
         bench,
         pipeline,
     )

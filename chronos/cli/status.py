@@ -32,6 +32,8 @@ def status_main(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     nodes = args.node if args.node else settings.proxy.status_nodes
-    answer = StatusSource(nodes).status(args.id)
+    secret = settings.proxy.status_token
+    token = None if secret is None else secret.get_secret_value()
+    answer = StatusSource(nodes, token=token).status(args.id)
     print(json.dumps(answer, indent=2))
     return 1 if answer.get("state") == "unknown" else 0

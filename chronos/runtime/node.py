@@ -86,7 +86,9 @@ class Node:
 
         admin = self.settings.admin
         context.store.start_due_counts()  # the forecast's counts, built in the background
-        self._admin = AdminServer(NodeProbes(self, context), admin.host, admin.port)
+        self._admin = AdminServer(
+            NodeProbes(self, context), admin.host, admin.port, self.settings.security
+        )
         self._admin.start()
         if not self._admin.wait_started(10.0):
             raise ConfigError(

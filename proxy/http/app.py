@@ -12,6 +12,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chronos.errors import NotAcknowledged, ValidationError
 from chronos.settings import ChronosSettings
+from chronos.web.guard import token_of
+from chronos.web.tokens import Operation
 from proxy.client import DelayClient, Receipt
 from proxy.http.schemas import (
     BatchIn,
@@ -68,6 +70,32 @@ def _receipt(receipt: Receipt) -> ReceiptOut:
     )
 
 
+#: Paths anyone may ask: the health probe and the API's own description.
+OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+
+
+def proxy_operation(method: str, path: str) -> Operation | None:
+    """The operation a request calls, for the guard's token check (``chronos/web/guard.py``)."""
+    if path in OPEN_PATHS:
+        return None
+    if method == "POST":
+        return "reschedule" if path.endswith("/reschedule") else "send"
+    return "cancel" if method == "DELETE" else "status"
+
+
+def _check_topics(request: Request, topics: Sequence[str], batch: bool) -> None:
+    """403 when the request's token may not schedule to one of ``topics``."""
+    token = token_of(request.state)
+    if token is None:
+        return
+    for index, topic in enumerate(topics):
+        if not token.may_send_to(topic):
+            field = f"messages[{index}].topic" if batch else "topic"
+            raise ValidationError(
+                field, f"token {token.name!r} may not send to topic {topic!r}", status=403
+            )
+
+
 def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
     """The HTTP API around ``client``; answers only after Kafka acknowledged."""
     app = FastAPI(
@@ -105,15 +133,17 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
         return JSONResponse(status_code=503, content={"error": str(exc), "field": None})
 
     @app.post("/v1/messages", response_model=ReceiptOut, status_code=201, responses=_ERRORS)
-    def schedule(body: ScheduleIn) -> ReceiptOut:
+    def schedule(body: ScheduleIn, request: Request) -> ReceiptOut:
         """Schedule one message."""
+        _check_topics(request, [body.topic], batch=False)
         return _receipt(client.send_batch([body.to_request(cap)])[0])
 
     @app.post("/v1/messages/batch", response_model=BatchOut, status_code=201, responses=_ERRORS)
-    def schedule_batch(body: BatchIn) -> BatchOut:
+    def schedule_batch(body: BatchIn, request: Request) -> BatchOut:
         """Schedule a batch; if any message is invalid nothing is scheduled."""
         if len(body.messages) > settings.proxy.batch_max:
             raise ValidationError("messages", f"at most {settings.proxy.batch_max} per batch")
+        _check_topics(request, [m.topic for m in body.messages], batch=True)
         requests = []
         for index, message in enumerate(body.messages):
             try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from chronos.serving import ThreadedServer
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
-from proxy.http.app import create_app
+from proxy.http.app import create_app, proxy_operation
 
 
 class ProxyServer(ThreadedServer):
@@ -18,7 +18,14 @@ class ProxyServer(ThreadedServer):
     def __init__(self, settings: ChronosSettings) -> None:
         self.client = DelayClient(settings)
         app = create_app(self.client, settings)
-        super().__init__("proxy", app, settings.proxy.host, settings.proxy.port)
+        super().__init__(
+            "proxy",
+            app,
+            settings.proxy.host,
+            settings.proxy.port,
+            settings.security,
+            proxy_operation,
+        )
 
     def join(self, timeout: float) -> None:
         super().join(timeout)

@@ -1,0 +1,207 @@
+"""The guard in front of an HTTP surface: who is calling, may they, and is the request bounded.
+
+An ASGI middleware, so it acts before the framework reads or parses anything: a request
+without a valid token, or for an operation its token lacks, is refused (401/403) without its
+body being read; a request over its token's rate gets 429 with ``Retry-After``; a body over
+``max_body_bytes`` gets 413 from its ``Content-Length`` alone, or, sent chunked, as soon as
+the bytes read pass the limit, so a 1 GB upload costs neither the time nor the memory to read
+it (uvicorn stops reading a socket whose body is not consumed). A body that trickles in slower
+than ``body_timeout_s`` allows gets 408.
+
+Topic rights need the parsed body: the proxy checks them per message with the token this
+guard leaves in the request's state (``token_of``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from chronos.web.tokens import Operation, Token, TokenBook
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+#: The operation a request calls (None: open to anyone, e.g. health probes).
+Router = Callable[[str, str], Operation | None]
+
+_STATE_KEY = "chronos_token"
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """What the guard enforces (``security`` settings).
+
+    Parameters:
+        book: the tokens; None when this surface runs without authentication.
+        max_body_bytes: the largest request body read.
+        body_timeout_s: longest time to receive a whole body.
+    """
+
+    book: TokenBook | None
+    max_body_bytes: int
+    body_timeout_s: float
+
+
+class RateLimiter:
+    """One token bucket per token name: ``rate`` requests a second, bursts of up to a second's
+    worth."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}  # name -> (tokens, at)
+
+    def wait_s(self, name: str, rate: float) -> float:
+        """0 when a request may go now (and takes its share), else seconds until it may."""
+        if rate <= 0:
+            return 0.0
+        now = time.monotonic()
+        capacity = max(1.0, rate)
+        with self._lock:
+            tokens, at = self._buckets.get(name, (capacity, now))
+            tokens = min(capacity, tokens + (now - at) * rate)
+            if tokens >= 1.0:
+                self._buckets[name] = (tokens - 1.0, now)
+                return 0.0
+            self._buckets[name] = (tokens, now)
+            return (1.0 - tokens) / rate
+
+
+def token_of(scope_state: Any) -> Token | None:
+    """The token a guarded request came with (``request.state``), None without auth."""
+    return getattr(scope_state, _STATE_KEY, None)
+
+
+class Guard:
+    """The middleware (see the module's docstring)."""
+
+    def __init__(self, app: App, settings: GuardSettings, router: Router) -> None:
+        self._app = app
+        self._settings = settings
+        self._router = router
+        self._rates = RateLimiter()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            status, error, headers = refusal
+            await _answer(send, status, error, headers)
+            return
+        limit = self._settings.max_body_bytes
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            await _answer(send, 413, f"request body over {limit} bytes", {"connection": "close"})
+            return
+        await self._app(scope, *self._bounded(receive, send, limit))
+
+    def _refusal(self, scope: Scope) -> tuple[int, str, dict[str, str]] | None:
+        """(status, error, headers) when the request may not go on; None when it may."""
+        operation = self._router(scope["method"], scope["path"])
+        book = self._settings.book
+        if operation is None or book is None:
+            return None
+        presented = _bearer(scope)
+        if presented is None:
+            return 401, "missing bearer token (Authorization: Bearer ...)", _CHALLENGE
+        token = book.find(presented)
+        if token is None:
+            return 401, "unknown bearer token", _CHALLENGE
+        if not token.may(operation):
+            return 403, f"token {token.name!r} may not call {operation}", {}
+        wait = self._rates.wait_s(token.name, token.requests_per_s)
+        if wait > 0:
+            return (
+                429,
+                f"token {token.name!r} is over its {token.requests_per_s:g} requests/s",
+                {"retry-after": str(max(1, math.ceil(wait)))},
+            )
+        scope.setdefault("state", {})[_STATE_KEY] = token
+        return None
+
+    def _bounded(self, receive: Receive, send: Send, limit: int) -> tuple[Receive, Send]:
+        """(receive, send) for the application: a body over ``limit`` bytes or slower than
+        ``body_timeout_s`` is answered here (413, 408), and the application then reads a
+        disconnect and may send nothing more. Answered here, not raised: frameworks turn an
+        error while reading a body into a 400 of their own."""
+        timeout = self._settings.body_timeout_s
+        deadline = time.monotonic() + timeout
+        received = 0
+        started = answered = False
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if answered:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        async def refuse(status: int, error: str) -> Message:
+            nonlocal answered
+            if not started and not answered:
+                await _answer(send, status, error, {"connection": "close"})
+            answered = True
+            return {"type": "http.disconnect"}
+
+        async def bounded_receive() -> Message:
+            nonlocal received
+            if answered:
+                return {"type": "http.disconnect"}
+            left = deadline - time.monotonic()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=max(left, 0.001))
+            except TimeoutError:
+                return await refuse(408, f"request body not received within {timeout:g} s")
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    return await refuse(413, f"request body over {limit} bytes")
+            return message
+
+        return bounded_receive, guarded_send
+
+
+_CHALLENGE = {"www-authenticate": 'Bearer realm="chronos"'}
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value)
+    return None
+
+
+def _bearer(scope: Scope) -> str | None:
+    value = _header(scope, b"authorization")
+    if value is None:
+        return None
+    scheme, _, credentials = value.decode("latin-1").partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        return None
+    return credentials.strip()
+
+
+def _content_length(scope: Scope) -> int | None:
+    value = _header(scope, b"content-length")
+    if value is None or not value.isdigit():
+        return None
+    return int(value)
+
+
+async def _answer(send: Send, status: int, error: str, headers: dict[str, str]) -> None:
+    """The documented error shape, ``{"error", "field"}``."""
+    body = json.dumps({"error": error, "field": None}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})

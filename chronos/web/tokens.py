@@ -1,0 +1,155 @@
+"""Bearer tokens: who may call what, kept hashed in a file that is re-read when it changes.
+
+A token is a random secret (``new_token``); the file holds only its SHA-256, its name, the
+target topics it may schedule to (exact names, or prefixes written ``orders.*``), the
+operations it may call and its request rate. A fast hash is right here: the secrets carry 256
+random bits, so the hash need not slow a guesser down (as GitHub's and Stripe's API keys).
+Rotating a token is editing the file: the guard re-reads it (``TokenBook.current``) within a
+second, without a restart.
+
+File format (TOML)::
+
+    [[tokens]]
+    name = "orders-service"
+    sha256 = "9f86d0818..."          # chronos token prints it
+    topics = ["orders.*", "payments.timeout"]
+    operations = ["send", "cancel", "reschedule", "status"]
+    requests_per_s = 500              # optional; 0 or absent: unlimited
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+Operation = Literal["send", "cancel", "reschedule", "status", "admin"]
+OPERATIONS: tuple[str, ...] = get_args(Operation)
+#: How often the file's modification time is looked at.
+_RELOAD_CHECK_S = 1.0
+
+
+class TokenFileError(ValueError):
+    """The tokens file cannot be used; the message says where and why."""
+
+
+def new_token() -> str:
+    """A fresh secret: 32 random bytes, URL-safe, prefixed so that a leaked one is greppable."""
+    return "chronos_" + secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    """What the file holds for ``token``."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One token's rights."""
+
+    name: str
+    sha256: str
+    topics: tuple[str, ...]
+    operations: frozenset[str]
+    requests_per_s: float = 0.0
+
+    def may(self, operation: Operation) -> bool:
+        return operation in self.operations
+
+    def may_send_to(self, topic: str) -> bool:
+        """Whether this token may schedule to ``topic``: a listed name, or a ``prefix*``."""
+        for allowed in self.topics:
+            if allowed.endswith("*"):
+                if topic.startswith(allowed[:-1]):
+                    return True
+            elif topic == allowed:
+                return True
+        return False
+
+
+def parse_tokens(text: str, origin: str) -> dict[str, Token]:
+    """The tokens of a file's text by hash; TokenFileError naming the entry that is wrong."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TokenFileError(f"{origin}: not TOML: {exc}") from exc
+    entries = document.get("tokens", [])
+    if not isinstance(entries, list):
+        raise TokenFileError(f"{origin}: 'tokens' must be an array of tables ([[tokens]])")
+    book: dict[str, Token] = {}
+    for n, entry in enumerate(entries):
+        where = f"{origin}: tokens[{n}]"
+        if not isinstance(entry, dict):
+            raise TokenFileError(f"{where}: not a table")
+        unknown = set(entry) - {"name", "sha256", "topics", "operations", "requests_per_s"}
+        if unknown:
+            raise TokenFileError(f"{where}: unknown keys {sorted(unknown)}")
+        name, digest = entry.get("name"), entry.get("sha256")
+        if not isinstance(name, str) or not name:
+            raise TokenFileError(f"{where}: 'name' must be a non-empty string")
+        if not isinstance(digest, str) or len(digest) != 64:
+            raise TokenFileError(f"{where} ({name}): 'sha256' must be 64 hex digits")
+        operations = entry.get("operations", [])
+        bad = [op for op in operations if op not in OPERATIONS]
+        if not isinstance(operations, list) or bad:
+            raise TokenFileError(f"{where} ({name}): operations must be among {OPERATIONS}")
+        topics = entry.get("topics", [])
+        if not isinstance(topics, list) or not all(isinstance(t, str) and t for t in topics):
+            raise TokenFileError(f"{where} ({name}): 'topics' must be a list of names")
+        rate = entry.get("requests_per_s", 0)
+        if not isinstance(rate, int | float) or rate < 0:
+            raise TokenFileError(f"{where} ({name}): 'requests_per_s' must be >= 0")
+        if digest.lower() in book:
+            raise TokenFileError(f"{where} ({name}): the same token is listed twice")
+        book[digest.lower()] = Token(
+            name, digest.lower(), tuple(topics), frozenset(operations), float(rate)
+        )
+    return book
+
+
+class TokenBook:
+    """The tokens of a file, re-read when the file changes.
+
+    A file that becomes unreadable or invalid keeps the last good tokens in force (and
+    ``error`` says why), so a half-written edit never locks everyone out or lets anyone in.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._mtime_ns = -1
+        self._checked_at = 0.0
+        self.error: str | None = None
+        self._tokens = parse_tokens(path.read_text(), str(path))
+        self._mtime_ns = path.stat().st_mtime_ns
+
+    def _reload_if_changed(self) -> None:
+        now = time.monotonic()
+        if now - self._checked_at < _RELOAD_CHECK_S:
+            return
+        self._checked_at = now
+        try:
+            mtime = self._path.stat().st_mtime_ns
+            if mtime == self._mtime_ns:
+                return
+            tokens = parse_tokens(self._path.read_text(), str(self._path))
+        except (OSError, TokenFileError) as exc:
+            self.error = str(exc)
+            return
+        self._tokens, self._mtime_ns, self.error = tokens, mtime, None
+
+    def find(self, token: str) -> Token | None:
+        """The rights of ``token``, None when no entry holds its hash."""
+        digest = hash_token(token)
+        with self._lock:
+            self._reload_if_changed()
+            found = self._tokens.get(digest)
+        if found is None or not hmac.compare_digest(found.sha256, digest):
+            return None
+        return found

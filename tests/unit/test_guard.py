@@ -1,0 +1,263 @@
+"""The guard in front of the proxy and the admin API, over real HTTP (uvicorn on a free port):
+every refusal (no token, wrong token, operation, topic, body too large, too slow, quota), token
+rotation without a restart, no authentication only on loopback, and HTTPS.
+
+No broker is needed: every refusal happens before the proxy produces anything (its Kafka
+client starts on first use), which is what these tests show.
+"""
+
+from __future__ import annotations
+
+import resource
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trustme
+
+from chronos.admin.server import AdminServer
+from chronos.errors import ConfigError
+from chronos.settings import ChronosSettings, SecuritySettings
+from chronos.web.tokens import hash_token, new_token
+from proxy.http.server import ProxyServer
+from proxy.status import StatusSource, StatusUnavailable
+from tests.unit.test_admin import StubNode
+from tests.unit.test_admin import node as node  # noqa: F401  (fixture)
+
+SENDER, READER, SLOW = new_token(), new_token(), new_token()
+MESSAGE = {"topic": "orders.timeout", "value": "x", "delay_ms": 60_000}
+
+
+def _entry(name: str, token: str, topics: list[str], ops: list[str], rate: float = 0) -> str:
+    return (
+        f'[[tokens]]\nname = "{name}"\nsha256 = "{hash_token(token)}"\n'
+        f"topics = {topics!r}\noperations = {ops!r}\nrequests_per_s = {rate}\n".replace("'", '"')
+    )
+
+
+def _tokens_file(path: Path) -> Path:
+    path.write_text(
+        _entry("orders", SENDER, ["orders.*", "audit"], ["send", "cancel", "status", "admin"])
+        + _entry("reader", READER, [], ["status"])
+        + _entry("slow", SLOW, [], ["status"], rate=2)
+    )
+    return path
+
+
+def _settings(tmp_path: Path, **security: Any) -> ChronosSettings:
+    return ChronosSettings.model_validate(
+        {
+            # Nothing listens there: a request that reached Kafka would fail, not pass.
+            "kafka": {"bootstrap_servers": "127.0.0.1:1"},
+            "proxy": {"port": 0, "ack_timeout_s": 2},
+            "security": {"tokens_file": _tokens_file(tmp_path / "tokens.toml"), **security},
+        }
+    )
+
+
+@contextmanager
+def _proxy(settings: ChronosSettings) -> Iterator[ProxyServer]:
+    server = ProxyServer(settings)
+    server.start()
+    try:
+        assert server.wait_started(10)
+        yield server
+    finally:
+        server.stop()
+        server.join(10)
+
+
+@pytest.fixture
+def proxy(tmp_path: Path) -> Iterator[httpx.Client]:
+    with _proxy(_settings(tmp_path, max_body_bytes=64 * 1024, body_timeout_s=1)) as server:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=10) as http:
+            yield http
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+def test_no_or_wrong_token_is_refused_with_401_before_anything_runs(proxy: httpx.Client) -> None:
+    missing = proxy.post("/v1/messages", json=MESSAGE)
+    assert missing.status_code == 401 and "missing bearer token" in missing.json()["error"]
+    assert missing.headers["www-authenticate"].startswith("Bearer")
+    wrong = proxy.post("/v1/messages", json=MESSAGE, headers=_auth(new_token()))
+    assert wrong.status_code == 401 and wrong.json() == {
+        "error": "unknown bearer token",
+        "field": None,
+    }
+    basic = proxy.post("/v1/messages", json=MESSAGE, headers={"authorization": "Basic eDp5"})
+    assert basic.status_code == 401
+    # Probes and the API description stay open.
+    assert proxy.get("/openapi.json").status_code == 200
+
+
+def test_an_operation_or_topic_the_token_lacks_is_refused_with_403(proxy: httpx.Client) -> None:
+    send = proxy.post("/v1/messages", json=MESSAGE, headers=_auth(READER))
+    assert send.status_code == 403 and send.json()["error"] == "token 'reader' may not call send"
+    cancel = proxy.delete("/v1/messages/m1", headers=_auth(READER))
+    assert cancel.status_code == 403 and "may not call cancel" in cancel.json()["error"]
+    other = {**MESSAGE, "topic": "billing.due"}
+    topic = proxy.post("/v1/messages", json=other, headers=_auth(SENDER))
+    assert topic.status_code == 403
+    assert topic.json() == {
+        "error": "token 'orders' may not send to topic 'billing.due'",
+        "field": "topic",
+    }
+    batch = {"messages": [MESSAGE, {**MESSAGE, "topic": "audit"}, other]}
+    refused = proxy.post("/v1/messages/batch", json=batch, headers=_auth(SENDER))
+    assert refused.status_code == 403 and refused.json()["field"] == "messages[2].topic"
+    # An allowed topic passes the guard and reaches Kafka (which is not there: 503).
+    allowed = proxy.post("/v1/messages", json=MESSAGE, headers=_auth(SENDER))
+    assert allowed.status_code == 503
+
+
+def test_a_token_over_its_rate_gets_429_with_retry_after(proxy: httpx.Client) -> None:
+    answers = [proxy.get("/v1/messages/m1", headers=_auth(SLOW)) for _ in range(3)]
+    assert [a.status_code for a in answers[:2]] == [503, 503]  # passed: no status node set
+    assert answers[2].status_code == 429 and int(answers[2].headers["retry-after"]) >= 1
+    assert "over its 2 requests/s" in answers[2].json()["error"]
+    # Another token is not held back by it.
+    assert proxy.get("/v1/messages/m1", headers=_auth(READER)).status_code == 503
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def test_a_1_gb_body_is_refused_fast_without_being_read(proxy: httpx.Client) -> None:
+    port = proxy.base_url.port
+    assert port is not None
+    before = _rss_mib()
+    chunk = b"x" * (1 << 20)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        head = (
+            "POST /v1/messages/batch HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"authorization: Bearer {SENDER}\r\ncontent-length: {1 << 30}\r\n\r\n"
+        )
+        began = time.monotonic()
+        sock.sendall(head.encode() + chunk)
+        answer = sock.recv(4096)
+        elapsed = time.monotonic() - began
+        sent = len(chunk)
+        sock.settimeout(0.2)
+        try:  # the server reads no more: our sends soon block, then fail
+            while sent < 1 << 30:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except OSError:
+            pass
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert elapsed < 0.1, f"413 after {elapsed * 1000:.0f} ms"
+    assert sent < 100 << 20, f"{sent >> 20} MiB accepted before the server stopped reading"
+    assert _rss_mib() - before < 50
+
+
+def test_a_chunked_body_is_cut_off_at_the_limit(proxy: httpx.Client) -> None:
+    def body() -> Iterator[bytes]:
+        yield b'{"messages": ['
+        for _ in range(10_000):  # 10,000 x 1 KiB: far over the 64 KiB limit
+            yield b'{"topic": "orders.a", "value": "' + b"v" * 1000 + b'", "delay_ms": 1},'
+
+    answer = proxy.post(
+        "/v1/messages/batch",
+        content=body(),
+        headers={**_auth(SENDER), "content-type": "application/json"},
+    )
+    assert answer.status_code == 413 and "over 65536 bytes" in answer.json()["error"]
+
+
+def test_a_body_slower_than_the_timeout_gets_408(proxy: httpx.Client) -> None:
+    port = proxy.base_url.port
+    assert port is not None
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        head = (
+            "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"authorization: Bearer {SENDER}\r\ncontent-length: 100\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b'{"topic": ')
+        answer = sock.recv(4096)  # the rest never comes; body_timeout_s is 1 s
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+
+
+def test_a_rotated_token_file_applies_without_a_restart(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    path = settings.security.tokens_file
+    assert path is not None
+    with _proxy(settings) as server, httpx.Client(base_url=f"http://127.0.0.1:{server.port}") as h:
+        assert h.get("/v1/messages/m1", headers=_auth(READER)).status_code == 503
+        rotated = new_token()
+        path.write_text(_entry("reader", rotated, [], ["status"]))
+        time.sleep(1.2)  # re-read within a second
+        assert h.get("/v1/messages/m1", headers=_auth(READER)).status_code == 401
+        assert h.get("/v1/messages/m1", headers=_auth(rotated)).status_code == 503
+        # A broken edit keeps the last good tokens in force.
+        path.write_text("[[tokens]]\nname = ")
+        time.sleep(1.2)
+        assert h.get("/v1/messages/m1", headers=_auth(rotated)).status_code == 503
+
+
+def test_no_authentication_is_refused_beyond_loopback(tmp_path: Path) -> None:
+    open_settings = ChronosSettings.model_validate({"proxy": {"host": "0.0.0.0", "port": 0}})
+    with pytest.raises(ConfigError, match="without authentication"):
+        ProxyServer(open_settings)
+    bad = ChronosSettings.model_validate({"security": {"tokens_file": tmp_path / "missing"}})
+    with pytest.raises(ConfigError, match="security.tokens_file"):
+        ProxyServer(bad)
+
+
+def test_the_admin_api_needs_an_admin_token_but_its_probes_do_not(
+    node: StubNode, tmp_path: Path
+) -> None:
+    security = SecuritySettings(tokens_file=_tokens_file(tmp_path / "tokens.toml"))
+    server = AdminServer(node, "127.0.0.1", 0, security)
+    server.start()
+    try:
+        assert server.wait_started(10)
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5) as http:
+            assert http.get("/healthz").status_code == 200
+            assert http.get("/metrics").status_code == 401
+            assert http.get("/metrics", headers=_auth(READER)).status_code == 403
+            assert http.get("/metrics", headers=_auth(SENDER)).status_code == 200
+        # The proxy's status questions present proxy.status_token.
+        node.caught_up = True
+        url = f"http://127.0.0.1:{server.port}"
+        assert StatusSource([url], token=SENDER).status("m1")["state"] == "unknown"
+        with pytest.raises(StatusUnavailable):
+            StatusSource([url]).status("m1")
+    finally:
+        server.stop()
+        server.join(5)
+
+
+def test_https_with_a_certificate_the_test_makes(node: StubNode, tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(certfile))
+    cert.private_key_pem.write_to_path(str(keyfile))
+    security = SecuritySettings(tls_certfile=certfile, tls_keyfile=keyfile)
+    server = AdminServer(node, "127.0.0.1", 0, security)
+    server.start()
+    try:
+        assert server.wait_started(10)
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        with httpx.Client(base_url=f"https://127.0.0.1:{server.port}", verify=context) as http:
+            assert http.get("/healthz").status_code == 200
+        with httpx.Client() as untrusting, pytest.raises(httpx.ConnectError):
+            untrusting.get(f"https://127.0.0.1:{server.port}/healthz")
+    finally:
+        server.stop()
+        server.join(5)
