@@ -69,12 +69,30 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: Words in a librdkafka option's name that make its value a secret, and options that are
+#: secret whatever their name says (a private key; a config string that may hold a secret).
+_SECRET_WORDS = ("password", "secret")
+_SECRET_KEYS = frozenset({"ssl.key.pem", "sasl.oauthbearer.config"})
+
+
+def _is_secret_key(key: str) -> bool:
+    """Whether a librdkafka option carries a secret."""
+    lowered = key.lower()
+    return lowered in _SECRET_KEYS or any(word in lowered for word in _SECRET_WORDS)
+
+
 class KafkaSettings(_Section):
     """How to reach Kafka; the ``*_config`` tables pass librdkafka options through verbatim."""
 
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
     sasl_password: SecretStr | None = Field(
         None, description="SASL password, kept out of logs; sets librdkafka 'sasl.password'."
+    )
+    secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="librdkafka options whose values are secret (ssl.key.password, "
+        "ssl.key.pem, sasl.oauthbearer.client.secret, ...), for every client, kept out of logs "
+        "and reprs; the *_config tables refuse them.",
     )
     client_config: dict[str, KafkaValue] = Field(
         default_factory=dict,
@@ -98,6 +116,11 @@ class KafkaSettings(_Section):
         silently win over chronos' own, e.g. ``isolation.level`` over the progress reader's
         ``read_committed``, or ``group.id`` over the election's group."""
         for key, value in config.items():
+            if _is_secret_key(key):
+                raise ValueError(
+                    f"{key} is a secret: set it in kafka.secrets (or kafka.sasl_password), "
+                    "where it is kept out of logs"
+                )
             fixed = _FIXED_PRODUCER_KEYS.get(key)
             if fixed is not None:
                 allowed, why = fixed
@@ -113,6 +136,7 @@ class KafkaSettings(_Section):
         config: KafkaConfig = {"bootstrap.servers": self.bootstrap_servers}
         if self.sasl_password is not None:
             config["sasl.password"] = self.sasl_password.get_secret_value()
+        config.update({key: value.get_secret_value() for key, value in self.secrets.items()})
         config.update(self.client_config)
         return config
 
@@ -277,6 +301,12 @@ class NodeSettings(_Section):
 
     node_id: str = Field("node-1", pattern=r"^[A-Za-z0-9._-]{1,64}$", description="Node name.")
     data_dir: Path = Field(Path("data/node-1"), description="Directory of the RocksDB store.")
+    checkpoint_dir: Path | None = Field(
+        None,
+        description="The only directory `chronos checkpoint` may ask a running node to write "
+        "a checkpoint into (the request is a file anyone who can write data_dir could drop); "
+        "unset: the directory that holds data_dir.",
+    )
     ingest_threads: int = Field(
         1,
         ge=1,

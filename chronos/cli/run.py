@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from chronos.cli.args import add_config, settings_from
 
@@ -23,4 +24,6 @@ def main(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     configure_logging(settings.log)
+    # Every file the node creates (store, checkpoints) is its user's alone.
+    os.umask(0o077)
     return Node(settings).run()

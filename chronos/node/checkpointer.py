@@ -21,13 +21,18 @@ class CheckpointWorker(LoopWorker):
         store: the node's open store (only its owner can checkpoint it consistently).
         data_dir: the store directory, where requests arrive.
         poll_s: how often to look for requests.
+        root: the only directory checkpoints may be written into (``node.checkpoint_dir``;
+            None: the directory holding ``data_dir``).
     """
 
-    def __init__(self, store: RocksStore, data_dir: Path, poll_s: float = 0.5) -> None:
+    def __init__(
+        self, store: RocksStore, data_dir: Path, poll_s: float = 0.5, root: Path | None = None
+    ) -> None:
         super().__init__("checkpoint")
         self._store = store
         self._data_dir = data_dir
         self._poll_s = poll_s
+        self._root = root if root is not None else data_dir.resolve().parent
 
     def step(self) -> None:
         if self._stop.wait(self._poll_s):
@@ -38,7 +43,9 @@ class CheckpointWorker(LoopWorker):
     def answer(self, request: Path) -> None:
         """Create the requested checkpoint and write the answer file."""
         try:
-            dest = checkpoint.requested_dest(request)
+            dest = checkpoint.confined(
+                checkpoint.requested_dest(request), self._root, self._data_dir
+            )
             result = checkpoint.create(self._store, dest)
         except (ChronosError, OSError, ValueError, KeyError) as exc:
             log.warning("checkpoint_failed", request=request.name, error=str(exc))

@@ -16,6 +16,9 @@ def settings_to_option(settings: ChronosSettings) -> str:
     data = settings.model_dump(mode="json")
     if settings.kafka.sasl_password is not None:
         data["kafka"]["sasl_password"] = settings.kafka.sasl_password.get_secret_value()
+    data["kafka"]["secrets"] = {
+        key: value.get_secret_value() for key, value in settings.kafka.secrets.items()
+    }
     return json.dumps(data)
 
 

@@ -201,7 +201,9 @@ def alone(ctx: NodeContext) -> list[Component]:
         _watermark_probe(ctx),
         _refresher(ctx, ctx.floor),
         DeleteWorker(ctx.ledger, ctx.settings.delete),
-        CheckpointWorker(ctx.store, ctx.settings.node.data_dir),
+        CheckpointWorker(
+            ctx.store, ctx.settings.node.data_dir, root=ctx.settings.node.checkpoint_dir
+        ),
     ]
 
 
@@ -303,7 +305,9 @@ def replica(ctx: NodeContext) -> list[Component]:
         _watermark_probe(ctx),
         _replica(ctx, ctx.group, ctx.replica_store, owned, ingest),
         DeleteWorker(ctx.ledger, ctx.settings.delete),
-        CheckpointWorker(ctx.store, ctx.settings.node.data_dir),
+        CheckpointWorker(
+            ctx.store, ctx.settings.node.data_dir, root=ctx.settings.node.checkpoint_dir
+        ),
     ]
 
 

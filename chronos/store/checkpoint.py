@@ -134,6 +134,20 @@ def answer_request(request: Path, result: CheckpointResult | None, error: str | 
     request.unlink(missing_ok=True)
 
 
+def confined(dest: Path, root: Path, data_dir: Path) -> Path:
+    """``dest`` resolved (symbolic links followed), when it lies inside ``root`` and outside
+    the store; ChronosError otherwise: a request file names any path, and the node would write
+    a whole store there with its own rights."""
+    resolved = dest.resolve()
+    if not resolved.is_relative_to(root.resolve()):
+        raise ChronosError(
+            f"checkpoint destination {resolved} is outside {root.resolve()} (node.checkpoint_dir)"
+        )
+    if resolved.is_relative_to(data_dir.resolve()):
+        raise ChronosError(f"checkpoint destination {resolved} is inside the store {data_dir}")
+    return resolved
+
+
 def requested_dest(request: Path) -> Path:
     """The destination a request asks for."""
     return Path(json.loads(request.read_text())["dest"])

@@ -182,7 +182,11 @@ class RocksStore:
     """
 
     def __init__(self, path: Path, settings: StoreSettings) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        # Owner-only: the store holds every pending payload, and its requests folder takes
+        # checkpoint requests (``checkpoint.py``) from whoever may write into it.
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o700)
         self._settings = settings
         # One block cache for every column family (index and filter blocks included), and one
         # budget for every memtable: memory stays bounded whatever the number of pending messages.

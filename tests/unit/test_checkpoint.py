@@ -85,3 +85,40 @@ def test_a_request_nobody_answers_times_out_and_is_withdrawn(tmp_path: Path) -> 
 def test_reader_rejects_a_folder_that_is_no_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="not a chronos store checkpoint"):
         checkpoint.CheckpointReader(tmp_path)
+
+
+def test_a_running_node_writes_checkpoints_only_inside_its_checkpoint_dir(tmp_path: Path) -> None:
+    """A request file names any path; the node refuses one outside ``node.checkpoint_dir``
+    (here the directory holding the store), one that escapes it through a symbolic link, and
+    one inside the store itself."""
+    store = _filled(tmp_path / "db", range(3), seek=0)
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    (tmp_path / "link").symlink_to(elsewhere, target_is_directory=True)
+    (tmp_path / "ok").mkdir()
+    worker = CheckpointWorker(store, tmp_path / "db", poll_s=0.02, root=tmp_path / "ok")
+    worker.start()
+    try:
+        for dest, why in (
+            (elsewhere / "c", "outside"),
+            (tmp_path / "link" / "c", "outside"),
+            (tmp_path / "ok" / ".." / "db" / "c", "outside"),
+        ):
+            with pytest.raises(ChronosError, match=why):
+                checkpoint.request_checkpoint(tmp_path / "db", dest, timeout_s=10)
+        assert not elsewhere.exists()
+        result = checkpoint.request_checkpoint(tmp_path / "db", tmp_path / "ok" / "c", 10)
+        assert result.path == (tmp_path / "ok" / "c").resolve()
+    finally:
+        worker.stop()
+        worker.join(5)
+    store.close()
+    with pytest.raises(ChronosError, match="inside the store"):
+        checkpoint.confined(tmp_path / "db" / "c", tmp_path, tmp_path / "db")
+
+
+def test_the_store_directory_is_owner_only(tmp_path: Path) -> None:
+    (tmp_path / "open").mkdir(mode=0o755)
+    for name in ("new", "open"):
+        store = RocksStore(tmp_path / name, FAST)
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o700
+        store.close()

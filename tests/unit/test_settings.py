@@ -242,3 +242,24 @@ def test_keys_chronos_relies_on_are_refused_in_every_passthrough_table(
 def test_durable_acks_may_be_spelled_out(value: object) -> None:
     kafka = KafkaSettings(producer_config={"acks": value, "enable.idempotence": True})
     assert kafka.producer()["acks"] == value
+
+
+def test_kafka_secrets_are_kept_out_of_the_plain_tables_and_of_reprs() -> None:
+    """A password in client_config would sit in a plain dict (and any repr or log of the
+    settings); kafka.secrets holds it as a SecretStr and hands it to librdkafka only."""
+    for key in ("ssl.key.password", "sasl.oauthbearer.client.secret", "ssl.key.pem"):
+        with pytest.raises(PydanticValidationError, match="kafka.secrets"):
+            ChronosSettings.model_validate({"kafka": {"client_config": {key: "hunter2"}}})
+    settings = ChronosSettings.model_validate(
+        {
+            "kafka": {
+                "secrets": {"ssl.key.password": "hunter2"},
+                "sasl_password": "swordfish",
+                "client_config": {"ssl.ca.pem": "PUBLIC", "security.protocol": "SASL_SSL"},
+            }
+        }
+    )
+    assert "hunter2" not in repr(settings) and "swordfish" not in repr(settings)
+    assert "hunter2" not in settings.model_dump_json()
+    config = settings.kafka.admin()
+    assert config["ssl.key.password"] == "hunter2" and config["sasl.password"] == "swordfish"
