@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -106,24 +108,37 @@ def java_binary() -> str:
     return found
 
 
+@dataclass(frozen=True)
+class Listener:
+    """A client listener beside PLAINTEXT, e.g. ``Listener("SASL", "SASL_PLAINTEXT", port)``;
+    its own settings go in the broker's properties as ``listener.name.<name>.*``."""
+
+    name: str
+    protocol: str
+    port: int
+
+
 def server_properties(
     host: str,
     port: int,
     controller_port: int,
     log_dir: Path,
     extra: dict[str, str] | None = None,
+    listeners: Sequence[Listener] = (),
 ) -> str:
     """A single-node KRaft configuration tuned for tests: replication 1, no rebalance delay;
-    ``extra`` properties added or overriding."""
+    ``extra`` properties added or overriding; ``listeners`` served beside PLAINTEXT."""
+    more = "".join(f",{lst.name}://{host}:{lst.port}" for lst in listeners)
+    protocols = "".join(f",{lst.name}:{lst.protocol}" for lst in listeners)
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@{host}:{controller_port}",
-        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}{more}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}{more}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocols}",
         "log.dirs": str(log_dir),
         "num.partitions": "1",
         "offsets.topic.replication.factor": "1",
@@ -153,6 +168,7 @@ class KafkaBroker(BrokerProcess):
         heap: JVM heap size (``-Xmx``), e.g. ``"1g"``.
         version: Kafka release whose jars to run.
         properties: more ``server.properties`` (e.g. an authorizer), added or overriding.
+        listeners: client listeners beside PLAINTEXT (SASL, TLS), each on its own port.
     """
 
     def __init__(
@@ -163,9 +179,11 @@ class KafkaBroker(BrokerProcess):
         heap: str = DEFAULT_HEAP,
         version: str = KAFKA_VERSION,
         properties: dict[str, str] | None = None,
+        listeners: Sequence[Listener] = (),
     ) -> None:
         self.host = host
         self._properties = dict(properties or {})
+        self.listeners = tuple(listeners)
         self.port = port or free_port(host)
         self._heap = heap
         self._version = version
@@ -228,7 +246,12 @@ class KafkaBroker(BrokerProcess):
         properties = self._workdir / "server.properties"
         properties.write_text(
             server_properties(
-                self.host, self.port, controller_port, self._workdir / "data", self._properties
+                self.host,
+                self.port,
+                controller_port,
+                self._workdir / "data",
+                self._properties,
+                self.listeners,
             )
         )
         (self._workdir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
