@@ -163,9 +163,14 @@ def _overview(view: NodeView) -> dict[str, object]:
     }
 
 
+#: Open to anyone: the probes (a liveness probe carries no secret) and the dashboard's page,
+#: which holds no data (its script asks the API with the token given in its address).
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/dashboard"})
+
+
 def admin_operation(_method: str, path: str) -> Operation | None:
-    """Probes are open (a liveness probe carries no secret); the rest needs ``admin``."""
-    return None if path in ("/healthz", "/readyz") else "admin"
+    """The operation a request calls: ``admin`` for everything but ``OPEN_PATHS``."""
+    return None if path in OPEN_PATHS else "admin"
 
 
 class AdminServer(ThreadedServer):

@@ -294,15 +294,21 @@ class Ledger:
             # kept only when it reschedules: a reschedule of a message this batch stored
             # cannot read it from the store yet.
             written: dict[bytes, bytes] | None = {} if rescheduling else None
+
+            def flush() -> None:
+                """Put the adds collected so far, before a write that must follow them."""
+                outcome.added += len(placed)
+                batch.put_scheduled_many(placed)
+                if written is not None:
+                    written.update((entry[0], entry[2]) for entry in placed)
+                placed.clear()
+
             with self._frontier.placing(earliest_due, offsets) as frontier:
                 for n, (message_id, due, value) in enumerate(items):
                     current = state[message_id]
                     if value is not None and not value:  # RESCHEDULE
-                        outcome.added += len(placed)
-                        batch.put_scheduled_many(placed)
+                        flush()
                         assert written is not None
-                        written.update((entry[0], entry[2]) for entry in placed)
-                        placed = []
                         request = RescheduleRequest(message_id, due)
                         if leading:
                             origin = origins[n] if origins else None
@@ -327,11 +333,7 @@ class Ledger:
                         continue
                     if value is not None:
                         if copies and n in copies:
-                            outcome.added += len(placed)
-                            batch.put_scheduled_many(placed)
-                            if written is not None:
-                                written.update((entry[0], entry[2]) for entry in placed)
-                            placed = []
+                            flush()
                             at = self._refresh(batch, message_id, due, value, current, frontier)
                             if at is None:
                                 outcome.duplicates += 1
@@ -360,12 +362,7 @@ class Ledger:
                         if earliest is None or slot < earliest:
                             earliest = slot
                     else:
-                        # Batch order is apply order: adds before this cancel go in first.
-                        outcome.added += len(placed)
-                        batch.put_scheduled_many(placed)
-                        if written is not None:
-                            written.update((entry[0], entry[2]) for entry in placed)
-                        placed = []
+                        flush()  # batch order is apply order: adds before this cancel first
                         state[message_id] = self._cancel(
                             batch,
                             message_id,
@@ -376,8 +373,7 @@ class Ledger:
                             leading,
                             message_id in fresh,
                         )
-                outcome.added += len(placed)
-                batch.put_scheduled_many(placed)
+                flush()
                 for partition, offset in (offsets or {}).items():
                     batch.set_inner_offset(partition, offset)
                 self._store.write(batch)

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from chronos.metrics import BOUNDS_MS
+from chronos.web.tokens import hash_token, new_token
 from proxy.client import DelayClient, DelayRequest
 from tests.integration.harness import Inbox, make_settings, running_node, wait_until
 
@@ -83,16 +84,28 @@ def test_dashboard_draws_the_schedule_deliveries_and_replicas(
 ) -> None:
     """Mutants caught: a chart drawing from a field the API does not send (or a renamed one);
     due bars misplaced or scaled out of proportion; a rate that ignores deliveries; a replicas
-    table without the node; any JavaScript or resource error in the console."""
+    table without the node; any JavaScript or resource error in the console; a page that
+    does not send the token its address gives (the node requires one here)."""
     executable = _chromium()
-    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
+    token = new_token()
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(
+        f'[[tokens]]\nname = "ops"\nsha256 = "{hash_token(token)}"\noperations = ["admin"]\n'
+    )
+    settings = make_settings(
+        kafka_bootstrap, namespace, tmp_path / "store", security={"tokens_file": tokens}
+    )
     topic = f"{namespace}-target"
     errors: list[str] = []
     with running_node(settings) as node, Inbox(settings, [topic]) as inbox:
         port = node.admin_port
         assert port is not None
         base = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=base, timeout=5) as http, DelayClient(settings) as client:
+        auth = {"authorization": f"Bearer {token}"}
+        with (
+            httpx.Client(base_url=base, timeout=5, headers=auth) as http,
+            DelayClient(settings) as client,
+        ):
             wait_until(lambda: http.get("/readyz").status_code == 200, 20, "the node is ready")
             # While due counts are built /v1/forecast answers 503, which Chromium logs as an
             # error: wait it out so a console error means a fault of the page.
@@ -112,7 +125,9 @@ def test_dashboard_draws_the_schedule_deliveries_and_replicas(
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
                 page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
-                page.goto(f"{base}/dashboard")
+                page.goto(f"{base}/dashboard#token={token}")
+                # Kept for the tab, out of the address bar (and of screenshots, history).
+                assert page.url == f"{base}/dashboard"
                 every_chart = " && ".join(
                     f"document.getElementById('{c}')?.dataset.rendered === 'true'" for c in CHARTS
                 )

@@ -227,6 +227,8 @@ def test_the_admin_api_needs_an_admin_token_but_its_probes_do_not(
         assert server.wait_started(10)
         with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5) as http:
             assert http.get("/healthz").status_code == 200
+            assert http.get("/dashboard").status_code == 200  # the page; its data needs a token
+            assert http.get("/v1/overview").status_code == 401
             assert http.get("/metrics").status_code == 401
             assert http.get("/metrics", headers=_auth(READER)).status_code == 403
             assert http.get("/metrics", headers=_auth(SENDER)).status_code == 200
