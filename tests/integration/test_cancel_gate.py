@@ -15,7 +15,8 @@ from chronos.schedule.ledger import Ledger
 from proxy.client import DelayClient
 from tests.integration.harness import Group, Inbox, make_settings, running_node, wait_until
 
-_STALL_S = 2.5
+_STALL_S = 5.0
+_DUE_IN_MS = 3000
 
 
 class _StallingCancels:
@@ -45,8 +46,9 @@ def _stall_cancels(node: Node) -> _StallingCancels:
 
 
 def _doomed_and_kept(client: DelayClient, topic: str) -> tuple[str, str, int]:
-    """Two messages due in 1.5 s; the first cancelled about 1.2 s before its due time."""
-    due_ms = int(time.time() * 1000) + 1500
+    """Two messages due in 3 s; the first cancelled well before its due time (a slow shared
+    CI machine took 1.3 s to acknowledge three requests: the margin is for it)."""
+    due_ms = int(time.time() * 1000) + _DUE_IN_MS
     doomed = client.send_delay(topic, b"order-timeout", deliver_at=due_ms)
     kept = client.send_delay(topic, b"kept", deliver_at=due_ms)
     time.sleep(0.3)
