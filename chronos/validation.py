@@ -14,7 +14,7 @@ from chronos.types import EpochMs
 
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _ID_RE = re.compile(r"[A-Za-z0-9._:-]+")
-_MAX_MULTIPLIER = 1000
+MAX_MULTIPLIER = 1000
 _PREFIX_LEN = len(HEADER_PREFIX)
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1000}
@@ -99,8 +99,8 @@ def validate_repeat(repeat: Repeat, limits: LimitSettings) -> None:
     if not lo <= repeat.interval_ms <= hi:
         raise ValidationError("repeat.interval_ms", f"must be {lo}..{hi} ms")
     if repeat.kind is RepeatKind.EXPONENTIAL:
-        if not 2 <= repeat.multiplier <= _MAX_MULTIPLIER:
-            raise ValidationError("repeat.multiplier", f"must be 2..{_MAX_MULTIPLIER}")
+        if not 2 <= repeat.multiplier <= MAX_MULTIPLIER:
+            raise ValidationError("repeat.multiplier", f"must be 2..{MAX_MULTIPLIER}")
         if not repeat.interval_ms <= repeat.max_interval_ms <= hi:
             raise ValidationError(
                 "repeat.max_interval_ms", f"must be between interval_ms and {hi} ms"
@@ -121,6 +121,9 @@ def validate_message(
     for index, (name, header_value) in enumerate(message.headers):
         if not name:
             raise ValidationError(f"headers[{index}]", "header name must not be empty")
+        if "\x00" in name:
+            # Kafka clients in C (librdkafka, so every confluent-kafka) end a name there.
+            raise ValidationError(f"headers[{index}]", "header name must not contain NUL")
         if name[:_PREFIX_LEN].lower() == HEADER_PREFIX:
             raise ValidationError(
                 f"headers[{index}]", f"names starting with {HEADER_PREFIX!r} are reserved"

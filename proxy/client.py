@@ -206,6 +206,7 @@ class DelayClient:
         cancelled (and what the cancel found) or unknown, as a ready node of
         ``proxy.status_nodes`` answers (``proxy/status.py``). Raises StatusUnavailable when
         none can. After ``cancel``, this tells whether the cancel removed the message."""
+        validate_id(id, self._settings.limits)  # a malformed id is the caller's error, not a 503
         proxy = self._settings.proxy
         token = None if proxy.status_token is None else proxy.status_token.get_secret_value()
         return StatusSource(proxy.status_nodes, token=token).status(id)

@@ -51,8 +51,8 @@ class StatusSource:
             )
         node, readiness = self._pick()
         answer = self._get(f"{node}/v1/messages/{urllib.parse.quote(message_id, safe='')}")
-        if answer is None:
-            raise StatusUnavailable(f"{node} stopped answering")
+        if isinstance(answer, str):
+            raise StatusUnavailable(f"{node} {answer}")
         answer["answered_by"] = {"node": readiness.get("node"), "role": readiness.get("role")}
         return answer
 
@@ -61,8 +61,8 @@ class StatusSource:
         seen: list[str] = []
         for node in self._nodes:
             readiness = self._get(f"{node}/readyz", accept_503=True)
-            if readiness is None:
-                seen.append(f"{node}: no answer")
+            if isinstance(readiness, str):
+                seen.append(f"{node}: {readiness}")
                 continue
             if not readiness.get("ok"):
                 seen.append(f"{node}: not ready ({readiness.get('role')})")
@@ -74,16 +74,23 @@ class StatusSource:
             return ready[0]
         raise StatusUnavailable("no node is ready to answer: " + "; ".join(seen))
 
-    def _get(self, url: str, accept_503: bool = False) -> dict[str, Any] | None:
+    def _get(self, url: str, accept_503: bool = False) -> dict[str, Any] | str:
+        """The JSON answer, or why there is none (a refusal names its status: a 401 is a
+        wrong proxy.status_token, not a node that is down)."""
         try:
             request = urllib.request.Request(url, headers=self._headers)
             with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
                 body: dict[str, Any] = json.load(response)
                 return body
         except urllib.error.HTTPError as exc:
-            if accept_503 and exc.code == 503:
+            try:
                 body = json.load(exc)
+            except ValueError:
+                body = {}
+            if not isinstance(body, dict):
+                body = {}
+            if accept_503 and exc.code == 503:
                 return body
-            return None
-        except (OSError, ValueError):
-            return None
+            return f"answered {exc.code}: {body.get('error', exc.reason)}"
+        except (OSError, ValueError) as exc:
+            return f"gave no answer ({exc})"

@@ -15,6 +15,7 @@ from chronos.settings import ChronosSettings
 from chronos.web.guard import token_of
 from chronos.web.tokens import Operation
 from proxy.client import DelayClient, Receipt
+from proxy.http.openapi_rules import state_rules
 from proxy.http.schemas import (
     BatchIn,
     BatchOut,
@@ -104,7 +105,14 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
         description="Schedule Kafka records for delayed delivery. Every 2xx answer means "
         "Kafka acknowledged the request on the inner topic.",
     )
-    cap = settings.limits.repeat_max_interval_ms
+    limits = settings.limits
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = state_rules(FastAPI.openapi(app), settings)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented override
 
     @app.exception_handler(ValidationError)
     def _invalid(_request: Request, exc: ValidationError) -> JSONResponse:
@@ -136,7 +144,7 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
     def schedule(body: ScheduleIn, request: Request) -> ReceiptOut:
         """Schedule one message."""
         _check_topics(request, [body.topic], batch=False)
-        return _receipt(client.send_batch([body.to_request(cap)])[0])
+        return _receipt(client.send_batch([body.to_request(limits)])[0])
 
     @app.post("/v1/messages/batch", response_model=BatchOut, status_code=201, responses=_ERRORS)
     def schedule_batch(body: BatchIn, request: Request) -> BatchOut:
@@ -147,7 +155,7 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
         requests = []
         for index, message in enumerate(body.messages):
             try:
-                requests.append(message.to_request(cap))
+                requests.append(message.to_request(limits))
             except ValidationError as exc:
                 raise ValidationError(f"messages[{index}].{exc.field}", exc.message) from exc
         return BatchOut(receipts=[_receipt(r) for r in client.send_batch(requests)])

@@ -11,11 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chronos.errors import ValidationError
 from chronos.repeat import CatchUp, Repeat, RepeatKind
+from chronos.settings import LimitSettings
+from chronos.validation import MAX_MULTIPLIER
 from proxy.client import DelayRequest
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Strict: ``false`` or ``"5"`` is not a number here, as the schema says."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class HeaderIn(_Body):
@@ -43,7 +47,14 @@ class RepeatIn(_Body):
         ),
     )
 
-    def to_repeat(self, default_cap_ms: int) -> Repeat:
+    def to_repeat(self, limits: LimitSettings) -> Repeat:
+        """The repeat; the exponential-only fields are checked for a fixed one too, so that
+        what the schema refuses is refused whatever the kind."""
+        lo, hi = limits.repeat_min_interval_ms, limits.repeat_max_interval_ms
+        if not 2 <= self.multiplier <= MAX_MULTIPLIER:
+            raise ValidationError("repeat.multiplier", f"must be 2..{MAX_MULTIPLIER}")
+        if self.max_interval_ms is not None and not lo <= self.max_interval_ms <= hi:
+            raise ValidationError("repeat.max_interval_ms", f"must be {lo}..{hi} ms")
         catch_up = CatchUp.LATEST if self.catch_up == "latest" else CatchUp.ALL
         if self.kind == "fixed":
             return Repeat(RepeatKind.FIXED, self.interval_ms, self.times, catch_up=catch_up)
@@ -52,7 +63,7 @@ class RepeatIn(_Body):
             self.interval_ms,
             self.times,
             self.multiplier,
-            self.max_interval_ms or default_cap_ms,
+            self.max_interval_ms or hi,
             catch_up,
         )
 
@@ -83,7 +94,7 @@ class ScheduleIn(_Body):
         except (binascii.Error, ValueError) as exc:
             raise ValidationError(field, "is not valid base64") from exc
 
-    def to_request(self, default_cap_ms: int) -> DelayRequest:
+    def to_request(self, limits: LimitSettings) -> DelayRequest:
         """The client-library request this body stands for."""
         given = [v is not None for v in (self.delay_ms, self.deliver_at_ms, self.deliver_at)]
         if sum(given) != 1:
@@ -106,7 +117,7 @@ class ScheduleIn(_Body):
             delay=None if self.delay_ms is None else self.delay_ms / 1000.0,
             deliver_at=deliver_at,
             id=self.id,
-            repeat=None if self.repeat is None else self.repeat.to_repeat(default_cap_ms),
+            repeat=None if self.repeat is None else self.repeat.to_repeat(limits),
         )
 
 

@@ -144,6 +144,14 @@ def test_empty_header_name() -> None:
     assert err.field == "headers[0]"
 
 
+@pytest.mark.parametrize("name", ["\x00", "\x00trace", "trace\x00id"])
+def test_header_name_with_nul_is_refused(name: str) -> None:
+    """librdkafka cuts a header name at its NUL: the node would see another (or no) name.
+    Found by the schema fuzz test."""
+    err = _field(validate_message, _msg(headers=[(name, b"1")]), LIMITS, NAMES, NOW)
+    assert err.field == "headers[0]" and "NUL" in err.message
+
+
 def test_size_limit_inclusive() -> None:
     # key 1 + value 90 + header name 4 + header value 5 = 100 = limit
     validate_message(_msg(value=b"v" * 90, headers=[("name", b"12345")]), LIMITS, NAMES, NOW)
