@@ -15,6 +15,7 @@ File format (TOML)::
     topics = ["orders.*", "payments.timeout"]
     operations = ["send", "cancel", "reschedule", "status"]
     requests_per_s = 500              # optional; 0 or absent: unlimited
+    max_pending = 1000000             # optional; 0 or absent: unlimited (chronos/web/quota.py)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Literal, get_args
 
 Operation = Literal["send", "cancel", "reschedule", "status", "admin"]
 OPERATIONS: tuple[str, ...] = get_args(Operation)
+_KEYS = frozenset({"name", "sha256", "topics", "operations", "requests_per_s", "max_pending"})
 #: How often the file's modification time is looked at.
 _RELOAD_CHECK_S = 1.0
 
@@ -58,6 +60,7 @@ class Token:
     topics: tuple[str, ...]
     operations: frozenset[str]
     requests_per_s: float = 0.0
+    max_pending: int = 0
 
     def may(self, operation: Operation) -> bool:
         return operation in self.operations
@@ -87,7 +90,7 @@ def parse_tokens(text: str, origin: str) -> dict[str, Token]:
         where = f"{origin}: tokens[{n}]"
         if not isinstance(entry, dict):
             raise TokenFileError(f"{where}: not a table")
-        unknown = set(entry) - {"name", "sha256", "topics", "operations", "requests_per_s"}
+        unknown = set(entry) - _KEYS
         if unknown:
             raise TokenFileError(f"{where}: unknown keys {sorted(unknown)}")
         name, digest = entry.get("name"), entry.get("sha256")
@@ -105,10 +108,13 @@ def parse_tokens(text: str, origin: str) -> dict[str, Token]:
         rate = entry.get("requests_per_s", 0)
         if not isinstance(rate, int | float) or rate < 0:
             raise TokenFileError(f"{where} ({name}): 'requests_per_s' must be >= 0")
+        max_pending = entry.get("max_pending", 0)
+        if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 0:
+            raise TokenFileError(f"{where} ({name}): 'max_pending' must be an integer >= 0")
         if digest.lower() in book:
             raise TokenFileError(f"{where} ({name}): the same token is listed twice")
         book[digest.lower()] = Token(
-            name, digest.lower(), tuple(topics), frozenset(operations), float(rate)
+            name, digest.lower(), tuple(topics), frozenset(operations), float(rate), max_pending
         )
     return book
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,8 +15,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from chronos.errors import NotAcknowledged, ValidationError
 from chronos.settings import ChronosSettings
 from chronos.web.guard import token_of
+from chronos.web.quota import PendingQuota
 from chronos.web.tokens import Operation
-from proxy.client import DelayClient, Receipt
+from proxy.client import DelayClient, DelayRequest, Receipt
 from proxy.http.openapi_rules import state_rules
 from proxy.http.schemas import (
     BatchIn,
@@ -97,6 +100,50 @@ def _check_topics(request: Request, topics: Sequence[str], batch: bool) -> None:
             )
 
 
+class QuotaExceeded(Exception):
+    """The token's pending-message quota has no room for the request (429)."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def _last_due(request: DelayRequest, receipt: Receipt) -> int:
+    """When a scheduled message stops being pending: its (last occurrence's) due time."""
+    repeat = request.repeat
+    first = receipt.deliver_at_ms
+    return first if repeat is None else repeat.due_of(first, repeat.times)
+
+
+def _send_counted(
+    client: DelayClient, quota: PendingQuota, request: Request, requests: list[DelayRequest]
+) -> list[Receipt]:
+    """Send ``requests`` within the token's ``max_pending`` (chronos/web/quota.py)."""
+    token = token_of(request.state)
+    if token is None or token.max_pending <= 0:
+        return client.send_batch(requests)
+    now_ms = int(time.time() * 1000)
+    count = len(requests)
+    wait_s = quota.admit(token.name, token.max_pending, count, now_ms)
+    if wait_s == math.inf:
+        raise ValidationError(
+            "messages", f"{count} messages are over token {token.name!r}'s max_pending"
+        )
+    if wait_s > 0:
+        raise QuotaExceeded(
+            f"token {token.name!r} has {token.max_pending} messages pending, its max_pending",
+            wait_s,
+        )
+    try:
+        receipts = client.send_batch(requests)
+    except BaseException:
+        quota.release(token.name, count)
+        raise
+    due = [_last_due(r, receipt) for r, receipt in zip(requests, receipts, strict=True)]
+    quota.settle(token.name, due, int(time.time() * 1000))
+    return receipts
+
+
 def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
     """The HTTP API around ``client``; answers only after Kafka acknowledged."""
     app = FastAPI(
@@ -106,6 +153,7 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
         "Kafka acknowledged the request on the inner topic.",
     )
     limits = settings.limits
+    quota = PendingQuota()
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -136,6 +184,14 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
             headers=exc.headers,
         )
 
+    @app.exception_handler(QuotaExceeded)
+    def _over_quota(_request: Request, exc: QuotaExceeded) -> JSONResponse:
+        return JSONResponse(
+            status_code=429,
+            content={"error": str(exc), "field": None},
+            headers={"retry-after": str(max(1, math.ceil(exc.retry_after_s)))},
+        )
+
     @app.exception_handler(NotAcknowledged)
     def _unavailable(_request: Request, exc: NotAcknowledged) -> JSONResponse:
         return JSONResponse(status_code=503, content={"error": str(exc), "field": None})
@@ -144,7 +200,7 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
     def schedule(body: ScheduleIn, request: Request) -> ReceiptOut:
         """Schedule one message."""
         _check_topics(request, [body.topic], batch=False)
-        return _receipt(client.send_batch([body.to_request(limits)])[0])
+        return _receipt(_send_counted(client, quota, request, [body.to_request(limits)])[0])
 
     @app.post("/v1/messages/batch", response_model=BatchOut, status_code=201, responses=_ERRORS)
     def schedule_batch(body: BatchIn, request: Request) -> BatchOut:
@@ -158,7 +214,8 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
                 requests.append(message.to_request(limits))
             except ValidationError as exc:
                 raise ValidationError(f"messages[{index}].{exc.field}", exc.message) from exc
-        return BatchOut(receipts=[_receipt(r) for r in client.send_batch(requests)])
+        receipts = _send_counted(client, quota, request, requests)
+        return BatchOut(receipts=[_receipt(r) for r in receipts])
 
     @app.delete(
         "/v1/messages/{message_id}", response_model=CancelOut, status_code=202, responses=_ERRORS
