@@ -31,6 +31,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     token.add_argument(
         "--requests-per-s", type=float, default=0.0, help="its request rate (0: unlimited)"
     )
+    token.add_argument(
+        "--max-pending",
+        type=int,
+        default=0,
+        help="most of its messages waiting at once, per proxy (0: unlimited)",
+    )
     token.set_defaults(func=token_main)
 
 
@@ -45,5 +51,7 @@ def token_main(args: argparse.Namespace) -> int:
     ]
     if args.requests_per_s:
         entry.append(f"requests_per_s = {args.requests_per_s:g}")
+    if args.max_pending:
+        entry.append(f"max_pending = {args.max_pending}")
     print(json.dumps({"name": args.name, "token": secret, "tokens_file_entry": "\n".join(entry)}))
     return 0

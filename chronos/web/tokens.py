@@ -65,6 +65,11 @@ class Token:
     def may(self, operation: Operation) -> bool:
         return operation in self.operations
 
+    @property
+    def every_topic(self) -> bool:
+        """True when no topic is out of reach (``topics = ["*"]``)."""
+        return "*" in self.topics
+
     def may_send_to(self, topic: str) -> bool:
         """Whether this token may schedule to ``topic``: a listed name, or a ``prefix*``."""
         for allowed in self.topics:

@@ -144,6 +144,36 @@ def _send_counted(
     return receipts
 
 
+def _check_id_scope(
+    client: DelayClient, request: Request, message_id: str, operation: Operation
+) -> None:
+    """403 unless a token limited to some topics acts on a message of one of them.
+
+    Only a node knows an id's topic: the proxy asks one (``proxy.status_nodes``). An id the
+    nodes know no topic for (not yet ingested, cancelled, unknown) is refused too: a cancel
+    for an id not yet seen stays in force for the add that follows, so allowing it would let
+    a token cancel another tenant's message before it arrives.
+    """
+    token = token_of(request.state)
+    if token is None or token.every_topic:
+        return
+    answer = client.status(message_id)
+    topic = answer.get("topic")
+    if topic is None:
+        raise ValidationError(
+            "message_id",
+            f"token {token.name!r} may {operation} only messages of its topics, and no node "
+            f"knows the topic of {message_id!r} (state {answer.get('state')})",
+            status=403,
+        )
+    if not token.may_send_to(str(topic)):
+        raise ValidationError(
+            "message_id",
+            f"token {token.name!r} may not {operation} messages of topic {topic!r}",
+            status=403,
+        )
+
+
 def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
     """The HTTP API around ``client``; answers only after Kafka acknowledged."""
     app = FastAPI(
@@ -220,8 +250,9 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
     @app.delete(
         "/v1/messages/{message_id}", response_model=CancelOut, status_code=202, responses=_ERRORS
     )
-    def cancel(message_id: str) -> CancelOut:
+    def cancel(message_id: str, request: Request) -> CancelOut:
         """Cancel every remaining occurrence of a message."""
+        _check_id_scope(client, request, message_id, "cancel")
         return CancelOut(id=client.cancel(message_id).id)
 
     @app.post(
@@ -230,10 +261,11 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
         status_code=202,
         responses=_ERRORS,
     )
-    def reschedule(message_id: str, body: RescheduleIn) -> RescheduleOut:
+    def reschedule(message_id: str, body: RescheduleIn, request: Request) -> RescheduleOut:
         """Move a pending message to a new due time (later occurrences of a repeat keep their
         gaps). Not moved when already delivered or being delivered: the status says."""
         delay, deliver_at = body.due()
+        _check_id_scope(client, request, message_id, "reschedule")
         receipt = client.reschedule(message_id, delay=delay, deliver_at=deliver_at)
         return RescheduleOut(id=receipt.id, deliver_at_ms=receipt.deliver_at_ms)
 
@@ -242,11 +274,19 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
         return JSONResponse(status_code=503, content={"error": str(exc), "field": None})
 
     @app.get("/v1/messages/{message_id}", responses={503: {"model": ErrorOut}})
-    def status(message_id: str) -> dict[str, Any]:
+    def status(message_id: str, request: Request) -> dict[str, Any]:
         """Where a message is: ``pending``, ``delivered`` (partition, offset), ``dead_lettered``,
         ``cancelled`` (``cancel`` says whether it removed the message) or ``unknown``, as a
-        ready node of ``proxy.status_nodes`` answers. 503 when no node can."""
-        return client.status(message_id)
+        ready node of ``proxy.status_nodes`` answers. 503 when no node can. 403 for a message
+        of a topic the token may not send to."""
+        answer = client.status(message_id)
+        token = token_of(request.state)
+        topic = answer.get("topic")
+        if token is not None and topic is not None and not token.may_send_to(str(topic)):
+            raise ValidationError(
+                "message_id", f"token {token.name!r} may not see messages of {topic!r}", status=403
+            )
+        return answer
 
     @app.get("/healthz", response_model=HealthOut, responses={503: {"model": HealthOut}})
     def health() -> JSONResponse:

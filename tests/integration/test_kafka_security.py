@@ -1,6 +1,7 @@
 """chronos through Apache Kafka's SASL and TLS listeners: a replica group's node (transactions,
 election, progress), the Python client, the HTTP proxy and ``chronos group`` connect through
-each and deliver; a wrong password is refused; the password never reaches the logs.
+each and deliver; the Spark pipeline schedules and audits through SASL/SCRAM; a wrong password is
+refused; the password never reaches the logs.
 
 A broker of its own, with three client listeners: PLAINTEXT (the test's own consumer and topic
 set-up), SASL_PLAINTEXT with the PLAIN mechanism, and SSL with a certificate the test makes
@@ -9,24 +10,35 @@ set-up), SASL_PLAINTEXT with the PLAIN mechanism, and SSL with a certificate the
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import trustme
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # exported, no __all__
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from cryptography.hazmat.primitives import serialization
 
 from chronos.cli.main import main as chronos_main
 from chronos.devstack.kafka import KafkaBroker, Listener
 from chronos.devstack.tansu import free_port
 from chronos.errors import NotAcknowledged
+from chronos.pipeline.main import main as pipeline_main
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
 from proxy.http.server import ProxyServer
@@ -43,6 +55,7 @@ pytestmark = pytest.mark.kafka_only(reason="SASL and TLS listeners of Apache Kaf
 
 PASSWORD = "s3cret-pw-7f2a"
 USER = "chronos"
+SCRAM = "SCRAM-SHA-256"
 
 
 @dataclass(frozen=True)
@@ -55,14 +68,15 @@ class Secured:
     ca_file: Path
 
     def kafka(self, listener: str, password: str = PASSWORD) -> dict[str, Any]:
-        """The ``[kafka]`` section of a client of ``listener``."""
-        if listener == "sasl":
+        """The ``[kafka]`` section of a client of ``listener``: ``sasl`` (PLAIN), ``scram``
+        (SCRAM-SHA-256 on the same SASL listener) or ``tls``."""
+        if listener in ("sasl", "scram"):
             return {
                 "bootstrap_servers": self.sasl,
                 "sasl_password": password,
                 "client_config": {
                     "security.protocol": "SASL_PLAINTEXT",
-                    "sasl.mechanism": "PLAIN",
+                    "sasl.mechanism": "PLAIN" if listener == "sasl" else SCRAM,
                     "sasl.username": USER,
                 },
             }
@@ -92,10 +106,13 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     sasl_port, tls_port = free_port("127.0.0.1"), free_port("127.0.0.1")
     broker = KafkaBroker(
         properties={
-            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.enabled.mechanisms": f"PLAIN,{SCRAM}",
             "listener.name.sasl.plain.sasl.jaas.config": (
                 "org.apache.kafka.common.security.plain.PlainLoginModule required "
                 f'user_{USER}="{PASSWORD}";'
+            ),
+            f"listener.name.sasl.{SCRAM.lower()}.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
             ),
             "listener.name.tls.ssl.keystore.type": "PEM",
             "listener.name.tls.ssl.keystore.key": _pem_property(pkcs8),
@@ -109,11 +126,21 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         ],
     ).start()
     try:
+        _add_scram_user(broker.bootstrap)
         yield Secured(
             broker.bootstrap, f"127.0.0.1:{sasl_port}", f"127.0.0.1:{tls_port}", folder / "ca.pem"
         )
     finally:
         broker.stop()
+
+
+def _add_scram_user(plaintext: str) -> None:
+    """SCRAM credentials live in the cluster's metadata: set through the admin API."""
+    admin = AdminClient({"bootstrap.servers": plaintext})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    upsert = UserScramCredentialUpsertion(USER, info, PASSWORD.encode())
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(30)
 
 
 def _config_file(path: Path, settings: ChronosSettings) -> Path:
@@ -134,7 +161,7 @@ def _config_file(path: Path, settings: ChronosSettings) -> Path:
     return path
 
 
-@pytest.mark.parametrize("listener", ["sasl", "tls"])
+@pytest.mark.parametrize("listener", ["sasl", "scram", "tls"])
 def test_node_client_proxy_and_group_cli_through_a_secured_listener(
     secured: Secured,
     listener: str,
@@ -226,3 +253,47 @@ def test_the_password_never_reaches_the_logs(
     text = output.decode(errors="replace")
     assert "node_started" in text or "ingest_caught_up" in text, text[-2000:]
     assert PASSWORD not in text, "the SASL password reached the logs"
+
+
+def test_pipeline_schedules_and_audits_through_scram(
+    secured: Secured, spark: Any, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Spark jobs connect as the node does: ``schedule`` produces the inner records and
+    ``audit`` reads the inner and target topics through SASL (the password from the
+    environment, passed to Spark's executors with the settings)."""
+    settings = make_settings(
+        secured.sasl, namespace, tmp_path / "store", kafka=secured.kafka("sasl")
+    )
+    plain = make_settings(secured.plaintext, namespace, tmp_path / "unused")
+    topic = f"{namespace}-target"
+    started = int(time.time() * 1000)
+    source = tmp_path / "in.parquet"
+    ids = [f"p{n}" for n in range(30)]
+    pq.write_table(
+        pa.table(
+            {
+                "id": ids,
+                "topic": [topic] * len(ids),
+                "value": ["v"] * len(ids),
+                "delay": ["1s"] * len(ids),
+            }
+        ),
+        source,
+    )
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        f'[kafka]\nbootstrap_servers = "{secured.sasl}"\n'
+        'client_config = {"security.protocol" = "SASL_PLAINTEXT", '
+        f'"sasl.mechanism" = "{SCRAM}", '
+        f'"sasl.username" = "{USER}"}}\n[topics]\nnamespace = "{namespace}"\n'
+    )
+    monkeypatch.setenv("CHRONOS_KAFKA__SASL_PASSWORD", PASSWORD)
+    with Inbox(plain, [topic]) as inbox, running_node(settings):
+        assert pipeline_main(["schedule", "--config", str(config), "--input", str(source)]) == 0
+        assert inbox.wait_for(set(ids), 60), "the scheduled rows were not delivered"
+    out = tmp_path / "audit"
+    window = ["--from", str(started - 1000), "--to", str(started + 60_000)]
+    code = pipeline_main(["audit", "--config", str(config), *window, "--out", str(out)])
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0 and summary["messages"] == len(ids), summary
+    assert summary["counts"]["on_time"] == len(ids), summary

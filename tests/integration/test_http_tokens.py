@@ -1,0 +1,122 @@
+"""Tokens through the HTTP proxy with a node and Kafka answering for real.
+
+- A token's pending-message quota: up to ``max_pending`` accepted, then 429 with Retry-After;
+  a batch that could never fit is a 422; another token keeps its own room. (When room comes
+  back: tests/unit/test_quota.py.)
+- A token limited to some topics acts by id only on messages of those topics: cancel,
+  reschedule and status of another tenant's message are 403, and so is a cancel of an id no
+  node knows a topic for (it would stay in force for that id's add).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from chronos.web.tokens import hash_token, new_token
+from proxy.http.server import ProxyServer
+from tests.integration.harness import make_settings, running_node, wait_until
+
+CAPPED, FREE, ORDERS, PAYMENTS, STATUS = (new_token() for _ in range(5))
+_ALL_OPS = '["send", "cancel", "reschedule", "status"]'
+
+
+def _entry(name: str, token: str, topics: str, ops: str = _ALL_OPS, max_pending: int = 0) -> str:
+    return (
+        f'[[tokens]]\nname = "{name}"\nsha256 = "{hash_token(token)}"\ntopics = {topics}\n'
+        f"operations = {ops}\nmax_pending = {max_pending}\n"
+    )
+
+
+@pytest.fixture
+def proxy(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Iterator[httpx.Client]:
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(
+        _entry("capped", CAPPED, '["*"]', max_pending=3)
+        + _entry("free", FREE, '["*"]')
+        + _entry("orders", ORDERS, f'["{namespace}-orders*"]')
+        + _entry("payments", PAYMENTS, f'["{namespace}-payments"]')
+        + _entry("proxy", STATUS, "[]", ops='["admin"]')
+    )
+    settings = make_settings(
+        kafka_bootstrap,
+        namespace,
+        tmp_path / "store",
+        admin={"port": 0},
+        security={"tokens_file": str(tokens)},
+        proxy={"status_token": STATUS},
+    )
+    with running_node(settings) as node:  # it creates the inner topic, and answers status
+        nodes = [f"http://127.0.0.1:{node.admin_port}"]
+        server = ProxyServer(
+            settings.model_copy(
+                update={"proxy": settings.proxy.model_copy(update={"status_nodes": nodes})}
+            )
+        )
+        server.start()
+        try:
+            assert server.wait_started(10)
+            with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=20) as http:
+                yield http
+        finally:
+            server.stop()
+            server.join(10)
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _send(http: httpx.Client, token: str, topic: str, count: int) -> httpx.Response:
+    messages = [{"topic": topic, "value": "x", "delay_ms": 1000} for _ in range(count)]
+    return http.post("/v1/messages/batch", json={"messages": messages}, headers=_auth(token))
+
+
+def test_pending_quota(proxy: httpx.Client, namespace: str) -> None:
+    topic = f"{namespace}-quota"
+    assert _send(proxy, CAPPED, topic, 2).status_code == 201
+    never = _send(proxy, CAPPED, topic, 4)
+    assert never.status_code == 422 and "max_pending" in never.json()["error"], never.text
+    assert _send(proxy, CAPPED, topic, 1).status_code == 201
+    over = _send(proxy, CAPPED, topic, 1)
+    assert over.status_code == 429, over.text
+    assert "max_pending" in over.json()["error"]
+    assert 1 <= int(over.headers["retry-after"]) <= 61
+    single = proxy.post(
+        "/v1/messages",
+        json={"topic": topic, "value": "x", "delay_ms": 10},
+        headers=_auth(CAPPED),
+    )
+    assert single.status_code == 429, single.text
+    assert _send(proxy, FREE, topic, 10).status_code == 201  # its own room: unlimited
+
+
+def test_a_token_acts_by_id_only_on_its_own_topics(proxy: httpx.Client, namespace: str) -> None:
+    message = {"topic": f"{namespace}-payments", "value": "x", "delay_ms": 3_600_000, "id": "pay-1"}
+    sent = proxy.post("/v1/messages", json=message, headers=_auth(PAYMENTS))
+    assert sent.status_code == 201, sent.text
+    wait_until(
+        lambda: (
+            proxy.get("/v1/messages/pay-1", headers=_auth(PAYMENTS)).json().get("state")
+            == "pending"
+        ),
+        30,
+        "the node ingested pay-1",
+    )
+    later = {"delay_ms": 7_200_000}
+    for refused in (
+        proxy.get("/v1/messages/pay-1", headers=_auth(ORDERS)),
+        proxy.post("/v1/messages/pay-1/reschedule", json=later, headers=_auth(ORDERS)),
+        proxy.delete("/v1/messages/pay-1", headers=_auth(ORDERS)),
+        proxy.delete("/v1/messages/not-sent-yet", headers=_auth(ORDERS)),
+    ):
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["field"] == "message_id"
+    assert proxy.get("/v1/messages/pay-1", headers=_auth(PAYMENTS)).json()["state"] == "pending"
+    moved = proxy.post("/v1/messages/pay-1/reschedule", json=later, headers=_auth(PAYMENTS))
+    assert moved.status_code == 202, moved.text
+    assert proxy.delete("/v1/messages/pay-1", headers=_auth(PAYMENTS)).status_code == 202
+    assert proxy.delete("/v1/messages/pay-1", headers=_auth(FREE)).status_code == 202  # any topic
