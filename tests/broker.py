@@ -36,7 +36,7 @@ from chronos.devstack.kafka import KAFKA_VERSION
 from chronos.devstack.tansu import free_port, tansu_binary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DOCKERFILE = REPO_ROOT / "docker" / "Dockerfile"
+DOCKERFILE = REPO_ROOT / "docker" / "tansu" / "Dockerfile"
 IMAGE = os.environ.get("CHRONOS_TEST_TANSU_IMAGE", "chronos-tansu:local")
 BUILD_KEY_LABEL = "org.chronos.build-key"  # docker/build.sh sets the same label
 READY_TIMEOUT_S = 60.0

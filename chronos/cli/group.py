@@ -22,18 +22,23 @@ def main(args: argparse.Namespace) -> int:
     # Kafka clients only when asked.
     from chronos.errors import ConfigError
     from chronos.group.spec import GroupSpec
-    from chronos.group.status import group_status
+    from chronos.group.status import SILENT_AFTER_MS, group_status
     from chronos.kafka.clients import KafkaClients
 
     settings = settings_from(args)
     spec = GroupSpec.of(settings)
     if spec is None:
         raise ConfigError("group.name is not set: this node is not in a replica group")
-    status = group_status(spec, KafkaClients(settings.kafka, "chronos-cli"))
+    silent_after_ms = max(SILENT_AFTER_MS, 4 * settings.group.progress_interval_ms)
+    status = group_status(spec, KafkaClients(settings.kafka, "chronos-cli"), 10.0, silent_after_ms)
     if args.json:
         print(json.dumps(status.as_dict()))
         return 0
-    print(f"group {status.group} ({status.state}), master {status.master or 'none'}")
+    headline = f"group {status.group} ({status.state}), master {status.master or 'none'}"
+    if status.elected != status.master:
+        waits = "waits for the master to fall silent" if status.master else "taking over"
+        headline += f"; elected {status.elected or 'none'} ({waits})"
+    print(headline)
     if status.term is not None and status.committed_seek_ms is not None:
         seek = datetime.fromtimestamp(status.committed_seek_ms / 1000, tz=UTC).isoformat()
         print(
@@ -57,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
             "need, until the master's next refresh pass (a replaced disk would not be eligible)"
         )
     for member in status.members:
-        role = "master" if member.master else "backup"
+        role = "master" if member.master else "elected" if member.elected else "backup"
         lag = "?" if member.ingest_lag is None else str(member.ingest_lag)
         print(f"  {member.node:<20} {role:<7} ingest lag {lag:>8} records  {member.host}")
     return 0 if status.master is not None else 1

@@ -1,5 +1,7 @@
 """``chronos topics check|fix``: whether the inner topic keeps every pending message's record
-until its refresh, and setting what it needs (``chronos.kafka.topic_config``)."""
+until its refresh, and setting what it needs (``chronos.kafka.topic_config``); ``chronos
+topics create``: a target topic, for brokers that create none on demand (as production
+clusters and the compose deployment run)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from chronos.cli.args import add_config, settings_from
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
-        "topics", help="check or fix the inner topic's cleanup.policy and retention"
+        "topics",
+        help="check or fix the inner topic's cleanup.policy and retention; create a target topic",
     )
     actions = parser.add_subparsers(dest="action", required=True)
     check = actions.add_parser(
@@ -27,6 +30,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_config(fix)
     fix.set_defaults(func=fix_main)
+    create = actions.add_parser("create", help="create target topics (no error if they exist)")
+    create.add_argument("names", nargs="+", metavar="TOPIC")
+    create.add_argument("--partitions", type=int, default=1)
+    add_config(create)
+    create.set_defaults(func=create_main)
+
+
+def create_main(args: argparse.Namespace) -> int:
+    from chronos.kafka.admin import create_topic
+    from chronos.validation import validate_topic
+
+    settings = settings_from(args)
+    for name in args.names:
+        validate_topic(name, settings.topics.names)  # never an internal topic
+        create_topic(settings, name, args.partitions)
+        print(f"topic {name}: exists")
+    return 0
 
 
 def check_main(args: argparse.Namespace) -> int:

@@ -28,7 +28,11 @@ class Member:
 
     node: str
     host: str
+    #: Delivering: it committed the latest progress, recently (``GroupStatus.master``).
     master: bool
+    #: Assigned the election partition: the member that should deliver. It waits while
+    #: another master still commits (a live master is never preempted), so the two can differ.
+    elected: bool = False
     #: Inner records not yet stored by this replica (from the offsets it reports after fsync).
     ingest_lag: int | None = None
 
@@ -40,7 +44,11 @@ class GroupStatus:
     group: str
     state: str
     members: list[Member] = field(default_factory=list)
+    #: The replica delivering now: the one whose progress commit is the latest and younger
+    #: than ``silent_after_ms``; None while no one delivers (a takeover under way).
     master: str | None = None
+    #: The member assigned the election partition.
+    elected: str | None = None
     term: int | None = None
     committed_seek_ms: int | None = None
     committed_by: str | None = None
@@ -94,20 +102,33 @@ class GroupFacts:
     starts: dict[int, int] = field(default_factory=dict)
 
 
-def build_status(spec: GroupSpec, facts: GroupFacts, now_ms: EpochMs) -> GroupStatus:
-    """The view of a group: its master is the member assigned the election topic."""
+#: A master commits progress at least every group.progress_interval_ms (250 ms by default),
+#: and backups suspect it after group.suspect_after_ms (1.5 s): a latest commit older than
+#: this means no one is delivering.
+SILENT_AFTER_MS = 5_000
+
+
+def build_status(
+    spec: GroupSpec, facts: GroupFacts, now_ms: EpochMs, silent_after_ms: int = SILENT_AFTER_MS
+) -> GroupStatus:
+    """The view of a group: the master is who commits the progress (fencing lets only one
+    do so), the elected member is who is assigned the election topic. They differ while an
+    elected member waits for a live master to fall silent, or a takeover is under way."""
     status = GroupStatus(group=spec.name, state=facts.state)
-    for facts_of in facts.members:
-        is_master = spec.election_topic in facts_of.assigned_topics
-        status.members.append(Member(facts_of.client_id, facts_of.host, is_master))
-        if is_master:
-            status.master = facts_of.client_id
     cut = facts.cut
     if cut is not None:
         status.term = cut.term
         status.committed_seek_ms = cut.seek_ms
         status.committed_by = cut.node
         status.committed_age_ms = now_ms - cut.committed_at_ms
+        if status.committed_age_ms <= silent_after_ms:
+            status.master = cut.node
+    for facts_of in facts.members:
+        elected = spec.election_topic in facts_of.assigned_topics
+        delivering = facts_of.client_id == status.master
+        status.members.append(Member(facts_of.client_id, facts_of.host, delivering, elected))
+        if elected:
+            status.elected = facts_of.client_id
     floor = None if cut is None else cut.floor
     status.inner_starts = dict(facts.starts)
     if floor is not None:
@@ -123,13 +144,19 @@ def build_status(spec: GroupSpec, facts: GroupFacts, now_ms: EpochMs) -> GroupSt
             member.ingest_lag = sum(
                 end - max(committed.get(p, 0), 0) for p, end in facts.ends.items()
             )
-    status.members.sort(key=lambda m: (not m.master, m.node))
+    status.members.sort(key=lambda m: (not m.master, not m.elected, m.node))
     return status
 
 
-def group_status(spec: GroupSpec, clients: KafkaClients, timeout_s: float = 10.0) -> GroupStatus:
+def group_status(
+    spec: GroupSpec,
+    clients: KafkaClients,
+    timeout_s: float = 10.0,
+    silent_after_ms: int = SILENT_AFTER_MS,
+) -> GroupStatus:
     """Ask Kafka about ``spec``'s group and build its view."""
-    return build_status(spec, ask_kafka(spec, clients, timeout_s), int(time.time() * 1000))
+    facts = ask_kafka(spec, clients, timeout_s)
+    return build_status(spec, facts, int(time.time() * 1000), silent_after_ms)
 
 
 def ask_kafka(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> GroupFacts:

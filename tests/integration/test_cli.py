@@ -11,7 +11,10 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
+from confluent_kafka.admin import AdminClient
 
+from chronos.cli.main import main as chronos_main
 from chronos.devstack.tansu import free_port
 
 
@@ -108,3 +111,21 @@ def test_an_unreachable_kafka_gives_one_clear_error_and_nothing_on_stdout(tmp_pa
     assert len(lines) == 2, lines  # a hint while waiting, then the error: not a log flood
     assert lines[0].startswith("chronos: waiting for Kafka at 127.0.0.1:"), lines
     assert lines[1].startswith("chronos: Kafka did not acknowledge within 5.0 s"), lines
+
+
+def test_topics_create_makes_target_topics_and_refuses_internal_ones(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "chronos.toml"
+    config.write_text(
+        f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\n[topics]\nnamespace = "{namespace}"\n'
+    )
+    orders = f"{namespace}-orders"
+    argv = ["topics", "create", orders, "--partitions", "3", "--config", str(config)]
+    assert chronos_main(argv) == 0
+    assert chronos_main(argv) == 0  # exists already: fine
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    assert len(admin.list_topics(orders, timeout=10).topics[orders].partitions) == 3
+    internal = ["topics", "create", f"{namespace}.inner", "--config", str(config)]
+    assert chronos_main(internal) == 2
+    assert "internal topic" in capsys.readouterr().err

@@ -84,3 +84,29 @@ def test_a_group_is_rebuildable_only_while_the_floor_covers_where_the_topic_star
     assert covered.rebuildable and covered.rebuild_floor == {0: 4, 1: 9}
     assert covered.floor_age_ms == 105 and covered.inner_starts == {0: 4, 1: 0}
     assert not status({0: 4, 1: 2}, Floor({0: 4}, T0)).rebuildable
+
+
+def test_the_master_is_who_commits_while_the_elected_member_waits() -> None:
+    """Seen on a compose restart: both replicas took over at once, b fenced a, a was then
+    assigned the election partition and waits for b to fall silent. Mutant caught: `chronos
+    group` naming the elected a master while b delivers."""
+    spec = _spec()
+    members = (
+        MemberFacts("a", "/10.0.0.1", (spec.election_topic,)),
+        MemberFacts("b", "/10.0.0.2", ()),
+    )
+    cut = Cut(term=2, seek_ms=T0, offsets={0: 10}, node="b", committed_at_ms=T0 - 60)
+    status = build_status(spec, GroupFacts("stable", members, cut, {}, {}), now_ms=T0)
+    assert (status.master, status.elected) == ("b", "a")
+    roles = [(m.node, m.master, m.elected) for m in status.members]
+    assert roles == [("b", True, False), ("a", False, True)]
+
+
+def test_no_master_while_no_one_commits() -> None:
+    """A latest commit older than silent_after_ms: a takeover is under way, no one delivers.
+    Mutant caught: a dead master shown delivering from its last commit."""
+    spec = _spec()
+    members = (MemberFacts("b", "h", (spec.election_topic,)),)
+    cut = Cut(term=2, seek_ms=T0, offsets={0: 10}, node="a", committed_at_ms=T0 - 6_000)
+    status = build_status(spec, GroupFacts("stable", members, cut, {}, {}), now_ms=T0)
+    assert (status.master, status.elected, status.committed_by) == (None, "b", "a")
