@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""The README's compose commands, checked: a replica group in containers delivers what the
+proxy container accepted, and killing the master container moves delivery to the backup.
+
+    python scripts/compose_check.py [--build] [--messages 50] [--keep]
+
+Runs ``docker-compose`` (Debian's 1.29) or ``docker compose`` (v2), whichever exists, on
+``docker/compose.yaml`` under its own project name, so it never touches a deployment of yours.
+Steps: tokens (``docker/compose-token.sh``), ``up -d``, wait for every service healthy, create
+the topic, send N messages through the proxy, find the master (``chronos group --json``),
+``kill`` it, send N more, read the topic back inside the backup's container, and require every
+message exactly once; then start the killed node again and wait for it to rejoin as backup.
+Prints a JSON summary (the takeover time: kill until the backup's first commit is seen).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = REPO / "docker" / "compose.yaml"
+PROJECT = "chronoscheck"
+TOPIC = "compose.check"
+
+
+def _compose() -> list[str]:
+    if shutil.which("docker-compose"):
+        return ["docker-compose", "-p", PROJECT, "-f", str(COMPOSE_FILE)]
+    return ["docker", "compose", "-p", PROJECT, "-f", str(COMPOSE_FILE)]
+
+
+def run(*args: str, check: bool = True, timeout: float = 300) -> str:
+    done = subprocess.run(
+        [*_compose(), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+def _healthy(services: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ids = run("ps", "-q", *services).split()
+        states = [
+            subprocess.run(
+                ["docker", "inspect", "-f", "{{.State.Health.Status}}", i],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+            for i in ids
+        ]
+        if len(states) == len(services) and all(s == "healthy" for s in states):
+            return
+        time.sleep(1)
+    raise RuntimeError(f"not healthy within {timeout_s} s: {services}")
+
+
+def _group(node: str) -> dict[str, Any]:
+    out = run("exec", "-T", node, "chronos", "group", "--json", check=False)
+    return dict(json.loads(out)) if out.strip().startswith("{") else {}
+
+
+def _send(token: str, ids: list[str]) -> None:
+    for message_id in ids:
+        body = json.dumps({"topic": TOPIC, "value": message_id, "delay_ms": 1000, "id": message_id})
+        request = urllib.request.Request(
+            "http://127.0.0.1:8080/v1/messages",
+            data=body.encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert answer.status == 201
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build", action="store_true", help="bash docker/build.sh first")
+    parser.add_argument("--messages", type=int, default=50)
+    parser.add_argument("--keep", action="store_true", help="leave the containers running")
+    args = parser.parse_args()
+    if args.build:
+        subprocess.run(["bash", str(REPO / "docker" / "build.sh")], check=True)
+    subprocess.run(["bash", str(REPO / "docker" / "compose-token.sh")], check=True)
+    token = (REPO / "docker" / "token.txt").read_text().strip()
+    summary: dict[str, Any] = {}
+    try:
+        started = time.monotonic()
+        run("up", "-d")
+        _healthy(["kafka", "node-a", "node-b", "proxy"], 180)
+        summary["up_s"] = round(time.monotonic() - started, 1)
+        run("exec", "-T", "node-a", "chronos", "topics", "create", TOPIC)
+        first = [f"before-{n}" for n in range(args.messages)]
+        _send(token, first)
+        master = _group("node-a").get("master")
+        assert master in ("node-a", "node-b"), f"no master: {_group('node-a')}"
+        backup = "node-b" if master == "node-a" else "node-a"
+        killed_at = time.monotonic()
+        run("kill", master)
+        deadline = killed_at + 60
+        while _group(backup).get("master") != backup and time.monotonic() < deadline:
+            time.sleep(0.2)
+        summary["takeover_s"] = round(time.monotonic() - killed_at, 2)
+        assert _group(backup).get("master") == backup, "the backup did not take over"
+        second = [f"after-{n}" for n in range(args.messages)]
+        _send(token, second)
+        out = run(
+            "exec", "-T", backup, "chronos", "tail", "--topic", TOPIC,
+            "--count", str(2 * args.messages), "--timeout", "60",
+        )  # fmt: skip
+        seen = [part.split("=", 1)[1] for part in out.split() if part.startswith("id=")]
+        expected = set(first) | set(second)
+        summary.update(
+            master=master,
+            backup=backup,
+            sent=len(expected),
+            delivered=len(set(seen) & expected),
+            duplicates=len(seen) - len(set(seen)),
+        )
+        run("start", master)
+        _healthy([master], 120)
+        rejoined = [m for m in _group(backup)["members"] if m["node"] == master]
+        summary["rejoined_as"] = "master" if rejoined and rejoined[0]["master"] else "backup"
+    finally:
+        if not args.keep:
+            run("down", "-v", check=False)
+    print(json.dumps(summary))
+    ok = summary.get("delivered") == summary.get("sent") and summary.get("duplicates") == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
