@@ -31,8 +31,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_config(fix)
     fix.set_defaults(func=fix_main)
     create = actions.add_parser("create", help="create target topics (no error if they exist)")
-    create.add_argument("names", nargs="+", metavar="TOPIC")
-    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("names", nargs="+", metavar="TOPIC", help="target topic names")
+    create.add_argument(
+        "--partitions", type=int, default=1, help="partitions of each new topic (default 1)"
+    )
     add_config(create)
     create.set_defaults(func=create_main)
 
