@@ -12,8 +12,12 @@ from chronos.repeat import Repeat, RepeatKind
 from chronos.settings import LimitSettings
 from chronos.types import EpochMs
 
-_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
-_ID_RE = re.compile(r"[A-Za-z0-9._:-]+")
+#: The characters of a Kafka topic name and of a message id; the OpenAPI schema states the
+#: same patterns (proxy/http/openapi_rules.py).
+TOPIC_CHARS = r"[A-Za-z0-9._-]"
+ID_CHARS = r"[A-Za-z0-9._:-]"
+_TOPIC_RE = re.compile(TOPIC_CHARS + "{1,249}")
+_ID_RE = re.compile(ID_CHARS + "+")
 MAX_MULTIPLIER = 1000
 _PREFIX_LEN = len(HEADER_PREFIX)
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")

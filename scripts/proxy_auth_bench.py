@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,17 +27,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from chronos.bench.sampler import cpu_seconds  # noqa: E402
-from chronos.bench.scenarios import _wait_http  # noqa: E402
+from chronos.bench.scenarios import run_wrk, wait_http  # noqa: E402
 from chronos.bench.stack import BenchStack  # noqa: E402
 from chronos.web.tokens import hash_token, new_token  # noqa: E402
 
 PORT = 18090
 TOKEN = new_token()
 MODES = ("off", "on", "on+quota")
-_LUA = """wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-{auth}wrk.body = [[{body}]]
-"""
 
 
 def _security(mode: str, workdir: Path) -> str:
@@ -53,35 +47,6 @@ def _security(mode: str, workdir: Path) -> str:
         f'topics = ["bench*"]\noperations = ["send"]\n{quota}'
     )
     return f'\n[security]\ntokens_file = "{tokens}"\n'
-
-
-def _wrk(path: str, body: str, seconds: int, auth: bool) -> tuple[float, int]:
-    """(requests/s, requests) of one wrk run; raises on any answer but 2xx."""
-    header = f'wrk.headers["Authorization"] = "Bearer {TOKEN}"\n' if auth else ""
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(_LUA.format(auth=header, body=body))
-    out = subprocess.run(
-        [
-            "wrk",
-            "-t2",
-            "-c16",
-            f"-d{seconds}s",
-            "-s",
-            script.name,
-            f"http://127.0.0.1:{PORT}{path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=seconds + 60,
-    ).stdout
-    Path(script.name).unlink()
-    if re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out):
-        raise RuntimeError(f"the proxy refused requests:\n{out}")
-    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    total = re.search(r"(\d+) requests in", out)
-    if rate is None or total is None:
-        raise RuntimeError(f"wrk printed no rate:\n{out}")
-    return float(rate.group(1)), int(total.group(1))
 
 
 def _run_mode(stack: BenchStack, mode: str, seconds: int) -> dict[str, Any]:
@@ -99,13 +64,16 @@ def _run_mode(stack: BenchStack, mode: str, seconds: int) -> dict[str, Any]:
     one = f'{{"topic":"{stack.target}","value":"{"x" * 200}","delay_ms":3600000}}'
     results: dict[str, Any] = {}
     try:
-        _wait_http(PORT)
+        wait_http(PORT)
         for name, path, body in (
             ("single", "/v1/messages", one),
             ("batch100", "/v1/messages/batch", '{"messages":[' + ",".join([one] * 100) + "]}"),
         ):
             before = cpu_seconds(proxy.pid)
-            rate, requests = _wrk(path, body, seconds, auth=mode != "off")
+            auth = {} if mode == "off" else {"Authorization": f"Bearer {TOKEN}"}
+            rate, requests = run_wrk(PORT, path, body, seconds, auth)
+            if not requests:
+                raise RuntimeError(f"wrk measured nothing for {mode} {name}")
             cpu = cpu_seconds(proxy.pid) - before
             results[name] = {
                 "requests_per_s": round(rate),

@@ -21,7 +21,7 @@ from typing import Any
 
 from chronos.names import HEADER_PREFIX
 from chronos.settings import ChronosSettings
-from chronos.validation import MAX_MULTIPLIER
+from chronos.validation import ID_CHARS, MAX_MULTIPLIER, TOPIC_CHARS
 
 JsonObject = dict[str, Any]
 
@@ -29,7 +29,7 @@ JsonObject = dict[str, Any]
 _RESERVED_HEADER = "".join(
     f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in HEADER_PREFIX
 )
-_ID_PATTERN = r"^[A-Za-z0-9._:-]+$"
+_ID_PATTERN = f"^{ID_CHARS}+$"
 _DUE_FIELDS = ("delay_ms", "deliver_at_ms", "deliver_at")
 
 _GUARD_RESPONSES: dict[str, str] = {
@@ -51,7 +51,7 @@ _RETRY_AFTER = {
 def topic_pattern(namespace: str) -> str:
     """Kafka's topic names (1-249 of ``[A-Za-z0-9._-]``, not ``.`` or ``..``) that are not
     internal: not ``__...`` (Kafka's) and not ``<namespace>....`` (chronos')."""
-    return rf"^(?!__)(?!{re.escape(namespace)}\.)(?!\.\.?$)[A-Za-z0-9._-]{{1,249}}$"
+    return rf"^(?!__)(?!{re.escape(namespace)}\.)(?!\.\.?$){TOPIC_CHARS}{{1,249}}$"
 
 
 def state_rules(spec: JsonObject, settings: ChronosSettings) -> JsonObject:
