@@ -5,6 +5,11 @@
 #   bash docker/build.sh            # chronos + kafka
 #   bash docker/build.sh chronos    # one of: chronos, kafka, tansu
 #
+# Another release's chronos image (a rolling upgrade's "before"): CHRONOS_SOURCE is its checkout
+# (e.g. `git worktree add /tmp/chronos-0.23 <commit>`), CHRONOS_TAG the tag (chronos:local):
+#
+#   CHRONOS_SOURCE=/tmp/chronos-0.23 CHRONOS_TAG=chronos:0.23 bash docker/build.sh chronos
+#
 # Bases: CHRONOS_PYTHON_BASE and CHRONOS_JAVA_BASE name them (e.g. python:3.11-slim-bookworm
 # and eclipse-temurin:17-jre where a registry is reachable); unset, docker/base.sh builds them
 # from the Debian mirror once (no registry needed).
@@ -24,18 +29,20 @@ report() {  # tag, seconds
 }
 
 build_chronos() {
-    local started=$SECONDS base ctx
+    local started=$SECONDS base ctx source tag
+    source="${CHRONOS_SOURCE:-$repo}"
+    tag="${CHRONOS_TAG:-chronos:local}"
     base="${CHRONOS_PYTHON_BASE:-$(bash "$here/base.sh" python)}"
     ctx="$(mktemp -d)"
     trap 'rm -rf "$ctx"' RETURN
-    cp -r "$repo/pyproject.toml" "$repo/README.md" "$repo/chronos" "$repo/proxy" "$ctx/"
+    cp -r "$source/pyproject.toml" "$source/README.md" "$source/chronos" "$source/proxy" "$ctx/"
     find "$ctx" -name __pycache__ -prune -exec rm -rf {} +
     # The wheels of chronos and its dependencies, built here: the container then needs no
     # network, nor this machine's proxy CA. (Python 3.11 here and in the base: same ABI.)
     "$python" -m pip wheel --quiet --wheel-dir "$ctx/wheels" "$ctx" >&2
     docker build --network host -f "$here/Dockerfile" --build-arg "BASE=$base" \
-        -t chronos:local "$ctx" >&2
-    report chronos:local $((SECONDS - started))
+        -t "$tag" "$ctx" >&2
+    report "$tag" $((SECONDS - started))
 }
 
 build_kafka() {

@@ -29,9 +29,25 @@ Scenarios (``--scenario``):
   let it catch up, then kill -9 the master.
 * ``broker-freeze``: SIGSTOP the broker for ``--freeze`` s (a broker this script started), then
   resume: exactly one master afterwards and deliveries flowing again.
+* ``rolling``: the README's rolling restart, ``--kills`` rounds: stop the backup gracefully
+  (SIGTERM), start it again on this tree (or ``--image``), wait for its ``/readyz``, then do
+  the same to the master (the backup takes over; failover time: the stop to the first commit in
+  a newer term). With ``--release`` or ``--from-image`` the first round is an upgrade from an
+  earlier release, and the load's reschedules meet a master that does not know them.
+* ``mixed`` (with ``--release`` or ``--from-image``): an upgrade left half done. The backup is
+  upgraded; the master, killed, comes back on the earlier release and follows the upgraded one
+  (reschedules it decides included); then that one is killed and the earlier release delivers.
+
+Replicas run as processes of this tree, of an earlier release's checkout (``--release DIR``,
+e.g. ``git worktree add DIR <commit>``: its code, this environment's dependencies), or as
+containers of the chronos image (``--image chronos:local``, host networking, the store on a
+named volume; ``--from-image`` to start on another image). Every scenario also reports the
+longest time no delivery became visible while the load ran (``longest_gap_ms``).
 
     python scripts/failover_check.py                       # kill, 10 kills, Apache Kafka
     python scripts/failover_check.py --scenario zombie
+    python scripts/failover_check.py --scenario rolling --kills 2 --image chronos:local
+    python scripts/failover_check.py --scenario rolling --kills 1 --release /tmp/chronos-0.23
     python scripts/failover_check.py --scenario lagging --backup-down 600
 
 The last line of output is the JSON summary. Exit code 0 when every check holds, 1 otherwise.
@@ -47,6 +63,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -54,7 +72,9 @@ from pathlib import Path
 from typing import Any
 
 from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
+from chronos.devstack.container import DATA_PATH, ContainerNode
 from chronos.devstack.process import NodeProcess
+from chronos.devstack.tansu import free_port
 from chronos.devstack.watch import Delivered, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.quantiles import percentile
@@ -111,6 +131,11 @@ class Summary:
     visible_lateness_p50_ms: int = 0
     visible_lateness_p99_ms: int = 0
     visible_lateness_max_ms: int = 0
+    #: The longest time without a delivery becoming visible while the load ran (from its
+    #: sixth second, when deliveries flow, to its end), and where it began.
+    longest_gap_ms: int = 0
+    longest_gap_at_s: float = 0.0
+    upgraded: int = 0
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -125,8 +150,21 @@ class Summary:
         )
 
 
+@dataclass(frozen=True)
+class Runtime:
+    """What the replicas run: processes of this tree or of an earlier release's checkout, or
+    containers of an image; ``upgraded`` is what a rolling upgrade restarts them on."""
+
+    release: Path | None = None
+    image: str | None = None
+    from_image: str | None = None
+
+    def upgraded(self) -> Runtime:
+        return Runtime(image=self.image)
+
+
 class Replica:
-    """One node process of the group and what its log says about its role."""
+    """One node of the group (a process or a container) and what its log says about its role."""
 
     def __init__(
         self,
@@ -136,27 +174,91 @@ class Replica:
         namespace: str,
         group: str | None = GROUP,
         extra: str = "",
+        runtime: Runtime = Runtime(),
     ) -> None:
         self.name = name
-        self.config = workdir / f"{name}.toml"
         self.log_path = workdir / f"{name}.log"
-        self.data_dir = workdir / ("store-" + name)
-        group_section = f'[group]\nname = "{group}"\n' if group else ""
-        self.config.write_text(
+        #: The store of a process replica (a container's is on its volume).
+        self.data_dir = workdir / f"store-{name}"
+        self._workdir, self._bootstrap, self._namespace = workdir, bootstrap, namespace
+        self._group, self._extra = group, extra
+        #: This tree's admin API port (``wait_readyz``); earlier releases may have none.
+        self.admin_port = free_port("127.0.0.1")
+        self.runtime = runtime
+        self.config = self._write_config(runtime)
+        self.process: NodeProcess | ContainerNode = self._runner(runtime)
+
+    def _write_config(self, runtime: Runtime) -> Path:
+        earlier = runtime.release is not None or runtime.from_image is not None
+        data_dir = f"{DATA_PATH}/store" if runtime.image else self.data_dir
+        group_section = f'[group]\nname = "{self._group}"\n' if self._group else ""
+        # An earlier release may not know [admin] (its settings refuse unknown keys).
+        admin = "" if earlier else f'[admin]\nhost = "127.0.0.1"\nport = {self.admin_port}\n'
+        config = self._workdir / f"{self.name}{'-earlier' if earlier else ''}.toml"
+        config.write_text(
             f"""[kafka]
-bootstrap_servers = "{bootstrap}"
+bootstrap_servers = "{self._bootstrap}"
 [topics]
-namespace = "{namespace}"
+namespace = "{self._namespace}"
 inner_partitions = 4
 [node]
-node_id = "{name}"
-data_dir = "{self.data_dir}"
+node_id = "{self.name}"
+data_dir = "{data_dir}"
 ingest_threads = 1
-{group_section}[log]
+{group_section}{admin}[log]
 format = "json"
-{extra}"""
+{self._extra}"""
         )
-        self.process = NodeProcess(self.config, self.log_path, ready_event="ingest_caught_up")
+        config.chmod(0o644)  # a container's user reads it
+        return config
+
+    def _runner(self, runtime: Runtime) -> NodeProcess | ContainerNode:
+        if runtime.image is not None:
+            if runtime.from_image is not None:  # an earlier release: no admin API
+                return ContainerNode(
+                    f"chronos-{self._namespace}-{self.name}",
+                    runtime.from_image,
+                    self.config,
+                    self.log_path,
+                    ready_event="ingest_caught_up",
+                    unset_env=("CHRONOS_ADMIN__PORT", "CHRONOS_NODE__CHECKPOINT_DIR"),
+                )
+            return ContainerNode(
+                f"chronos-{self._namespace}-{self.name}",
+                runtime.image,
+                self.config,
+                self.log_path,
+                ready_event="ingest_caught_up",
+                # The image sets the admin port; two nodes on the host's network need two.
+                env={"CHRONOS_ADMIN__PORT": str(self.admin_port)},
+            )
+        return NodeProcess(
+            self.config, self.log_path, ready_event="ingest_caught_up", source=runtime.release
+        )
+
+    def switch(self, runtime: Runtime) -> None:
+        """Run ``runtime`` from the next start on (the node is stopped)."""
+        assert not self.process.running()
+        self.runtime = runtime
+        self.config = self._write_config(runtime)
+        self.process = self._runner(runtime)
+
+    def wait_readyz(self, timeout_s: float) -> bool:
+        """True once the admin API answers ``/readyz`` with 200 (caught up, complete and
+        eligible): the rolling restart's signal that the next node may go."""
+        url = f"http://127.0.0.1:{self.admin_port}/readyz"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return True
+            except (OSError, urllib.error.HTTPError):
+                pass
+            if not self.process.running():
+                raise RuntimeError(f"{self.name} exited, see {self.log_path}")
+            time.sleep(0.1)
+        return False
 
     def events(self, *names: str) -> list[dict[str, Any]]:
         """This node's log events with these names, oldest first."""
@@ -190,8 +292,17 @@ def _epoch_ms(event: dict[str, Any]) -> int:
 
 
 class Group:
-    def __init__(self, workdir: Path, bootstrap: str, namespace: str, extra: str = "") -> None:
-        self.replicas = [Replica(n, workdir, bootstrap, namespace, extra=extra) for n in NODES]
+    def __init__(
+        self,
+        workdir: Path,
+        bootstrap: str,
+        namespace: str,
+        extra: str = "",
+        runtime: Runtime = Runtime(),
+    ) -> None:
+        self.replicas = [
+            Replica(n, workdir, bootstrap, namespace, extra=extra, runtime=runtime) for n in NODES
+        ]
 
     def master(self, timeout_s: float = 60.0, newer_than: int = 0) -> Replica:
         """The replica that is master with a term above ``newer_than``."""
@@ -236,8 +347,10 @@ class Load:
         seed: int,
         delay_s: tuple[float, float] = (0.0, 5.0),
         repeat: Repeat = REPEAT,
+        reschedule_share: float = 0.02,
     ) -> None:
         self._client = client
+        self._reschedule_share = reschedule_share
         self._topic = topic
         self._rate = rate
         self._delay_s = delay_s
@@ -247,13 +360,18 @@ class Load:
         self._thread = threading.Thread(target=self._run, name="load", daemon=True)
         self.expected: dict[str, Expected] = {}
         self.errors: list[str] = []
+        #: Wall-clock ms when it started and stopped sending.
+        self.started_ms = 0
+        self.stopped_ms = 0
 
     def start(self) -> None:
+        self.started_ms = int(time.time() * 1000)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(60)
+        self.stopped_ms = int(time.time() * 1000)
 
     def _run(self) -> None:
         tick = 0.05
@@ -302,14 +420,14 @@ class Load:
                 next_at = time.monotonic()
 
     def _reschedule(self, requests: list[DelayRequest], cancelled: set[str], now_ms: int) -> None:
-        """Move 2 % of the one-shots still 1.5 s or more ahead to a new time within the delay
-        range, sooner or later."""
+        """Move ``reschedule_share`` (2 %) of the one-shots still 1.5 s or more ahead to a new
+        time within the delay range, sooner or later."""
         for request in requests:
             message_id = request.id
             if message_id is None or message_id in cancelled or request.repeat is not None:
                 continue
             expected = self.expected[message_id]
-            if expected.due_ms - now_ms < 1500 or self._rng.random() >= 0.02:
+            if expected.due_ms - now_ms < 1500 or self._rng.random() >= self._reschedule_share:
                 continue
             try:
                 receipt = self._client.reschedule(
@@ -406,6 +524,53 @@ def _kill_after_a_join(group: Group, summary: Summary) -> None:
     )
 
 
+def _rolling_restart(group: Group, summary: Summary, interval_s: float) -> None:
+    """The README's procedure: the backup first, its /readyz, then the master."""
+    master = group.master()
+    backup = group.other(master)
+    for replica in (backup, master):
+        term = group.master().term()
+        stopped_ms = int(time.time() * 1000)
+        code = replica.process.terminate()
+        if code != 0:
+            summary.problems.append(f"{replica.name} exited with {code} on SIGTERM")
+        if replica is master:
+            new, failover = _failover(group, summary, term, stopped_ms, None)
+            print(f"stopped master {replica.name}; {new.name} delivers after {failover} ms")
+        if replica.runtime.upgraded() != replica.runtime:
+            replica.switch(replica.runtime.upgraded())
+            summary.upgraded += 1
+        started = time.monotonic()
+        replica.process.start()
+        if not replica.wait_readyz(180):
+            summary.problems.append(f"{replica.name} not ready within 180 s of its restart")
+            return
+        print(f"restarted {replica.name}: ready after {time.monotonic() - started:.1f} s")
+        time.sleep(interval_s)
+
+
+def _mixed_versions(group: Group, summary: Summary, interval_s: float) -> None:
+    """An upgrade left half done: the backup upgraded, then the master (still the earlier
+    release) fails and comes back as it was, a backup of the earlier release following an
+    upgraded master; then that master is killed and the earlier release delivers again."""
+    master = group.master()
+    backup = group.other(master)
+    earlier = backup.runtime
+    backup.process.terminate()
+    backup.switch(earlier.upgraded())
+    summary.upgraded += 1
+    backup.process.start()
+    if not backup.wait_readyz(180):
+        summary.problems.append(f"{backup.name} not ready within 180 s of its upgrade")
+        return
+    time.sleep(interval_s)
+    _kill_master(group, summary)  # restarted on the earlier release: it follows the upgraded
+    print(f"{master.name} ({earlier}) follows the upgraded {backup.name}")
+    time.sleep(interval_s)
+    _kill_master(group, summary)
+    print(f"the earlier release {master.name} delivers again")
+
+
 def run_scenario(
     args: argparse.Namespace, group: Group, summary: Summary, broker: Any, seen: Seen
 ) -> None:
@@ -423,6 +588,13 @@ def run_scenario(
             _kill_after_a_join(group, summary)
     elif args.scenario == "steady":
         time.sleep(args.duration)
+    elif args.scenario == "mixed":
+        time.sleep(args.interval)
+        _mixed_versions(group, summary, args.interval)
+    elif args.scenario == "rolling":
+        for _ in range(args.kills):
+            time.sleep(args.interval)
+            _rolling_restart(group, summary, args.interval)
     elif args.scenario == "zombie":
         for _ in range(args.kills):
             time.sleep(args.interval)
@@ -501,6 +673,23 @@ def _flowing_again(since_ms: int, seen: Seen, timeout_s: float = 120.0) -> int |
     return None
 
 
+def _longest_gap(load: Load, seen: Seen) -> tuple[int, float]:
+    """The longest time between two deliveries becoming visible while the load ran (from its
+    sixth second: the longest delay is 5 s), and when it began (seconds into the load)."""
+    begin = load.started_ms + 6000
+    with seen.lock:
+        times = sorted(
+            d.received_ms
+            for ds in seen.by_id.values()
+            for d in ds
+            if begin <= d.received_ms <= load.stopped_ms
+        )
+    if len(times) < 2:
+        return 0, 0.0
+    gap, at = max((b - a, a) for a, b in zip(times, times[1:], strict=False))
+    return gap, round((at - load.started_ms) / 1000, 1)
+
+
 def verify(load: Load, committed: Seen, uncommitted: Seen, summary: Summary) -> None:
     lateness: list[int] = []
     for message_id, exp in load.expected.items():
@@ -529,6 +718,7 @@ def verify(load: Load, committed: Seen, uncommitted: Seen, summary: Summary) -> 
             lateness.append(d.received_ms - d.due_ms)
         raw = [d.occurrence for d in uncommitted.by_id.get(message_id, [])]
         summary.uncommitted_duplicates += len(raw) - len(set(raw))
+    summary.longest_gap_ms, summary.longest_gap_at_s = _longest_gap(load, committed)
     summary.scheduled = len(load.expected)
     summary.repeats = sum(e.times > 1 for e in load.expected.values())
     summary.visible_lateness_p50_ms = percentile(lateness, 0.5)
@@ -554,12 +744,17 @@ def main() -> int:
             "both",
             "lagging",
             "broker-freeze",
+            "rolling",
+            "mixed",
         ],
         default="kill",
         help="what happens to the group under load (see above)",
     )
     parser.add_argument(
-        "--kills", type=int, default=10, help="how many times (all but lagging, broker-freeze)"
+        "--kills",
+        type=int,
+        default=10,
+        help="how many times (all but lagging, broker-freeze); rolling: rounds",
     )
     parser.add_argument("--interval", type=float, default=12.0, help="seconds between events")
     parser.add_argument("--rate", type=int, default=2000, help="requests per second")
@@ -569,8 +764,30 @@ def main() -> int:
     parser.add_argument("--broker", choices=BROKER_KINDS, default="kafka", help="broker to start")
     parser.add_argument("--bootstrap", default=None, help="use this cluster instead")
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument(
+        "--reschedule", type=float, default=0.02, help="share of one-shots rescheduled"
+    )
     parser.add_argument("--keep", default=None, help="work directory to keep (logs, stores)")
+    parser.add_argument(
+        "--release",
+        type=Path,
+        default=None,
+        help="an earlier release's checkout the replicas start on (rolling: upgraded to this)",
+    )
+    parser.add_argument(
+        "--image", default=None, help="run the replicas as containers of this chronos image"
+    )
+    parser.add_argument(
+        "--from-image",
+        default=None,
+        help="with --image: start on this image (rolling: upgraded to --image)",
+    )
     args = parser.parse_args()
+    if args.from_image and not args.image:
+        parser.error("--from-image needs --image")
+    if args.release and args.image:
+        parser.error("--release runs processes; --image containers: one of them")
+    runtime = Runtime(release=args.release, image=args.image, from_image=args.from_image)
 
     workdir = Path(args.keep or tempfile.mkdtemp(prefix="chronos-failover-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -581,7 +798,7 @@ def main() -> int:
         bootstrap = broker.bootstrap
     summary = Summary(scenario=args.scenario, broker=args.broker if broker else "external")
     namespace = f"fo{uuid.uuid4().hex[:8]}"
-    group = Group(workdir, bootstrap, namespace)
+    group = Group(workdir, bootstrap, namespace, runtime=runtime)
     try:
         group.replicas[0].process.start()
         first = group.master(timeout_s=120)
@@ -596,7 +813,7 @@ def main() -> int:
             DeliveryWatcher(bootstrap, [topic], uncommitted, "read_uncommitted").start(),
         ]
         with DelayClient(settings) as client:
-            load = Load(client, topic, args.rate, args.seed)
+            load = Load(client, topic, args.rate, args.seed, reschedule_share=args.reschedule)
             load.start()
             try:
                 run_scenario(args, group, summary, broker, committed)
@@ -626,6 +843,8 @@ def main() -> int:
             if replica.process.running():
                 replica.process.signal(signal.SIGCONT)
                 replica.process.terminate()
+            if isinstance(replica.process, ContainerNode):
+                replica.process.remove_volume()
         if broker is not None:
             broker.stop()
     print(f"logs: {workdir}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -19,10 +20,20 @@ class NodeProcess:
         config: the node's TOML settings file.
         log_path: where stdout and stderr go.
         ready_event: the log event ``wait_ready`` waits for (a replica: ``ingest_caught_up``).
+        source: the source tree of another release to run (its checkout's root, put first
+            on the child's path), None for the chronos this interpreter imports. Its
+            dependencies are this environment's.
     """
 
-    def __init__(self, config: Path, log_path: Path, ready_event: str = READY_EVENT) -> None:
+    def __init__(
+        self,
+        config: Path,
+        log_path: Path,
+        ready_event: str = READY_EVENT,
+        source: Path | None = None,
+    ) -> None:
         self._ready_event = ready_event
+        self._source = source
         self._config = config
         self._log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
@@ -39,11 +50,16 @@ class NodeProcess:
         """Spawn the node (``started_at`` is the wall-clock spawn time, seconds)."""
         self._ready_seen = self._count_ready()
         self.started_at = time.time()
+        env = None
+        if self._source is not None:  # ahead of the installed chronos (an editable .pth)
+            env = os.environ | {"PYTHONPATH": str(self._source)}
         with open(self._log_path, "ab") as log:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "chronos.cli.entry", "run", "--config", str(self._config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self._source,
             )
 
     def _count_ready(self) -> int:

@@ -1,0 +1,144 @@
+"""A `chronos run` node as a Docker container, driven like ``process.NodeProcess``.
+
+The checks that hurt a group (``scripts/failover_check.py``) run the replicas as processes or,
+to test the deployment users run, as containers of the chronos image: the same start, kill,
+freeze and graceful stop, here ``docker run``/``kill``/``pause``/``stop``. Host networking, so
+the broker's advertised loopback address and each node's admin port mean the same inside and
+out. The store lives on a named volume that outlives the container (a restart or an upgrade
+keeps it); ``image`` may change between runs (a rolling upgrade).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from chronos.devstack.process import READY_EVENT
+
+#: Where the node's settings file is mounted inside the container.
+CONFIG_PATH = "/etc/chronos/node.toml"
+#: The image's data volume (``docker/Dockerfile``).
+DATA_PATH = "/var/lib/chronos"
+
+
+def _docker(*args: str, timeout_s: float = 120.0) -> None:
+    subprocess.run(["docker", *args], check=True, capture_output=True, timeout=timeout_s)
+
+
+class ContainerNode:
+    """A node container whose output goes to ``log_path`` (appended across restarts).
+
+    Parameters:
+        name: the container's name (and its volume's, with ``-data``).
+        image: the chronos image to run; may be changed before a ``start``.
+        config: the node's TOML settings file on this machine (its ``data_dir`` must lie
+            under ``DATA_PATH``).
+        log_path: where the container's stdout and stderr go.
+        ready_event: the log event ``wait_ready`` waits for.
+        env: environment of the container (``CHRONOS_*`` settings override the file's).
+        unset_env: variables of the image's environment to remove (an earlier release's
+            settings refuse a variable naming a section it does not know, such as the admin
+            port today's Dockerfile sets).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        image: str,
+        config: Path,
+        log_path: Path,
+        ready_event: str = READY_EVENT,
+        env: dict[str, str] | None = None,
+        unset_env: tuple[str, ...] = (),
+    ) -> None:
+        self.name = name
+        self.env = env or {}
+        self.unset_env = unset_env
+        self.image = image
+        self.config = config
+        self.volume = f"{name}-data"
+        self._log_path = log_path
+        self._ready_event = ready_event
+        self._client: subprocess.Popen[bytes] | None = None
+        self._ready_seen = 0
+        self.started_at = 0.0
+
+    def start(self) -> None:
+        """``docker run`` attached (its output is the log); ``started_at`` as NodeProcess."""
+        self._ready_seen = self._count_ready()
+        self.started_at = time.time()
+        with open(self._log_path, "ab") as log:
+            self._client = subprocess.Popen(
+                [
+                    "docker",
+                    "run",
+                    "--rm",
+                    "--name",
+                    self.name,
+                    "--network",
+                    "host",
+                    "--volume",
+                    f"{self.volume}:{DATA_PATH}",
+                    "--volume",
+                    f"{self.config.resolve()}:{CONFIG_PATH}:ro",
+                    "--sig-proxy=false",
+                    *(f"--env={key}={value}" for key, value in self.env.items()),
+                    *(["--entrypoint", "env"] if self.unset_env else []),
+                    self.image,
+                    *(arg for name in self.unset_env for arg in ("-u", name)),
+                    *(["chronos"] if self.unset_env else []),
+                    "run",
+                    "--config",
+                    CONFIG_PATH,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def _count_ready(self) -> int:
+        if not self._log_path.exists():
+            return 0
+        return self._log_path.read_text(errors="replace").count(self._ready_event)
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """True once this run logged its ready event."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._count_ready() > self._ready_seen:
+                return True
+            if not self.running():
+                raise RuntimeError(f"container {self.name} exited, see {self._log_path}")
+            time.sleep(0.05)
+        return False
+
+    def running(self) -> bool:
+        """True while the container runs (its attached client has not returned)."""
+        return self._client is not None and self._client.poll() is None
+
+    def kill(self) -> None:
+        """``docker kill``: SIGKILL to the node, no chance to flush anything."""
+        assert self._client is not None
+        _docker("kill", self.name)
+        self._client.wait(60)
+
+    def signal(self, signum: int) -> None:
+        """SIGSTOP/SIGCONT as ``docker pause``/``unpause`` (the cgroup freezer)."""
+        if signum == signal.SIGSTOP:
+            _docker("pause", self.name)
+        elif signum == signal.SIGCONT:
+            if self.running():
+                subprocess.run(["docker", "unpause", self.name], capture_output=True, timeout=60)
+        else:
+            _docker("kill", "--signal", signal.Signals(signum).name, self.name)
+
+    def terminate(self, timeout_s: float = 60.0) -> int:
+        """``docker stop`` (SIGTERM, SIGKILL after ``timeout_s``); the node's exit code."""
+        assert self._client is not None
+        _docker("stop", "--time", str(int(timeout_s)), self.name, timeout_s=timeout_s + 30)
+        return self._client.wait(timeout_s)
+
+    def remove_volume(self) -> None:
+        """Forget the store (after the container stopped)."""
+        subprocess.run(["docker", "volume", "rm", "-f", self.volume], capture_output=True)
