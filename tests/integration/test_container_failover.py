@@ -3,7 +3,8 @@ two chronos nodes of one group (chronos:local), each its own container, under a 
 sent from the host. The master container is ``docker kill``ed; then the new master is
 ``docker pause``d past the failure detector's patience and resumed (a zombie: it wakes up
 believing it is master, and fencing must stop it). A ``read_committed`` consumer must see every
-message exactly once.
+message exactly once. The Kafka image's optional SASL listener carries a node's and a client's
+traffic, and refuses a wrong password.
 
 Host networking: the broker advertises 127.0.0.1 to the nodes and to the test alike. Skipped,
 saying why, where no Docker daemon answers; run once per suite, in the Apache Kafka pass.
@@ -23,14 +24,21 @@ from typing import Any
 import pytest
 
 from chronos.devstack.tansu import free_port
-from chronos.errors import ConfigError
+from chronos.errors import ConfigError, NotAcknowledged
 from chronos.group.spec import GroupSpec
 from chronos.group.status import group_status
 from chronos.kafka.clients import KafkaClients
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient, DelayRequest
 from tests.broker import docker_available, is_tansu, wait_until_ready
-from tests.integration.harness import Inbox, make_settings, wait_until
+from tests.integration.harness import (
+    Inbox,
+    group_settings,
+    make_settings,
+    role_of,
+    running_node,
+    wait_until,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP = "containers"
@@ -53,12 +61,16 @@ def _container(image: str, env: dict[str, str]) -> Any:
     return container
 
 
-@pytest.fixture
-def deployment(namespace: str, tmp_path: Path) -> Iterator[tuple[ChronosSettings, dict[str, Any]]]:
+def _needs_docker() -> None:
     if is_tansu():
         pytest.skip("runs once per suite, in the Apache Kafka pass (it brings its own broker)")
     if not docker_available():
         pytest.skip("no Docker daemon answers here")
+
+
+@pytest.fixture
+def deployment(namespace: str, tmp_path: Path) -> Iterator[tuple[ChronosSettings, dict[str, Any]]]:
+    _needs_docker()
     _images()
     port, controller = free_port("127.0.0.1"), free_port("127.0.0.1")
     bootstrap = f"127.0.0.1:{port}"
@@ -172,3 +184,60 @@ def test_kill_and_pause_the_master_container_under_load(
         duplicates = [i for i in load.sent if inbox.count(i) > 1]
     assert not duplicates, f"{len(duplicates)} delivered twice, e.g. {duplicates[:5]}"
     assert len(load.sent) > 10 * RATE_PER_S
+
+
+def test_the_kafka_images_sasl_listener(namespace: str, tmp_path: Path) -> None:
+    """KAFKA_SASL_PORT/KAFKA_SASL_USERS: a replica (transactions, election) and the client
+    deliver through SASL_PLAINTEXT/PLAIN; a wrong password is refused."""
+    _needs_docker()
+    _images()
+    port, sasl_port, controller = (free_port("127.0.0.1") for _ in range(3))
+    kafka = _container(
+        "chronos-kafka:local",
+        {
+            "KAFKA_ADVERTISED_HOST": "127.0.0.1",
+            "KAFKA_PORT": str(port),
+            "KAFKA_CONTROLLER_PORT": str(controller),
+            "KAFKA_SASL_PORT": str(sasl_port),
+            "KAFKA_SASL_USERS": "chronos:s3cret,other:x",
+        },
+    )
+    kafka.start()
+    try:
+        wait_until_ready(f"127.0.0.1:{port}", 90)
+
+        def sasl(password: str) -> dict[str, Any]:
+            return {
+                "bootstrap_servers": f"127.0.0.1:{sasl_port}",
+                "sasl_password": password,
+                "client_config": {
+                    "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "PLAIN",
+                    "sasl.username": "chronos",
+                },
+            }
+
+        settings = group_settings(
+            f"127.0.0.1:{sasl_port}", namespace, tmp_path, "a", kafka=sasl("s3cret")
+        )
+        plain = make_settings(f"127.0.0.1:{port}", namespace, tmp_path / "unused")
+        topic = f"{namespace}-target"
+        ids = {f"s{n}" for n in range(20)}
+        with Inbox(plain, [topic]) as inbox, running_node(settings) as node:
+            wait_until(lambda: role_of(node) == "master", 90, "the node leads its group")
+            with DelayClient(settings) as client:
+                for message_id in sorted(ids):
+                    client.send_delay(topic, b"v", delay=0.5, id=message_id)
+            assert inbox.wait_for(ids, 60), f"{len(ids - set(inbox.by_id))} not delivered"
+            assert all(inbox.count(i) == 1 for i in ids)
+        wrong = make_settings(
+            f"127.0.0.1:{sasl_port}",
+            namespace,
+            tmp_path / "wrong",
+            kafka=sasl("wrong"),
+            proxy={"ack_timeout_s": 5},
+        )
+        with DelayClient(wrong) as client, pytest.raises(NotAcknowledged):
+            client.send_delay(topic, b"v", delay=1)
+    finally:
+        kafka.stop()
