@@ -2,9 +2,10 @@
 """The README's compose commands, checked: a replica group in containers delivers what the
 proxy container accepted, and killing the master container moves delivery to the backup.
 
-    python scripts/compose_check.py [--build] [--messages 50] [--keep]
+    python scripts/compose_check.py [--build] [--messages 50] [--keep] [--compose v1|v2]
 
-Runs ``docker-compose`` (Debian's 1.29) or ``docker compose`` (v2), whichever exists, on
+Runs ``docker-compose`` (Debian's 1.29, ``v1``) or ``docker compose`` (``v2``), the first that
+exists unless ``--compose`` names one, on
 ``docker/compose.yaml`` under its own project name, so it never touches a deployment of yours.
 Steps: tokens (``docker/compose-token.sh``), ``up -d``, wait for every service healthy, create
 the topic, send N messages through the proxy, find the master (``chronos group --json``),
@@ -20,6 +21,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -31,10 +33,15 @@ PROJECT = "chronoscheck"
 TOPIC = "compose.check"
 
 
+#: The compose command (``--compose``): Debian's docker-compose 1.29 or the v2 plugin.
+COMMANDS = {"v1": ["docker-compose"], "v2": ["docker", "compose"]}
+_command: list[str] = []
+
+
 def _compose() -> list[str]:
-    if shutil.which("docker-compose"):
-        return ["docker-compose", "-p", PROJECT, "-f", str(COMPOSE_FILE)]
-    return ["docker", "compose", "-p", PROJECT, "-f", str(COMPOSE_FILE)]
+    if not _command:
+        _command.extend(COMMANDS["v1" if shutil.which("docker-compose") else "v2"])
+    return [*_command, "-p", PROJECT, "-f", str(COMPOSE_FILE)]
 
 
 def run(*args: str, check: bool = True, timeout: float = 300) -> str:
@@ -82,12 +89,53 @@ def _send(token: str, ids: list[str]) -> None:
             assert answer.status == 201
 
 
+def _rolling_restart(token: str, order: list[str], summary: dict[str, Any]) -> list[str]:
+    """The README's rolling restart while messages keep coming through the proxy: each node
+    recreated (``up -d --no-deps --force-recreate``: a new image is picked up the same way)
+    and healthy (``/readyz``) before the next. Returns the ids sent meanwhile."""
+    sent: list[str] = []
+    done = threading.Event()
+
+    def feed() -> None:
+        while not done.is_set():
+            message_id = f"rolling-{len(sent)}"
+            _send(token, [message_id])
+            sent.append(message_id)
+            done.wait(0.05)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        for service in order:
+            started = time.monotonic()
+            run("up", "-d", "--no-deps", "--force-recreate", service)
+            _healthy([service], 180)
+            summary[f"recreated_{service}_s"] = round(time.monotonic() - started, 1)
+        time.sleep(3)
+    finally:
+        done.set()
+        feeder.join(30)
+    masters = [m["node"] for m in _group(order[-1])["members"] if m["master"]]
+    summary["masters_after_rolling"] = masters
+    return sent
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", action="store_true", help="bash docker/build.sh first")
     parser.add_argument("--messages", type=int, default=50)
     parser.add_argument("--keep", action="store_true", help="leave the containers running")
+    parser.add_argument(
+        "--compose", choices=sorted(COMMANDS), default=None, help="which compose command"
+    )
+    parser.add_argument(
+        "--rolling",
+        action="store_true",
+        help="then the README's rolling restart (backup, master) while messages keep coming",
+    )
     args = parser.parse_args()
+    if args.compose:
+        _command.extend(COMMANDS[args.compose])
     if args.build:
         subprocess.run(["bash", str(REPO / "docker" / "build.sh")], check=True)
     subprocess.run(["bash", str(REPO / "docker" / "compose-token.sh")], check=True)
@@ -113,12 +161,19 @@ def main() -> int:
         assert _group(backup).get("master") == backup, "the backup did not take over"
         second = [f"after-{n}" for n in range(args.messages)]
         _send(token, second)
+        run("start", master)
+        _healthy([master], 120)
+        rejoined = [m for m in _group(backup)["members"] if m["node"] == master]
+        summary["rejoined_as"] = "master" if rejoined and rejoined[0]["master"] else "backup"
+        during: list[str] = []
+        if args.rolling:  # the backup (the killed node, back) first, then the master
+            during = _rolling_restart(token, [master, backup], summary)
+        expected = set(first) | set(second) | set(during)
         out = run(
-            "exec", "-T", backup, "chronos", "tail", "--topic", TOPIC,
-            "--count", str(2 * args.messages), "--timeout", "60",
+            "exec", "-T", _group(backup).get("master") or backup, "chronos", "tail",
+            "--topic", TOPIC, "--count", str(len(expected)), "--timeout", "60",
         )  # fmt: skip
         seen = [part.split("=", 1)[1] for part in out.split() if part.startswith("id=")]
-        expected = set(first) | set(second)
         summary.update(
             master=master,
             backup=backup,
@@ -126,15 +181,13 @@ def main() -> int:
             delivered=len(set(seen) & expected),
             duplicates=len(seen) - len(set(seen)),
         )
-        run("start", master)
-        _healthy([master], 120)
-        rejoined = [m for m in _group(backup)["members"] if m["node"] == master]
-        summary["rejoined_as"] = "master" if rejoined and rejoined[0]["master"] else "backup"
     finally:
         if not args.keep:
             run("down", "-v", check=False)
+    summary["compose"] = " ".join(_compose()[: len(_command)])
     print(json.dumps(summary))
     ok = summary.get("delivered") == summary.get("sent") and summary.get("duplicates") == 0
+    ok = ok and len(summary.get("masters_after_rolling", [""])) == 1
     return 0 if ok else 1
 
 
