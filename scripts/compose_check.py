@@ -94,13 +94,18 @@ def _rolling_restart(token: str, order: list[str], summary: dict[str, Any]) -> l
     recreated (``up -d --no-deps --force-recreate``: a new image is picked up the same way)
     and healthy (``/readyz``) before the next. Returns the ids sent meanwhile."""
     sent: list[str] = []
+    errors: list[str] = []
     done = threading.Event()
 
     def feed() -> None:
         while not done.is_set():
             message_id = f"rolling-{len(sent)}"
-            _send(token, [message_id])
-            sent.append(message_id)
+            try:
+                _send(token, [message_id])
+            except Exception as exc:  # the proxy stays up: a failed send fails the check
+                errors.append(f"{message_id}: {exc}")
+            else:
+                sent.append(message_id)
             done.wait(0.05)
 
     feeder = threading.Thread(target=feed, daemon=True)
@@ -115,8 +120,10 @@ def _rolling_restart(token: str, order: list[str], summary: dict[str, Any]) -> l
     finally:
         done.set()
         feeder.join(30)
-    masters = [m["node"] for m in _group(order[-1])["members"] if m["master"]]
-    summary["masters_after_rolling"] = masters
+    # Each node's own view of who commits: both must name the same one.
+    summary["masters_after_rolling"] = sorted({str(_group(node).get("master")) for node in order})
+    if errors:
+        raise RuntimeError(f"{len(errors)} sends failed during the rolling restart: {errors[0]}")
     return sent
 
 
@@ -163,7 +170,7 @@ def main() -> int:
         _send(token, second)
         run("start", master)
         _healthy([master], 120)
-        rejoined = [m for m in _group(backup)["members"] if m["node"] == master]
+        rejoined = [m for m in _group(backup).get("members", []) if m["node"] == master]
         summary["rejoined_as"] = "master" if rejoined and rejoined[0]["master"] else "backup"
         during: list[str] = []
         if args.rolling:  # the backup (the killed node, back) first, then the master
@@ -187,6 +194,7 @@ def main() -> int:
     summary["compose"] = " ".join(_compose()[: len(_command)])
     print(json.dumps(summary))
     ok = summary.get("delivered") == summary.get("sent") and summary.get("duplicates") == 0
+    ok = ok and summary.get("masters_after_rolling", ["node-a"])[0] in ("node-a", "node-b")
     ok = ok and len(summary.get("masters_after_rolling", [""])) == 1
     return 0 if ok else 1
 

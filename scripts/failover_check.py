@@ -74,7 +74,6 @@ from typing import Any
 from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
 from chronos.devstack.container import DATA_PATH, ContainerNode
 from chronos.devstack.process import NodeProcess
-from chronos.devstack.tansu import free_port
 from chronos.devstack.watch import Delivered, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.quantiles import percentile
@@ -182,18 +181,18 @@ class Replica:
         self.data_dir = workdir / f"store-{name}"
         self._workdir, self._bootstrap, self._namespace = workdir, bootstrap, namespace
         self._group, self._extra = group, extra
-        #: This tree's admin API port (``wait_readyz``); earlier releases may have none.
-        self.admin_port = free_port("127.0.0.1")
         self.runtime = runtime
         self.config = self._write_config(runtime)
         self.process: NodeProcess | ContainerNode = self._runner(runtime)
+        self._listening_before = 0
 
     def _write_config(self, runtime: Runtime) -> Path:
         earlier = runtime.release is not None or runtime.from_image is not None
         data_dir = f"{DATA_PATH}/store" if runtime.image else self.data_dir
         group_section = f'[group]\nname = "{self._group}"\n' if self._group else ""
         # An earlier release may not know [admin] (its settings refuse unknown keys).
-        admin = "" if earlier else f'[admin]\nhost = "127.0.0.1"\nport = {self.admin_port}\n'
+        # A free port, read back from admin_listening (a port picked ahead could be taken).
+        admin = "" if earlier else '[admin]\nhost = "127.0.0.1"\nport = 0\n'
         config = self._workdir / f"{self.name}{'-earlier' if earlier else ''}.toml"
         config.write_text(
             f"""[kafka]
@@ -229,8 +228,8 @@ format = "json"
                 self.config,
                 self.log_path,
                 ready_event="ingest_caught_up",
-                # The image sets the admin port; two nodes on the host's network need two.
-                env={"CHRONOS_ADMIN__PORT": str(self.admin_port)},
+                # The image sets port 9400; two nodes on the host's network need two.
+                env={"CHRONOS_ADMIN__PORT": "0"},
             )
         return NodeProcess(
             self.config, self.log_path, ready_event="ingest_caught_up", source=runtime.release
@@ -243,20 +242,27 @@ format = "json"
         self.config = self._write_config(runtime)
         self.process = self._runner(runtime)
 
+    def start(self) -> None:
+        """Start the node; ``wait_readyz`` then looks for this run's admin port."""
+        self._listening_before = len(self.events("admin_listening"))
+        self.process.start()
+
     def wait_readyz(self, timeout_s: float) -> bool:
-        """True once the admin API answers ``/readyz`` with 200 (caught up, complete and
+        """True once this run's admin API answers ``/readyz`` with 200 (caught up, complete and
         eligible): the rolling restart's signal that the next node may go."""
-        url = f"http://127.0.0.1:{self.admin_port}/readyz"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return True
-            except (OSError, urllib.error.HTTPError):
-                pass
             if not self.process.running():
                 raise RuntimeError(f"{self.name} exited, see {self.log_path}")
+            listening = self.events("admin_listening")[self._listening_before :]
+            if listening:
+                url = f"http://127.0.0.1:{listening[-1]['port']}/readyz"
+                try:
+                    with urllib.request.urlopen(url, timeout=2) as response:
+                        if response.status == 200:
+                            return True
+                except (OSError, urllib.error.HTTPError):
+                    pass
             time.sleep(0.1)
         return False
 
@@ -351,6 +357,7 @@ class Load:
     ) -> None:
         self._client = client
         self._reschedule_share = reschedule_share
+        self.delay_s = delay_s
         self._topic = topic
         self._rate = rate
         self._delay_s = delay_s
@@ -541,7 +548,7 @@ def _rolling_restart(group: Group, summary: Summary, interval_s: float) -> None:
             replica.switch(replica.runtime.upgraded())
             summary.upgraded += 1
         started = time.monotonic()
-        replica.process.start()
+        replica.start()
         if not replica.wait_readyz(180):
             summary.problems.append(f"{replica.name} not ready within 180 s of its restart")
             return
@@ -556,10 +563,12 @@ def _mixed_versions(group: Group, summary: Summary, interval_s: float) -> None:
     master = group.master()
     backup = group.other(master)
     earlier = backup.runtime
-    backup.process.terminate()
+    code = backup.process.terminate()
+    if code != 0:
+        summary.problems.append(f"{backup.name} exited with {code} on SIGTERM")
     backup.switch(earlier.upgraded())
     summary.upgraded += 1
-    backup.process.start()
+    backup.start()
     if not backup.wait_readyz(180):
         summary.problems.append(f"{backup.name} not ready within 180 s of its upgrade")
         return
@@ -674,9 +683,10 @@ def _flowing_again(since_ms: int, seen: Seen, timeout_s: float = 120.0) -> int |
 
 
 def _longest_gap(load: Load, seen: Seen) -> tuple[int, float]:
-    """The longest time between two deliveries becoming visible while the load ran (from its
-    sixth second: the longest delay is 5 s), and when it began (seconds into the load)."""
-    begin = load.started_ms + 6000
+    """The longest time without a delivery becoming visible while the load ran, from a second
+    after its longest delay (when deliveries flow) to its end, the window's edges included;
+    and when it began (seconds into the load)."""
+    begin = load.started_ms + int(load.delay_s[1] * 1000) + 1000
     with seen.lock:
         times = sorted(
             d.received_ms
@@ -684,9 +694,10 @@ def _longest_gap(load: Load, seen: Seen) -> tuple[int, float]:
             for d in ds
             if begin <= d.received_ms <= load.stopped_ms
         )
-    if len(times) < 2:
+    if load.stopped_ms <= begin:
         return 0, 0.0
-    gap, at = max((b - a, a) for a, b in zip(times, times[1:], strict=False))
+    points = [begin, *times, load.stopped_ms]
+    gap, at = max((b - a, a) for a, b in zip(points, points[1:], strict=False))
     return gap, round((at - load.started_ms) / 1000, 1)
 
 
@@ -783,13 +794,19 @@ def main() -> int:
         help="with --image: start on this image (rolling: upgraded to --image)",
     )
     args = parser.parse_args()
+    # SIGTERM (a test's timeout) ends the run through the cleanup below: nodes and containers.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(1))
     if args.from_image and not args.image:
         parser.error("--from-image needs --image")
     if args.release and args.image:
         parser.error("--release runs processes; --image containers: one of them")
+    if args.scenario == "mixed" and not (args.release or args.from_image):
+        parser.error("--scenario mixed needs an earlier release: --release or --from-image")
+    if args.release:
+        args.release = args.release.resolve()
     runtime = Runtime(release=args.release, image=args.image, from_image=args.from_image)
 
-    workdir = Path(args.keep or tempfile.mkdtemp(prefix="chronos-failover-"))
+    workdir = Path(args.keep or tempfile.mkdtemp(prefix="chronos-failover-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     broker: LocalBroker | None = None
     bootstrap = args.bootstrap
@@ -840,11 +857,14 @@ def main() -> int:
         verify(load, committed, uncommitted, summary)
     finally:
         for replica in group.replicas:
-            if replica.process.running():
-                replica.process.signal(signal.SIGCONT)
-                replica.process.terminate()
+            try:
+                if replica.process.running():
+                    replica.process.signal(signal.SIGCONT)
+                    replica.process.terminate()
+            except Exception as exc:  # one replica's failed stop must not leave the rest
+                print(f"stopping {replica.name}: {exc}")
             if isinstance(replica.process, ContainerNode):
-                replica.process.remove_volume()
+                replica.process.remove()  # whatever its client says (a signal may have ended it)
         if broker is not None:
             broker.stop()
     print(f"logs: {workdir}")

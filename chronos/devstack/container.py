@@ -24,7 +24,9 @@ DATA_PATH = "/var/lib/chronos"
 
 
 def _docker(*args: str, timeout_s: float = 120.0) -> None:
-    subprocess.run(["docker", *args], check=True, capture_output=True, timeout=timeout_s)
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        raise RuntimeError(f"docker {' '.join(args)}: {done.stderr.strip()}")
 
 
 class ContainerNode:
@@ -70,7 +72,7 @@ class ContainerNode:
         self._ready_seen = self._count_ready()
         self.started_at = time.time()
         with open(self._log_path, "ab") as log:
-            self._client = subprocess.Popen(
+            self._client = subprocess.Popen(  # its own session: a terminal's ^C is ours
                 [
                     "docker",
                     "run",
@@ -95,6 +97,7 @@ class ContainerNode:
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def _count_ready(self) -> int:
@@ -139,6 +142,8 @@ class ContainerNode:
         _docker("stop", "--time", str(int(timeout_s)), self.name, timeout_s=timeout_s + 30)
         return self._client.wait(timeout_s)
 
-    def remove_volume(self) -> None:
-        """Forget the store (after the container stopped)."""
+    def remove(self) -> None:
+        """Remove the container, running or not, and its store: the end of a check (its
+        attached client may be gone while the container still runs)."""
+        subprocess.run(["docker", "rm", "-f", self.name], capture_output=True, timeout=120)
         subprocess.run(["docker", "volume", "rm", "-f", self.volume], capture_output=True)

@@ -64,5 +64,7 @@ def test_compose_group_delivers_through_the_proxy_and_fails_over(version: str) -
     # 30 before the kill, 30 after, and those sent during the rolling restart (20/s).
     assert summary["sent"] > 80, summary
     assert summary["delivered"] == summary["sent"] and summary["duplicates"] == 0
-    assert len(summary["masters_after_rolling"]) == 1
+    # Both nodes name the same committing master afterwards.
+    assert len(summary["masters_after_rolling"]) == 1, summary
+    assert summary["masters_after_rolling"][0] in ("node-a", "node-b"), summary
     assert summary["rejoined_as"] == "backup"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,10 +66,18 @@ def test_rolling_upgrade_from_the_earlier_release(kafka_bootstrap: str, tmp_path
         for name, args in runs.items()
     }
     reports = {}
-    for name, child in children.items():
-        out, err = child.communicate(timeout=360)
-        assert child.returncode in (0, 1), err[-3000:]
-        reports[name] = json.loads(out.strip().splitlines()[-1])
+    deadline = time.monotonic() + 360
+    try:
+        for name, child in children.items():
+            out, err = child.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            last = out.strip().splitlines()[-1] if out.strip() else ""
+            assert last.startswith("{"), f"{name} ended without a summary:\n{err[-3000:]}"
+            reports[name] = json.loads(last)
+    finally:
+        for child in children.values():
+            if child.poll() is None:
+                child.terminate()  # the script stops its nodes on SIGTERM
+                child.wait(60)
     rolling, mixed = reports["rolling"], reports["mixed"]
     for name, report in reports.items():
         assert report["lost"] == 0 and report["duplicates"] == 0 and report["early"] == 0, (
