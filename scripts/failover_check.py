@@ -183,7 +183,7 @@ class Replica:
         self._group, self._extra = group, extra
         self.runtime = runtime
         self.config = self._write_config(runtime)
-        self.process: NodeProcess | ContainerNode = self._runner(runtime)
+        self.process: NodeProcess = self._runner(runtime)
         self._listening_before = 0
 
     def _write_config(self, runtime: Runtime) -> Path:
@@ -211,7 +211,7 @@ format = "json"
         config.chmod(0o644)  # a container's user reads it
         return config
 
-    def _runner(self, runtime: Runtime) -> NodeProcess | ContainerNode:
+    def _runner(self, runtime: Runtime) -> NodeProcess:
         if runtime.image is not None:
             if runtime.from_image is not None:  # an earlier release: no admin API
                 return ContainerNode(

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from chronos.devstack.process import READY_EVENT
+from chronos.devstack.process import READY_EVENT, NodeProcess
 
 #: Where the node's settings file is mounted inside the container.
 CONFIG_PATH = "/etc/chronos/node.toml"
@@ -29,8 +29,10 @@ def _docker(*args: str, timeout_s: float = 120.0) -> None:
         raise RuntimeError(f"docker {' '.join(args)}: {done.stderr.strip()}")
 
 
-class ContainerNode:
-    """A node container whose output goes to ``log_path`` (appended across restarts).
+class ContainerNode(NodeProcess):
+    """A node container whose output goes to ``log_path`` (appended across restarts). Its
+    attached ``docker run`` client stands for the child process of ``NodeProcess``, whose
+    ready-event watch and liveness it keeps; start, kill, freeze and stop go through Docker.
 
     Parameters:
         name: the container's name (and its volume's, with ``-data``).
@@ -55,24 +57,19 @@ class ContainerNode:
         env: dict[str, str] | None = None,
         unset_env: tuple[str, ...] = (),
     ) -> None:
+        super().__init__(config, log_path, ready_event)
         self.name = name
+        self.image = image
         self.env = env or {}
         self.unset_env = unset_env
-        self.image = image
-        self.config = config
         self.volume = f"{name}-data"
-        self._log_path = log_path
-        self._ready_event = ready_event
-        self._client: subprocess.Popen[bytes] | None = None
-        self._ready_seen = 0
-        self.started_at = 0.0
 
     def start(self) -> None:
         """``docker run`` attached (its output is the log); ``started_at`` as NodeProcess."""
         self._ready_seen = self._count_ready()
         self.started_at = time.time()
         with open(self._log_path, "ab") as log:
-            self._client = subprocess.Popen(  # its own session: a terminal's ^C is ours
+            self._process = subprocess.Popen(  # its own session: a terminal's ^C is ours
                 [
                     "docker",
                     "run",
@@ -84,7 +81,7 @@ class ContainerNode:
                     "--volume",
                     f"{self.volume}:{DATA_PATH}",
                     "--volume",
-                    f"{self.config.resolve()}:{CONFIG_PATH}:ro",
+                    f"{self._config.resolve()}:{CONFIG_PATH}:ro",
                     "--sig-proxy=false",
                     *(f"--env={key}={value}" for key, value in self.env.items()),
                     *(["--entrypoint", "env"] if self.unset_env else []),
@@ -100,31 +97,11 @@ class ContainerNode:
                 start_new_session=True,
             )
 
-    def _count_ready(self) -> int:
-        if not self._log_path.exists():
-            return 0
-        return self._log_path.read_text(errors="replace").count(self._ready_event)
-
-    def wait_ready(self, timeout_s: float) -> bool:
-        """True once this run logged its ready event."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._count_ready() > self._ready_seen:
-                return True
-            if not self.running():
-                raise RuntimeError(f"container {self.name} exited, see {self._log_path}")
-            time.sleep(0.05)
-        return False
-
-    def running(self) -> bool:
-        """True while the container runs (its attached client has not returned)."""
-        return self._client is not None and self._client.poll() is None
-
     def kill(self) -> None:
         """``docker kill``: SIGKILL to the node, no chance to flush anything."""
-        assert self._client is not None
+        assert self._process is not None
         _docker("kill", self.name)
-        self._client.wait(60)
+        self._process.wait(60)
 
     def signal(self, signum: int) -> None:
         """SIGSTOP/SIGCONT as ``docker pause``/``unpause`` (the cgroup freezer)."""
@@ -138,9 +115,9 @@ class ContainerNode:
 
     def terminate(self, timeout_s: float = 60.0) -> int:
         """``docker stop`` (SIGTERM, SIGKILL after ``timeout_s``); the node's exit code."""
-        assert self._client is not None
+        assert self._process is not None
         _docker("stop", "--time", str(int(timeout_s)), self.name, timeout_s=timeout_s + 30)
-        return self._client.wait(timeout_s)
+        return self._process.wait(timeout_s)
 
     def remove(self) -> None:
         """Remove the container, running or not, and its store: the end of a check (its
