@@ -8,6 +8,8 @@ from typing import Protocol
 
 import structlog
 
+from chronos.threadname import name_this_thread
+
 log = structlog.get_logger(__name__)
 
 
@@ -66,6 +68,7 @@ class LoopWorker:
         """Runs once after the loop ends."""
 
     def _run(self) -> None:
+        name_this_thread(self.name)
         backoff = self._backoff
         while not self._stop.is_set():
             try:

@@ -183,8 +183,41 @@ def _replicated(found: Result) -> list[str]:
         f"group **{best['group']:.0f}/s**, alone **{best['alone']:.0f}/s**, "
         f"ratio **{found['ratio']}**",
         "",
+        *stage_table([run for runs in found["runs"].values() for run in runs]),
     ]
     return lines
+
+
+def stage_table(runs: list[Result], relay: Result | None = None) -> list[str]:
+    """CPU per message of each run, whole and per stage (the node's threads by name, its
+    decoder children under ``decoder/``), and against the bare relay's per record: where a
+    regression is, not only that there is one."""
+    measured = [run for run in runs if "stage_cpu_us_per_msg" in run]
+    if not measured:
+        return []
+    stages = sorted(
+        {stage for run in measured for stage in run["stage_cpu_us_per_msg"]},
+        key=lambda stage: -max(run["stage_cpu_us_per_msg"].get(stage, 0.0) for run in measured),
+    )
+    relay_us = (relay or {}).get("cpu_us_per_record")
+    head = ["rate/s", *([] if "mode" not in measured[0] else ["mode"]), "node + children µs/msg"]
+    head += ["× relay"] if relay_us else []
+    lines = [
+        "CPU per scheduled message (µs), whole node and per stage (threads by name):",
+        "",
+        _row([*head, *stages]),
+        _row(["---"] * (len(head) + len(stages))),
+    ]
+    for run in measured:
+        cells: list[object] = [f"{run['rate_target']:.0f}"]
+        cells += [] if "mode" not in run else [run["mode"]]
+        cells.append(run["cpu_us_per_msg"])
+        cells += [round(run["cpu_us_per_msg"] / relay_us, 2)] if relay_us else []
+        cells += [run["stage_cpu_us_per_msg"].get(stage, "") for stage in stages]
+        lines.append(_row(cells))
+    if relay_us:
+        lines += ["", f"Bare relay: {relay_us} µs of CPU per record (its process, all threads)."]
+    return [*lines, ""]
 
 
 def markdown(results: Result) -> str:
@@ -208,7 +241,12 @@ def markdown(results: Result) -> str:
         lines += [
             "## Bare relay (ceiling of a Python consume→produce)",
             "",
-            f"{scenarios['relay']['rate']} records/s",
+            f"{scenarios['relay']['rate']} records/s"
+            + (
+                f", {scenarios['relay']['cpu_us_per_record']} µs of CPU per record"
+                if "cpu_us_per_record" in scenarios["relay"]
+                else ""
+            ),
             "",
         ]
     for name, title in (("steady", "chronos"), ("redis_steady", "Redis sorted set")):
@@ -268,6 +306,7 @@ def markdown(results: Result) -> str:
                 f"Highest sustained rate (p99 ≤ 100 ms, nothing missing): "
                 f"**{scenarios[name]['highest_sustained_rate']:.0f}/s**",
                 "",
+                *stage_table(scenarios[name]["runs"], scenarios.get("relay")),
             ]
     if "replicated" in scenarios:
         lines += _replicated(scenarios["replicated"])

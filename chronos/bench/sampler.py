@@ -60,6 +60,40 @@ def rss_bytes(pid: int) -> int:
     return total
 
 
+def stage_of(comm: str, child: bool) -> str:
+    """The stage a thread's OS name stands for: numbered threads of one kind together
+    (``sender-0``/``sender-1``: ``sender``, ``rdk:broker3``: ``rdk``, ``rocksdb:low0``:
+    ``rocksdb``), a child process' threads under ``decoder/`` (the node's only children)."""
+    kind = comm.strip().split(":", 1)[0] if ":" in comm else comm.strip().rstrip("0123456789-")
+    return f"decoder/{kind}" if child else kind
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per stage (``stage_of``) of ``pid`` and its live descendants, summed over the
+    threads alive now: a node names its threads (``chronos.threadname``)."""
+    stages: dict[str, float] = {}
+    for member in process_tree(pid):
+        for task in Path(f"/proc/{member}/task").glob("*"):
+            try:
+                comm = (task / "comm").read_text()
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # the thread ended meanwhile
+                continue
+            stage = stage_of(comm, member != pid)
+            stages[stage] = stages.get(stage, 0.0) + (int(fields[11]) + int(fields[12])) / _TICKS
+    return stages
+
+
+def stage_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds each stage spent between two ``thread_cpu`` readings (threads that ended in
+    between are missing from ``after``: their stage counts what the others spent)."""
+    return {
+        stage: round(after[stage] - before.get(stage, 0.0), 3)
+        for stage in sorted(after, key=lambda s: before.get(s, 0.0) - after[s])
+        if after[stage] - before.get(stage, 0.0) > 0
+    }
+
+
 class ProcessSampler:
     """Samples a process (and its children) every ``interval_s``; summarises CPU share and peak
     RSS.
@@ -77,7 +111,9 @@ class ProcessSampler:
         self.samples: list[tuple[float, float, int]] = []  # (t, cpu %, rss bytes)
 
     def __enter__(self) -> ProcessSampler:
+        self._start_threads = thread_cpu(self._pid)
         self._start_cpu, self._start = cpu_seconds(self._pid), time.monotonic()
+        self._end_threads = self._start_threads
         self._thread.start()
         return self
 
@@ -86,6 +122,7 @@ class ProcessSampler:
         self._thread.join(5)
         try:
             self._end_cpu, self._end = cpu_seconds(self._pid), time.monotonic()
+            self._end_threads = thread_cpu(self._pid)
         except (FileNotFoundError, ProcessLookupError):
             self._end_cpu, self._end = self._start_cpu, self._start
 
@@ -100,6 +137,15 @@ class ProcessSampler:
             share = 100.0 * (cpu - previous_cpu) / max(now - previous, 1e-6)
             self.samples.append((now - self._start, share, rss))
             previous_cpu, previous = cpu, now
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds of the process and its children over the window (after ``__exit__``)."""
+        return self._end_cpu - self._start_cpu
+
+    def stages(self) -> dict[str, float]:
+        """CPU seconds per stage (``stage_of``) over the window, largest first."""
+        return stage_delta(self._start_threads, self._end_threads)
 
     def summary(self) -> dict[str, float]:
         """Mean CPU (% of one core) over the whole window and the peak RSS (MiB)."""

@@ -58,6 +58,8 @@ def run_load(
         seen = watching.result()
     elapsed = time.monotonic() - started
     node: Result = dict(sampler.summary())
+    node["cpu_s"] = round(sampler.cpu_s, 3)
+    node["stages_cpu_s"] = sampler.stages()
     # Where the machine's CPU went (% of one core over the run): on a shared box the broker and
     # the load tools compete with the node, and this shows how much.
     node["machine_cpu_percent"] = {
@@ -100,6 +102,7 @@ def steady(
         "ingest_rate": sent["rate"],
         **summarize(seen, count),
         "node": node,
+        **per_message_cpu(node, count),
         "topics": stack.layout.as_result(),
     }
     result["sustained"] = (
@@ -108,6 +111,19 @@ def steady(
         and result["lateness_ms"]["p99"] <= 100
     )
     return result
+
+
+def per_message_cpu(node: Result, count: int) -> Result:
+    """The node's CPU per scheduled message (its decoder children included), whole and per
+    stage (``sampler.stage_of``): where a regression is, not only that there is one."""
+    if not count:
+        return {}
+    return {
+        "cpu_us_per_msg": round(node["cpu_s"] * 1e6 / count, 2),
+        "stage_cpu_us_per_msg": {
+            stage: round(cpu_s * 1e6 / count, 2) for stage, cpu_s in node["stages_cpu_s"].items()
+        },
+    }
 
 
 def highest_rate(
@@ -128,7 +144,8 @@ def highest_rate(
         log(
             f"steady {rate:>8.0f}/s: ingest {run['ingest_rate']:.0f}/s, delivered "
             f"{run['delivered']}/{run['expected']}, p99 {run['lateness_ms']['p99']} ms, "
-            f"node cpu {run['node']['cpu_percent_mean']} %"
+            f"node cpu {run['node']['cpu_percent_mean']} %, {run.get('cpu_us_per_msg')} us/msg "
+            f"{run.get('stage_cpu_us_per_msg')}"
         )
         runs.append(run)
         if not run["sustained"]:
@@ -170,7 +187,8 @@ def replicated(
             log(
                 f"replicated {mode:<5} {rate:>8.0f}/s: ingest {run['ingest_rate']:.0f}/s, "
                 f"delivered {run['delivered']}/{run['expected']}, p99 "
-                f"{run['lateness_ms']['p99']} ms, duplicates {run['duplicates']}"
+                f"{run['lateness_ms']['p99']} ms, duplicates {run['duplicates']}, "
+                f"{run.get('cpu_us_per_msg')} us/msg {run.get('stage_cpu_us_per_msg')}"
             )
             runs[mode].append(run)
         if all(r and not r[-1]["sustained"] for r in runs.values()):

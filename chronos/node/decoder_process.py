@@ -28,6 +28,7 @@ from chronos.logs import configure_logging
 from chronos.node.inner_reader import DecodedBatch, InnerReader, ReaderSpec
 from chronos.node.interpreter import tune_interpreter
 from chronos.settings import LogSettings
+from chronos.threadname import name_this_thread
 
 log = structlog.get_logger(__name__)
 
@@ -153,6 +154,7 @@ def _child_main(conn: Connection) -> None:
     except (EOFError, OSError):
         return
     configure_logging(log_settings)
+    name_this_thread("decoder")
     reader = InnerReader(spec, SystemClock().now_ms)  # a child cannot share the node's clock
     try:
         conn.send(("opened", reader.open(start)))

@@ -84,3 +84,20 @@ def test_the_steady_table_shows_the_worst_second_of_a_cold_start() -> None:
     text = markdown(_results([run]))
     assert "worst 1 s, first 10 s / all ms" in text
     assert "| 240 / 240 |" in text
+
+
+def test_the_steady_section_shows_cpu_per_message_per_stage_against_the_relay() -> None:
+    run = _run(None)
+    run["cpu_us_per_msg"] = 30.0
+    run["stage_cpu_us_per_msg"] = {"ingest": 7.5, "decoder/decoder": 8.0}
+    results = _results([run])
+    results["scenarios"]["relay"] = {"rate": 100_000, "cpu_us_per_record": 3.0}
+    text = markdown(results)
+    assert "100000 records/s, 3.0 µs of CPU per record" in text
+    # Largest stage first; the node against the relay as a ratio.
+    assert "| rate/s | node + children µs/msg | × relay | decoder/decoder | ingest |" in text
+    assert "| 1000 | 30.0 | 10.0 | 8.0 | 7.5 |" in text
+
+
+def test_runs_measured_before_stages_were_recorded_print_no_stage_table() -> None:
+    assert "per stage" not in markdown(_results([_run(None)]))

@@ -13,6 +13,7 @@ from chronos.kafka.clients import ClientErrors, OnFatal, lists_topic, producer
 from chronos.kafka.errors import ErrorKind, classify, describe
 from chronos.kafka.publisher import DeliveryCallback
 from chronos.logs import Throttle
+from chronos.threadname import name_this_thread
 from chronos.types import Headers, KafkaConfig
 
 log = structlog.get_logger(__name__)
@@ -100,6 +101,7 @@ class IdempotentPublisher:
         return self._thread.is_alive()
 
     def _poll_loop(self) -> None:
+        name_this_thread(self.name)
         while not self._stop.is_set():
             try:
                 if self._renew_reason is not None:
