@@ -127,6 +127,8 @@ class PushWorker(LoopWorker):
             if not self._put(jobs):
                 return None  # stopping: the scan did not complete, the seek will not pass it
             start = self._cursor = rows[-1][0] + b"\x00"
+            if len(rows) < self._batch_max:
+                break  # the range is exhausted: another scan (a store iterator) finds nothing
         self._scanned = max(self._scanned, upto)
         self._tracker.scanned_through(self._scanned)
         if upto < now:
