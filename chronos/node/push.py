@@ -49,6 +49,8 @@ class PushWorker(LoopWorker):
             this long (``node.max_unpersisted_s``).
         catch_up_window_ms: how far overdue a repeat occurrence is still delivered on its own
             (``delivery.catch_up_window_s``).
+        scan_gap_ms: least time from a scan that dispatched messages to the next scan
+            (``delivery.scan_gap_ms``).
         horizon: the last slot that may be delivered at a given now (the cancel gate,
             ``node/watermark.py``); None: now.
     """
@@ -69,8 +71,13 @@ class PushWorker(LoopWorker):
         max_unpersisted_s: float = 5.0,
         horizon: Callable[[EpochMs], EpochMs] | None = None,
         catch_up_window_ms: int = CATCH_UP_WINDOW_MS,
+        scan_gap_ms: int = 0,
     ) -> None:
         super().__init__("push")
+        self._scan_gap_s = scan_gap_ms / 1000.0
+        #: When the last scan that dispatched something started (monotonic), None after a
+        #: scan that found nothing: a message due after a quiet spell goes out at its slot.
+        self._busy_scan_at: float | None = None
         self._catch_up_ms = catch_up_window_ms
         self._horizon = horizon
         self._max_in_flight = max_in_flight
@@ -107,6 +114,14 @@ class PushWorker(LoopWorker):
             # The gate may have moved the seek (a store rebuilt from Kafka applies its
             # published progress there): everything up to it was delivered.
             self._scanned = max(self._scanned, self._ledger.seek_ms)
+        if self._busy_scan_at is not None:
+            # While messages keep falling due, a scan per slot (per millisecond) paid a store
+            # iterator, a hand-off to a sender and a wake-up of each of them every time;
+            # scanning every few milliseconds carries the same messages in fewer, larger
+            # batches, each at most the gap later.
+            pause = self._busy_scan_at + self._scan_gap_s - time.monotonic()
+            if pause > 0 and self._stop.wait(pause):
+                return
         next_slot = self.scan_due()
         self._frontier.wait(next_slot, self._clock.now_ms(), _MAX_SLEEP_S)
 
@@ -119,11 +134,13 @@ class PushWorker(LoopWorker):
         upto = self._frontier.advance(limit)
         start = max(keys.slot_bound(self._scanned + 1), self._cursor)
         stop = keys.slot_bound(upto + 1)
+        started, found = time.monotonic(), False
         while True:
             rows = self._store.scan(start, stop, self._batch_max)
             if not rows:
                 break
             jobs = jobs_for(rows, now, self._ledger, self._catch_up_ms)
+            found = True
             if not self._put(jobs):
                 return None  # stopping: the scan did not complete, the seek will not pass it
             start = self._cursor = rows[-1][0] + b"\x00"
@@ -131,6 +148,7 @@ class PushWorker(LoopWorker):
                 break  # the range is exhausted: another scan (a store iterator) finds nothing
         self._scanned = max(self._scanned, upto)
         self._tracker.scanned_through(self._scanned)
+        self._busy_scan_at = started if found and self._scan_gap_s else None
         if upto < now:
             # Held back by a write in progress: its end wakes us; look again soon regardless.
             return now + _HELD_BACK_RECHECK_MS

@@ -163,6 +163,7 @@ def _at_least_once(
         max_unpersisted_s=s.node.max_unpersisted_s,
         horizon=ctx.watermark.horizon,
         catch_up_window_ms=int(s.delivery.catch_up_window_s * 1000),
+        scan_gap_ms=s.delivery.scan_gap_ms,
     )
     return [
         ProgressWorker(

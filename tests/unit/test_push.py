@@ -204,3 +204,25 @@ def test_delivery_pauses_while_progress_cannot_be_persisted(env: Env) -> None:
     scanning.join(5)
     assert not scanning.is_alive()
     assert [job.message.id for job in env.drain() if job.message] == ["a"]
+
+
+def test_a_scan_gap_spaces_busy_scans_but_not_the_first_after_a_quiet_spell(env: Env) -> None:
+    push = PushWorker(
+        env.store, env.ledger, env.frontier, env.tracker, env.jobs, env.clock, 3,
+        NullMetrics(), scan_gap_ms=300,
+    )  # fmt: skip
+    for message_id, due in (("a", T0), ("b", T0 + 1), ("c", T0 + 3), ("far", T0 + 10)):
+        env.add(message_id, due)
+    push.step()  # dispatches a, sleeps to b's slot (1 ms)
+    env.clock.advance(1)
+    started = time.monotonic()
+    push.step()  # the previous scan dispatched: this one waits out the gap first
+    assert time.monotonic() - started >= 0.25
+    assert [j.message.id for j in env.drain() if j.message] == ["a", "b"]
+    env.clock.advance(1)
+    push.step()  # after the gap again, finds nothing due at T0 + 2: quiet
+    env.clock.advance(1)
+    started = time.monotonic()
+    push.step()  # c, at once
+    assert time.monotonic() - started < 0.2
+    assert [j.message.id for j in env.drain() if j.message] == ["c"]
