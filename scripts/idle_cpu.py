@@ -19,7 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-from chronos.bench.sampler import cpu_seconds
+from chronos.bench.sampler import cpu_seconds, stage_delta, thread_cpu
 from chronos.devstack.tansu import TansuBroker
 from chronos.settings import load_settings
 from proxy.client import DelayClient
@@ -51,9 +51,11 @@ def main() -> int:
             with DelayClient(load_settings(config)) as client:
                 client.send_delay("idle-target", b"later", delay=3600)
             time.sleep(args.settle)
+            stages = thread_cpu(node.pid)
             start_cpu, start = cpu_seconds(node.pid), time.monotonic()
             time.sleep(args.seconds)
             used = cpu_seconds(node.pid) - start_cpu
+            stages = stage_delta(stages, thread_cpu(node.pid))
             elapsed = time.monotonic() - start
         finally:
             node.terminate()
@@ -63,6 +65,8 @@ def main() -> int:
     print(
         f"idle node: {used:.2f} CPU s in {elapsed:.1f} s = {100 * used / elapsed:.2f} % of one core"
     )
+    # Where it goes, % of one core per stage (threads by name, the decoder child's apart).
+    print("per stage:", {stage: round(100 * cpu / elapsed, 2) for stage, cpu in stages.items()})
     return 0
 
 
