@@ -51,11 +51,11 @@ def main() -> int:
             with DelayClient(load_settings(config)) as client:
                 client.send_delay("idle-target", b"later", delay=3600)
             time.sleep(args.settle)
-            stages = thread_cpu(node.pid)
+            threads = thread_cpu(node.pid)
             start_cpu, start = cpu_seconds(node.pid), time.monotonic()
             time.sleep(args.seconds)
             used = cpu_seconds(node.pid) - start_cpu
-            stages = stage_delta(stages, thread_cpu(node.pid))
+            stages = stage_delta(threads, thread_cpu(node.pid))
             elapsed = time.monotonic() - start
         finally:
             node.terminate()

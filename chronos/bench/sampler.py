@@ -68,10 +68,14 @@ def stage_of(comm: str, child: bool) -> str:
     return f"decoder/{kind}" if child else kind
 
 
-def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds per stage (``stage_of``) of ``pid`` and its live descendants, summed over the
-    threads alive now: a node names its threads (``chronos.threadname``)."""
-    stages: dict[str, float] = {}
+#: CPU seconds per live thread: (stage, thread id) -> seconds.
+ThreadCpu = dict[tuple[str, int], float]
+
+
+def thread_cpu(pid: int) -> ThreadCpu:
+    """CPU seconds of every thread alive now in ``pid`` and its descendants, by stage
+    (``stage_of``) and thread id: a node names its threads (``chronos.threadname``)."""
+    threads: ThreadCpu = {}
     for member in process_tree(pid):
         for task in Path(f"/proc/{member}/task").glob("*"):
             try:
@@ -79,19 +83,21 @@ def thread_cpu(pid: int) -> dict[str, float]:
                 fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:  # the thread ended meanwhile
                 continue
-            stage = stage_of(comm, member != pid)
-            stages[stage] = stages.get(stage, 0.0) + (int(fields[11]) + int(fields[12])) / _TICKS
-    return stages
+            key = (stage_of(comm, member != pid), int(task.name))
+            threads[key] = (int(fields[11]) + int(fields[12])) / _TICKS
+    return threads
 
 
-def stage_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """CPU seconds each stage spent between two ``thread_cpu`` readings (threads that ended in
-    between are missing from ``after``: their stage counts what the others spent)."""
-    return {
-        stage: round(after[stage] - before.get(stage, 0.0), 3)
-        for stage in sorted(after, key=lambda s: before.get(s, 0.0) - after[s])
-        if after[stage] - before.get(stage, 0.0) > 0
-    }
+def stage_delta(before: ThreadCpu, after: ThreadCpu) -> dict[str, float]:
+    """CPU seconds per stage spent between two ``thread_cpu`` readings, largest first, thread
+    by thread: one started in between counts whole, one that ended in between is missing (its
+    share of the window is lost, never taken from the others)."""
+    stages: dict[str, float] = {}
+    for (stage, tid), cpu_s in after.items():
+        spent = cpu_s - before.get((stage, tid), 0.0)
+        if spent > 0:
+            stages[stage] = stages.get(stage, 0.0) + spent
+    return {stage: round(cpu_s, 3) for stage, cpu_s in sorted(stages.items(), key=lambda i: -i[1])}
 
 
 class ProcessSampler:

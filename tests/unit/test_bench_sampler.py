@@ -68,7 +68,7 @@ def test_thread_cpu_counts_each_named_stage_and_the_children_apart() -> None:
     try:
         assert process.stdout is not None and process.stdout.readline() == b"burnt\n"
         # The burning thread has ended: its CPU is in the process, not in a live thread.
-        stages = thread_cpu(process.pid)
+        stages = stage_delta({}, thread_cpu(process.pid))
         assert "sender" not in stages
         assert sum(v for k, v in stages.items() if k.startswith("decoder/")) >= 0.25
     finally:
@@ -77,26 +77,33 @@ def test_thread_cpu_counts_each_named_stage_and_the_children_apart() -> None:
 
 
 def test_a_named_thread_is_its_stage_while_it_lives() -> None:
-    done = threading.Event()
+    burnt, done = threading.Event(), threading.Event()
 
     def burn() -> None:
         assert name_this_thread("sender-0")
         started = time.thread_time()
         while time.thread_time() - started < 0.3:
             pass
+        burnt.set()
         done.wait(30)
 
     before = thread_cpu(os.getpid())
     worker = threading.Thread(target=burn)
     worker.start()
     try:
-        time.sleep(0.5)
+        assert burnt.wait(30)
         spent = stage_delta(before, thread_cpu(os.getpid()))
         assert spent.get("sender", 0.0) >= 0.25
         assert list(spent)[0] == "sender"  # largest first
     finally:
         done.set()
         worker.join()
+
+
+def test_a_thread_that_ended_takes_nothing_from_the_others_of_its_stage() -> None:
+    before = {("sender", 1): 5.0, ("sender", 2): 1.0}
+    after = {("sender", 2): 1.5, ("sender", 3): 0.25}  # 1 ended, 3 started
+    assert stage_delta(before, after) == {"sender": 0.75}
 
 
 def test_stages_group_numbered_threads_and_libraries() -> None:

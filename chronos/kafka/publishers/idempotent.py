@@ -101,7 +101,8 @@ class IdempotentPublisher:
         return self._thread.is_alive()
 
     def _poll_loop(self) -> None:
-        name_this_thread(self.name)
+        # Its stage in the benchmark: this thread runs the delivery callbacks.
+        name_this_thread(f"{self.name}-acks")
         while not self._stop.is_set():
             try:
                 if self._renew_reason is not None:
