@@ -226,3 +226,24 @@ def test_a_scan_gap_spaces_busy_scans_but_not_the_first_after_a_quiet_spell(env:
     push.step()  # c, at once
     assert time.monotonic() - started < 0.2
     assert [j.message.id for j in env.drain() if j.message] == ["c"]
+
+
+def test_a_scan_shorter_than_a_batch_ends_the_sweep(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frontier holds the scanned range still: a second, empty store scan would be waste
+    (an iterator per wake-up)."""
+    scans: list[int] = []
+    real_scan = env.store.scan
+
+    def counted(start: bytes, stop: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        rows = real_scan(start, stop, limit)
+        scans.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(env.store, "scan", counted)
+    for n in range(5):
+        env.add(f"m{n}", T0)
+    env.push.scan_due()
+    assert scans == [3, 2]  # a full batch, then the rest: no empty scan after it
+    assert sorted(j.message.id for j in env.drain() if j.message) == [f"m{n}" for n in range(5)]
