@@ -114,7 +114,9 @@ def test_graceful_stop_in_a_partly_delivered_millisecond_repeats_nothing(
             assert node.context is not None
             metrics = node.context.metrics
             deadline = time.monotonic() + 30
-            while metrics.totals().get("delivered", 0) < total // 10:
+            # Stop after the first batch: the later the stop, the likelier a fast machine has
+            # delivered the whole burst by then (seen once on Tansu: 40,000 of 40,000).
+            while metrics.totals().get("delivered", 0) < 100:
                 assert time.monotonic() < deadline, "the burst was not delivered"
                 time.sleep(0.005)
             # Leaving the block stops the node: mid-way through the millisecond.
