@@ -5,13 +5,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from chronos.bench.host import dir_bytes
 from chronos.devstack.brokers import BrokerKind, LocalBroker, start_local_broker
-from chronos.devstack.process import NodeProcess
+from chronos.devstack.process import READY_EVENT, NodeProcess
 from chronos.kafka.admin import create_topic, ensure_topics
 from chronos.settings import ChronosSettings, TopicSettings, load_settings
 
@@ -49,6 +50,8 @@ class BenchStack:
         broker: the local broker to start when no bootstrap is given.
         replicas: 0 for a node alone; N for a replica group of N node processes (the first
             started is the master: ``node``; the others are ``backups``).
+        node_command: the ``chronos`` command of the nodes (another revision's,
+            ``bench/revision.py``); None: this interpreter's.
     """
 
     def __init__(
@@ -58,7 +61,9 @@ class BenchStack:
         layout: TopicLayout | None = None,
         broker: BrokerKind = "tansu",
         replicas: int = 0,
+        node_command: Sequence[str] | None = None,
     ) -> None:
+        self._node_command = node_command
         self._replicas = replicas
         self.backups: list[NodeProcess] = []
         self._given = bootstrap
@@ -85,14 +90,17 @@ class BenchStack:
         ensure_topics(self.settings)
         create_topic(self.settings, self.target, self.layout.target)
         if not self._replicas:
-            self.node = NodeProcess(configs[0], self.workdir / "node.log")
+            self.node = self._process(configs[0], "node.log")
             return self
-        self.node = NodeProcess(configs[0], self.workdir / "node.log", "became_master")
+        self.node = self._process(configs[0], "node.log", "became_master")
         self.backups = [
-            NodeProcess(c, self.workdir / f"backup-{n}.log", "ingest_caught_up")
+            self._process(c, f"backup-{n}.log", "ingest_caught_up")
             for n, c in enumerate(configs[1:])
         ]
         return self
+
+    def _process(self, config: Path, log: str, ready: str = READY_EVENT) -> NodeProcess:
+        return NodeProcess(config, self.workdir / log, ready, command=self._node_command)
 
     def _config(self, replica: int) -> Path:
         """The TOML of one node; a replica of group ``bench`` when the stack has replicas."""

@@ -8,6 +8,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +124,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="replicated: lateness when a read_committed consumer receives each record "
         "(visible, default) or from its timestamp, stamped when produced (stamped)",
     )
+    guard = parser.add_argument_group(
+        "regression guard",
+        "--baseline REF runs the steady scenario for REF (installed in its own checkout and "
+        "venv) and for this tree, alternated, a fresh broker and node per case; exit 1 when "
+        "this tree is worse than the tolerances",
+    )
+    guard.add_argument(
+        "--baseline",
+        metavar="REF",
+        default=None,
+        help="a tag, branch or commit of this repository to compare this tree against",
+    )
+    guard.add_argument(
+        "--rounds", type=int, default=2, help="times each rate runs on each side (default 2)"
+    )
+    guard.add_argument(
+        "--p99-slack-ms",
+        type=float,
+        default=10.0,
+        help="added p99 allowed where both sides hold a rate (default 10)",
+    )
+    guard.add_argument(
+        "--cpu-slack",
+        type=float,
+        default=0.05,
+        help="added CPU per message allowed, as a fraction of the baseline's (default 0.05)",
+    )
     parser.set_defaults(func=main)
 
 
@@ -133,6 +161,49 @@ def layout_of(args: argparse.Namespace) -> TopicLayout:
 
     given = {"inner": args.inner_partitions, "target": args.target_partitions}
     return TopicLayout(**{k: v for k, v in given.items() if v is not None})
+
+
+def _guard(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """``--baseline``: this tree against another revision, alternated (``bench/guard.py``)."""
+    from chronos.bench import guard, report, revision
+
+    if args.rounds < 1:
+        log("--rounds must be at least 1")
+        return 2
+    # The checkout this chronos runs from (an editable install), else the current directory's.
+    source = Path(__file__).resolve().parents[2]
+    repo = source if (source / ".git").exists() else Path.cwd()
+    try:
+        layout = layout_of(args)
+        baseline = revision.install(args.baseline, repo, log)
+        candidate = revision.this_tree(repo)
+    except (ValueError, revision.RevisionError) as exc:
+        log(str(exc))
+        return 2
+    tolerance = guard.Tolerance(p99_ms=args.p99_slack_ms, cpu_ratio=1.0 + args.cpu_slack)
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    result = guard.run(
+        baseline,
+        candidate,
+        args.rates or list(guard.DEFAULT_RATES),
+        args.seconds or 30.0,
+        args.rounds,
+        log,
+        layout=layout,
+        broker=args.broker,
+        bootstrap=args.bootstrap,
+    )
+    result["started"] = started
+    result["machine"] = report.machine("existing" if args.bootstrap else args.broker)
+    text = guard.markdown(result, tolerance)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"guard-{baseline.sha[:7]}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(text)
+    print(text)
+    log(f"wrote {stem}.json and {stem}.md")
+    lost = [v for v in guard.verdicts(result, tolerance) if guard.regressions(v, tolerance)]
+    return 1 if lost else 0
 
 
 def main(args: argparse.Namespace) -> int:
@@ -151,6 +222,8 @@ def main(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
         print(f"[bench] {line}", file=sys.stderr, flush=True)
 
+    if args.baseline is not None:
+        return _guard(args, log)
     if "redis" in args.only and shutil.which("redis-server") is None:
         # Checked first: a full run takes half an hour before it reaches the Redis baseline.
         log("redis-server not found: apt-get install redis-server, or leave out 'redis' (--only)")

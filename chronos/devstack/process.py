@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 #: The log event a node writes once it has caught up with the inner topic and delivers.
@@ -23,6 +24,10 @@ class NodeProcess:
         source: the source tree of another release to run (its checkout's root, put first
             on the child's path), None for the chronos this interpreter imports. Its
             dependencies are this environment's.
+        command: the ``chronos`` command to run instead of this interpreter's (another
+            revision installed in its own venv, ``bench/revision.py``). It runs in the
+            config's folder: a child it spawns puts its working directory first on its path,
+            and a checkout there (this one) would be imported instead of its own.
     """
 
     def __init__(
@@ -31,7 +36,10 @@ class NodeProcess:
         log_path: Path,
         ready_event: str = READY_EVENT,
         source: Path | None = None,
+        command: Sequence[str] | None = None,
     ) -> None:
+        self._command = list(command or (sys.executable, "-m", "chronos.cli.entry"))
+        self._cwd = source if command is None else config.parent
         self._ready_event = ready_event
         self._source = source
         self._config = config
@@ -55,11 +63,11 @@ class NodeProcess:
             env = os.environ | {"PYTHONPATH": str(self._source)}
         with open(self._log_path, "ab") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "chronos.cli.entry", "run", "--config", str(self._config)],
+                [*self._command, "run", "--config", str(self._config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
-                cwd=self._source,
+                cwd=self._cwd,
             )
 
     def _count_ready(self) -> int:
