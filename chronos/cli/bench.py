@@ -137,6 +137,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="a tag, branch or commit of this repository to compare this tree against",
     )
     guard.add_argument(
+        "--candidate",
+        metavar="REF",
+        default=None,
+        help="compare this revision (installed like the baseline) instead of this tree: "
+        "for bisecting, or to keep editing while the guard runs",
+    )
+    guard.add_argument(
         "--rounds", type=int, default=2, help="times each rate runs on each side (default 2)"
     )
     guard.add_argument(
@@ -176,7 +183,11 @@ def _guard(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     try:
         layout = layout_of(args)
         baseline = revision.install(args.baseline, repo, log)
-        candidate = revision.this_tree(repo)
+        candidate = (
+            revision.this_tree(repo)
+            if args.candidate is None
+            else revision.install(args.candidate, repo, log)
+        )
     except (ValueError, revision.RevisionError) as exc:
         log(str(exc))
         return 2
@@ -197,7 +208,7 @@ def _guard(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     result["machine"] = report.machine("existing" if args.bootstrap else args.broker)
     text = guard.markdown(result, tolerance)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"guard-{baseline.sha[:7]}"
+    stem = args.out / f"guard-{baseline.sha[:7]}-{candidate.sha[:7]}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     stem.with_suffix(".md").write_text(text)
     print(text)

@@ -1,0 +1,106 @@
+"""The regression guard's verdicts: what counts as held, as slower and as dearer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chronos.bench.guard import Tolerance, holds, markdown, regressions, verdicts
+
+
+def _case(side: str, rate: float, p99: int, cpu: float, missing: int = 0) -> dict[str, Any]:
+    return {
+        "side": side,
+        "round": 1,
+        "rate_target": rate,
+        "ingest_rate": rate,
+        "expected": 100,
+        "delivered": 100 - missing,
+        "missing": missing,
+        "duplicates": 0,
+        "lateness_ms": {"p50": 1, "p99": p99, "p999": p99, "max": p99},
+        "worst_lateness_per_second_ms": {"0": p99},
+        "node": {"cpu_percent_mean": 50.0},
+        "cpu_us_per_msg": cpu,
+    }
+
+
+def _result(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    rates = sorted({c["rate_target"] for c in cases})
+    describe = {"ref": "v1", "sha": "0" * 40, "pinned": True}
+    return {
+        "baseline": describe,
+        "candidate": {**describe, "ref": "working tree"},
+        "rates": rates,
+        "seconds": 30.0,
+        "rounds": 1,
+        "max_delay_ms": 10_000,
+        "cases": cases,
+    }
+
+
+def _lost(cases: list[dict[str, Any]], tolerance: Tolerance | None = None) -> list[str]:
+    tolerance = tolerance or Tolerance()
+    return [
+        reason for v in verdicts(_result(cases), tolerance) for reason in regressions(v, tolerance)
+    ]
+
+
+def test_equal_sides_pass() -> None:
+    assert _lost([_case("baseline", 1000, 20, 50.0), _case("candidate", 1000, 20, 50.0)]) == []
+
+
+def test_a_p99_beyond_the_slack_fails_and_one_within_passes() -> None:
+    within = [_case("baseline", 1000, 20, 50.0), _case("candidate", 1000, 30, 50.0)]
+    beyond = [_case("baseline", 1000, 20, 50.0), _case("candidate", 1000, 31, 50.0)]
+    assert _lost(within) == []
+    assert _lost(beyond) == ["p99 31 ms against 20 ms (+10 allowed)"]
+
+
+def test_cpu_per_message_beyond_the_ratio_fails() -> None:
+    dearer = [_case("baseline", 1000, 20, 50.0), _case("candidate", 1000, 20, 53.0)]
+    assert _lost(dearer) == ["CPU per message x1.06 (x1.05 allowed)"]
+    assert _lost(dearer, Tolerance(cpu_ratio=1.1)) == []
+
+
+def test_a_rate_the_baseline_holds_and_the_candidate_does_not_fails() -> None:
+    cases = [_case("baseline", 1000, 20, 50.0), _case("candidate", 1000, 150, 40.0)]
+    assert _lost(cases) == ["the baseline holds this rate, the candidate does not"]
+
+
+def test_a_rate_neither_holds_is_no_regression() -> None:
+    """Past the baseline's own edge there is nothing to lose (the table still shows it)."""
+    cases = [_case("baseline", 1000, 300, 50.0), _case("candidate", 1000, 600, 80.0)]
+    assert _lost(cases) == []
+
+
+def test_a_missing_message_is_not_held() -> None:
+    tolerance = Tolerance()
+    assert holds(_case("candidate", 1000, 5, 1.0), tolerance)
+    assert not holds(_case("candidate", 1000, 5, 1.0, missing=1), tolerance)
+
+
+def test_every_round_counts_the_worst_p99_and_the_mean_cpu() -> None:
+    cases = [
+        _case("baseline", 1000, 20, 50.0),
+        _case("baseline", 1000, 40, 50.0),
+        _case("candidate", 1000, 45, 49.0),
+        _case("candidate", 1000, 25, 55.0),
+    ]
+    (verdict,) = verdicts(_result(cases), Tolerance())
+    assert verdict.baseline_p99 == [20, 40]
+    assert verdict.cpu_ratio == 1.04  # (49 + 55) / 2 against 50
+    assert regressions(verdict, Tolerance()) == []  # 45 against the baseline's worst 40
+
+
+def test_a_failed_node_is_listed_and_not_held() -> None:
+    failed = {"side": "candidate", "round": 1, "rate_target": 1000, "error": "node exited"}
+    cases = [_case("baseline", 1000, 20, 50.0), failed]
+    assert _lost(cases) == ["the baseline holds this rate, the candidate does not"]
+    assert "node exited" in markdown(_result(cases), Tolerance())
+
+
+def test_markdown_has_a_row_per_case_and_a_verdict_per_rate() -> None:
+    cases = [_case("baseline", 1000, 20, 50.0), _case("candidate", 1000, 31, 50.0)]
+    text = markdown(_result(cases), Tolerance())
+    assert text.count("| 1,000 | 1 |") == 2
+    assert "| 1,000 | 20 | 31 | 50.0 | 50.0 | 1.0 | p99 31 ms against 20 ms" in text
