@@ -42,7 +42,14 @@ def ensure_topics(
     config = {"max.message.bytes": str(settings.limits.max_message_bytes + 64 * 1024)}
     # A pending message's record must outlive its next refresh (kafka.topic_config): no
     # compaction, no size-based deletion; retention.ms stays the broker's default.
-    inner_config = {**config, "cleanup.policy": "delete", "retention.bytes": "-1"}
+    inner_config = {
+        **config,
+        "cleanup.policy": "delete",
+        "retention.bytes": "-1",
+        # The broker's append time on every record: the cancel gate's proof without a round
+        # trip (node/watermark.py).
+        "message.timestamp.type": "LogAppendTime",
+    }
     wanted = [
         NewTopic(
             names.inner,

@@ -15,6 +15,7 @@ from typing import Protocol, cast
 import structlog
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
     KafkaError,
     KafkaException,
@@ -53,6 +54,9 @@ class DecodedBatch:
             partitions not yet caught up. It moves past transaction markers that no record
             shows, which catching up must see.
         origins: (partition, offset) of each item (replica groups record where adds came from).
+        appended: per partition, when the broker appended the batch's last record there, for
+            records that carry that time (``message.timestamp.type=LogAppendTime``): the
+            ingest watermark's proof that what came before is read (``node/watermark.py``).
         refreshed: indexes in ``items`` of refresh records (``wire.encode_refresh``), whose
             due field holds the slot they were stored at.
         not_authorized: set when Kafka refused chronos reading the inner topic (the node ends).
@@ -68,6 +72,7 @@ class DecodedBatch:
     oldest_ms: EpochMs | None = None
     positions: dict[int, int] = field(default_factory=dict)
     origins: list[tuple[int, int]] = field(default_factory=list)
+    appended: dict[int, EpochMs] = field(default_factory=dict)
     refreshed: list[int] = field(default_factory=list)
     not_authorized: str | None = None
     gap: str | None = None
@@ -78,6 +83,7 @@ class DecodedBatch:
         self.items += later.items
         self.origins += later.origins
         self.offsets.update(later.offsets)
+        self.appended.update(later.appended)
         self.rejected += later.rejected
         self.errors += later.errors
         if self.oldest_ms is None:
@@ -163,6 +169,7 @@ def decode_batch(
     """Decode consumed records; rejected ones are kept aside with their reason."""
     batch = DecodedBatch()
     items, offsets, origins = batch.items, batch.offsets, batch.origins
+    last: dict[int, Message] = {}
     for record in records:
         error = record.error()
         if error is not None:
@@ -177,6 +184,7 @@ def decode_batch(
             # librdkafka sets both on every consumed record without an error.
             raise RuntimeError(f"consumed record without a position: {partition}@{offset}")
         offsets[partition] = offset + 1
+        last[partition] = record
         try:
             item = decode_record(record, limits, names, now_ms)
             if type(item) is _Refreshed:
@@ -191,6 +199,10 @@ def decode_batch(
             )
         if batch.oldest_ms is None:
             batch.oldest_ms = record.timestamp()[1]
+    for partition, record in last.items():
+        kind, at_ms = record.timestamp()
+        if kind == TIMESTAMP_LOG_APPEND_TIME:
+            batch.appended[partition] = at_ms
     return batch
 
 

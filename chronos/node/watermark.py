@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import structlog
 
@@ -46,18 +46,49 @@ _MAX_PENDING = 256
 
 
 class IngestWatermark:
-    """Applied inner offsets against probed ends; thread-safe.
+    """Applied inner offsets against probed ends, and the append times of applied records;
+    thread-safe.
+
+    Two proofs that every record Kafka acknowledged before a time ``t`` is applied:
+
+    - a *probe* (above): Kafka answered the ends as of a question asked at ``t`` and ingest
+      applied them; needs a round trip to Kafka and then ingest's catch-up;
+    - an *append time*: on an inner topic with ``message.timestamp.type=LogAppendTime`` every
+      record carries the time the broker appended it. A partition's records are appended and
+      read in offset order, so once ingest applied a record appended at ``t``, every record of
+      that partition acknowledged before ``t`` (appended before it) is applied too;
+      ``read_committed`` reads nothing past an undecided transaction, so a committed cancel
+      counts as well. No
+      round trip: under traffic the watermark trails now by ingest's own lag only. Clients
+      cannot forge it (the broker sets the time); it assumes the broker's clock agrees with
+      the node's within the margin, as clients' clocks already must. Records that carry a
+      producer's time (a topic left at ``CreateTime``, or a broker without the setting) are
+      never taken as proof.
+
+    Per owned partition the later of the two holds; the watermark is the earliest over the
+    partitions (a quiet partition has no new records: its probes carry it).
 
     Parameters:
         applied: next offset per owned partition the store already holds (its inner offsets).
         margin_ms: how far past the watermark delivery may go (``node.cancel_margin_ms``).
+        partitions: the owned partitions (default: those of ``applied``).
     """
 
-    def __init__(self, applied: Mapping[int, int], margin_ms: int) -> None:
+    def __init__(
+        self,
+        applied: Mapping[int, int],
+        margin_ms: int,
+        partitions: Collection[int] | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self._applied = dict(applied)
+        self._partitions = frozenset(applied if partitions is None else partitions)
         self._pending: deque[tuple[EpochMs, dict[int, int]]] = deque()
         self._margin = margin_ms
+        #: Node time of the newest probe whose ends ingest applied; None: none yet.
+        self._probed: EpochMs | None = None
+        #: Append time of the last applied record, per partition (LogAppendTime topics).
+        self._appended: dict[int, EpochMs] = {}
         #: Node time before which every acknowledged inner record is applied; None: not yet
         #: known (nothing may be delivered).
         self._value: EpochMs | None = None
@@ -67,14 +98,22 @@ class IngestWatermark:
         """The watermark, None until a first probe was applied."""
         return self._value
 
-    def applied(self, offsets: Mapping[int, int]) -> None:
+    def applied(
+        self, offsets: Mapping[int, int], appended: Mapping[int, EpochMs] | None = None
+    ) -> None:
         """Ingest made these next offsets visible in the store (records or positions past
-        transaction markers); lower ones than already known are ignored."""
+        transaction markers), and the last of those records were appended at ``appended``
+        (LogAppendTime, per partition); lower ones than already known are ignored."""
         with self._lock:
             known = self._applied
             for partition, offset in offsets.items():
                 if offset > known.get(partition, -1):
                     known[partition] = offset
+            if appended:
+                times = self._appended
+                for partition, at_ms in appended.items():
+                    if at_ms > times.get(partition, -1):
+                        times[partition] = at_ms
             self._advance()
 
     def probed(self, at_ms: EpochMs, ends: Mapping[int, int]) -> None:
@@ -94,15 +133,24 @@ class IngestWatermark:
 
     def _advance(self) -> None:
         applied = self._applied
-        # Probes are in time order; the newest one fully applied sets the watermark.
+        # Probes are in time order; the newest one fully applied sets the probed time.
         for index in range(len(self._pending) - 1, -1, -1):
             at_ms, ends = self._pending[index]
             if all(applied.get(p, 0) >= end for p, end in ends.items()):
-                if self._value is None or at_ms > self._value:
-                    self._value = at_ms
+                if self._probed is None or at_ms > self._probed:
+                    self._probed = at_ms
                 for _ in range(index + 1):
                     self._pending.popleft()
-                return
+                break
+        probed = self._probed
+        if probed is None:
+            return  # nothing proven yet: the first probe also proves the partitions are read
+        appended = self._appended
+        value = min(
+            (max(probed, appended.get(p, probed)) for p in self._partitions), default=probed
+        )
+        if self._value is None or value > self._value:
+            self._value = value
 
 
 class WatermarkProbe(LoopWorker):

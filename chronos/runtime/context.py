@@ -131,7 +131,9 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         origin=origin,
         floor=RebuildFloor(None if published.cut is None else published.cut.floor),
         published=published,
-        watermark=IngestWatermark(ledger.inner_offsets(owned), settings.node.cancel_margin_ms),
+        watermark=IngestWatermark(
+            ledger.inner_offsets(owned), settings.node.cancel_margin_ms, owned
+        ),
         rebuild=(
             AloneRebuild(published, store, replica_store, placement, owned)
             if rebuilding and replica_store is not None and isinstance(placement, ReplicaPlacement)

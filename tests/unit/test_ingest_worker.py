@@ -18,6 +18,7 @@ from chronos.metrics import CountingMetrics
 from chronos.model import DecodedRequest, DelayMessage
 from chronos.node.ingest import IngestWorker
 from chronos.node.inner_reader import DecodedBatch
+from chronos.node.watermark import IngestWatermark
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings, StoreSettings
@@ -55,7 +56,12 @@ class ScriptedSource:
 class Rig:
     """An ingest worker on a real ledger; each (re)start takes the next scripted source."""
 
-    def __init__(self, path: Path, sources: list[ScriptedSource]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        sources: list[ScriptedSource],
+        watermark: IngestWatermark | None = None,
+    ) -> None:
         self.store = RocksStore(path, StoreSettings())
         self.ledger = Ledger(self.store, Frontier(0), FakeClock(T0), DeleteSettings())
         self.sources = sources
@@ -74,6 +80,7 @@ class Rig:
             100,
             metrics,
             self.fatal.append,
+            watermark,
         )
 
     def _next_source(self) -> ScriptedSource:
@@ -218,3 +225,22 @@ def test_the_disk_reserve_refuses_writes_before_rocksdb_sees_them(tmp_path: Path
         assert store.read_seek() is None
     finally:
         store.close()
+
+
+def test_append_times_move_the_watermark_unless_the_broker_clock_runs_ahead(
+    tmp_path: Path,
+) -> None:
+    """A record appended "later than now" cannot have been read yet by a node whose clock
+    agrees with the broker's: its time proves nothing (the cancel gate waits for probes)."""
+    ahead = _batch(9, "b")
+    ahead.appended = {0: T0 + 5_000}
+    fine = _batch(8, "a")
+    fine.appended = {0: T0 - 10}
+    watermark = IngestWatermark({}, margin_ms=100, partitions=[0])
+    watermark.probed(T0 - 500, {0: 0})
+    rig = Rig(tmp_path, [ScriptedSource([fine, ahead], {})], watermark)
+    rig.worker.step()
+    assert watermark.value == T0 - 10
+    rig.worker.step()
+    assert rig.stored_offset() == 9  # applied all the same
+    assert watermark.value == T0 - 10

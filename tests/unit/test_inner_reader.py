@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pickle
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    KafkaError,
+    Message,
+)
 
 from chronos import wire
 from chronos.model import DelayMessage
@@ -25,6 +30,7 @@ def _record(
     headers: Headers,
     timestamp: int = NOW,
     key: bytes | None = b"k",
+    kind: int = TIMESTAMP_CREATE_TIME,
 ) -> Message:
     return Message(
         topic="chronos.inner",
@@ -33,13 +39,19 @@ def _record(
         key=key,
         value=value,
         headers=headers,  # type: ignore[arg-type]  # the stub's list is invariant
-        timestamp=(1, timestamp),
+        timestamp=(kind, timestamp),
     )
 
 
-def _add(message: DelayMessage, partition: int, offset: int, timestamp: int = NOW) -> Message:
+def _add(
+    message: DelayMessage,
+    partition: int,
+    offset: int,
+    timestamp: int = NOW,
+    kind: int = TIMESTAMP_CREATE_TIME,
+) -> Message:
     key, value, headers = wire.encode_add(message)
-    return _record(partition, offset, value, headers, timestamp, key)
+    return _record(partition, offset, value, headers, timestamp, key, kind)
 
 
 def test_adds_and_cancels_become_store_items_in_order() -> None:
@@ -58,6 +70,24 @@ def test_adds_and_cancels_become_store_items_in_order() -> None:
     assert batch.offsets == {0: 8, 1: 4}
     assert batch.oldest_ms == NOW - 40
     assert not batch.rejected and not batch.errors and not batch.empty
+    assert batch.appended == {}  # producers' times prove nothing
+
+
+def test_append_times_are_the_last_record_of_each_partition_and_survive_a_merge() -> None:
+    message = DelayMessage("a", "orders", None, b"v", [], NOW + 5000)
+    appended = TIMESTAMP_LOG_APPEND_TIME
+    bad = _record(0, 9, b"not json", [], NOW - 5, b"x", appended)
+    batch = decode_batch(
+        [_add(message, 0, 7, NOW - 30, appended), _add(message, 1, 2, NOW - 20, appended), bad],
+        LimitSettings(),
+        NAMES,
+        NOW,
+    )
+    # A rejected record is read all the same: what came before it is read too.
+    assert batch.appended == {0: NOW - 5, 1: NOW - 20}
+    later = decode_batch([_add(message, 1, 3, NOW - 1, appended)], LimitSettings(), NAMES, NOW)
+    batch.merge(later)
+    assert batch.appended == {0: NOW - 5, 1: NOW - 1}
 
 
 def test_bad_records_are_set_aside_with_their_reason_and_still_passed() -> None:

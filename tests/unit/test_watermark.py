@@ -43,6 +43,33 @@ def test_lower_applied_offsets_never_move_it_back() -> None:
     assert mark.value == 500
 
 
+def test_append_times_move_it_past_the_last_probe_while_records_come() -> None:
+    """A record the broker appended at t proves every earlier record of its partition read:
+    the watermark follows ingest without waiting for the next probe."""
+    mark = IngestWatermark({0: 0}, margin_ms=100)
+    mark.applied({0: 5}, {0: 900})
+    assert mark.value is None  # nothing before a first probe: it proves the partitions read
+    mark.probed(1_000, {0: 5})
+    assert mark.value == 1_000
+    mark.applied({0: 9}, {0: 1_400})
+    assert mark.value == 1_400
+    assert mark.horizon(2_000) == 1_500
+    mark.applied({0: 12}, {0: 1_300})  # an earlier time never moves it back
+    assert mark.value == 1_400
+
+
+def test_a_quiet_partition_holds_it_at_its_probes() -> None:
+    mark = IngestWatermark({}, margin_ms=0, partitions=[0, 1])
+    mark.probed(1_000, {0: 0, 1: 0})
+    assert mark.value == 1_000
+    mark.applied({0: 50}, {0: 3_000})
+    assert mark.value == 1_000  # partition 1 proves nothing past its last probe
+    mark.probed(2_000, {0: 50, 1: 0})
+    assert mark.value == 2_000
+    mark.applied({1: 4}, {1: 2_500})
+    assert mark.value == 2_500  # both partitions read past 2,500 now
+
+
 def test_probe_failure_holds_the_watermark() -> None:
     clock = FakeClock(2_000)
     mark = IngestWatermark({0: 4}, margin_ms=0)
