@@ -382,13 +382,19 @@ class TransactionLoop(LoopWorker):
         dead-letter reason."""
         placed = self._placed
         found: list[tuple[bytes, bytes]] = []
+        one_shots: list[outcome.BlockEntry] = []
         for n in targets:
             job = jobs[n]
             partition, offset = placed.get(n, (-1, -1))
             occurrence = job.message.occurrence if job.message is not None else job.occurrence
+            if job.followup is None and occurrence == 1:
+                one_shots.append((job.key, partition, offset))
+                continue
             found.append(
                 (job.key[keys.MS_WIDTH :], outcome.delivered(now, partition, offset, occurrence))
             )
+        # Targets are in job order, which is key order: blocks (``store/outcome.py``).
+        found += outcome.blocks(now, one_shots)
         for job in jobs:
             reason = self._dead.get(job.key)
             if reason is not None:

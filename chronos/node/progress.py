@@ -103,6 +103,7 @@ class ProgressTracker:
         delivered = 0
         oldest_due: EpochMs | None = None
         outcomes = self._outcomes if self.keep_outcomes else None
+        one_shots: list[outcome.BlockEntry] = []
         now = self._clock.now_ms() if self._clock is not None else 0
         with self._lock:
             jobs = self._jobs
@@ -113,7 +114,11 @@ class ProgressTracker:
                     delivered += 1
                     if oldest_due is None:
                         oldest_due = job.lateness_base_ms
-                    if outcomes is not None:
+                    if outcomes is None:
+                        pass
+                    elif job.followup is None and job.occurrence == 1:
+                        one_shots.append((job.key, job.partition, job.offset))
+                    else:  # a repeat: its index moves on, its outcome is kept by id
                         outcomes.append(
                             (
                                 job.key[keys.MS_WIDTH :],
@@ -133,6 +138,8 @@ class ProgressTracker:
             seek = self._scanned if not jobs else min(self._scanned, keys.slot_of(jobs[0].key) - 1)
             last = self._last_done
             cursor = last if last is not None and keys.slot_of(last) > seek else None
+            if one_shots and outcomes is not None:
+                outcomes += outcome.blocks(now, one_shots)
         if delivered:
             self._metrics.incr("delivered", delivered)
         if oldest_due is not None and self._clock is not None:

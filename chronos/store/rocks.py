@@ -27,7 +27,7 @@ from rocksdict import (
 from chronos.errors import StoreError
 from chronos.names import CF_ARRIVALS, CF_EXPIRY, CF_INDEX, CF_MESSAGES, CF_META, CF_OUTCOMES
 from chronos.settings import StoreSettings
-from chronos.store import keys
+from chronos.store import keys, outcome
 from chronos.store.disk_guard import DiskGuard, StoreFull
 from chronos.store.due_counts import MINUTE_MS, DueCounts
 from chronos.types import EpochMs
@@ -361,6 +361,15 @@ class RocksStore:
         raw = self._outcomes.get(message_id.encode())
         return cast("bytes | None", raw)
 
+    def get_block_outcome(self, key: bytes) -> bytes | None:
+        """The outcome block that may hold the delivery of the message at ``key``: the first
+        block whose last key is at or after it (``store/outcome.py``), None without one."""
+        read = ReadOptions()
+        read.set_iterate_upper_bound(outcome.BLOCK + b"\xff")
+        blocks = self._outcomes.items(from_key=outcome.BLOCK + key, read_opt=read)
+        found = next(iter(cast("Iterator[tuple[bytes, bytes]]", blocks)), None)
+        return None if found is None else found[1]
+
     def sync(self) -> None:
         """Make every write so far durable: fsync the WAL."""
         with self._sync_lock:
@@ -492,6 +501,8 @@ class RocksStore:
         """Range-delete every message key below ``stop`` and compact the range away."""
         self._messages.delete_range(b"", stop, self._write_opts)
         self._messages.compact_range(None, stop)
+        # Outcome blocks wholly below ``stop`` (keyed by their last message key) go with them.
+        self._outcomes.delete_range(outcome.BLOCK, outcome.BLOCK + stop, self._write_opts)
         # Minutes wholly below ``stop`` are gone; the partly deleted one is behind the seek,
         # where the forecast scans instead of reading counts.
         self.due_counts.forget_before(keys.unpack_ms(stop) // MINUTE_MS)

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from chronos.clock import FakeClock
+from chronos.delivery.job import DeliveryJob
 from chronos.model import CancelRequest, DelayMessage
+from chronos.node.progress import ProgressTracker
 from chronos.repeat import Repeat, RepeatKind
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger, next_occurrence
@@ -196,3 +198,46 @@ def test_forecast_counts_per_minute_follow_every_write(env: Env) -> None:
     assert later.counts[0] == sum(1 for due in pending if T0 + 600_000 <= due < T0 + 660_000)
     with pytest.raises(ValueError):
         lookup.forecast(T0, 3_600, 90)
+
+
+def _delivered_job(key: bytes, partition: int, offset: int) -> DeliveryJob:
+    job = DeliveryJob(key, None, keys.slot_of(key), attempts=1, partition=partition, offset=offset)
+    job.done = True
+    return job
+
+
+def test_one_shots_are_found_in_outcome_blocks_and_purged_with_their_messages(env: Env) -> None:
+    """A node alone's progress keeps one-shot deliveries in blocks (``store/outcome.py``):
+    each is found from the key its index holds; a block goes once every message in it was
+    purged."""
+    store, frontier, ledger, lookup = env
+    ledger.apply([_msg(f"m{n}", T0 + 1_000 + n) for n in range(outcome.BLOCK_MAX + 5)])
+    ledger.apply([_msg("later", T0 + 9_000)])
+    tracker = ProgressTracker(T0, clock=FakeClock(T0 + 5_000), keep_outcomes=True)
+    rows = store.scan(b"", keys.slot_bound(T0 + 2_000 + outcome.BLOCK_MAX), 10_000)
+    tracker.dispatched([_delivered_job(k, 3, 100 + n) for n, (k, _) in enumerate(rows)])
+    tracker.scanned_through(T0 + 2_000 + outcome.BLOCK_MAX)
+    seek, cursor, _ = tracker.collect()
+    taken = tracker.take_outcomes()
+    assert len(taken) == 2  # one block per BLOCK_MAX deliveries, not one record each
+    frontier.advance(seek)
+    ledger.commit_progress(seek, [], cursor, outcomes=taken)
+    for n in (0, outcome.BLOCK_MAX - 1, outcome.BLOCK_MAX, outcome.BLOCK_MAX + 4):
+        found = lookup.status(f"m{n}")
+        assert (found.state, found.partition, found.offset) == ("delivered", 3, 100 + n)
+        assert found.delivered_ms == T0 + 5_000 and found.outcome_recorded
+    assert lookup.status("later").state == "pending"
+    # Purged up to the first block's last message: that block goes, the second one stays.
+    ledger.purge_delivered(T0 + 1_000 + outcome.BLOCK_MAX - 1)
+    assert store.get_block_outcome(rows[0][0]) == store.get_block_outcome(rows[-1][0])
+    assert lookup.status(f"m{outcome.BLOCK_MAX}").offset == 100 + outcome.BLOCK_MAX
+
+
+def test_a_block_holds_only_its_own_deliveries() -> None:
+    key = keys.message_key(T0, "a")
+    ((block_key, value),) = outcome.blocks(T0, [(key, 1, 2), (keys.message_key(T0, "b"), 1, 3)])
+    assert block_key == outcome.BLOCK + keys.message_key(T0, "b")
+    found = outcome.find_in_block(value, key)
+    assert found == outcome.Outcome(T0, 1, 1, 2)
+    assert outcome.find_in_block(value, keys.message_key(T0, "c")) is None
+    assert outcome.find_in_block(outcome.delivered(T0, 1, 2, 1), key) is None  # not a block
