@@ -154,7 +154,11 @@ class IngestWatermark:
 
 
 class WatermarkProbe(LoopWorker):
-    """Asks Kafka for the owned inner partitions' ends every ``interval_ms``.
+    """Asks Kafka for the owned inner partitions' ends every ``interval_ms``, unless the
+    watermark moved within that time anyway: while records come, their append times keep it
+    fresher than a probe could (a probe proves the past by a round trip), and a ListOffsets
+    twenty times a second cost the node's librdkafka threads and the broker for nothing. A
+    quiet partition, or a topic whose records carry producers' times, is probed as before.
 
     Parameters:
         watermark: told each answer with the time the question was asked.
@@ -175,11 +179,16 @@ class WatermarkProbe(LoopWorker):
         self._watermark = watermark
         self._list_ends = list_ends
         self._clock = clock
+        self._interval_ms = interval_ms
         self._interval_s = interval_ms / 1000.0
         self._failing = False
 
     def step(self) -> None:
         at_ms = self._clock.now_ms()
+        value = self._watermark.value
+        if value is not None and at_ms - value < self._interval_ms and not self._failing:
+            self._stop.wait((value + self._interval_ms - at_ms) / 1000.0)
+            return
         try:
             ends = self._list_ends()
         except Exception as exc:

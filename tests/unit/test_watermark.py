@@ -87,3 +87,24 @@ def test_probe_failure_holds_the_watermark() -> None:
     clock.advance(1_000)
     probe.step()
     assert mark.value == 2_000
+
+
+def test_no_probe_while_append_times_keep_the_watermark_fresh() -> None:
+    clock = FakeClock(10_000)
+    mark = IngestWatermark({0: 0}, margin_ms=100)
+    asked: list[int] = []
+
+    def list_ends() -> dict[int, int]:
+        asked.append(clock.now_ms())
+        return {0: mark._applied.get(0, 0)}
+
+    probe = WatermarkProbe(mark, list_ends, clock, interval_ms=50)
+    probe.step()  # the first probe: nothing proves anything before it
+    assert asked == [10_000] and mark.value == 10_000
+    clock.advance(30)
+    mark.applied({0: 5}, {0: 10_020})
+    probe.step()
+    assert asked == [10_000]  # 10 ms old: records prove more than a probe would
+    clock.advance(100)  # records stopped: the watermark ages past the interval
+    probe.step()
+    assert asked == [10_000, 10_130] and mark.value == 10_130
