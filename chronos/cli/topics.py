@@ -54,7 +54,12 @@ def create_main(args: argparse.Namespace) -> int:
 def check_main(args: argparse.Namespace) -> int:
     # Kafka clients only when asked.
     from chronos.kafka.clients import KafkaClients
-    from chronos.kafka.topic_config import REMEDY, inner_topic_problems, read_topic_config
+    from chronos.kafka.topic_config import (
+        REMEDY,
+        inner_topic_advice,
+        inner_topic_problems,
+        read_topic_config,
+    )
 
     settings = settings_from(args)
     topic = settings.topics.names.inner
@@ -68,6 +73,8 @@ def check_main(args: argparse.Namespace) -> int:
         )
         return 0
     problems = inner_topic_problems(config, settings.rebuild.refresh_interval_s)
+    for advice in inner_topic_advice(config):
+        print(f"inner topic {topic}: advice (chronos topics fix): {advice}")
     if not problems:
         print(f"inner topic {topic}: ok")
         return 0

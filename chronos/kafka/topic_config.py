@@ -1,5 +1,6 @@
-"""The inner topic's deletion settings: refused at start when a pending message could outlive
-its record, and repaired by ``chronos topics fix``.
+"""The inner topic's settings: refused at start when a pending message could outlive its
+record, advised when deliveries would be later than they need be, and repaired by
+``chronos topics fix``.
 
 The node that delivers re-appends ("refreshes") every pending message to the inner topic at
 least every ``rebuild.refresh_interval_s`` (README, "Rebuild from Kafka"). A replica rebuilds
@@ -11,6 +12,12 @@ written. That holds iff
   rebuilt replica schedules;
 - ``retention.bytes`` is ``-1``: size-based deletion can remove any record, however recent;
 - ``retention.ms`` is ``-1`` or at least twice ``rebuild.refresh_interval_s``.
+
+One setting is advice, not safety: ``message.timestamp.type`` ``LogAppendTime`` has the broker
+stamp every record with its append time, which the cancel gate takes as proof of ingest's
+progress without a round trip (``node/watermark.py``); with ``CreateTime`` (Kafka's default)
+the gate waits for its probes, and deliveries run later under load. A node starts either way,
+logging ``inner_topic_advice``.
 
 ``local.retention.*`` (tiered storage) is ignored: records moved to remote storage are still
 read by consumers.
@@ -50,6 +57,8 @@ log = structlog.get_logger(__name__)
 CLEANUP_POLICY = "cleanup.policy"
 RETENTION_BYTES = "retention.bytes"
 RETENTION_MS = "retention.ms"
+TIMESTAMP_TYPE = "message.timestamp.type"
+LOG_APPEND_TIME = "LogAppendTime"
 #: The topic configs the check reads; an answer without one of them cannot be checked.
 CHECKED = (CLEANUP_POLICY, RETENTION_BYTES, RETENTION_MS)
 
@@ -179,13 +188,28 @@ def _admin(settings: ChronosSettings) -> AdminClient:
     return KafkaClients(settings.kafka, settings.node.node_id).admin()
 
 
+def inner_topic_advice(config: Mapping[str, str]) -> list[str]:
+    """What in the inner topic's ``config`` makes deliveries later than they need be (it loses
+    nothing), as one sentence each; empty when nothing. A broker that does not report the
+    setting gets no advice (Tansu keeps the producer's time whatever it is told)."""
+    kind = config.get(TIMESTAMP_TYPE)
+    if kind is None or kind == LOG_APPEND_TIME:
+        return []
+    return [
+        f"{TIMESTAMP_TYPE}={kind} on the inner topic: the cancel gate then proves ingest's "
+        "progress by probes only, and deliveries under load wait for them; LogAppendTime "
+        "(chronos topics fix) lets records prove it as they are read"
+    ]
+
+
 def check_inner_topic(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
     """Refuse an inner topic that could remove a pending message's record before its refresh.
 
     Raises ConfigError listing every problem (and how to repair them), or when the
     configuration cannot be read; logs ``inner_topic_config_unknown`` and returns when the
-    broker cannot tell (see :func:`read_topic_config`). Whether to check at all
-    (``rebuild.check_inner_topic``) is the caller's decision.
+    broker cannot tell (see :func:`read_topic_config`), and ``inner_topic_advice`` for what
+    only makes deliveries later. Whether to check at all (``rebuild.check_inner_topic``) is
+    the caller's decision.
     """
     topic = settings.topics.names.inner
     config = read_topic_config(_admin(settings), topic, timeout_s)
@@ -197,6 +221,8 @@ def check_inner_topic(settings: ChronosSettings, timeout_s: float = 30.0) -> Non
             reason="the broker does not report the topic's effective configuration",
         )
         return
+    for advice in inner_topic_advice(config):
+        log.warning("inner_topic_advice", topic=topic, advice=advice, fix="chronos topics fix")
     problems = inner_topic_problems(config, settings.rebuild.refresh_interval_s)
     if problems:
         raise ConfigError(
@@ -217,13 +243,16 @@ def _wanted(config: Mapping[str, str], refresh_interval_s: float) -> dict[str, s
     current = _integer(config.get(RETENTION_MS, ""))
     if current is None or (current != -1 and current < required):
         changes[RETENTION_MS] = str(required if current is None else max(current, required))
+    if inner_topic_advice(config):
+        changes[TIMESTAMP_TYPE] = LOG_APPEND_TIME
     return changes
 
 
 def fix_inner_topic(settings: ChronosSettings, timeout_s: float = 30.0) -> dict[str, str]:
     """Make the inner topic safe: ``cleanup.policy=delete``, ``retention.bytes=-1`` and
     ``retention.ms`` at least twice ``rebuild.refresh_interval_s`` (a longer one, or -1, is
-    kept), with IncrementalAlterConfigs.
+    kept), with IncrementalAlterConfigs; and ``message.timestamp.type=LogAppendTime`` where the
+    broker reports another.
 
     Returns what it changed (name -> new value), empty when nothing needed changing; returns
     once the broker reports the new values. Raises ConfigError when the configuration cannot

@@ -100,3 +100,48 @@ def test_a_group_master_waits_for_its_ingest_too(
             assert inbox.count(doomed) == 0
     finally:
         group.stop_all()
+
+
+@pytest.mark.kafka_only(
+    reason="Tansu keeps the producer's time on every record: no append time proves anything"
+)
+def test_records_appended_after_the_last_probe_carry_delivery_on(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
+    """Probes ten minutes apart: after the first, only the broker's append times of the
+    records ingest applies can move the watermark. Delivery keeps going while records come,
+    and a cancel acknowledged before the due time still wins (it was appended, and so
+    applied, before any record whose time lets the due slot go)."""
+    settings = make_settings(
+        kafka_bootstrap,
+        namespace,
+        tmp_path / "store",
+        topics={"inner_partitions": 1},
+        node={"ingest_threads": 1, "watermark_interval_ms": 600_000},
+    )
+    topic = f"{namespace}-appended"
+    with (
+        running_node(settings),
+        Inbox(settings, [topic]) as inbox,
+        DelayClient(settings) as client,
+    ):
+        due_ms = int(time.time() * 1000) + _DUE_IN_MS
+        kept = client.send_delay(topic, b"kept", deliver_at=due_ms)
+        doomed = client.send_delay(topic, b"doomed", deliver_at=due_ms)
+        client.cancel(doomed.id)
+        assert int(time.time() * 1000) < due_ms - 500, "the cancel was acknowledged too late"
+        stop = threading.Event()
+
+        def traffic() -> None:
+            with DelayClient(settings) as other:
+                while not stop.wait(0.1):
+                    other.send_delay(topic, b"later", delay=3600)
+
+        feeder = threading.Thread(target=traffic, daemon=True)
+        feeder.start()
+        try:
+            assert inbox.wait_for({kept.id}, timeout_s=60), "delivery waited for a probe"
+        finally:
+            stop.set()
+            feeder.join(30)
+        assert inbox.count(doomed.id) == 0

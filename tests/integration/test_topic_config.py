@@ -66,6 +66,7 @@ def test_the_inner_topic_ensure_topics_creates_passes(
         assert config["cleanup.policy"] == "delete"
         assert config["retention.bytes"] == "-1"
         assert config["retention.ms"] == "604800000"  # Kafka's default, 7 days
+        assert config["message.timestamp.type"] == "LogAppendTime"  # the cancel gate's proof
 
 
 @KAFKA_ONLY
@@ -91,7 +92,11 @@ def test_a_short_retention_is_refused_then_fixed(
     assert "cleanup.policy" not in message and "retention.bytes" not in message
     assert "chronos topics fix" in message and "rebuild.check_inner_topic = false" in message
 
-    assert fix_inner_topic(settings) == {"retention.ms": TWO_DAYS_MS}
+    # An operator's topic keeps producers' times (Kafka's default): fixed too, as advice.
+    assert fix_inner_topic(settings) == {
+        "retention.ms": TWO_DAYS_MS,
+        "message.timestamp.type": "LogAppendTime",
+    }
     check_inner_topic(settings)
     assert fix_inner_topic(settings) == {}
 
@@ -109,7 +114,11 @@ def test_compaction_and_a_size_limit_are_refused_then_fixed(
     assert "retention.bytes=1000000 on the inner topic is not -1" in message
     assert "retention.ms" not in message  # Kafka's default 7 days is more than 2 days
 
-    assert fix_inner_topic(settings) == {"cleanup.policy": "delete", "retention.bytes": "-1"}
+    assert fix_inner_topic(settings) == {
+        "cleanup.policy": "delete",
+        "retention.bytes": "-1",
+        "message.timestamp.type": "LogAppendTime",
+    }
     check_inner_topic(settings)
     config = _read(settings)
     assert config is not None and config["retention.ms"] == "604800000"  # longer: kept
@@ -123,7 +132,10 @@ def test_compact_and_delete_is_refused_and_infinite_retention_kept(
     _create_inner(admin, settings, **{"cleanup.policy": "compact,delete", "retention.ms": "-1"})
     with pytest.raises(ConfigError, match=r"cleanup\.policy=compact,delete"):
         check_inner_topic(settings)
-    assert fix_inner_topic(settings) == {"cleanup.policy": "delete"}
+    assert fix_inner_topic(settings) == {
+        "cleanup.policy": "delete",
+        "message.timestamp.type": "LogAppendTime",
+    }
     check_inner_topic(settings)
     config = _read(settings)
     assert config is not None and config["retention.ms"] == "-1"
@@ -167,12 +179,14 @@ def test_chronos_topics_check_and_fix(
     assert refused.returncode == 1, refused.stderr
     assert "retention.ms=20000" in refused.stdout and "cleanup.policy=compact" in refused.stdout
     assert "chronos topics fix" in refused.stdout
+    assert "advice (chronos topics fix): message.timestamp.type=CreateTime" in refused.stdout
 
     fixed = _chronos(config, "fix")
     assert fixed.returncode == 0, fixed.stderr
     assert fixed.stdout.splitlines() == [
         f"inner topic {inner}: set cleanup.policy=delete",
         f"inner topic {inner}: set retention.ms=7200000",
+        f"inner topic {inner}: set message.timestamp.type=LogAppendTime",
     ]
 
     ok = _chronos(config, "check")

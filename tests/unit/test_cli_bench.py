@@ -33,6 +33,7 @@ def test_missing_redis_server_is_a_usage_error_before_anything_runs(
         burst=None,
         inner_partitions=1,
         target_partitions=8,
+        baseline=None,
     )
     assert bench.main(args) == 2
     assert "redis-server not found" in capsys.readouterr().err
@@ -56,6 +57,7 @@ def test_scale_beyond_the_embedded_brokers_memory_is_a_usage_error(
         inner_partitions=1,
         target_partitions=8,
         broker="tansu",
+        baseline=None,
     )
     assert bench.main(args) == 2
     err = capsys.readouterr().err

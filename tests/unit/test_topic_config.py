@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from chronos.kafka.topic_config import inner_topic_problems, required_retention_ms
+from chronos.kafka.topic_config import (
+    inner_topic_advice,
+    inner_topic_problems,
+    required_retention_ms,
+)
 
 #: rebuild.refresh_interval_s's default: one day, so retention.ms must be at least 2 days.
 DAY_S = 86_400.0
@@ -111,3 +115,13 @@ def test_a_setting_the_broker_did_not_report_is_a_problem() -> None:
 def test_tiered_storage_settings_are_ignored() -> None:
     config = _config(**{"local.retention.ms": "1000", "local.retention.bytes": "1000"})
     assert inner_topic_problems(config, DAY_S) == []
+
+
+def test_producers_times_on_the_inner_topic_are_advice_not_a_problem() -> None:
+    """CreateTime loses nothing (the gate waits for its probes): the node starts, advised."""
+    create_time = _config(message_timestamp_type="CreateTime")
+    assert inner_topic_problems(create_time, DAY_S) == []
+    (advice,) = inner_topic_advice(create_time)
+    assert advice.startswith("message.timestamp.type=CreateTime on the inner topic")
+    assert inner_topic_advice(_config(message_timestamp_type="LogAppendTime")) == []
+    assert inner_topic_advice(_config()) == []  # not reported (Tansu): nothing to say
