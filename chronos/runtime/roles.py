@@ -95,7 +95,8 @@ def _watermark_probe(ctx: NodeContext) -> WatermarkProbe:
     """Asks Kafka where the owned inner partitions end, for the cancel gate."""
     s = ctx.settings
     interval_ms = s.node.watermark_interval_ms
-    timeout_s = max(1.0, 20 * interval_ms / 1000.0)
+    # Kafka takes a request timeout of at most an hour; a probe waits far less.
+    timeout_s = min(30.0, max(1.0, 20 * interval_ms / 1000.0))
     return WatermarkProbe(
         ctx.watermark,
         StableEnds(ctx.clients.admin, s.topics.names.inner, ctx.owned, timeout_s),
