@@ -9,15 +9,24 @@ again from there (see ``IngestWorker``).
 The parent talks to the child over one pipe. Child to parent: ``("opened", end offsets)``
 once, then ``("batch", DecodedBatch)`` per read that found records (or, while catching up,
 positions), or ``("failed", reason)`` before it exits. Parent to child: ``("commit", offsets)`` and
-``("stop", None)``. A full pipe blocks the child's send: the parent's pace is the child's.
+``("stop", None)``.
+
+In the parent a receiver thread takes each batch off the pipe as it comes and tells
+``on_read`` (the ingest watermark: a batch without a cancel counts for the cancel gate as soon
+as it is read, ``node/watermark.py``), then queues it for the ingest thread, whose store write
+of the batch before would otherwise hold it. The queue is bounded: a full one stops the
+receiver, a full pipe then the child, so the parent's pace is still the child's.
 """
 
 from __future__ import annotations
 
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -33,6 +42,10 @@ from chronos.threadname import name_this_thread
 log = structlog.get_logger(__name__)
 
 _STOP_TIMEOUT_S = 10.0
+#: Batches received and not yet taken by the ingest thread (each up to ``batch_max`` records).
+_INBOX_BATCHES = 8
+#: How often a receiver blocked on a full inbox looks whether the source is closing.
+_INBOX_WAIT_S = 0.1
 
 
 class DecoderProcess:
@@ -43,19 +56,32 @@ class DecoderProcess:
         spec: the reader to run.
         log_settings: the node's logging, repeated in the child.
         start_timeout_s: how long the child may take to start and open its consumer.
+        on_read: told each batch as it arrives, on the receiver thread, before the ingest
+            thread gets it.
     """
 
     def __init__(
-        self, name: str, spec: ReaderSpec, log_settings: LogSettings, start_timeout_s: float = 60.0
+        self,
+        name: str,
+        spec: ReaderSpec,
+        log_settings: LogSettings,
+        start_timeout_s: float = 60.0,
+        on_read: Callable[[DecodedBatch], None] | None = None,
     ) -> None:
         self._name = name
         self._spec = spec
         self._log_settings = log_settings
         self._start_timeout_s = start_timeout_s
+        self._on_read = on_read
         self._conn: Connection | None = None
         self._process: subprocess.Popen[bytes] | None = None
         #: A batch received but not returned yet: merged, it would have overfilled a write.
         self._held: DecodedBatch | None = None
+        #: What the receiver thread took off the pipe: ("batch", batch), or the reason the
+        #: child is gone as ("failed", reason).
+        self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue(_INBOX_BATCHES)
+        self._receiver: threading.Thread | None = None
+        self._closing = threading.Event()
 
     @property
     def pid(self) -> int | None:
@@ -82,24 +108,73 @@ class DecoderProcess:
         except BaseException:
             self.close()  # a failed open is retried: one child per try would pile up
             raise
+        self._closing.clear()
+        self._inbox = queue.Queue(_INBOX_BATCHES)
+        self._receiver = threading.Thread(
+            target=self._receive_batches, args=(parent,), name=f"{self._name}-rx", daemon=True
+        )
+        self._receiver.start()
         return targets
 
+    def _receive_batches(self, conn: Connection) -> None:
+        """The receiver thread: every batch off the pipe, told to ``on_read``, into the inbox,
+        until the child is gone (EOF after a stop, or its failure)."""
+        name_this_thread("decoder-rx")
+        while True:
+            try:
+                kind, payload = conn.recv()
+            except (EOFError, OSError):
+                self._deliver(("failed", "exited"))
+                return
+            if self._closing.is_set():
+                continue  # drained until the child exits: it is read again on restart
+            if kind == "batch" and self._on_read is not None:
+                self._on_read(payload)
+            self._deliver((kind, payload))
+            if kind == "failed":
+                return
+
+    def _deliver(self, item: tuple[str, Any]) -> None:
+        while not self._closing.is_set():
+            try:
+                self._inbox.put(item, timeout=_INBOX_WAIT_S)
+                return
+            except queue.Full:
+                continue
+
     def read(self, timeout_s: float) -> DecodedBatch:
-        """The next batch, with those already waiting in the pipe merged in while they fit in
-        the batch size: the child sends small batches when it is ahead, and each batch costs
-        the writer a store write and a wake-up of the push worker, under the node's GIL."""
-        conn = self._opened()
+        """The next batch, with those already received merged in while they fit in the batch
+        size: the child sends small batches when it is ahead, and each batch costs the writer
+        a store write and a wake-up of the push worker, under the node's GIL."""
+        self._opened()
         batch, self._held = self._held, None
         if batch is None:
-            if not conn.poll(timeout_s):
+            try:
+                batch = self._batch(self._inbox.get(timeout=timeout_s))
+            except queue.Empty:
                 return DecodedBatch()
-            batch = self._receive("batch")
-        while conn.poll(0):
-            later: DecodedBatch = self._receive("batch")
+        while True:
+            try:
+                later = self._batch(self._inbox.get_nowait())
+            except queue.Empty:
+                break
             if len(batch.items) + len(later.items) > self._spec.batch_max:
                 self._held = later  # the next read starts with it
                 break
             batch.merge(later)
+        return batch
+
+    def _batch(self, item: tuple[str, Any]) -> DecodedBatch:
+        kind, payload = item
+        if kind == "failed":
+            raise RuntimeError(
+                f"decoder process {self._name} exited"
+                if payload == "exited"
+                else f"decoder process {self._name} failed: {payload}"
+            )
+        if kind != "batch":
+            raise RuntimeError(f"decoder process {self._name} sent {kind!r}, not 'batch'")
+        batch: DecodedBatch = payload
         return batch
 
     def store_offsets(self, offsets: dict[int, int]) -> None:
@@ -107,15 +182,20 @@ class DecoderProcess:
 
     def close(self) -> None:
         """Ask the child to stop, dropping what it still sends (it is read again on restart)."""
-        conn, process = self._conn, self._process
-        self._conn = self._process = self._held = None
+        conn, process, receiver = self._conn, self._process, self._receiver
+        self._conn = self._process = self._held = self._receiver = None
         if conn is None or process is None:
             return
+        self._closing.set()  # the receiver drops the rest and no longer waits on the inbox
         try:
             conn.send(("stop", None))
-            # A child blocked sending a batch only sees the stop once that batch is read.
-            while process.poll() is None and conn.poll(_STOP_TIMEOUT_S):
-                conn.recv()
+            if receiver is not None:
+                # It reads what the child still sends until the child exits (EOF): a child
+                # blocked sending a batch only sees the stop once that batch is read.
+                receiver.join(_STOP_TIMEOUT_S)
+            else:
+                while process.poll() is None and conn.poll(_STOP_TIMEOUT_S):
+                    conn.recv()
         except (EOFError, OSError):
             pass  # the child is gone already
         finally:

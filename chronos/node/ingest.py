@@ -11,13 +11,11 @@ import structlog
 from chronos.clock import Clock
 from chronos.delivery.deadletter import DeadLetters
 from chronos.lifecycle import LoopWorker
-from chronos.logs import Throttle
 from chronos.metrics import Metrics
 from chronos.node.inner_reader import BatchSource, DecodedBatch
 from chronos.node.watermark import IngestWatermark
 from chronos.schedule.ledger import ApplyOutcome, Ledger
 from chronos.store.disk_guard import StoreFull
-from chronos.types import EpochMs
 
 log = structlog.get_logger(__name__)
 
@@ -85,7 +83,6 @@ class IngestWorker(LoopWorker):
         #: A decoded batch the store refused for lack of disk space: applied before reading on.
         self._held: DecodedBatch | None = None
         self._disk_full_since: float | None = None
-        self._clock_log = Throttle()
 
     def _open(self) -> BatchSource:
         """The source, (re)started at the offsets the store holds."""
@@ -179,6 +176,9 @@ class IngestWorker(LoopWorker):
         # Dead letters are acknowledged before the offsets that pass them are stored. Those
         # acknowledged are remembered until then: a batch read again sends only the rest.
         dead = self._dead_lettered
+        if self._watermark is not None:
+            # Read: without a cancel or reschedule in it, nothing waits for the write.
+            self._watermark.read(batch.offsets, batch.appended, batch.hazard)
         if not self._dead.send_and_wait(batch.rejected, _DEAD_LETTER_TIMEOUT_S, dead):
             raise RuntimeError("dead-letter topic did not acknowledge rejected inner records")
         outcome = self._ledger.apply_decoded(
@@ -188,7 +188,7 @@ class IngestWorker(LoopWorker):
         self._count(outcome)
         if self._watermark is not None:
             # Applied and visible to the push scan: cancels in it now hold.
-            self._watermark.applied(batch.offsets, self._believable(batch.appended))
+            self._watermark.applied(batch.offsets, batch.appended)
             if batch.positions:
                 self._watermark.applied(batch.positions)
         if not self.caught_up.is_set():
@@ -197,27 +197,6 @@ class IngestWorker(LoopWorker):
         self._unsynced.update(batch.offsets)
         if self._ledger.sync_if_due():
             self._commit_synced(source)
-
-    def _believable(self, appended: dict[int, EpochMs]) -> dict[int, EpochMs]:
-        """Append times not later than this node's now: a record read here was appended
-        before it was read, so a later time says the broker's clock runs ahead of ours, and
-        taken as proof it would let delivery outrun a cancel (``node/watermark.py``)."""
-        if not appended:
-            return appended
-        now = self._clock.now_ms()
-        ahead = max(appended.values()) - now
-        if ahead <= 0:
-            return appended
-        held = self._clock_log.admit("ahead")
-        if held is not None:
-            log.warning(
-                "broker_clock_ahead",
-                ahead_ms=ahead,
-                effect="append times are not taken as ingest progress while the broker's "
-                "clock is ahead of this node's; the cancel gate waits for probes",
-                repeated=held,
-            )
-        return {p: at for p, at in appended.items() if at <= now}
 
     def _commit_synced(self, source: BatchSource) -> None:
         """Offer the group the offsets of what is now fsynced (advisory: for lag monitoring)."""

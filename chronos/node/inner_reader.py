@@ -57,6 +57,9 @@ class DecodedBatch:
         appended: per partition, when the broker appended the batch's last record there, for
             records that carry that time (``message.timestamp.type=LogAppendTime``): the
             ingest watermark's proof that what came before is read (``node/watermark.py``).
+        hazard: some item cancels or reschedules (removes or moves a pending message): the
+            cancel gate may pass this batch's records only once it is applied; any other
+            batch it may pass as soon as it is read.
         refreshed: indexes in ``items`` of refresh records (``wire.encode_refresh``), whose
             due field holds the slot they were stored at.
         not_authorized: set when Kafka refused chronos reading the inner topic (the node ends).
@@ -73,6 +76,7 @@ class DecodedBatch:
     positions: dict[int, int] = field(default_factory=dict)
     origins: list[tuple[int, int]] = field(default_factory=list)
     appended: dict[int, EpochMs] = field(default_factory=dict)
+    hazard: bool = False
     refreshed: list[int] = field(default_factory=list)
     not_authorized: str | None = None
     gap: str | None = None
@@ -84,6 +88,7 @@ class DecodedBatch:
         self.origins += later.origins
         self.offsets.update(later.offsets)
         self.appended.update(later.appended)
+        self.hazard = self.hazard or later.hazard
         self.rejected += later.rejected
         self.errors += later.errors
         if self.oldest_ms is None:
@@ -178,6 +183,7 @@ def decode_batch(
                 batch.not_authorized = describe(error)
             elif error.code() == KafkaError._AUTO_OFFSET_RESET:
                 batch.gap = describe(error)
+            batch.hazard = True  # nothing is known of what the error stands for
             continue
         partition, offset = record.partition(), record.offset()
         if partition is None or offset is None:
@@ -190,6 +196,8 @@ def decode_batch(
             if type(item) is _Refreshed:
                 batch.refreshed.append(len(items))
                 item = (item[0], item[1], item[2])
+            elif not item[2]:  # a cancel (None) or a reschedule (RESCHEDULE, empty)
+                batch.hazard = True
             items.append(item)
             origins.append((partition, offset))
         except DecodeError as exc:

@@ -28,8 +28,9 @@ from collections.abc import Callable, Collection, Mapping
 
 import structlog
 
-from chronos.clock import Clock
+from chronos.clock import Clock, SystemClock
 from chronos.lifecycle import LoopWorker
+from chronos.logs import Throttle
 from chronos.types import EpochMs
 
 log = structlog.get_logger(__name__)
@@ -46,32 +47,37 @@ _MAX_PENDING = 256
 
 
 class IngestWatermark:
-    """Applied inner offsets against probed ends, and the append times of applied records;
-    thread-safe.
+    """What ingest has read and applied against probed ends and append times; thread-safe.
 
-    Two proofs that every record Kafka acknowledged before a time ``t`` is applied:
+    Two proofs that every record Kafka acknowledged before a time ``t`` is taken care of:
 
     - a *probe* (above): Kafka answered the ends as of a question asked at ``t`` and ingest
       applied them; needs a round trip to Kafka and then ingest's catch-up;
     - an *append time*: on an inner topic with ``message.timestamp.type=LogAppendTime`` every
       record carries the time the broker appended it. A partition's records are appended and
-      read in offset order, so once ingest applied a record appended at ``t``, every record of
-      that partition acknowledged before ``t`` (appended before it) is applied too;
+      read in offset order, so once ingest took care of a record appended at ``t``, it took
+      care of every record of that partition acknowledged before ``t`` (appended before it);
       ``read_committed`` reads nothing past an undecided transaction, so a committed cancel
-      counts as well. No
-      round trip: under traffic the watermark trails now by ingest's own lag only. Clients
-      cannot forge it (the broker sets the time); it assumes the broker's clock agrees with
-      the node's within the margin, as clients' clocks already must. Records that carry a
-      producer's time (a topic left at ``CreateTime``, or a broker without the setting) are
-      never taken as proof.
+      counts as well. No round trip: under traffic the watermark trails now by ingest's own
+      lag only. Clients cannot forge it (the broker sets the time); it assumes the broker's
+      clock agrees with the node's within the margin, as clients' clocks already must, and a
+      time later than the node's now is refused (``broker_clock_ahead``). Records that carry
+      a producer's time (a topic left at ``CreateTime``, or Tansu) prove nothing.
 
-    Per owned partition the later of the two holds; the watermark is the earliest over the
+    "Taken care of" is *read* for a batch without cancels or reschedules (its adds are only
+    late until applied: nothing can be delivered wrongly for want of them), and *applied* for
+    one with any (``DecodedBatch.hazard``): a cancel holds only once the store has it. A batch
+    read after an unapplied hazard proves nothing until the hazard is applied. So the
+    watermark follows the decoder, not the store writes, while no cancel is in flight.
+
+    Per owned partition the latest of these holds; the watermark is the earliest over the
     partitions (a quiet partition has no new records: its probes carry it).
 
     Parameters:
         applied: next offset per owned partition the store already holds (its inner offsets).
         margin_ms: how far past the watermark delivery may go (``node.cancel_margin_ms``).
         partitions: the owned partitions (default: those of ``applied``).
+        clock: the node's time, which an append time may not be later than.
     """
 
     def __init__(
@@ -79,8 +85,10 @@ class IngestWatermark:
         applied: Mapping[int, int],
         margin_ms: int,
         partitions: Collection[int] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._lock = threading.Lock()
+        self._now_ms = (clock or SystemClock()).now_ms
         self._applied = dict(applied)
         self._partitions = frozenset(applied if partitions is None else partitions)
         self._pending: deque[tuple[EpochMs, dict[int, int]]] = deque()
@@ -89,8 +97,12 @@ class IngestWatermark:
         self._probed: EpochMs | None = None
         #: Append time of the last applied record, per partition (LogAppendTime topics).
         self._appended: dict[int, EpochMs] = {}
-        #: Node time before which every acknowledged inner record is applied; None: not yet
-        #: known (nothing may be delivered).
+        #: Batches read and not applied yet, per partition in offset order:
+        #: (next offset past the batch, append time of its last record or -1, hazard).
+        self._read: dict[int, deque[tuple[int, EpochMs, bool]]] = {}
+        self._clock_log = Throttle()
+        #: Node time before which every acknowledged inner record is taken care of; None: not
+        #: yet known (nothing may be delivered).
         self._value: EpochMs | None = None
 
     @property
@@ -98,22 +110,39 @@ class IngestWatermark:
         """The watermark, None until a first probe was applied."""
         return self._value
 
+    def read(
+        self, offsets: Mapping[int, int], appended: Mapping[int, EpochMs], hazard: bool
+    ) -> None:
+        """Ingest read a batch up to these next offsets, the last of its records appended at
+        ``appended`` (per partition); ``hazard``: it cancels or reschedules something. Told
+        again for a batch already told (a merged one) changes nothing."""
+        times = self._believable(appended)
+        with self._lock:
+            for partition, end in offsets.items():
+                read = self._read.setdefault(partition, deque())
+                if end <= (read[-1][0] if read else self._applied.get(partition, -1)):
+                    continue
+                read.append((end, times.get(partition, -1), hazard))
+            self._advance()
+
     def applied(
         self, offsets: Mapping[int, int], appended: Mapping[int, EpochMs] | None = None
     ) -> None:
         """Ingest made these next offsets visible in the store (records or positions past
         transaction markers), and the last of those records were appended at ``appended``
         (LogAppendTime, per partition); lower ones than already known are ignored."""
+        times = self._believable(appended) if appended else {}
         with self._lock:
             known = self._applied
             for partition, offset in offsets.items():
                 if offset > known.get(partition, -1):
                     known[partition] = offset
-            if appended:
-                times = self._appended
-                for partition, at_ms in appended.items():
-                    if at_ms > times.get(partition, -1):
-                        times[partition] = at_ms
+                read = self._read.get(partition)
+                while read and read[0][0] <= offset:
+                    read.popleft()
+            for partition, at_ms in times.items():
+                if at_ms > self._appended.get(partition, -1):
+                    self._appended[partition] = at_ms
             self._advance()
 
     def probed(self, at_ms: EpochMs, ends: Mapping[int, int]) -> None:
@@ -131,6 +160,27 @@ class IngestWatermark:
             return 0
         return min(now_ms, value + self._margin)
 
+    def _believable(self, appended: Mapping[int, EpochMs]) -> Mapping[int, EpochMs]:
+        """Append times not later than this node's now: a record read here was appended
+        before it was read, so a later time says the broker's clock runs ahead of ours, and
+        taken as proof it would let delivery outrun a cancel."""
+        if not appended:
+            return appended
+        now = self._now_ms()
+        ahead = max(appended.values()) - now
+        if ahead <= 0:
+            return appended
+        held = self._clock_log.admit("ahead")
+        if held is not None:
+            log.warning(
+                "broker_clock_ahead",
+                ahead_ms=ahead,
+                effect="append times are not taken as ingest progress while the broker's "
+                "clock is ahead of this node's; the cancel gate waits for probes",
+                repeated=held,
+            )
+        return {p: at for p, at in appended.items() if at <= now}
+
     def _advance(self) -> None:
         applied = self._applied
         # Probes are in time order; the newest one fully applied sets the probed time.
@@ -145,12 +195,19 @@ class IngestWatermark:
         probed = self._probed
         if probed is None:
             return  # nothing proven yet: the first probe also proves the partitions are read
-        appended = self._appended
-        value = min(
-            (max(probed, appended.get(p, probed)) for p in self._partitions), default=probed
-        )
+        value = min((self._proven(p, probed) for p in self._partitions), default=probed)
         if self._value is None or value > self._value:
             self._value = value
+
+    def _proven(self, partition: int, probed: EpochMs) -> EpochMs:
+        """How far ``partition`` is taken care of: its probes, its applied records' times,
+        and the times of batches read since, up to the first unapplied hazard."""
+        proven = max(probed, self._appended.get(partition, probed))
+        for _end, at_ms, hazard in self._read.get(partition, ()):
+            if hazard:
+                break
+            proven = max(proven, at_ms)
+        return proven
 
 
 class WatermarkProbe(LoopWorker):

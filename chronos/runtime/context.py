@@ -132,7 +132,7 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         floor=RebuildFloor(None if published.cut is None else published.cut.floor),
         published=published,
         watermark=IngestWatermark(
-            ledger.inner_offsets(owned), settings.node.cancel_margin_ms, owned
+            ledger.inner_offsets(owned), settings.node.cancel_margin_ms, owned, clock
         ),
         rebuild=(
             AloneRebuild(published, store, replica_store, placement, owned)

@@ -30,7 +30,7 @@ from chronos.node.cut_publisher import CutPublisher
 from chronos.node.decoder_process import DecoderProcess
 from chronos.node.delete import DeleteWorker
 from chronos.node.ingest import IngestWorker
-from chronos.node.inner_reader import BatchSource, InnerReader, ReaderSpec
+from chronos.node.inner_reader import BatchSource, DecodedBatch, InnerReader, ReaderSpec
 from chronos.node.partitions import thread_shares
 from chronos.node.progress import ProgressTracker, ProgressWorker
 from chronos.node.push import JobQueue, PushWorker
@@ -108,7 +108,12 @@ def _watermark_probe(ctx: NodeContext) -> WatermarkProbe:
 def _source(spec: ReaderSpec, decoder: DecoderPlace, ctx: NodeContext, name: str) -> BatchSource:
     """A new reader for one ingest thread, where the settings want it to decode."""
     if decoder == "process":
-        return DecoderProcess(name, spec, ctx.settings.log)
+        watermark = ctx.watermark
+
+        def read(batch: DecodedBatch) -> None:
+            watermark.read(batch.offsets, batch.appended, batch.hazard)
+
+        return DecoderProcess(name, spec, ctx.settings.log, on_read=read)
     return InnerReader(spec, ctx.clock.now_ms)
 
 

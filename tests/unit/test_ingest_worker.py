@@ -236,7 +236,7 @@ def test_append_times_move_the_watermark_unless_the_broker_clock_runs_ahead(
     ahead.appended = {0: T0 + 5_000}
     fine = _batch(8, "a")
     fine.appended = {0: T0 - 10}
-    watermark = IngestWatermark({}, margin_ms=100, partitions=[0])
+    watermark = IngestWatermark({}, margin_ms=100, partitions=[0], clock=FakeClock(T0))
     watermark.probed(T0 - 500, {0: 0})
     rig = Rig(tmp_path, [ScriptedSource([fine, ahead], {})], watermark)
     rig.worker.step()

@@ -71,6 +71,11 @@ def test_adds_and_cancels_become_store_items_in_order() -> None:
     assert batch.oldest_ms == NOW - 40
     assert not batch.rejected and not batch.errors and not batch.empty
     assert batch.appended == {}  # producers' times prove nothing
+    assert batch.hazard  # the cancel: the gate waits until it is applied
+    adds_only = decode_batch([_add(message, 0, 8)], LimitSettings(), NAMES, NOW)
+    assert not adds_only.hazard
+    adds_only.merge(batch)
+    assert adds_only.hazard
 
 
 def test_append_times_are_the_last_record_of_each_partition_and_survive_a_merge() -> None:

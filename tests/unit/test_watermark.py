@@ -108,3 +108,30 @@ def test_no_probe_while_append_times_keep_the_watermark_fresh() -> None:
     clock.advance(100)  # records stopped: the watermark ages past the interval
     probe.step()
     assert asked == [10_000, 10_130] and mark.value == 10_130
+
+
+def test_a_batch_without_cancels_counts_once_read_one_with_a_cancel_once_applied() -> None:
+    """The decoder's view moves the gate while nothing can be cancelled by what is unread or
+    unapplied; a cancel or reschedule holds it, and whatever was read after, until applied."""
+    mark = IngestWatermark({0: 0}, margin_ms=0, clock=FakeClock(10_000))
+    mark.probed(1_000, {0: 0})
+    mark.read({0: 10}, {0: 2_000}, hazard=False)
+    assert mark.value == 2_000  # read, not yet written: its adds are only late until then
+    mark.read({0: 20}, {0: 3_000}, hazard=True)
+    mark.read({0: 30}, {0: 4_000}, hazard=False)
+    assert mark.value == 2_000  # the cancel, and what came after it, wait for the write
+    mark.read({0: 20}, {0: 3_000}, hazard=True)  # told again (a merged batch): no change
+    mark.applied({0: 10}, {0: 2_000})
+    assert mark.value == 2_000
+    mark.applied({0: 20}, {0: 3_000})
+    assert mark.value == 4_000  # the cancel is in the store: the batch after it counts
+
+
+def test_append_times_later_than_the_node_s_now_prove_nothing() -> None:
+    mark = IngestWatermark({0: 0}, margin_ms=0, clock=FakeClock(10_000))
+    mark.probed(9_000, {0: 0})
+    mark.read({0: 5}, {0: 10_500}, hazard=False)  # the broker's clock runs ahead
+    mark.applied({0: 5}, {0: 10_500})
+    assert mark.value == 9_000
+    mark.applied({0: 6}, {0: 9_900})
+    assert mark.value == 9_900
