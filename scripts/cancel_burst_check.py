@@ -6,7 +6,7 @@ Starts Apache Kafka (or Tansu) and a node alone or a replica group of two as pro
 starts), and cancels ``--cancel-ratio`` of them 0.5-2 s before their due time, while ingest is
 still busy with the burst. A ``read_committed`` consumer of the target topic then counts:
 
-- cancelled_delivered: cancels acknowledged at least the node's margin (100 ms) before the due
+- cancelled_delivered: cancels acknowledged at least the node's margin (250 ms) before the due
   time whose message was delivered anyway (must be 0);
 - lost, duplicates, early (must be 0);
 - lateness of the others (p50/p99/max, ms): what the cancel gate adds while ingest lags.
@@ -41,10 +41,11 @@ from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_brok
 from chronos.devstack.watch import DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.quantiles import percentile
-from chronos.settings import load_settings
+from chronos.settings import NodeSettings, load_settings
 from proxy.client import DelayClient, DelayRequest
 
-_MARGIN_MS = 100
+#: The node's ``node.cancel_margin_ms`` (its default).
+_MARGIN_MS = NodeSettings().cancel_margin_ms
 _NO_GATE_MS = 10**12
 
 
