@@ -80,7 +80,12 @@ def run(
 
 
 def _describe(revision: Revision) -> Result:
-    return {"ref": revision.ref, "sha": revision.sha, "pinned": revision.pinned}
+    return {
+        "ref": revision.ref,
+        "sha": revision.sha,
+        "label": revision.label,
+        "pinned": revision.pinned,
+    }
 
 
 def _case(
@@ -195,6 +200,17 @@ def regressions(verdict: RateVerdict, tolerance: Tolerance) -> list[str]:
     return lost
 
 
+def inconclusive(result: Result, tolerance: Tolerance) -> str | None:
+    """Why the run proves nothing either way, None when it does: a baseline case that did not
+    run, or a baseline that holds no rate (nothing to lose)."""
+    failed = [c for c in result["cases"] if c["side"] == "baseline" and "error" in c]
+    if failed:
+        return f"the baseline failed {len(failed)} case(s): {failed[0]['error']}"
+    if not any(v.baseline_holds for v in verdicts(result, tolerance)):
+        return "the baseline holds none of the rates: choose lower ones"
+    return None
+
+
 def _p99(case: Result) -> int | None:
     return None if "error" in case else int(case["lateness_ms"]["p99"])
 
@@ -203,9 +219,14 @@ def markdown(result: Result, tolerance: Tolerance) -> str:
     """The guard's table: per rate and round both sides, then the verdict per rate."""
     base, cand = result["baseline"], result["candidate"]
     lines = [
-        f"# Regression guard: {cand['ref']} ({cand['sha'][:7]}) against "
-        f"{base['ref']} ({base['sha'][:7]})",
+        f"# Regression guard: {cand['label']} against {base['label']}",
         "",
+        *[
+            f"**Not comparable: {side['label']} was installed with its own library versions, "
+            "not this environment's.**\n"
+            for side in (base, cand)
+            if not side["pinned"]
+        ],
         f"{result['seconds']:g} s per rate, delays 1 s to {result['max_delay_ms'] / 1000:g} s, "
         f"a fresh broker and node per case, {result['rounds']} round(s), sides alternated. "
         f"Started {result.get('started', '?')}.",

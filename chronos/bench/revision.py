@@ -7,15 +7,18 @@ file from ``pip freeze``), so librdkafka and RocksDB are the same on both sides 
 comparison measures chronos, not a library upgrade; a revision that cannot take those pins is
 installed with its own resolution and says so (``pinned``).
 
-Layout under the cache (``~/.cache/chronos/revisions`` unless ``CHRONOS_REVISIONS_DIR``)::
+Layout under the cache (``~/.cache/chronos/revisions`` unless ``CHRONOS_REVISIONS_DIR``),
+one folder per commit and set of pins (``<pins>``: a hash of the constraints, so an upgraded
+environment installs the revision again rather than measure it on older libraries)::
 
-    <sha>/src     a clone of the repository checked out at <sha>
-    <sha>/venv    its virtual environment (``venv/bin/chronos``)
-    <sha>/ready   written last: the install finished (an interrupted one starts again)
+    <sha>-<pins>/src     a clone of the repository checked out at <sha>
+    <sha>-<pins>/venv    its virtual environment (``venv/bin/chronos``)
+    <sha>-<pins>/ready   written last: the install finished (an interrupted one starts again)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -79,7 +82,8 @@ def install(
         sha = _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
     except RevisionError as exc:
         raise RevisionError(f"{ref!r} is not a commit of {repo}: {exc}") from exc
-    home = (cache or cache_dir()) / sha
+    pins = _frozen()
+    home = (cache or cache_dir()) / f"{sha}-{hashlib.sha256(pins.encode()).hexdigest()[:12]}"
     chronos = home / "venv" / "bin" / "chronos"
     ready = home / "ready"
     if ready.exists():
@@ -93,7 +97,7 @@ def install(
     _run([sys.executable, "-m", "venv", str(home / "venv")], "venv")
     pip = [str(home / "venv" / "bin" / "python"), "-m", "pip", "install", "--quiet"]
     constraints = home / "constraints.txt"
-    constraints.write_text(_frozen())
+    constraints.write_text(pins)
     pinned = True
     try:
         _run([*pip, "-c", str(constraints), str(home / "src")], "pip install (pinned)")

@@ -128,7 +128,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "regression guard",
         "--baseline REF runs the steady scenario for REF (installed in its own checkout and "
         "venv) and for this tree, alternated, a fresh broker and node per case; exit 1 when "
-        "this tree is worse than the tolerances",
+        "this tree is worse than the tolerances, 2 when the run proves nothing (the baseline "
+        "failed or held no rate)",
     )
     guard.add_argument(
         "--baseline",
@@ -213,6 +214,10 @@ def _guard(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     stem.with_suffix(".md").write_text(text)
     print(text)
     log(f"wrote {stem}.json and {stem}.md")
+    unclear = guard.inconclusive(result, tolerance)
+    if unclear is not None:
+        log(f"inconclusive: {unclear}")
+        return 2
     lost = [v for v in guard.verdicts(result, tolerance) if guard.regressions(v, tolerance)]
     return 1 if lost else 0
 

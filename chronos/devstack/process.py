@@ -61,6 +61,9 @@ class NodeProcess:
         env = None
         if self._source is not None:  # ahead of the installed chronos (an editable .pth)
             env = os.environ | {"PYTHONPATH": str(self._source)}
+        elif self._command[0] != sys.executable:
+            # Another revision's own command: nothing of this tree on its path.
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         with open(self._log_path, "ab") as log:
             self._process = subprocess.Popen(
                 [*self._command, "run", "--config", str(self._config)],

@@ -108,39 +108,40 @@ class DecoderProcess:
         except BaseException:
             self.close()  # a failed open is retried: one child per try would pile up
             raise
-        self._closing.clear()
+        # Each opening has its own inbox and closing flag: a receiver of an earlier child that
+        # outlived its close never writes into this one's.
+        self._closing = threading.Event()
         self._inbox = queue.Queue(_INBOX_BATCHES)
         self._receiver = threading.Thread(
-            target=self._receive_batches, args=(parent,), name=f"{self._name}-rx", daemon=True
+            target=self._receive_batches,
+            args=(parent, self._inbox, self._closing),
+            name=f"{self._name}-rx",
+            daemon=True,
         )
         self._receiver.start()
         return targets
 
-    def _receive_batches(self, conn: Connection) -> None:
+    def _receive_batches(
+        self, conn: Connection, inbox: queue.Queue[tuple[str, Any]], closing: threading.Event
+    ) -> None:
         """The receiver thread: every batch off the pipe, told to ``on_read``, into the inbox,
-        until the child is gone (EOF after a stop, or its failure)."""
+        until the child is gone (EOF after a stop, or its failure). Whatever ends it reaches
+        the ingest thread as a failure, which restarts the source."""
         name_this_thread("decoder-rx")
-        while True:
-            try:
+        try:
+            while True:
                 kind, payload = conn.recv()
-            except (EOFError, OSError):
-                self._deliver(("failed", "exited"))
-                return
-            if self._closing.is_set():
-                continue  # drained until the child exits: it is read again on restart
-            if kind == "batch" and self._on_read is not None:
-                self._on_read(payload)
-            self._deliver((kind, payload))
-            if kind == "failed":
-                return
-
-    def _deliver(self, item: tuple[str, Any]) -> None:
-        while not self._closing.is_set():
-            try:
-                self._inbox.put(item, timeout=_INBOX_WAIT_S)
-                return
-            except queue.Full:
-                continue
+                if closing.is_set():
+                    continue  # drained until the child exits: it is read again on restart
+                if kind == "batch" and self._on_read is not None:
+                    self._on_read(payload)
+                _deliver(inbox, closing, (kind, payload))
+                if kind == "failed":
+                    return
+        except (EOFError, OSError):
+            _deliver(inbox, closing, ("failed", "exited"))
+        except BaseException as exc:  # an unreadable batch, a failing on_read: never silent
+            _deliver(inbox, closing, ("failed", f"receiver: {type(exc).__name__}: {exc}"))
 
     def read(self, timeout_s: float) -> DecodedBatch:
         """The next batch, with those already received merged in while they fit in the batch
@@ -222,6 +223,18 @@ class DecoderProcess:
         if self._conn is None:
             raise RuntimeError("decoder process used before open()")
         return self._conn
+
+
+def _deliver(
+    inbox: queue.Queue[tuple[str, Any]], closing: threading.Event, item: tuple[str, Any]
+) -> None:
+    """Queue ``item`` for the ingest thread, unless the source closes meanwhile."""
+    while not closing.is_set():
+        try:
+            inbox.put(item, timeout=_INBOX_WAIT_S)
+            return
+        except queue.Full:
+            continue
 
 
 def _child_main(conn: Connection) -> None:

@@ -43,8 +43,8 @@ class IngestWorker(LoopWorker):
         poll_timeout_ms: how long one read waits.
         metrics: counters.
         on_fatal: told when Kafka refuses chronos reading the inner topic (the node ends).
-        watermark: told how far each partition is applied (the cancel gate,
-            ``node/watermark.py``).
+        watermark: told what each batch read holds and how far each partition is applied
+            (the cancel gate, ``node/watermark.py``).
     """
 
     def __init__(

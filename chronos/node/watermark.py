@@ -3,21 +3,26 @@
 A cancel only holds if ingest applied it before the push reached its message's slot. Ingest
 can fall behind (a burst, a broker that was down and delivers a client's queued requests at
 once), so "due" alone is not enough: delivery of slot T waits until every inner record Kafka
-acknowledged before ``T - margin`` has been applied to the store.
+acknowledged before ``T - margin`` has been taken care of (read, and applied if it cancels or
+reschedules anything; see ``IngestWatermark``).
 
-How the node knows that, with no clock comparison against the broker: a *probe* notes the
-node's time ``t`` and then asks Kafka for the end of every owned inner partition (ListOffsets,
-``read_committed`` like the ingest reader). Any record acknowledged before ``t`` lies below the
-end Kafka answers, because the question was asked after the acknowledgement. Once ingest has
-applied each partition up to that end, the watermark moves to ``t``. Delivery then covers slots
-up to ``watermark + margin`` (and never past now).
+How the node knows that: a *probe* notes the node's time ``t`` and then asks Kafka for the end
+of every owned inner partition (ListOffsets, ``read_committed`` like the ingest reader). Any
+record acknowledged before ``t`` lies below the end Kafka answers, because the question was
+asked after the acknowledgement; once ingest has applied each partition up to that end, the
+watermark moves to ``t``. Under traffic the records themselves prove it sooner: on an inner
+topic with ``message.timestamp.type=LogAppendTime`` each carries the broker's append time.
+Delivery then covers slots up to ``watermark + margin`` (and never past now).
 
 So a cancel acknowledged at least ``margin`` before the due time (by the node's clock) is never
-delivered; ingest lag makes deliveries late, never wrong, and that lateness is counted
-(``cancel_gate_held_ms``). While Kafka cannot be asked (an outage), the watermark stands still
-and so does delivery: nothing can prove a cancel did not arrive meanwhile. Clock assumption: the
-clients' clocks and the node's agree within the margin (what "before the due time" means for a
-request is judged on the client's clock, the delivery on the node's).
+delivered; ingest lag beyond the margin makes deliveries late, never wrong, and that lateness is
+counted (``cancel_gate_held_ms``). While Kafka cannot be asked (an outage), the watermark stands
+still and so does delivery: nothing can prove a cancel did not arrive meanwhile. Clock
+assumptions: a client's clock ahead of the node's by d shortens the margin by d (what "before
+the due time" means for a request is judged on the client's clock, the delivery on the node's);
+so does a broker's clock ahead by d, for the append times. A broker ahead by more than ingest's
+lag shows (a record read "before" it was appended): the largest such lead seen is taken off
+every append time from then on (``broker_clock_ahead`` in the log).
 """
 
 from __future__ import annotations
@@ -59,10 +64,10 @@ class IngestWatermark:
       care of every record of that partition acknowledged before ``t`` (appended before it);
       ``read_committed`` reads nothing past an undecided transaction, so a committed cancel
       counts as well. No round trip: under traffic the watermark trails now by ingest's own
-      lag only. Clients cannot forge it (the broker sets the time); it assumes the broker's
-      clock agrees with the node's within the margin, as clients' clocks already must, and a
-      time later than the node's now is refused (``broker_clock_ahead``). Records that carry
-      a producer's time (a topic left at ``CreateTime``, or Tansu) prove nothing.
+      lag only. Clients cannot forge it (the broker sets the time); a broker's clock ahead of
+      the node's shortens the margin by as much, and a lead that shows is taken off
+      (``_believable``). Records that carry a producer's time (a topic left at
+      ``CreateTime``, or Tansu) prove nothing.
 
     "Taken care of" is *read* for a batch without cancels or reschedules (its adds are only
     late until applied: nothing can be delivered wrongly for want of them), and *applied* for
@@ -101,6 +106,8 @@ class IngestWatermark:
         #: (next offset past the batch, append time of its last record or -1, hazard).
         self._read: dict[int, deque[tuple[int, EpochMs, bool]]] = {}
         self._clock_log = Throttle()
+        #: The most an append time was seen ahead of the node's clock: taken off every one.
+        self._skew_ms = 0
         #: Node time before which every acknowledged inner record is taken care of; None: not
         #: yet known (nothing may be delivered).
         self._value: EpochMs | None = None
@@ -161,25 +168,26 @@ class IngestWatermark:
         return min(now_ms, value + self._margin)
 
     def _believable(self, appended: Mapping[int, EpochMs]) -> Mapping[int, EpochMs]:
-        """Append times not later than this node's now: a record read here was appended
-        before it was read, so a later time says the broker's clock runs ahead of ours, and
-        taken as proof it would let delivery outrun a cancel."""
+        """Append times on the node's clock: a record read here was appended before it was
+        read, so a time later than now says the broker's clock runs ahead of ours by at least
+        that much; the largest such lead is taken off every append time from then on (a
+        proof a few ms too early could let delivery outrun a cancel by as much)."""
         if not appended:
             return appended
-        now = self._now_ms()
-        ahead = max(appended.values()) - now
-        if ahead <= 0:
-            return appended
-        held = self._clock_log.admit("ahead")
-        if held is not None:
-            log.warning(
-                "broker_clock_ahead",
-                ahead_ms=ahead,
-                effect="append times are not taken as ingest progress while the broker's "
-                "clock is ahead of this node's; the cancel gate waits for probes",
-                repeated=held,
-            )
-        return {p: at for p, at in appended.items() if at <= now}
+        ahead = max(appended.values()) - self._now_ms()
+        if ahead > self._skew_ms:
+            self._skew_ms = ahead
+            held = self._clock_log.admit("ahead")
+            if held is not None:
+                log.warning(
+                    "broker_clock_ahead",
+                    ahead_ms=ahead,
+                    effect="append times are taken this much earlier from now on; the "
+                    "broker's and the node's clocks should agree (NTP)",
+                    repeated=held,
+                )
+        skew = self._skew_ms
+        return appended if not skew else {p: at - skew for p, at in appended.items()}
 
     def _advance(self) -> None:
         applied = self._applied

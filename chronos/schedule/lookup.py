@@ -151,8 +151,9 @@ class Lookup:
             if last is not None:
                 status.last_delivery = _outcome_json(last)
             return status
-        if last is None and message is not None and message.repeat is None:
-            # A one-shot's delivery is kept in a block (``store/outcome.py``).
+        if last is None:
+            # A one-shot's delivery (a repeat of one time too) is kept in a block
+            # (``store/outcome.py``).
             block = self._store.get_block_outcome(key)
             last = None if block is None else outcome.find_in_block(block, key)
         if last is not None and last.dead_reason is not None:

@@ -13,11 +13,11 @@ One-shot deliveries, nearly all of them, go in *blocks* instead: one record per 
 (up to ``BLOCK_MAX`` deliveries) under ``BLOCK | last message key``, valued
 ``b"B" | at_ms:>Q`` then per delivery ``key length:>H | partition:>i | offset:>q | key`` in key
 order. Why: a record per delivery cost the progress thread a RocksDB put each (~4 us per message
-on the 2-core reference machine against ~1 us in blocks), the store a memtable entry each, and
-the delete worker a delete each. A status lookup finds a one-shot's block from the message key
-the index still holds: commits cover increasing key ranges (jobs are collected in key order),
-so the first block whose last key is at or after it is the only one that can hold it. A repeat
-keeps a record under its id, since its index moves on to the next occurrence.
+on the 2-core reference machine against ~1 us in blocks) and the store a memtable entry each. A
+status lookup finds a one-shot's block from the message key the index still holds: commits
+cover increasing key ranges (jobs are collected in key order), so the first block whose last
+key is at or after it is the only one that can hold it. A repeat keeps a record under its id,
+since its index moves on to the next occurrence.
 """
 
 from __future__ import annotations

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from chronos.bench.guard import Tolerance, holds, markdown, regressions, verdicts
+from chronos.bench.guard import (
+    Tolerance,
+    holds,
+    inconclusive,
+    markdown,
+    regressions,
+    verdicts,
+)
 
 
 def _case(side: str, rate: float, p99: int, cpu: float, missing: int = 0) -> dict[str, Any]:
@@ -26,10 +33,10 @@ def _case(side: str, rate: float, p99: int, cpu: float, missing: int = 0) -> dic
 
 def _result(cases: list[dict[str, Any]]) -> dict[str, Any]:
     rates = sorted({c["rate_target"] for c in cases})
-    describe = {"ref": "v1", "sha": "0" * 40, "pinned": True}
+    describe = {"ref": "v1", "sha": "0" * 40, "label": "v1 (0000000)", "pinned": True}
     return {
         "baseline": describe,
-        "candidate": {**describe, "ref": "working tree"},
+        "candidate": {**describe, "ref": "working tree", "label": "working tree (0000000)"},
         "rates": rates,
         "seconds": 30.0,
         "rounds": 1,
@@ -104,3 +111,23 @@ def test_markdown_has_a_row_per_case_and_a_verdict_per_rate() -> None:
     text = markdown(_result(cases), Tolerance())
     assert text.count("| 1,000 | 1 |") == 2
     assert "| 1,000 | 20 | 31 | 50.0 | 50.0 | 1.0 | p99 31 ms against 20 ms" in text
+
+
+def test_a_run_whose_baseline_failed_or_held_nothing_proves_nothing() -> None:
+    tolerance = Tolerance()
+    failed = {"side": "baseline", "round": 1, "rate_target": 1000, "error": "node exited"}
+    assert "node exited" in str(
+        inconclusive(_result([failed, _case("candidate", 1000, 20, 50.0)]), tolerance)
+    )
+    beyond = [_case("baseline", 1000, 300, 50.0), _case("candidate", 1000, 600, 80.0)]
+    assert inconclusive(_result(beyond), tolerance) == (
+        "the baseline holds none of the rates: choose lower ones"
+    )
+    fine = [_case("baseline", 1000, 20, 50.0), _case("candidate", 1000, 20, 50.0)]
+    assert inconclusive(_result(fine), tolerance) is None
+
+
+def test_a_revision_installed_with_its_own_library_versions_is_flagged() -> None:
+    result = _result([_case("baseline", 1000, 20, 50.0), _case("candidate", 1000, 20, 50.0)])
+    result["baseline"] = {**result["baseline"], "pinned": False}
+    assert "Not comparable: v1 (0000000)" in markdown(result, Tolerance())

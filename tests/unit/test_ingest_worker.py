@@ -227,20 +227,31 @@ def test_the_disk_reserve_refuses_writes_before_rocksdb_sees_them(tmp_path: Path
         store.close()
 
 
-def test_append_times_move_the_watermark_unless_the_broker_clock_runs_ahead(
-    tmp_path: Path,
-) -> None:
-    """A record appended "later than now" cannot have been read yet by a node whose clock
-    agrees with the broker's: its time proves nothing (the cancel gate waits for probes)."""
-    ahead = _batch(9, "b")
-    ahead.appended = {0: T0 + 5_000}
-    fine = _batch(8, "a")
-    fine.appended = {0: T0 - 10}
+def test_ingest_tells_the_watermark_what_it_read_before_it_writes(tmp_path: Path) -> None:
+    """A batch without a cancel moves the gate as soon as it is read, even while the store
+    refuses the write (a full disk); one with a cancel only once written (the watermark's
+    rules are tested in test_watermark.py)."""
+    adds = _batch(8, "a")
+    adds.appended = {0: T0 - 20}
+    cancels = DecodedBatch(items=[("a", 0, None)], offsets={0: 9}, appended={0: T0 - 10})
+    cancels.hazard = True
     watermark = IngestWatermark({}, margin_ms=100, partitions=[0], clock=FakeClock(T0))
     watermark.probed(T0 - 500, {0: 0})
-    rig = Rig(tmp_path, [ScriptedSource([fine, ahead], {})], watermark)
+    rig = Rig(tmp_path, [ScriptedSource([adds, cancels], {})], watermark)
+    real_check = rig.store._guard.check
+    full = {"now": True}
+
+    def check() -> None:
+        if full["now"]:
+            raise StoreFull("the store's disk has 1 MiB free")
+        real_check()
+
+    rig.store._guard.check = check  # type: ignore[method-assign]
     rig.worker.step()
-    assert watermark.value == T0 - 10
+    assert rig.stored_offset() is None
+    assert watermark.value == T0 - 20  # read, not written
+    full["now"] = False
+    rig.worker.step()  # the held batch
     rig.worker.step()
-    assert rig.stored_offset() == 9  # applied all the same
+    assert rig.stored_offset() == 9
     assert watermark.value == T0 - 10

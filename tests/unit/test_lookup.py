@@ -213,6 +213,11 @@ def test_one_shots_are_found_in_outcome_blocks_and_purged_with_their_messages(en
     store, frontier, ledger, lookup = env
     ledger.apply([_msg(f"m{n}", T0 + 1_000 + n) for n in range(outcome.BLOCK_MAX + 5)])
     ledger.apply([_msg("later", T0 + 9_000)])
+    # A repeat of one time has no next occurrence either: its index keeps its key too.
+    once = Repeat(RepeatKind.FIXED, 10_000, 1)
+    ledger.apply(
+        [_msg(f"m{outcome.BLOCK_MAX + 5}", T0 + 1_000 + outcome.BLOCK_MAX + 5, repeat=once)]
+    )
     tracker = ProgressTracker(T0, clock=FakeClock(T0 + 5_000), keep_outcomes=True)
     rows = store.scan(b"", keys.slot_bound(T0 + 2_000 + outcome.BLOCK_MAX), 10_000)
     tracker.dispatched([_delivered_job(k, 3, 100 + n) for n, (k, _) in enumerate(rows)])
@@ -222,7 +227,7 @@ def test_one_shots_are_found_in_outcome_blocks_and_purged_with_their_messages(en
     assert len(taken) == 2  # one block per BLOCK_MAX deliveries, not one record each
     frontier.advance(seek)
     ledger.commit_progress(seek, [], cursor, outcomes=taken)
-    for n in (0, outcome.BLOCK_MAX - 1, outcome.BLOCK_MAX, outcome.BLOCK_MAX + 4):
+    for n in (0, outcome.BLOCK_MAX - 1, outcome.BLOCK_MAX, outcome.BLOCK_MAX + 5):
         found = lookup.status(f"m{n}")
         assert (found.state, found.partition, found.offset) == ("delivered", 3, 100 + n)
         assert found.delivered_ms == T0 + 5_000 and found.outcome_recorded

@@ -127,11 +127,14 @@ def test_a_batch_without_cancels_counts_once_read_one_with_a_cancel_once_applied
     assert mark.value == 4_000  # the cancel is in the store: the batch after it counts
 
 
-def test_append_times_later_than_the_node_s_now_prove_nothing() -> None:
-    mark = IngestWatermark({0: 0}, margin_ms=0, clock=FakeClock(10_000))
+def test_a_broker_clock_seen_ahead_is_taken_off_every_append_time() -> None:
+    """A record read at node time 10,000 that says it was appended at 10,500: the broker's
+    clock is at least 500 ms ahead, so that much comes off this and every later time."""
+    clock = FakeClock(10_000)
+    mark = IngestWatermark({0: 0}, margin_ms=0, clock=clock)
     mark.probed(9_000, {0: 0})
-    mark.read({0: 5}, {0: 10_500}, hazard=False)  # the broker's clock runs ahead
-    mark.applied({0: 5}, {0: 10_500})
-    assert mark.value == 9_000
-    mark.applied({0: 6}, {0: 9_900})
-    assert mark.value == 9_900
+    mark.read({0: 5}, {0: 10_500}, hazard=False)
+    assert mark.value == 10_000
+    clock.advance(1_000)
+    mark.applied({0: 6}, {0: 10_900})
+    assert mark.value == 10_400  # 10,900 less the 500 ms lead seen
