@@ -189,11 +189,8 @@ def test_records_removed_before_the_store_read_them_end_the_node(tmp_path: Path)
     assert len(rig.fatal) == 1 and "removed before this node read them" in rig.fatal[0]
 
 
-def test_a_full_disk_holds_the_batch_and_applies_it_once_space_is_back(tmp_path: Path) -> None:
-    """Below the disk reserve the store refuses writes; ingest keeps the batch it read (no
-    source restart, no growing backoff) and applies it as soon as a write succeeds."""
-    source = ScriptedSource([_batch(2, "a", "b"), _batch(3, "c")], {})
-    rig = Rig(tmp_path, [source])
+def _fill_disk(rig: Rig) -> dict[str, bool]:
+    """The store's disk below its reserve until the returned flag's ``now`` is set False."""
     real_check = rig.store._guard.check
     full = {"now": True}
 
@@ -203,6 +200,15 @@ def test_a_full_disk_holds_the_batch_and_applies_it_once_space_is_back(tmp_path:
         real_check()
 
     rig.store._guard.check = check  # type: ignore[method-assign]
+    return full
+
+
+def test_a_full_disk_holds_the_batch_and_applies_it_once_space_is_back(tmp_path: Path) -> None:
+    """Below the disk reserve the store refuses writes; ingest keeps the batch it read (no
+    source restart, no growing backoff) and applies it as soon as a write succeeds."""
+    source = ScriptedSource([_batch(2, "a", "b"), _batch(3, "c")], {})
+    rig = Rig(tmp_path, [source])
+    full = _fill_disk(rig)
     rig.worker.step()
     rig.worker.step()
     assert rig.stored_offset() is None and not source.closed
@@ -238,15 +244,7 @@ def test_ingest_tells_the_watermark_what_it_read_before_it_writes(tmp_path: Path
     watermark = IngestWatermark({}, margin_ms=100, partitions=[0], clock=FakeClock(T0))
     watermark.probed(T0 - 500, {0: 0})
     rig = Rig(tmp_path, [ScriptedSource([adds, cancels], {})], watermark)
-    real_check = rig.store._guard.check
-    full = {"now": True}
-
-    def check() -> None:
-        if full["now"]:
-            raise StoreFull("the store's disk has 1 MiB free")
-        real_check()
-
-    rig.store._guard.check = check  # type: ignore[method-assign]
+    full = _fill_disk(rig)
     rig.worker.step()
     assert rig.stored_offset() is None
     assert watermark.value == T0 - 20  # read, not written
