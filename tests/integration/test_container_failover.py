@@ -45,9 +45,12 @@ GROUP = "containers"
 RATE_PER_S = 400
 
 
-def _images() -> None:
-    """chronos:local and chronos-kafka:local, built here (Docker's cache makes a rebuild
-    of an unchanged tree take seconds)."""
+@pytest.fixture(scope="module")
+def images() -> None:
+    """chronos:local and chronos-kafka:local, built once for the module (Docker's cache makes a
+    rebuild of an unchanged tree take seconds, but a fresh machine first builds both bases
+    from the Debian mirror: minutes, bounded by its own limit and not by the tests')."""
+    _needs_docker()
     subprocess.run(["bash", str(REPO / "docker" / "build.sh")], check=True, timeout=900)
 
 
@@ -69,9 +72,9 @@ def _needs_docker() -> None:
 
 
 @pytest.fixture
-def deployment(namespace: str, tmp_path: Path) -> Iterator[tuple[ChronosSettings, dict[str, Any]]]:
-    _needs_docker()
-    _images()
+def deployment(
+    images: None, namespace: str, tmp_path: Path
+) -> Iterator[tuple[ChronosSettings, dict[str, Any]]]:
     port, controller = free_port("127.0.0.1"), free_port("127.0.0.1")
     bootstrap = f"127.0.0.1:{port}"
     with ExitStack() as stack:
@@ -147,6 +150,7 @@ class _Load(threading.Thread):
         self.join(30)
 
 
+@pytest.mark.timeout(180, func_only=True)  # the image build in the fixture has its own limit
 def test_kill_and_pause_the_master_container_under_load(
     deployment: tuple[ChronosSettings, dict[str, Any]], namespace: str
 ) -> None:
@@ -158,6 +162,8 @@ def test_kill_and_pause_the_master_container_under_load(
         load.start()
         try:
             time.sleep(5)
+            # The second node's join can rebalance the election group: no master for a moment.
+            wait_until(lambda: _master(settings) in nodes, 60, "a master after both joined")
             first = _master(settings)
             assert first is not None
             _docker("kill", nodes[first].get_wrapped_container().id)
@@ -186,11 +192,10 @@ def test_kill_and_pause_the_master_container_under_load(
     assert len(load.sent) > 10 * RATE_PER_S
 
 
-def test_the_kafka_images_sasl_listener(namespace: str, tmp_path: Path) -> None:
+@pytest.mark.timeout(180, func_only=True)
+def test_the_kafka_images_sasl_listener(images: None, namespace: str, tmp_path: Path) -> None:
     """KAFKA_SASL_PORT/KAFKA_SASL_USERS: a replica (transactions, election) and the client
     deliver through SASL_PLAINTEXT/PLAIN; a wrong password is refused."""
-    _needs_docker()
-    _images()
     port, sasl_port, controller = (free_port("127.0.0.1") for _ in range(3))
     kafka = _container(
         "chronos-kafka:local",
