@@ -163,8 +163,14 @@ def test_kill_and_pause_the_master_container_under_load(
         try:
             time.sleep(5)
             # The second node's join can rebalance the election group: no master for a moment.
-            wait_until(lambda: _master(settings) in nodes, 60, "a master after both joined")
-            first = _master(settings)
+            seen: list[str | None] = []
+
+            def master_seen() -> bool:
+                seen.append(_master(settings))
+                return seen[-1] in nodes
+
+            wait_until(master_seen, 60, "a master after both joined")
+            first = seen[-1]
             assert first is not None
             _docker("kill", nodes[first].get_wrapped_container().id)
             survivor = "b" if first == "a" else "a"
