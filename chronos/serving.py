@@ -3,6 +3,7 @@ admin API): started, stopped and joined like any component."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import threading
 import time
@@ -12,6 +13,12 @@ import uvicorn
 
 from chronos.errors import ConfigError
 from chronos.settings import SecuritySettings
+from chronos.web.connections import (
+    HeadWaits,
+    LoopErrors,
+    bounded_protocol,
+    effective_max_connections,
+)
 from chronos.web.guard import Guard, GuardSettings, Router
 from chronos.web.tokens import TokenBook, TokenFileError
 
@@ -42,11 +49,16 @@ class ThreadedServer:
         if security is not None and security.tls_certfile is not None:
             tls = {"ssl_certfile": security.tls_certfile, "ssl_keyfile": security.tls_keyfile}
         self.tls = bool(tls)
+        bounds = security or SecuritySettings()
+        self.waits = HeadWaits(
+            bounds.header_timeout_s, effective_max_connections(bounds.max_connections)
+        )
         config = uvicorn.Config(
             app,
             host=host,
             port=port,
             **tls,
+            http=bounded_protocol(self.waits),
             log_level="warning",
             # uvicorn's own logging config writes plain text past chronos' handler; without
             # it, its lines reach the root logger in chronos' format (JSON in json mode).
@@ -55,7 +67,15 @@ class ThreadedServer:
             lifespan="off",
         )
         self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self.serve, name=name, daemon=True)
+
+    def serve(self) -> None:
+        """Serve until stopped, on an event loop whose exhausted accepts are logged once a
+        minute (``chronos.web.connections.LoopErrors``). In the main thread, uvicorn also
+        takes SIGINT/SIGTERM as a stop."""
+        with asyncio.Runner() as runner:
+            runner.get_loop().set_exception_handler(LoopErrors(self.name))
+            runner.run(self.server.serve())
 
     @property
     def started(self) -> bool:

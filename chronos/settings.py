@@ -664,6 +664,18 @@ class SecuritySettings(_Section):
     body_timeout_s: float = Field(
         30.0, gt=0, description="Longest time a client may take to send a request body (408)."
     )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Longest time a connection may take to send a whole request head, from "
+        "its opening or from the previous response (408, then closed).",
+    )
+    max_connections: int = Field(
+        1024,
+        ge=16,
+        description="Connections held at once per HTTP surface (at most half the open-files "
+        "limit); past it, the one that has waited longest for a request head is closed.",
+    )
     tls_certfile: Path | None = Field(
         None, description="PEM certificate chain: serve the proxy and admin API over HTTPS."
     )

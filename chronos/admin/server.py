@@ -68,12 +68,12 @@ def create_app(view: NodeView) -> Starlette:
             if cursor is not None:
                 bytes.fromhex(cursor)
             page = view.lookup.page(
-                from_ms=_int(q, "from_ms", 0),
-                to_ms=_int(q, "to_ms", _FAR),
+                from_ms=_int(q, "from_ms", 0, hi=_FAR),
+                to_ms=_int(q, "to_ms", _FAR, hi=_FAR),
                 topic=q.get("topic"),
                 state=cast("ListState", state),
                 cursor=cursor,
-                limit=_int(q, "limit", 100),
+                limit=_int(q, "limit", 100, lo=1, hi=_FAR),
             )
         except ValueError as exc:
             return _bad(str(exc))
@@ -82,9 +82,9 @@ def create_app(view: NodeView) -> Starlette:
     def forecast(request: Request) -> JSONResponse:
         q = request.query_params
         try:
-            horizon = _int(q, "horizon_s", 3_600)
-            bucket = _int(q, "bucket_s", 60)
-            if not 60 <= horizon <= _MAX_HORIZON_S or horizon // bucket > _MAX_BUCKETS:
+            horizon = _int(q, "horizon_s", 3_600, lo=60, hi=_MAX_HORIZON_S)
+            bucket = _int(q, "bucket_s", 60, lo=60, hi=_MAX_HORIZON_S)
+            if horizon // bucket > _MAX_BUCKETS:
                 raise ValueError(
                     f"horizon_s must be 60..{_MAX_HORIZON_S} with at most {_MAX_BUCKETS} buckets"
                 )
@@ -124,14 +124,19 @@ _MAX_HORIZON_S = 31 * 86_400
 _MAX_BUCKETS = 10_000
 
 
-def _int(query: Mapping[str, str], name: str, default: int) -> int:
+def _int(query: Mapping[str, str], name: str, default: int, lo: int = 0, hi: int = _FAR) -> int:
+    """A query parameter as an integer in ``lo..hi``: what the store and the arithmetic behind
+    each parameter take (a slot is 0..2**62 ms: a larger or negative one is no time)."""
     raw = query.get(name)
     if raw is None:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+        raise ValueError(f"{name} must be an integer, got {raw[:40]!r}") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be {lo}..{hi}, got {raw[:40]}")
+    return value
 
 
 def _bad(reason: str) -> JSONResponse:

@@ -65,7 +65,8 @@ def describe_invalid_body(
     if field is None and media != "application/json":
         shown = repr(content_type) if content_type else "none"
         return 415, f"send a JSON body with content-type application/json (got {shown})", None
-    return 422, str(error.get("msg", "invalid")), field
+    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    return 422, message, field
 
 
 def _receipt(receipt: Receipt) -> ReceiptOut:

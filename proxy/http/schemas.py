@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from chronos.errors import ValidationError
 from chronos.repeat import CatchUp, Repeat, RepeatKind
@@ -20,6 +20,26 @@ class _Body(BaseModel):
     """Strict: ``false`` or ``"5"`` is not a number here, as the schema says."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _iso_8601(value: object) -> object:
+    """A JSON body carries a time as a string, and strict pydantic refuses a string for a
+    datetime once the body is parsed: so the string is parsed here, and anything but a string
+    (a number, a bool) stays refused as the schema says."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("must be an ISO-8601 date-time string, e.g. 2026-11-25T18:00:00Z")
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not an ISO-8601 date-time, e.g. 2026-11-25T18:00:00Z"
+        ) from None
+
+
+#: ``deliver_at`` in a request body: an ISO-8601 string (RFC 3339 ``date-time`` in the schema).
+IsoDatetime = Annotated[datetime, BeforeValidator(_iso_8601)]
 
 
 class HeaderIn(_Body):
@@ -80,7 +100,9 @@ class ScheduleIn(_Body):
     )
     delay_ms: int | None = Field(None, description="Deliver this many ms from now.")
     deliver_at_ms: int | None = Field(None, description="Deliver at this epoch ms (past = now).")
-    deliver_at: datetime | None = Field(None, description="Deliver at this ISO-8601 time.")
+    deliver_at: IsoDatetime | None = Field(
+        None, description="Deliver at this ISO-8601 time, with its offset (Z or +hh:mm)."
+    )
     id: str | None = Field(None, description="Idempotency key; generated when absent.")
     repeat: RepeatIn | None = None
 
@@ -146,7 +168,9 @@ class RescheduleIn(_Body):
 
     delay_ms: int | None = Field(None, description="Deliver this many ms from now.")
     deliver_at_ms: int | None = Field(None, description="Deliver at this epoch ms (past = now).")
-    deliver_at: datetime | None = Field(None, description="Deliver at this ISO-8601 time.")
+    deliver_at: IsoDatetime | None = Field(
+        None, description="Deliver at this ISO-8601 time, with its offset (Z or +hh:mm)."
+    )
 
     def due(self) -> tuple[float | None, datetime | int | None]:
         """(delay in seconds, deliver_at) for ``DelayClient.reschedule``."""

@@ -34,6 +34,6 @@ class ProxyServer(ThreadedServer):
     def serve_forever(self) -> None:
         """Run in the calling thread until SIGINT/SIGTERM (uvicorn installs the handlers)."""
         try:
-            self.server.run()
+            self.serve()
         finally:
             self.client.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
@@ -111,6 +112,73 @@ def test_batch_cancel_and_idempotent_resend(
         time.sleep(1.0)  # room for a wrong second delivery or a cancelled one to show up
         assert all(inbox.count(i) == 1 for i in ids[5:])
         assert all(inbox.count(i) == 0 for i in cancelled)
+
+
+def test_deliver_at_is_taken_on_every_endpoint(
+    stack: tuple[ChronosSettings, httpx.Client], namespace: str
+) -> None:
+    """An ISO-8601 ``deliver_at`` (Z, an offset, a past time) on the single, batch and
+    reschedule endpoints: accepted, due at that millisecond, delivered not before it."""
+    settings, http = stack
+    topic = f"{namespace}-at"
+    due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    due_ms = int(due.timestamp() * 1000)
+    zulu = due.isoformat().replace("+00:00", "Z")
+    plus_two = due.astimezone(timezone(timedelta(hours=2))).isoformat()
+    with Inbox(settings, [topic]) as inbox:
+        one = http.post("/v1/messages", json={"topic": topic, "value": "z", "deliver_at": zulu})
+        assert one.status_code == 201, one.text
+        assert one.json()["deliver_at_ms"] == due_ms
+        batch = http.post(
+            "/v1/messages/batch",
+            json={
+                "messages": [
+                    {"topic": topic, "value": "offset", "deliver_at": plus_two},
+                    {"topic": topic, "value": "past", "deliver_at": "2020-01-01T00:00:00+00:00"},
+                ]
+            },
+        )
+        assert batch.status_code == 201, batch.text
+        offset, past = batch.json()["receipts"]
+        assert offset["deliver_at_ms"] == due_ms
+        assert past["deliver_at_ms"] <= int(time.time() * 1000), "a past time means now"
+        later = http.post(
+            "/v1/messages", json={"topic": topic, "value": "moved", "delay_ms": 3_600_000}
+        )
+        assert later.status_code == 201, later.text
+        moved = later.json()["id"]
+        answer = http.post(f"/v1/messages/{moved}/reschedule", json={"deliver_at": zulu})
+        assert answer.status_code == 202, answer.text
+        assert answer.json()["deliver_at_ms"] == due_ms
+        ids = {one.json()["id"], offset["id"], past["id"], moved}
+        assert inbox.wait_for(ids), f"{len(ids - set(inbox.by_id))} not delivered"
+        for message_id in ids - {past["id"]}:
+            got = inbox.first(message_id)
+            assert got.due_ms == due_ms
+            assert got.produced_ms >= due_ms, "delivered before its due time"
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"deliver_at": "2030-01-01T00:00:00"}, "must include a timezone offset"),
+        ({"deliver_at": 1893456000}, "must be an ISO-8601 date-time string"),
+        ({"deliver_at": "tomorrow"}, "is not an ISO-8601 date-time"),
+    ],
+)
+def test_a_bad_deliver_at_is_refused_saying_why(
+    stack: tuple[ChronosSettings, httpx.Client], body: dict[str, object], error: str
+) -> None:
+    _settings, http = stack
+    for path, json in (
+        ("/v1/messages", {"topic": "ok", "value": "x", **body}),
+        ("/v1/messages/batch", {"messages": [{"topic": "ok", "value": "x", **body}]}),
+        ("/v1/messages/some-id/reschedule", body),
+    ):
+        answer = http.post(path, json=json)
+        assert answer.status_code == 422, (path, answer.text)
+        assert error in answer.json()["error"], (path, answer.text)
+        assert answer.json()["field"].endswith("deliver_at"), (path, answer.text)
 
 
 @pytest.mark.parametrize(

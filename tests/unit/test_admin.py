@@ -159,16 +159,26 @@ def test_message_status_listing_and_forecast_over_http(
     assert [row["id"] for row in page["rows"]] == ["m0", "m1", "m2"]
     rest = client.get("/v1/messages", params={"cursor": page["cursor"]}).json()
     assert [row["id"] for row in rest["rows"]] == ["m3"] and rest["cursor"] is None
-    for bad in ({"state": "lost"}, {"limit": "ten"}, {"cursor": "zz"}):
+    for bad in (
+        {"state": "lost"},
+        {"limit": "ten"},
+        {"limit": 0},
+        {"cursor": "zz"},
+        {"to_ms": -5},
+        {"from_ms": "99999999999999999999999"},
+        {"to_ms": str(1 << 64)},
+    ):
         answer = client.get("/v1/messages", params=bad)
-        assert answer.status_code == 400 and "error" in answer.json()
+        assert answer.status_code == 400 and "error" in answer.json(), (bad, answer.text)
     assert client.get("/v1/forecast").status_code == 503
     node.store.start_due_counts()
     assert node.store.due_counts.wait_ready(10)
     forecast = client.get("/v1/forecast", params={"horizon_s": 300, "bucket_s": 60}).json()
     assert forecast["from_ms"] == T0 and forecast["counts"] == [0, 4, 0, 0, 0]
     assert forecast["total"] == 4
-    assert client.get("/v1/forecast", params={"bucket_s": 45}).status_code == 400
+    for bad_bucket in (45, 0, -60, 10**30):
+        answer = client.get("/v1/forecast", params={"bucket_s": bad_bucket})
+        assert answer.status_code == 400 and "bucket_s" in answer.json()["error"], answer.text
 
 
 def test_overview_has_role_term_lag_and_replicas(node: StubNode, client: httpx.Client) -> None:

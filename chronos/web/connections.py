@@ -1,0 +1,175 @@
+"""Connection bounds of the HTTP surfaces (the proxy, a node's admin API), below the ASGI app.
+
+uvicorn bounds a request's body (the guard's 408) and an idle keep-alive connection after a
+response, but not the wait for a request's head: a socket that never sends one, or sends it a
+byte every few seconds, is held for ever, and enough of them exhaust the process' open files
+(then asyncio logs one traceback per refused accept, thousands a second). Here:
+
+* a request head must be complete within ``header_timeout_s`` of the connection opening (or of
+  the previous response on a kept-alive one); else ``408`` and the connection is closed;
+* at most ``max_connections`` are held: past it, the connection that has waited longest for a
+  request head is closed to make room, so a client sending a whole request is always served;
+* an exhausted accept is logged once a minute with a count, not once per attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import resource
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import h11
+import structlog
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+log = structlog.get_logger(__name__)
+
+_TIMEOUT_BODY = b'{"error": "no whole request head came in time", "field": null}'
+_TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    b"content-length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY)
+)
+
+
+def open_files_limit() -> int:
+    """The process' soft limit of open files."""
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def effective_max_connections(configured: int) -> int:
+    """``configured``, but at most half the open-files limit: the rest stays for Kafka's
+    sockets, the store's files and the accept that makes room."""
+    limit = open_files_limit()
+    if limit == resource.RLIM_INFINITY:
+        return configured
+    return max(16, min(configured, limit // 2))
+
+
+@dataclass
+class HeadWaits:
+    """Connections of one server waiting for a request head, oldest first, and what was shed.
+
+    Shared by the server's protocol instances (all on its one event loop thread)."""
+
+    header_timeout_s: float
+    max_connections: int
+    waiting: OrderedDict[int, BoundedH11Protocol] = field(default_factory=OrderedDict)
+    timed_out: int = 0
+    evicted: int = 0
+    _logged_at: float = 0.0
+
+    def shed_oldest(self, keep: BoundedH11Protocol) -> bool:
+        """Close the connection that has waited longest for a head (not ``keep``)."""
+        for key, protocol in self.waiting.items():
+            if protocol is not keep:
+                del self.waiting[key]
+                protocol.refuse()
+                self.evicted += 1
+                self._report()
+                return True
+        return False
+
+    def _report(self) -> None:
+        now = time.monotonic()
+        if now - self._logged_at >= 60.0:
+            self._logged_at = now
+            log.warning(
+                "connections_shed",
+                max_connections=self.max_connections,
+                evicted=self.evicted,
+                timed_out=self.timed_out,
+                why="more connections than max_connections: the oldest without a request "
+                "head are closed",
+            )
+
+
+class BoundedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline on the request head and a place in ``waits``."""
+
+    def __init__(self, *args: Any, waits: HeadWaits, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._waits = waits
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_head()
+        if len(self.connections) > self._waits.max_connections:
+            self._waits.shed_oldest(keep=self)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:
+            self._head_arrived()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_arrived()
+        super().connection_lost(exc)
+
+    def refuse(self) -> None:
+        """408 and close: no request head came in time, or room was needed."""
+        self._head_arrived()
+        if not self.transport.is_closing():
+            self.transport.write(_TIMEOUT_RESPONSE)
+            self.transport.close()
+
+    def _await_head(self) -> None:
+        self._head_arrived()
+        self._head_timer = self.loop.call_later(self._waits.header_timeout_s, self._too_slow)
+        self._waits.waiting[id(self)] = self
+
+    def _head_arrived(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        self._waits.waiting.pop(id(self), None)
+
+    def _too_slow(self) -> None:
+        self._head_timer = None
+        if self.conn.their_state is h11.IDLE:
+            self._waits.timed_out += 1
+            self.refuse()
+
+
+def bounded_protocol(waits: HeadWaits) -> Any:
+    """What ``uvicorn.Config(http=...)`` takes: a protocol factory bound to ``waits``."""
+    return functools.partial(BoundedH11Protocol, waits=waits)
+
+
+class LoopErrors:
+    """An event loop's exception handler that logs an exhausted accept once a minute with a
+    count (asyncio reports it once per attempt, up to the listen backlog per loop turn), and
+    passes anything else to the loop's default handler."""
+
+    _EXHAUSTED = "socket.accept() out of system resource"
+
+    def __init__(self, surface: str) -> None:
+        self._surface = surface
+        self._suppressed = 0
+        self._logged_at = -60.0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != self._EXHAUSTED:
+            loop.default_exception_handler(context)
+            return
+        now = time.monotonic()
+        if now - self._logged_at < 60.0:
+            self._suppressed += 1
+            return
+        log.error(
+            "accept_exhausted",
+            surface=self._surface,
+            error=str(context.get("exception")),
+            open_files_limit=open_files_limit(),
+            repeats_since_last=self._suppressed,
+        )
+        self._logged_at, self._suppressed = now, 0
