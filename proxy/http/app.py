@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 
 from chronos.errors import NotAcknowledged, ValidationError
 from chronos.settings import ChronosSettings
@@ -67,6 +68,20 @@ def describe_invalid_body(
         return 415, f"send a JSON body with content-type application/json (got {shown})", None
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
     return 422, message, field
+
+
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method served at the request's path, as the OpenAPI spec lists them: Starlette's
+    405 names only those of the first route matching the path (``DELETE`` of
+    ``/v1/messages/{id}``, not its ``GET``), and a path of its own (``/v1/messages/batch``)
+    comes before a template that also matches it."""
+    exact: set[str] = set()
+    templated: set[str] = set()
+    for route in app.router.routes:
+        if isinstance(route, BaseRoute) and route.matches(request.scope)[0] is not Match.NONE:
+            path = str(getattr(route, "path", ""))
+            (templated if "{" in path else exact).update(getattr(route, "methods", None) or ())
+    return sorted(exact or templated)
 
 
 def _receipt(receipt: Receipt) -> ReceiptOut:
@@ -207,12 +222,15 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
         return JSONResponse(status_code=status, content={"error": error, "field": field})
 
     @app.exception_handler(StarletteHTTPException)
-    def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # 404, 405 and the like: the documented error shape instead of {"detail": ...}.
+        headers = exc.headers
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "allow": ", ".join(allowed_methods(app, request))}
         return JSONResponse(
             status_code=exc.status_code,
             content={"error": str(exc.detail), "field": None},
-            headers=exc.headers,
+            headers=headers,
         )
 
     @app.exception_handler(QuotaExceeded)

@@ -38,6 +38,18 @@ def _iso_8601(value: object) -> object:
         ) from None
 
 
+def _whole_number(value: object) -> object:
+    """JSON Schema counts ``1958.0`` as an integer (a number whose fraction is zero), strict
+    pydantic does not: a whole float is taken as its integer; ``true``, ``"5"`` or ``1.5`` stay
+    refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: An integer in a request body, as JSON Schema defines one.
+JsonInt = Annotated[int, BeforeValidator(_whole_number)]
+
 #: ``deliver_at`` in a request body: an ISO-8601 string (RFC 3339 ``date-time`` in the schema).
 IsoDatetime = Annotated[datetime, BeforeValidator(_iso_8601)]
 
@@ -53,10 +65,12 @@ class RepeatIn(_Body):
     """Repeat schedule: fixed interval N times, or exponential backoff capped at a max gap."""
 
     kind: Literal["fixed", "exponential"]
-    interval_ms: int = Field(description="Gap between occurrences (exponential: the first gap).")
-    times: int = Field(description="Total occurrences, the first included.")
-    multiplier: int = Field(2, description="Exponential only: growth factor of the gap.")
-    max_interval_ms: int | None = Field(
+    interval_ms: JsonInt = Field(
+        description="Gap between occurrences (exponential: the first gap)."
+    )
+    times: JsonInt = Field(description="Total occurrences, the first included.")
+    multiplier: JsonInt = Field(2, description="Exponential only: growth factor of the gap.")
+    max_interval_ms: JsonInt | None = Field(
         None, description="Exponential only: cap of the gap (default: the configured maximum)."
     )
     catch_up: Literal["all", "latest"] = Field(
@@ -98,8 +112,10 @@ class ScheduleIn(_Body):
     encoding: Literal["utf8", "base64"] = Field(
         "utf8", description="How value, key and header values are written in this JSON."
     )
-    delay_ms: int | None = Field(None, description="Deliver this many ms from now.")
-    deliver_at_ms: int | None = Field(None, description="Deliver at this epoch ms (past = now).")
+    delay_ms: JsonInt | None = Field(None, description="Deliver this many ms from now.")
+    deliver_at_ms: JsonInt | None = Field(
+        None, description="Deliver at this epoch ms (past = now)."
+    )
     deliver_at: IsoDatetime | None = Field(
         None, description="Deliver at this ISO-8601 time, with its offset (Z or +hh:mm)."
     )
@@ -166,8 +182,10 @@ class BatchOut(BaseModel):
 class RescheduleIn(_Body):
     """Move a pending message. Give exactly one of delay_ms, deliver_at_ms, deliver_at."""
 
-    delay_ms: int | None = Field(None, description="Deliver this many ms from now.")
-    deliver_at_ms: int | None = Field(None, description="Deliver at this epoch ms (past = now).")
+    delay_ms: JsonInt | None = Field(None, description="Deliver this many ms from now.")
+    deliver_at_ms: JsonInt | None = Field(
+        None, description="Deliver at this epoch ms (past = now)."
+    )
     deliver_at: IsoDatetime | None = Field(
         None, description="Deliver at this ISO-8601 time, with its offset (Z or +hh:mm)."
     )
