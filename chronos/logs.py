@@ -18,13 +18,25 @@ from chronos.settings import LogSettings
 class _CurrentStderr:
     """Writes to whatever ``sys.stderr`` is at each write, not the stream it was when logging
     was configured: a command run in-process (tests) may swap and close its stderr, and a
-    logger bound to the closed one would fail in every thread that logs afterwards."""
+    logger bound to the closed one would fail in every thread that logs afterwards.
+
+    One instance serves structlog and the stdlib handler (librdkafka's lines), and each of
+    them hands it a whole line: written and flushed under this lock, so two records never
+    share a line (structlog's ``print`` wrote a record and its newline in two writes under
+    its own lock, and a librdkafka line could land between them)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        with self._lock:
+            written = sys.stderr.write(text)
+            sys.stderr.flush()
+            return written
 
     def flush(self) -> None:
-        sys.stderr.flush()
+        with self._lock:
+            sys.stderr.flush()
 
 
 #: Repeats of one librdkafka line inside this window are counted, not written.
@@ -131,6 +143,19 @@ def _librdkafka_fields(
     return event_dict
 
 
+class _LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that hands its stream the record and its newline in one write (the
+    stdlib's does too, then flushes apart: the stream's lock covers both here)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.stream.write(self.format(record) + self.terminator)
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+
 #: How confluent-kafka renders a librdkafka line: ``FACILITY [client] text``.
 _LIBRDKAFKA_LINE = re.compile(r"(\S+) \[([^\]]*)\] (.*)", re.DOTALL)
 #: The stdlib logger librdkafka's lines arrive on (``chronos.kafka.clients``).
@@ -143,6 +168,7 @@ def configure_logging(settings: LogSettings, librdkafka_level: int = logging.WAR
     the chosen format, stdlib and librdkafka lines too (one JSON object per line in ``json``);
     repeated librdkafka lines are held back (``RepeatLimiter``)."""
     level = getattr(logging, settings.level.upper())
+    stderr = _CurrentStderr()
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
         if settings.format == "json"
@@ -158,10 +184,10 @@ def configure_logging(settings: LogSettings, librdkafka_level: int = logging.WAR
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(cast(TextIO, _CurrentStderr())),
+        logger_factory=structlog.WriteLoggerFactory(cast(TextIO, stderr)),
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(cast(TextIO, _CurrentStderr()))
+    handler = _LineHandler(cast(TextIO, stderr))
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[

@@ -37,6 +37,29 @@ def hand_back(keep: bool) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _stopped_line(name: str) -> str:
+    """The line saying so: one JSON record when the command had set up JSON logs (a log
+    pipeline reads nothing else), else plain text."""
+    import structlog  # here: the early part of start-up imports only signal and sys
+
+    text = f"chronos: stopped by {name} during start-up; nothing had started"
+    processors = structlog.get_config()["processors"] if structlog.is_configured() else []
+    if not processors or not isinstance(processors[-1], structlog.processors.JSONRenderer):
+        return text
+    import json
+    from datetime import UTC, datetime
+
+    return json.dumps(
+        {
+            "event": "stopped_during_start_up",
+            "signal": name,
+            "message": text,
+            "level": "warning",
+            "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        }
+    )
+
+
 def main() -> int:
     """Install the early handlers, then run the command (``chronos.cli.main``)."""
     signal.signal(signal.SIGTERM, _stop_early)
@@ -46,8 +69,7 @@ def main() -> int:
 
         return command()
     except StoppedEarly as stop:
-        name = signal.Signals(stop.signum).name
-        print(f"chronos: stopped by {name} during start-up; nothing had started", file=sys.stderr)
+        print(_stopped_line(signal.Signals(stop.signum).name), file=sys.stderr)
         return 0
 
 

@@ -8,6 +8,7 @@ which it does from that first line on; the later ones land while the node import
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -15,6 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
+
+from chronos.cli.entry import _stopped_line
+from chronos.logs import configure_logging
+from chronos.settings import LogSettings
 
 
 def _catches(pid: int, signum: int) -> bool:
@@ -47,3 +52,15 @@ def test_sigterm_during_start_up_ends_the_node_cleanly(tmp_path: Path, after_s: 
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0, (process.returncode, err[-2000:])
     assert "SIGTERM" in out + err
+
+
+def test_the_early_stop_line_is_json_when_the_logs_are() -> None:
+    """Mutant caught: the plain-text line written in JSON mode (a log pipeline drops it)."""
+    try:
+        configure_logging(LogSettings(format="json"))
+        record = json.loads(_stopped_line("SIGTERM"))
+        assert record["event"] == "stopped_during_start_up" and record["signal"] == "SIGTERM"
+        configure_logging(LogSettings())
+        assert _stopped_line("SIGINT").startswith("chronos: stopped by SIGINT")
+    finally:
+        configure_logging(LogSettings())

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+import structlog
 from confluent_kafka import KafkaError
 
 from chronos.kafka import clients as clients_module
@@ -82,6 +85,40 @@ def test_in_json_mode_every_line_is_json_stdlib_and_librdkafka_too(
     assert {"facility", "client", "message", "timestamp"} <= kafka[0].keys()
     refused = [e for e in kafka if "Connection refused" in e["message"]]
     assert 1 <= len(refused) <= 2, f"{len(refused)} connect failures written in 3 s"
+
+
+def test_records_of_structlog_and_the_stdlib_never_share_a_line(
+    json_logs: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two threads logging at once, one through structlog, one through the stdlib (as
+    librdkafka's lines come), with the interpreter switching threads as often as it can: every
+    line is one JSON record. Mutant caught: structlog's ``print`` (record and newline in two
+    writes under a lock of its own), which let a stdlib line land between them."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        stdlib = logging.getLogger("uvicorn.error")
+        events = structlog.get_logger("test")
+
+        def through_stdlib() -> None:
+            for n in range(3000):
+                stdlib.warning("s%d", n)
+
+        def through_structlog() -> None:
+            for n in range(3000):
+                events.warning("t", n=n)
+
+        threads = [threading.Thread(target=f) for f in (through_stdlib, through_structlog)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    lines = capsys.readouterr().err.split("\n")
+    assert lines[-1] == ""
+    records = [json.loads(line) for line in lines[:-1]]  # raises on a shared or empty line
+    assert len(records) == 6000
 
 
 class Recorder:
