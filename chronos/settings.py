@@ -639,6 +639,13 @@ class AdminSettings(_Section):
         description="Most stored messages one listing page reads while filtering by topic or "
         "state; a page that reached it returns fewer rows and a cursor to go on from.",
     )
+    kafka_silence_s: float = Field(
+        10.0,
+        gt=0,
+        description="/readyz fails (check kafka) when the cancel gate's proof that every "
+        "acknowledged inner record was taken care of is older than this: Kafka did not answer "
+        "(down, frozen, unreachable) or ingest fell that far behind; delivery is held then.",
+    )
 
     @property
     def keeps_outcomes(self) -> bool:

@@ -120,15 +120,33 @@ class NodeProbes:
         ]
         return Report(checks, self._facts())
 
+    def _kafka(self) -> Check:
+        """Whether Kafka answers, as the cancel gate sees it: its watermark moves with every
+        probe Kafka answers (or batch read) and stops when Kafka does, which also holds
+        delivery. So a broker down or frozen shows here within ``admin.kafka_silence_s``."""
+        ctx = self._context
+        watermark = ctx.watermark.value
+        silence_s = ctx.settings.admin.kafka_silence_s
+        if watermark is None:
+            return Check("kafka", False, "no answer from Kafka yet")
+        age_s = max(0, ctx.clock.now_ms() - watermark) / 1000.0
+        if age_s > silence_s:
+            return Check(
+                "kafka",
+                False,
+                f"nothing proven from Kafka for {age_s:.1f} s (down, frozen or ingest that far "
+                "behind): delivery is held",
+            )
+        return Check("kafka", True, f"inner topic proven up to {age_s:.1f} s ago")
+
     def readiness(self) -> Report:
         caught_up = self._node.wait_ready(0)
+        kafka = self._kafka()
+        applied = "applied the inner topic up to its end" + ("" if kafka.ok else " Kafka last told")
         checks = [
             Check("healthy", self.health().ok, "see /healthz"),
-            Check(
-                "ingest_caught_up",
-                caught_up,
-                "applied the inner topic up to its end" if caught_up else "catching up",
-            ),
+            kafka,
+            Check("ingest_caught_up", caught_up, applied if caught_up else "catching up"),
         ]
         facts = self._facts()
         replica = self._node.replica

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from chronos.devstack.brokers import LocalBroker, start_local_broker
@@ -19,7 +20,7 @@ from chronos.errors import ChronosError
 from proxy import DelayClient
 from proxy.client import DelayRequest
 from tests.broker import is_tansu
-from tests.integration.harness import Inbox, make_settings, running_node
+from tests.integration.harness import Inbox, make_settings, running_node, wait_until
 
 FREEZE_S = 8.0
 TIMEOUT_MS = 3000  # producers' message.timeout.ms, well inside the freeze
@@ -42,17 +43,31 @@ def test_node_and_client_deliver_again_soon_after_a_long_freeze(
         tmp_path / "store",
         delivery={"message_timeout_ms": TIMEOUT_MS},
         proxy={"ack_timeout_s": TIMEOUT_MS / 1000},
+        admin={"port": 0, "kafka_silence_s": 2.0},
     )
     topic = f"{namespace}-target"
     accepted: set[str] = set()
-    with running_node(settings), Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
+    with (
+        running_node(settings) as node,
+        Inbox(settings, [topic]) as inbox,
+        DelayClient(settings) as client,
+    ):
+        admin = httpx.Client(base_url=f"http://127.0.0.1:{node.admin_port}", timeout=10)
+        wait_until(lambda: _kafka_check(admin)[0], 30, "the node sees Kafka")
         before = client.send_batch([DelayRequest(topic, b"b", delay=1.5) for _ in range(50)])
         accepted |= {r.id for r in before}
         # Due during the freeze: the node's producer times them out, then must recover.
         broker.freeze()
+        frozen = time.monotonic()
         with pytest.raises(ChronosError):
             client.send_delay(topic, b"during", delay=0)  # times out: not accepted
-        time.sleep(FREEZE_S - TIMEOUT_MS / 1000)
+        # The node's readiness sees the frozen broker (its health does not: a restart would
+        # not bring Kafka back).
+        wait_until(lambda: not _kafka_check(admin)[0], 60, "/readyz sees the frozen broker")
+        ready = admin.get("/readyz")
+        assert ready.status_code == 503 and "delivery is held" in _kafka_check(admin)[1]
+        assert admin.get("/healthz").status_code == 200
+        time.sleep(max(0.0, FREEZE_S - (time.monotonic() - frozen)))
         broker.thaw()
         thawed = time.monotonic()
         recovered_in: float | None = None
@@ -68,4 +83,12 @@ def test_node_and_client_deliver_again_soon_after_a_long_freeze(
         assert inbox.wait_for(accepted, timeout_s=30), (
             f"{len(accepted - inbox.by_id.keys())} acknowledged requests not delivered"
         )
+        wait_until(lambda: _kafka_check(admin)[0], 30, "/readyz sees Kafka again")
+        admin.close()
     assert recovered_in < 10, f"requests flowed again only {recovered_in:.1f} s after the thaw"
+
+
+def _kafka_check(admin: httpx.Client) -> tuple[bool, str]:
+    """The node's readiness check of Kafka: (ok, detail)."""
+    check = admin.get("/readyz").json()["checks"]["kafka"]
+    return bool(check["ok"]), str(check["detail"])
