@@ -20,6 +20,7 @@ from chronos.web.connections import (
     effective_max_connections,
 )
 from chronos.web.guard import Guard, GuardSettings, Router
+from chronos.web.refusals import Refusals
 from chronos.web.tokens import TokenBook, TokenFileError
 
 
@@ -41,11 +42,18 @@ class ThreadedServer:
         port: int,
         security: SecuritySettings | None = None,
         router: Router | None = None,
+        refusals: Refusals | None = None,
     ) -> None:
         self.name = name
         tls: dict[str, Any] = {}
+        #: What this surface refused (counted and logged, ``chronos/web/refusals.py``).
+        self.refusals = refusals or Refusals(name)
+        #: The tokens file in force; None without authentication.
+        self.book: TokenBook | None = None
         if security is not None and router is not None:
-            app = Guard(app, guard_settings(security, name, host), router)
+            guarded = guard_settings(security, name, host)
+            self.book = guarded.book
+            app = Guard(app, guarded, router, self.refusals)
         if security is not None and security.tls_certfile is not None:
             tls = {"ssl_certfile": security.tls_certfile, "ssl_keyfile": security.tls_keyfile}
         self.tls = bool(tls)

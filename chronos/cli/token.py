@@ -32,6 +32,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--requests-per-s", type=float, default=0.0, help="its request rate (0: unlimited)"
     )
     token.add_argument(
+        "--messages-per-s",
+        type=float,
+        default=0.0,
+        help="messages it may schedule a second, a batch counting each (0: unlimited)",
+    )
+    token.add_argument(
         "--max-pending",
         type=int,
         default=0,
@@ -51,6 +57,8 @@ def token_main(args: argparse.Namespace) -> int:
     ]
     if args.requests_per_s:
         entry.append(f"requests_per_s = {args.requests_per_s:g}")
+    if args.messages_per_s:
+        entry.append(f"messages_per_s = {args.messages_per_s:g}")
     if args.max_pending:
         entry.append(f"max_pending = {args.max_pending}")
     print(json.dumps({"name": args.name, "token": secret, "tokens_file_entry": "\n".join(entry)}))

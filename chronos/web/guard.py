@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from chronos.web.refusals import Refusals
 from chronos.web.tokens import Operation, Token, TokenBook
 
 Scope = MutableMapping[str, Any]
@@ -59,20 +60,23 @@ class RateLimiter:
         self._lock = threading.Lock()
         self._buckets: dict[str, tuple[float, float]] = {}  # name -> (tokens, at)
 
-    def wait_s(self, name: str, rate: float) -> float:
-        """0 when a request may go now (and takes its share), else seconds until it may."""
+    def wait_s(self, name: str, rate: float, cost: float = 1.0) -> float:
+        """0 when ``cost`` (requests, or messages) may go now, and takes it; else seconds
+        until it may (``math.inf``: never, it is over a second's worth)."""
         if rate <= 0:
             return 0.0
         now = time.monotonic()
         capacity = max(1.0, rate)
+        if cost > capacity:
+            return math.inf
         with self._lock:
             tokens, at = self._buckets.get(name, (capacity, now))
             tokens = min(capacity, tokens + (now - at) * rate)
-            if tokens >= 1.0:
-                self._buckets[name] = (tokens - 1.0, now)
+            if tokens >= cost:
+                self._buckets[name] = (tokens - cost, now)
                 return 0.0
             self._buckets[name] = (tokens, now)
-            return (1.0 - tokens) / rate
+            return (cost - tokens) / rate
 
 
 def token_of(scope_state: Any) -> Token | None:
@@ -80,14 +84,27 @@ def token_of(scope_state: Any) -> Token | None:
     return getattr(scope_state, _STATE_KEY, None)
 
 
+def token_of_scope(scope: Scope) -> Token | None:
+    """The token the guard found for a request, from its ASGI scope."""
+    state = scope.get("state")
+    return state.get(_STATE_KEY) if isinstance(state, dict) else None
+
+
 class Guard:
     """The middleware (see the module's docstring)."""
 
-    def __init__(self, app: App, settings: GuardSettings, router: Router) -> None:
+    def __init__(
+        self,
+        app: App,
+        settings: GuardSettings,
+        router: Router,
+        refusals: Refusals | None = None,
+    ) -> None:
         self._app = app
         self._settings = settings
         self._router = router
         self._rates = RateLimiter()
+        self.refusals = refusals or Refusals("http")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -95,41 +112,61 @@ class Guard:
             return
         refusal = self._refusal(scope)
         if refusal is not None:
-            status, error, headers = refusal
+            status, reason, error, headers = refusal
+            self._tell(scope, status, reason, error)
             await _answer(send, status, error, headers)
             return
         limit = self._settings.max_body_bytes
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await _answer(send, 413, f"request body over {limit} bytes", {"connection": "close"})
+            error = f"request body over {limit} bytes"
+            self._tell(scope, 413, "body_too_large", error)
+            await _answer(send, 413, error, {"connection": "close"})
             return
-        await self._app(scope, *self._bounded(receive, send, limit))
+        await self._app(scope, *self._bounded(scope, receive, send, limit))
 
-    def _refusal(self, scope: Scope) -> tuple[int, str, dict[str, str]] | None:
-        """(status, error, headers) when the request may not go on; None when it may."""
+    def _tell(self, scope: Scope, status: int, reason: str, error: str) -> None:
+        token = token_of_scope(scope)
+        client = scope.get("client")
+        self.refusals.refused(
+            status,
+            reason,
+            token=None if token is None else token.name,
+            operation=self._router(scope["method"], scope["path"]),
+            client=None if not client else str(client[0]),
+            detail=error,
+        )
+
+    def _refusal(self, scope: Scope) -> tuple[int, str, str, dict[str, str]] | None:
+        """(status, reason, error, headers) when the request may not go on; None when it
+        may."""
         operation = self._router(scope["method"], scope["path"])
         book = self._settings.book
         if operation is None or book is None:
             return None
         presented = _bearer(scope)
         if presented is None:
-            return 401, "missing bearer token (Authorization: Bearer ...)", _CHALLENGE
+            error = "missing bearer token (Authorization: Bearer ...)"
+            return 401, "missing_token", error, _CHALLENGE
         token = book.find(presented)
         if token is None:
-            return 401, "unknown bearer token", _CHALLENGE
+            return 401, "unknown_token", "unknown bearer token", _CHALLENGE
+        scope.setdefault("state", {})[_STATE_KEY] = token
         if not token.may(operation):
-            return 403, f"token {token.name!r} may not call {operation}", {}
+            return 403, "operation", f"token {token.name!r} may not call {operation}", {}
         wait = self._rates.wait_s(token.name, token.requests_per_s)
         if wait > 0:
             return (
                 429,
+                "requests_per_s",
                 f"token {token.name!r} is over its {token.requests_per_s:g} requests/s",
                 {"retry-after": str(max(1, math.ceil(wait)))},
             )
-        scope.setdefault("state", {})[_STATE_KEY] = token
         return None
 
-    def _bounded(self, receive: Receive, send: Send, limit: int) -> tuple[Receive, Send]:
+    def _bounded(
+        self, scope: Scope, receive: Receive, send: Send, limit: int
+    ) -> tuple[Receive, Send]:
         """(receive, send) for the application: a body over ``limit`` bytes or slower than
         ``body_timeout_s`` is answered here (413, 408), and the application then reads a
         disconnect and may send nothing more. Answered here, not raised: frameworks turn an
@@ -146,9 +183,10 @@ class Guard:
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        async def refuse(status: int, error: str) -> Message:
+        async def refuse(status: int, reason: str, error: str) -> Message:
             nonlocal answered
             if not started and not answered:
+                self._tell(scope, status, reason, error)
                 await _answer(send, status, error, {"connection": "close"})
             answered = True
             return {"type": "http.disconnect"}
@@ -161,11 +199,12 @@ class Guard:
             try:
                 message = await asyncio.wait_for(receive(), timeout=max(left, 0.001))
             except TimeoutError:
-                return await refuse(408, f"request body not received within {timeout:g} s")
+                error = f"request body not received within {timeout:g} s"
+                return await refuse(408, "body_timeout", error)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    return await refuse(413, f"request body over {limit} bytes")
+                    return await refuse(413, "body_too_large", f"request body over {limit} bytes")
             return message
 
         return bounded_receive, guarded_send

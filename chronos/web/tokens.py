@@ -15,6 +15,8 @@ File format (TOML)::
     topics = ["orders.*", "payments.timeout"]
     operations = ["send", "cancel", "reschedule", "status"]
     requests_per_s = 500              # optional; 0 or absent: unlimited
+    messages_per_s = 5000             # optional, the proxy's: messages scheduled (a batch of
+                                      # 100 counts 100); 0 or absent: unlimited
     max_pending = 1000000             # optional; 0 or absent: unlimited (chronos/web/quota.py)
 """
 
@@ -28,11 +30,22 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
+
+
+def _log() -> Any:
+    """This module's logger, imported when first needed: ``chronos token`` and ``--help``
+    import this module and stay free of the logging libraries."""
+    import structlog
+
+    return structlog.get_logger(__name__)
+
 
 Operation = Literal["send", "cancel", "reschedule", "status", "admin"]
 OPERATIONS: tuple[str, ...] = get_args(Operation)
-_KEYS = frozenset({"name", "sha256", "topics", "operations", "requests_per_s", "max_pending"})
+_KEYS = frozenset(
+    {"name", "sha256", "topics", "operations", "requests_per_s", "messages_per_s", "max_pending"}
+)
 #: How often the file's modification time is looked at.
 _RELOAD_CHECK_S = 1.0
 
@@ -61,6 +74,7 @@ class Token:
     operations: frozenset[str]
     requests_per_s: float = 0.0
     max_pending: int = 0
+    messages_per_s: float = 0.0
 
     def may(self, operation: Operation) -> bool:
         return operation in self.operations
@@ -113,13 +127,22 @@ def parse_tokens(text: str, origin: str) -> dict[str, Token]:
         rate = entry.get("requests_per_s", 0)
         if not isinstance(rate, int | float) or rate < 0:
             raise TokenFileError(f"{where} ({name}): 'requests_per_s' must be >= 0")
+        messages = entry.get("messages_per_s", 0)
+        if not isinstance(messages, int | float) or isinstance(messages, bool) or messages < 0:
+            raise TokenFileError(f"{where} ({name}): 'messages_per_s' must be >= 0")
         max_pending = entry.get("max_pending", 0)
         if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 0:
             raise TokenFileError(f"{where} ({name}): 'max_pending' must be an integer >= 0")
         if digest.lower() in book:
             raise TokenFileError(f"{where} ({name}): the same token is listed twice")
         book[digest.lower()] = Token(
-            name, digest.lower(), tuple(topics), frozenset(operations), float(rate), max_pending
+            name,
+            digest.lower(),
+            tuple(topics),
+            frozenset(operations),
+            float(rate),
+            max_pending,
+            float(messages),
         )
     return book
 
@@ -127,8 +150,10 @@ def parse_tokens(text: str, origin: str) -> dict[str, Token]:
 class TokenBook:
     """The tokens of a file, re-read when the file changes.
 
-    A file that becomes unreadable or invalid keeps the last good tokens in force (and
-    ``error`` says why), so a half-written edit never locks everyone out or lets anyone in.
+    A file that becomes unreadable, invalid or deleted keeps the last good tokens in force
+    (and ``error`` says why), so a half-written edit never locks everyone out or lets anyone
+    in; but a revocation that did not take must not go unnoticed: each new error is logged
+    (``tokens_file_unusable``, an error), and so is the reload that ends it.
     """
 
     def __init__(self, path: Path) -> None:
@@ -151,8 +176,16 @@ class TokenBook:
                 return
             tokens = parse_tokens(self._path.read_text(), str(self._path))
         except (OSError, TokenFileError) as exc:
+            if str(exc) != self.error:
+                _log().error(
+                    "tokens_file_unusable",
+                    path=str(self._path),
+                    error=str(exc),
+                    kept="the last good tokens stay in force until the file is fixed",
+                )
             self.error = str(exc)
             return
+        _log().info("tokens_reloaded", path=str(self._path), tokens=len(tokens))
         self._tokens, self._mtime_ns, self.error = tokens, mtime, None
 
     def find(self, token: str) -> Token | None:

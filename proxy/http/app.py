@@ -5,18 +5,22 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
 from chronos.errors import NotAcknowledged, ValidationError
 from chronos.settings import ChronosSettings
-from chronos.web.guard import token_of
+from chronos.web.guard import RateLimiter, token_of
 from chronos.web.quota import PendingQuota
+from chronos.web.refusals import Refusals
 from chronos.web.tokens import Operation
 from proxy.client import DelayClient, DelayRequest, Receipt
 from proxy.http.openapi_rules import state_rules
@@ -31,6 +35,7 @@ from proxy.http.schemas import (
     RescheduleOut,
     ScheduleIn,
 )
+from proxy.http.telemetry import CountResponses, ProxyTelemetry
 from proxy.status import StatusUnavailable
 
 _ERRORS: dict[int | str, dict[str, object]] = {
@@ -98,6 +103,8 @@ def proxy_operation(method: str, path: str) -> Operation | None:
     """The operation a request calls, for the guard's token check (``chronos/web/guard.py``)."""
     if path in OPEN_PATHS:
         return None
+    if path == "/metrics":
+        return "admin"
     if method == "POST":
         return "reschedule" if path.endswith("/reschedule") else "send"
     return "cancel" if method == "DELETE" else "status"
@@ -111,17 +118,18 @@ def _check_topics(request: Request, topics: Sequence[str], batch: bool) -> None:
     for index, topic in enumerate(topics):
         if not token.may_send_to(topic):
             field = f"messages[{index}].topic" if batch else "topic"
-            raise ValidationError(
-                field, f"token {token.name!r} may not send to topic {topic!r}", status=403
-            )
+            error = f"token {token.name!r} may not send to topic {topic!r}"
+            raise ValidationError(field, error, status=403)
 
 
 class QuotaExceeded(Exception):
-    """The token's pending-message quota has no room for the request (429)."""
+    """The token's pending-message quota (``reason`` max_pending) or its message rate
+    (messages_per_s) has no room for the request (429)."""
 
-    def __init__(self, message: str, retry_after_s: float) -> None:
+    def __init__(self, message: str, retry_after_s: float, reason: str = "max_pending") -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.reason = reason
 
 
 def _last_due(request: DelayRequest, receipt: Receipt) -> int:
@@ -131,7 +139,53 @@ def _last_due(request: DelayRequest, receipt: Receipt) -> int:
     return first if repeat is None else repeat.due_of(first, repeat.times)
 
 
+@dataclass(frozen=True)
+class _Limits:
+    """What bounds a token's sending beyond the guard's requests/s, per proxy process."""
+
+    quota: PendingQuota
+    messages: RateLimiter
+    telemetry: ProxyTelemetry
+
+
 def _send_counted(
+    client: DelayClient, limits: _Limits, request: Request, requests: list[DelayRequest]
+) -> list[Receipt]:
+    """Send ``requests`` within the token's ``messages_per_s`` and ``max_pending``
+    (chronos/web/quota.py), and count what Kafka acknowledged."""
+    token = token_of(request.state)
+    count = len(requests)
+    if token is not None and token.messages_per_s > 0:
+        wait_s = limits.messages.wait_s(token.name, token.messages_per_s, count)
+        if wait_s == math.inf:
+            raise ValidationError(
+                "messages", f"{count} messages are over token {token.name!r}'s messages_per_s"
+            )
+        if wait_s > 0:
+            raise QuotaExceeded(
+                f"token {token.name!r} is over its {token.messages_per_s:g} messages/s",
+                wait_s,
+                "messages_per_s",
+            )
+    receipts = _send_within_quota(client, limits.quota, request, requests)
+    limits.telemetry.scheduled(count)
+    return receipts
+
+
+def _tell(refusals: Refusals, request: Request, status: int, reason: str, detail: str) -> None:
+    """A refusal of the API, told to the operators (counted, logged: chronos/web/refusals.py)."""
+    token = token_of(request.state)
+    refusals.refused(
+        status,
+        reason,
+        token=None if token is None else token.name,
+        operation=proxy_operation(request.method, request.url.path),
+        client=None if request.client is None else request.client.host,
+        detail=detail,
+    )
+
+
+def _send_within_quota(
     client: DelayClient, quota: PendingQuota, request: Request, requests: list[DelayRequest]
 ) -> list[Receipt]:
     """Send ``requests`` within the token's ``max_pending`` (chronos/web/quota.py)."""
@@ -190,8 +244,11 @@ def _check_id_scope(
         )
 
 
-def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
-    """The HTTP API around ``client``; answers only after Kafka acknowledged."""
+def create_app(
+    client: DelayClient, settings: ChronosSettings, telemetry: ProxyTelemetry | None = None
+) -> FastAPI:
+    """The HTTP API around ``client``; answers only after Kafka acknowledged. ``telemetry``
+    counts what it answered, refused and scheduled (``GET /metrics``)."""
     app = FastAPI(
         title="chronos proxy",
         version="1",
@@ -199,7 +256,11 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
         "Kafka acknowledged the request on the inner topic.",
     )
     limits = settings.limits
-    quota = PendingQuota()
+    told = telemetry or ProxyTelemetry(Refusals("proxy"))
+    sending = _Limits(PendingQuota(), RateLimiter(), told)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(told)
+    app.add_middleware(CountResponses, telemetry=told)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -209,7 +270,9 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented override
 
     @app.exception_handler(ValidationError)
-    def _invalid(_request: Request, exc: ValidationError) -> JSONResponse:
+    def _invalid(request: Request, exc: ValidationError) -> JSONResponse:
+        if exc.status == 403:  # a token's topics: the other refusals come from the guard
+            _tell(told.refusals, request, 403, "topic", exc.message)
         return JSONResponse(
             status_code=exc.status, content={"error": exc.message, "field": exc.field}
         )
@@ -234,7 +297,8 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
         )
 
     @app.exception_handler(QuotaExceeded)
-    def _over_quota(_request: Request, exc: QuotaExceeded) -> JSONResponse:
+    def _over_quota(request: Request, exc: QuotaExceeded) -> JSONResponse:
+        _tell(told.refusals, request, 429, exc.reason, str(exc))
         return JSONResponse(
             status_code=429,
             content={"error": str(exc), "field": None},
@@ -249,7 +313,7 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
     def schedule(body: ScheduleIn, request: Request) -> ReceiptOut:
         """Schedule one message."""
         _check_topics(request, [body.topic], batch=False)
-        return _receipt(_send_counted(client, quota, request, [body.to_request(limits)])[0])
+        return _receipt(_send_counted(client, sending, request, [body.to_request(limits)])[0])
 
     @app.post("/v1/messages/batch", response_model=BatchOut, status_code=201, responses=_ERRORS)
     def schedule_batch(body: BatchIn, request: Request) -> BatchOut:
@@ -263,7 +327,7 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
                 requests.append(message.to_request(limits))
             except ValidationError as exc:
                 raise ValidationError(f"messages[{index}].{exc.field}", exc.message) from exc
-        receipts = _send_counted(client, quota, request, requests)
+        receipts = _send_counted(client, sending, request, requests)
         return BatchOut(receipts=[_receipt(r) for r in receipts])
 
     @app.delete(
@@ -306,6 +370,11 @@ def create_app(client: DelayClient, settings: ChronosSettings) -> FastAPI:
                 "message_id", f"token {token.name!r} may not see messages of {topic!r}", status=403
             )
         return answer
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        """Prometheus text (proxy/http/telemetry.py); the ``admin`` operation with tokens."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", response_model=HealthOut, responses={503: {"model": HealthOut}})
     def health() -> JSONResponse:

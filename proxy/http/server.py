@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from chronos.serving import ThreadedServer
 from chronos.settings import ChronosSettings
+from chronos.web.refusals import Refusals
 from proxy.client import DelayClient
 from proxy.http.app import create_app, proxy_operation
+from proxy.http.telemetry import ProxyTelemetry
 
 
 class ProxyServer(ThreadedServer):
@@ -17,7 +19,8 @@ class ProxyServer(ThreadedServer):
 
     def __init__(self, settings: ChronosSettings) -> None:
         self.client = DelayClient(settings)
-        app = create_app(self.client, settings)
+        self.telemetry = ProxyTelemetry(Refusals("proxy"))
+        app = create_app(self.client, settings, self.telemetry)
         super().__init__(
             "proxy",
             app,
@@ -25,7 +28,9 @@ class ProxyServer(ThreadedServer):
             settings.proxy.port,
             settings.security,
             proxy_operation,
+            self.telemetry.refusals,
         )
+        self.telemetry.book = self.book
 
     def join(self, timeout: float) -> None:
         super().join(timeout)

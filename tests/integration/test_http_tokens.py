@@ -15,19 +15,28 @@ from pathlib import Path
 
 import httpx
 import pytest
+import structlog
+from prometheus_client.parser import text_string_to_metric_families
 
 from chronos.web.tokens import hash_token, new_token
 from proxy.http.server import ProxyServer
 from tests.integration.harness import make_settings, running_node, wait_until
 
-CAPPED, FREE, ORDERS, PAYMENTS, STATUS = (new_token() for _ in range(5))
+CAPPED, FREE, ORDERS, PAYMENTS, STATUS, METERED = (new_token() for _ in range(6))
 _ALL_OPS = '["send", "cancel", "reschedule", "status"]'
 
 
-def _entry(name: str, token: str, topics: str, ops: str = _ALL_OPS, max_pending: int = 0) -> str:
+def _entry(
+    name: str,
+    token: str,
+    topics: str,
+    ops: str = _ALL_OPS,
+    max_pending: int = 0,
+    messages_per_s: float = 0,
+) -> str:
     return (
         f'[[tokens]]\nname = "{name}"\nsha256 = "{hash_token(token)}"\ntopics = {topics}\n'
-        f"operations = {ops}\nmax_pending = {max_pending}\n"
+        f"operations = {ops}\nmax_pending = {max_pending}\nmessages_per_s = {messages_per_s}\n"
     )
 
 
@@ -40,6 +49,7 @@ def proxy(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Iterator[http
         + _entry("orders", ORDERS, f'["{namespace}-orders*"]')
         + _entry("payments", PAYMENTS, f'["{namespace}-payments"]')
         + _entry("proxy", STATUS, "[]", ops='["admin"]')
+        + _entry("metered", METERED, '["*"]', messages_per_s=0.01)
     )
     settings = make_settings(
         kafka_bootstrap,
@@ -120,3 +130,47 @@ def test_a_token_acts_by_id_only_on_its_own_topics(proxy: httpx.Client, namespac
     assert moved.status_code == 202, moved.text
     assert proxy.delete("/v1/messages/pay-1", headers=_auth(PAYMENTS)).status_code == 202
     assert proxy.delete("/v1/messages/pay-1", headers=_auth(FREE)).status_code == 202  # any topic
+
+
+def test_messages_per_s_counts_messages_and_refusals_are_told(
+    proxy: httpx.Client, namespace: str
+) -> None:
+    """A token at 0.01 messages/s (a bucket of one message, refilled in 100 s): a batch of two
+    is over it for good (422), one message goes, the next is 429 with Retry-After; an unknown
+    token is 401. Each refusal is logged (``request_refused`` with the token's name, never the
+    secret) and counted on the proxy's ``/metrics``, which itself needs the admin operation.
+    Mutants caught: a batch counted as one request; refusals neither logged nor counted."""
+    topic = f"{namespace}-metered"
+    with structlog.testing.capture_logs() as logs:
+        assert _send(proxy, METERED, topic, 2).status_code == 422
+        assert _send(proxy, METERED, topic, 1).status_code == 201
+        again = _send(proxy, METERED, topic, 1)
+        assert again.status_code == 429 and int(again.headers["retry-after"]) >= 1
+        assert _send(proxy, new_token(), topic, 1).status_code == 401
+    refused = [e for e in logs if e["event"] == "request_refused"]
+    assert [(e["status"], e["reason"], e["token"]) for e in refused] == [
+        (429, "messages_per_s", "metered"),
+        (401, "unknown_token", None),
+    ]
+    assert all(METERED not in str(e) for e in logs)
+    assert proxy.get("/metrics", headers=_auth(FREE)).status_code == 403
+    text = proxy.get("/metrics", headers=_auth(STATUS)).text
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert (
+        samples[("chronos_proxy_refused_total", (("reason", "messages_per_s"), ("status", "429")))]
+        == 1
+    )
+    assert (
+        samples[("chronos_proxy_refused_total", (("reason", "unknown_token"), ("status", "401")))]
+        == 1
+    )
+    assert (
+        samples[("chronos_proxy_refused_total", (("reason", "operation"), ("status", "403")))] == 1
+    )
+    assert samples[("chronos_proxy_messages_scheduled_total", ())] >= 1
+    assert samples[("chronos_proxy_responses_total", (("status", "201"),))] >= 1
+    assert samples[("chronos_proxy_tokens_file_ok", ())] == 1

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+import structlog
 import trustme
 
 from chronos.admin.server import AdminServer
@@ -202,10 +203,21 @@ def test_a_rotated_token_file_applies_without_a_restart(tmp_path: Path) -> None:
         time.sleep(1.2)  # re-read within a second
         assert h.get("/v1/messages/m1", headers=_auth(READER)).status_code == 401
         assert h.get("/v1/messages/m1", headers=_auth(rotated)).status_code == 503
-        # A broken edit keeps the last good tokens in force.
-        path.write_text("[[tokens]]\nname = ")
-        time.sleep(1.2)
-        assert h.get("/v1/messages/m1", headers=_auth(rotated)).status_code == 503
+        # A broken edit keeps the last good tokens in force, and says so (an error, once per
+        # problem; the proxy's chronos_proxy_tokens_file_ok goes to 0); so does a deletion.
+        with structlog.testing.capture_logs() as logs:
+            path.write_text("[[tokens]]\nname = ")
+            time.sleep(1.2)
+            for _ in range(3):
+                assert h.get("/v1/messages/m1", headers=_auth(rotated)).status_code == 503
+            assert server.book is not None and server.book.error is not None
+            assert "not TOML" in server.book.error
+            path.unlink()
+            time.sleep(1.2)
+            assert h.get("/v1/messages/m1", headers=_auth(rotated)).status_code == 503
+        unusable = [e for e in logs if e["event"] == "tokens_file_unusable"]
+        assert [e["log_level"] for e in unusable] == ["error", "error"]
+        assert "not TOML" in unusable[0]["error"] and "No such file" in unusable[1]["error"]
 
 
 def test_no_authentication_is_refused_beyond_loopback(tmp_path: Path) -> None:

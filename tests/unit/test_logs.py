@@ -55,8 +55,12 @@ def test_a_repeated_line_is_written_once_per_window_then_with_its_count() -> Non
 
 
 @pytest.fixture
-def json_logs() -> Iterator[None]:
+def json_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """JSON logs for one test. A module's logger first used by an earlier test keeps the
+    format of that time (``cache_logger_on_first_use``; a process configures its logs once):
+    the clients' logger is taken fresh."""
     configure_logging(LogSettings(format="json"))
+    monkeypatch.setattr(clients_module, "log", structlog.get_logger(clients_module.__name__))
     yield
     configure_logging(LogSettings())
 
