@@ -608,6 +608,12 @@ class ProxySettings(_Section):
         description="Bearer token (with the admin operation) presented to status_nodes when "
         "their admin APIs require one (security.tokens_file).",
     )
+    scope_ids: bool = Field(
+        True,
+        description="Ids per tenant: a token limited to some topics sends and asks about ids "
+        "as '<token name>:<id>' on the wire, so tenants can neither collide nor see each "
+        "other's ids (README, Security). Every proxy of a deployment must agree.",
+    )
 
 
 class AdminSettings(_Section):

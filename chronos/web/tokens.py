@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import threading
 import time
@@ -46,6 +47,8 @@ OPERATIONS: tuple[str, ...] = get_args(Operation)
 _KEYS = frozenset(
     {"name", "sha256", "topics", "operations", "requests_per_s", "messages_per_s", "max_pending"}
 )
+#: A token name used as is for its tenant: id characters but the tenant separator ``:``.
+_TENANT = re.compile(r"[A-Za-z0-9._-]{1,32}")
 #: How often the file's modification time is looked at.
 _RELOAD_CHECK_S = 1.0
 
@@ -78,6 +81,14 @@ class Token:
 
     def may(self, operation: Operation) -> bool:
         return operation in self.operations
+
+    @property
+    def tenant(self) -> str:
+        """Whose ids this token's requests use (proxy/http/tenancy.py): its name when that
+        is a short id-safe word, else a digest of it."""
+        if _TENANT.fullmatch(self.name):
+            return self.name
+        return "t" + hashlib.sha256(self.name.encode()).hexdigest()[:12]
 
     @property
     def every_topic(self) -> bool:

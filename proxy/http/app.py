@@ -36,6 +36,7 @@ from proxy.http.schemas import (
     ScheduleIn,
 )
 from proxy.http.telemetry import CountResponses, ProxyTelemetry
+from proxy.http.tenancy import from_wire, tenant_of, to_wire
 from proxy.status import StatusUnavailable
 
 _ERRORS: dict[int | str, dict[str, object]] = {
@@ -87,12 +88,6 @@ def allowed_methods(app: FastAPI, request: Request) -> list[str]:
             path = str(getattr(route, "path", ""))
             (templated if "{" in path else exact).update(getattr(route, "methods", None) or ())
     return sorted(exact or templated)
-
-
-def _receipt(receipt: Receipt) -> ReceiptOut:
-    return ReceiptOut(
-        id=receipt.id, deliver_at_ms=receipt.deliver_at_ms, deliver_at=receipt.deliver_at
-    )
 
 
 #: Paths anyone may ask: the health probe and the API's own description.
@@ -309,11 +304,33 @@ def create_app(
     def _unavailable(_request: Request, exc: NotAcknowledged) -> JSONResponse:
         return JSONResponse(status_code=503, content={"error": str(exc), "field": None})
 
+    scope_ids = settings.proxy.scope_ids
+
+    def tenant(request: Request) -> str | None:
+        return tenant_of(token_of(request.state), scope_ids)
+
+    def scoped(request: Request, message_id: str) -> str:
+        return to_wire(tenant(request), message_id, limits.max_id_bytes, "message_id")
+
+    def send(request: Request, requests: list[DelayRequest], batch: bool) -> list[ReceiptOut]:
+        """Send in the token's id space; receipts carry the ids the caller gave."""
+        space = tenant(request)
+        for index, one in enumerate(requests):
+            field = f"messages[{index}].id" if batch else "id"
+            one.id = to_wire(space, one.id, limits.max_id_bytes, field)
+        receipts = _send_counted(client, sending, request, requests)
+        return [
+            ReceiptOut(
+                id=from_wire(space, r.id), deliver_at_ms=r.deliver_at_ms, deliver_at=r.deliver_at
+            )
+            for r in receipts
+        ]
+
     @app.post("/v1/messages", response_model=ReceiptOut, status_code=201, responses=_ERRORS)
     def schedule(body: ScheduleIn, request: Request) -> ReceiptOut:
         """Schedule one message."""
         _check_topics(request, [body.topic], batch=False)
-        return _receipt(_send_counted(client, sending, request, [body.to_request(limits)])[0])
+        return send(request, [body.to_request(limits)], batch=False)[0]
 
     @app.post("/v1/messages/batch", response_model=BatchOut, status_code=201, responses=_ERRORS)
     def schedule_batch(body: BatchIn, request: Request) -> BatchOut:
@@ -327,16 +344,17 @@ def create_app(
                 requests.append(message.to_request(limits))
             except ValidationError as exc:
                 raise ValidationError(f"messages[{index}].{exc.field}", exc.message) from exc
-        receipts = _send_counted(client, sending, request, requests)
-        return BatchOut(receipts=[_receipt(r) for r in receipts])
+        return BatchOut(receipts=send(request, requests, batch=True))
 
     @app.delete(
         "/v1/messages/{message_id}", response_model=CancelOut, status_code=202, responses=_ERRORS
     )
     def cancel(message_id: str, request: Request) -> CancelOut:
         """Cancel every remaining occurrence of a message."""
-        _check_id_scope(client, request, message_id, "cancel")
-        return CancelOut(id=client.cancel(message_id).id)
+        wire = scoped(request, message_id)
+        _check_id_scope(client, request, wire, "cancel")
+        client.cancel(wire)
+        return CancelOut(id=message_id)
 
     @app.post(
         "/v1/messages/{message_id}/reschedule",
@@ -348,9 +366,10 @@ def create_app(
         """Move a pending message to a new due time (later occurrences of a repeat keep their
         gaps). Not moved when already delivered or being delivered: the status says."""
         delay, deliver_at = body.due()
-        _check_id_scope(client, request, message_id, "reschedule")
-        receipt = client.reschedule(message_id, delay=delay, deliver_at=deliver_at)
-        return RescheduleOut(id=receipt.id, deliver_at_ms=receipt.deliver_at_ms)
+        wire = scoped(request, message_id)
+        _check_id_scope(client, request, wire, "reschedule")
+        receipt = client.reschedule(wire, delay=delay, deliver_at=deliver_at)
+        return RescheduleOut(id=message_id, deliver_at_ms=receipt.deliver_at_ms)
 
     @app.exception_handler(StatusUnavailable)
     def _no_status(_request: Request, exc: StatusUnavailable) -> JSONResponse:
@@ -361,8 +380,11 @@ def create_app(
         """Where a message is: ``pending``, ``delivered`` (partition, offset), ``dead_lettered``,
         ``cancelled`` (``cancel`` says whether it removed the message) or ``unknown``, as a
         ready node of ``proxy.status_nodes`` answers. 503 when no node can. 403 for a message
-        of a topic the token may not send to."""
-        answer = client.status(message_id)
+        of a topic the token may not send to; ``unknown`` for another tenant's id (its ids
+        are out of reach: proxy/http/tenancy.py)."""
+        answer = client.status(scoped(request, message_id))
+        if "id" in answer:
+            answer = {**answer, "id": message_id}
         token = token_of(request.state)
         topic = answer.get("topic")
         if token is not None and topic is not None and not token.may_send_to(str(topic)):

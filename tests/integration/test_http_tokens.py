@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from chronos.web.tokens import hash_token, new_token
 from proxy.http.server import ProxyServer
-from tests.integration.harness import make_settings, running_node, wait_until
+from tests.integration.harness import Inbox, make_settings, running_node, wait_until
 
 CAPPED, FREE, ORDERS, PAYMENTS, STATUS, METERED = (new_token() for _ in range(6))
 _ALL_OPS = '["send", "cancel", "reschedule", "status"]'
@@ -117,19 +117,80 @@ def test_a_token_acts_by_id_only_on_its_own_topics(proxy: httpx.Client, namespac
         "the node ingested pay-1",
     )
     later = {"delay_ms": 7_200_000}
+    # Another tenant's id is out of reach: unknown to its status (nothing leaks), and a cancel
+    # or reschedule of an id its own nodes know no topic for is refused.
+    unknown = proxy.get("/v1/messages/pay-1", headers=_auth(ORDERS))
+    assert unknown.status_code == 200 and unknown.json() == {
+        **unknown.json(),
+        "id": "pay-1",
+        "state": "unknown",
+    }
     for refused in (
-        proxy.get("/v1/messages/pay-1", headers=_auth(ORDERS)),
         proxy.post("/v1/messages/pay-1/reschedule", json=later, headers=_auth(ORDERS)),
         proxy.delete("/v1/messages/pay-1", headers=_auth(ORDERS)),
         proxy.delete("/v1/messages/not-sent-yet", headers=_auth(ORDERS)),
     ):
         assert refused.status_code == 403, refused.text
         assert refused.json()["field"] == "message_id"
-    assert proxy.get("/v1/messages/pay-1", headers=_auth(PAYMENTS)).json()["state"] == "pending"
+    mine = proxy.get("/v1/messages/pay-1", headers=_auth(PAYMENTS)).json()
+    assert mine["state"] == "pending" and mine["id"] == "pay-1"
     moved = proxy.post("/v1/messages/pay-1/reschedule", json=later, headers=_auth(PAYMENTS))
-    assert moved.status_code == 202, moved.text
+    assert moved.status_code == 202 and moved.json()["id"] == "pay-1", moved.text
     assert proxy.delete("/v1/messages/pay-1", headers=_auth(PAYMENTS)).status_code == 202
-    assert proxy.delete("/v1/messages/pay-1", headers=_auth(FREE)).status_code == 202  # any topic
+    # A token of every topic is not scoped: it names the id as it is on the wire.
+    wire = proxy.get("/v1/messages/payments:pay-1", headers=_auth(FREE)).json()
+    assert wire["state"] == "cancelled"
+
+
+def test_tenants_have_their_own_ids(
+    proxy: httpx.Client, namespace: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Two tenants send the same id, each to its own topic: both are delivered, each status
+    answers its own message, and one tenant's cancel does not touch the other's. Mutant
+    caught: ids global (the second send was a duplicate, never delivered, and its status
+    answered 403 naming the first tenant's topic)."""
+    orders, payments = f"{namespace}-orders", f"{namespace}-payments"
+    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "inbox")
+    with Inbox(settings, [orders, payments]) as inbox:
+        for token, topic in ((ORDERS, orders), (PAYMENTS, payments)):
+            body = {"topic": topic, "value": topic, "delay_ms": 1_000, "id": "victim-1"}
+            sent = proxy.post("/v1/messages", json=body, headers=_auth(token))
+            assert sent.status_code == 201 and sent.json()["id"] == "victim-1", sent.text
+        # victim-2 is payments' alone: orders can neither cancel it nor see it.
+        body = {"topic": payments, "value": "y", "delay_ms": 3_000, "id": "victim-2"}
+        assert proxy.post("/v1/messages", json=body, headers=_auth(PAYMENTS)).status_code == 201
+        # victim-3 is both tenants': orders cancels its own, payments' stays.
+        for token, topic in ((ORDERS, orders), (PAYMENTS, payments)):
+            body = {"topic": topic, "value": "z", "delay_ms": 3_000, "id": "victim-3"}
+            assert proxy.post("/v1/messages", json=body, headers=_auth(token)).status_code == 201
+        wait_until(
+            lambda: all(
+                proxy.get(f"/v1/messages/{i}", headers=_auth(t)).json()["state"] == "pending"
+                for i, t in (("victim-2", PAYMENTS), ("victim-3", ORDERS), ("victim-3", PAYMENTS))
+            ),
+            30,
+            "the node ingested victim-2 and both victim-3",
+        )
+        assert proxy.delete("/v1/messages/victim-2", headers=_auth(ORDERS)).status_code == 403
+        assert proxy.get("/v1/messages/victim-2", headers=_auth(ORDERS)).json()["state"] == (
+            "unknown"
+        )
+        cancelled = proxy.delete("/v1/messages/victim-3", headers=_auth(ORDERS))
+        assert cancelled.status_code == 202, cancelled.text
+        expected = {
+            "orders:victim-1",
+            "payments:victim-1",
+            "payments:victim-2",
+            "payments:victim-3",
+        }
+        assert inbox.wait_for(expected), f"{expected - set(inbox.by_id)} not delivered"
+        for message_id in expected:
+            assert inbox.first(message_id).topic == (orders if "orders" in message_id else payments)
+        for token, topic in ((ORDERS, orders), (PAYMENTS, payments)):
+            status = proxy.get("/v1/messages/victim-1", headers=_auth(token))
+            assert status.status_code == 200, status.text
+            assert status.json()["id"] == "victim-1" and status.json()["topic"] == topic
+    assert inbox.count("orders:victim-3") == 0, "orders' cancel of its victim-3 did not hold"
 
 
 def test_messages_per_s_counts_messages_and_refusals_are_told(
