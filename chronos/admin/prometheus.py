@@ -39,7 +39,8 @@ _COUNTER_HELP = {
 }
 _HISTOGRAM_HELP = {
     "send_lateness": "Due time to Kafka's acknowledgement of a delivery (node alone).",
-    "ack_lateness": "Due time to the commit of the transaction that delivered it (group).",
+    "ack_lateness": "Due time to the acknowledgement of a delivery: Kafka's for a node alone, "
+    "the delivering transaction's commit for a group's master.",
     "cancel_gate_held": "How long delivery waited for ingest to apply cancels (cancel gate).",
     "ingest_lag": "Inner record's timestamp to its ingest.",
     "failover_gap": "Previous master's last commit to this node's takeover.",
@@ -63,7 +64,10 @@ class ChronosCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         metrics = self._view.metrics
-        for name, value in sorted(metrics.totals().items()):
+        # Every documented counter from the first scrape, at 0 until it counts: a rate() or
+        # an alert on a series that appears only with its first event misses that event.
+        totals = {name: 0 for name in _COUNTER_HELP} | metrics.totals()
+        for name, value in sorted(totals.items()):
             safe = _UNSAFE.sub("_", name)
             help_text = _COUNTER_HELP.get(name, f"{name} since the node started.")
             yield CounterMetricFamily(f"chronos_{safe}", help_text, value=value)

@@ -249,6 +249,9 @@ def create_app(
         version="1",
         description="Schedule Kafka records for delayed delivery. Every 2xx answer means "
         "Kafka acknowledged the request on the inner topic.",
+        # A trailing slash is a 404, not a redirect whose Location comes from the request's
+        # Host header (anyone's host, in a link a victim follows).
+        redirect_slashes=False,
     )
     limits = settings.limits
     told = telemetry or ProxyTelemetry(Refusals("proxy"))

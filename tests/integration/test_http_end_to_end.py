@@ -329,3 +329,14 @@ def test_every_error_has_the_documented_shape(
     body = answer.json()
     assert set(body) == {"error", "field"}, body
     assert error in body["error"] and body["field"] == field, body
+
+
+def test_a_trailing_slash_is_not_redirected_to_the_callers_host(
+    stack: tuple[ChronosSettings, httpx.Client],
+) -> None:
+    """Mutant caught: Starlette's redirect of ``/healthz/``, whose Location took the Host
+    header (an open redirect to any host)."""
+    _settings, http = stack
+    answer = http.get("/healthz/", headers={"host": "evil.example"})
+    assert answer.status_code == 404 and "location" not in answer.headers
+    assert answer.json() == {"error": "Not Found", "field": None}

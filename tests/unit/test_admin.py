@@ -114,6 +114,9 @@ def test_metrics_read_back_with_prometheus_parser_match_the_node(
     delivered = families["chronos_delivered"]
     samples = {s.name: s.value for s in delivered.samples}  # type: ignore[attr-defined]
     assert samples["chronos_delivered_total"] == 7
+    # A counter nothing has counted yet is there at 0 (a rate() sees its first event).
+    cancelled = families["chronos_cancelled"].samples  # type: ignore[attr-defined]
+    assert [(c.name, c.value) for c in cancelled] == [("chronos_cancelled_total", 0)]
     lateness = families["chronos_send_lateness_seconds"]
     buckets = {
         s.labels["le"]: s.value
@@ -190,3 +193,16 @@ def test_overview_has_role_term_lag_and_replicas(node: StubNode, client: httpx.C
     assert sum(body["lateness"]["counts"]) == 1
     assert len(body["lateness"]["counts"]) == len(body["lateness"]["bounds_s"]) + 1
     assert body["replicas"] == [{"node": "n1", "role": "master", "term": 3}]
+
+
+def test_the_dashboard_keeps_to_itself_and_no_slash_redirects(client: httpx.Client) -> None:
+    """Mutants caught: the page served without a CSP or frame protection; a trailing slash
+    redirected to whatever host the request named."""
+    page = client.get("/dashboard")
+    assert page.status_code == 200
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'sha256-" in policy and "frame-ancestors 'none'" in policy
+    assert "unsafe-inline" not in policy
+    assert page.headers["x-frame-options"] == "DENY"
+    slash = client.get("/healthz/", headers={"host": "evil.example"})
+    assert slash.status_code == 404 and "location" not in slash.headers
