@@ -298,13 +298,18 @@ class DeadLetters:
             key,
             value,
             dead_letter_headers(headers, reason, source, target, truncated),
-            self._counted(on_result),
+            self._counted(on_result, truncate),
         )
 
-    def _counted(self, on_result: DeliveryCallback) -> DeliveryCallback:
+    def _counted(self, on_result: DeliveryCallback, truncated: bool) -> DeliveryCallback:
         def done(error: KafkaError | None, message: Any = None) -> None:
             if error is None:
                 self._metrics.incr("dead_lettered")
+            elif when_dead_letter_refused(error, truncated) is Refusal.SHRINK:
+                # Too large for the dead-letter topic: its caller sends it again shrunk
+                # (``shrink``), which is what goes out; no failure yet.
+                self._metrics.incr("dead_letters_shrunk")
+                log.info("dead_letter_too_large", error=describe(error), then="sent shrunk")
             else:
                 self._publisher.note_error(error)
                 log.error("dead_letter_failed", error=describe(error))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import structlog
 from confluent_kafka import KafkaError
 
 from chronos.delivery.deadletter import (
@@ -95,3 +96,17 @@ def test_a_forged_chronos_header_never_shadows_the_real_reason() -> None:
     assert reasons == [b"unknown header chronos-dlq-reason"]
     assert ("user-chronos-dlq-reason", b"all fine") in headers
     assert ("trace", b"1") in headers
+
+
+def test_an_oversized_dead_letter_goes_out_shrunk_without_an_error() -> None:
+    """A dead letter too large for its topic is refused, then sent shrunk: one info line and a
+    count, no ``dead_letter_failed`` error (it had not failed). Mutant caught: the refusal
+    logged as an error for every oversized dead letter that then went out."""
+    topic = size_limited(set())
+    metrics = CountingMetrics()
+    dead = DeadLetters(topic, "ns.deadletter", metrics)
+    with structlog.testing.capture_logs() as logs:
+        assert dead.send_and_wait([rejected("inner[0]@7", value=b"v" * (LIMIT + 1))], 5.0)
+    assert [e["event"] for e in logs] == ["dead_letter_too_large"]
+    assert metrics.totals()["dead_letters_shrunk"] == 1 and metrics.totals()["dead_lettered"] == 1
+    assert topic.published[-1].header(H_DLQ_TRUNCATED) is not None
