@@ -87,6 +87,12 @@ class ChronosCollector(Collector):
             "chronos_seek_lag_seconds", "Now minus the persisted seek timestamp.", value=lag_s
         )
         yield GaugeMetricFamily(
+            "chronos_delivery_lag_seconds",
+            "How late the oldest stored message past the seek is (0: none due yet): what "
+            "consumers wait for; an idle node's seek lag grows between scans, this does not.",
+            value=g.delivery_lag_ms / 1000.0,
+        )
+        yield GaugeMetricFamily(
             "chronos_stored_messages",
             "Messages the store holds, RocksDB's estimate: pending ones, and delivered ones kept "
             "for delete.retention_s.",

@@ -188,6 +188,7 @@ def _overview(view: NodeView) -> dict[str, object]:
         "now_ms": g.now_ms,
         "seek_ms": g.seek_ms,
         "seek_lag_s": max(0, g.now_ms - g.seek_ms) / 1000.0 if g.seek_ms else 0.0,
+        "delivery_lag_s": g.delivery_lag_ms / 1000.0,
         "stored_messages": g.stored_messages,
         # The counters a reader expects are there from the start, 0 until they move.
         "totals": {**dict.fromkeys(_TOTALS, 0), **view.metrics.totals()},

@@ -55,6 +55,9 @@ class Gauges:
         stored_messages: messages RocksDB estimates the store holds (pending, and delivered
             ones kept for ``delete.retention_s``).
         ready: whether ``/readyz`` would answer 200.
+        delivery_lag_ms: how late the oldest stored message past the seek is (0 when none is
+            due yet): what a consumer waits for. The seek lag is not that: an idle node
+            persists its seek only when it scans (up to half a minute apart).
     """
 
     role: str
@@ -63,6 +66,7 @@ class Gauges:
     now_ms: int
     stored_messages: int
     ready: bool
+    delivery_lag_ms: int = 0
 
 
 class Answer(Protocol):

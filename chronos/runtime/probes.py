@@ -18,6 +18,9 @@ from chronos.admin.view import Check, Gauges, Report
 from chronos.group.status import group_status
 from chronos.metrics import CountingMetrics
 from chronos.schedule.lookup import Lookup
+from chronos.store import keys
+from chronos.store.rocks import RocksStore
+from chronos.types import EpochMs
 
 log = structlog.get_logger(__name__)
 
@@ -27,6 +30,13 @@ _REPLICAS_TTL_S = 5.0
 if TYPE_CHECKING:
     from chronos.runtime.context import NodeContext
     from chronos.runtime.node import Node
+
+
+def delivery_lag_ms(store: RocksStore, seek_ms: EpochMs, now_ms: EpochMs) -> int:
+    """How late the oldest stored message past the seek is at ``now_ms``; 0 when none is due.
+    One store seek: cheap enough for every scrape."""
+    oldest = store.first_key_from(keys.slot_bound(seek_ms + 1))
+    return 0 if oldest is None else max(0, now_ms - keys.slot_of(oldest))
 
 
 class NodeProbes:
@@ -165,11 +175,13 @@ class NodeProbes:
     def gauges(self) -> Gauges:
         role, term = self._role_and_term()
         ctx = self._context
+        seek_ms, now_ms = ctx.ledger.seek_ms, ctx.clock.now_ms()
         return Gauges(
             role=role,
             term=term,
-            seek_ms=ctx.ledger.seek_ms,
-            now_ms=ctx.clock.now_ms(),
+            seek_ms=seek_ms,
+            now_ms=now_ms,
             stored_messages=ctx.store.messages_estimate(),
             ready=self.readiness().ok,
+            delivery_lag_ms=delivery_lag_ms(ctx.store, seek_ms, now_ms),
         )

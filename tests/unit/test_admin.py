@@ -17,6 +17,7 @@ from chronos.admin.view import Check, Gauges, Report
 from chronos.clock import FakeClock
 from chronos.metrics import CountingMetrics
 from chronos.model import CancelRequest, DelayMessage
+from chronos.runtime.probes import delivery_lag_ms
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.schedule.lookup import Lookup
@@ -206,3 +207,15 @@ def test_the_dashboard_keeps_to_itself_and_no_slash_redirects(client: httpx.Clie
     assert page.headers["x-frame-options"] == "DENY"
     slash = client.get("/healthz/", headers={"host": "evil.example"})
     assert slash.status_code == 404 and "location" not in slash.headers
+
+
+def test_delivery_lag_is_how_late_the_oldest_message_past_the_seek_is(node: StubNode) -> None:
+    """An idle node's seek lags its clock by up to half a minute between scans, harmlessly:
+    the delivery lag is 0 while nothing past the seek is due, and counts from the oldest due
+    message's slot once one is. Mutant caught: the seek lag reported as the delivery lag."""
+    seek = node.ledger.seek_ms
+    assert delivery_lag_ms(node.store, seek, seek + 25_000) == 0  # nothing stored
+    node.ledger.apply([DelayMessage("later", "orders", None, b"v", [], seek + 60_000)])
+    assert delivery_lag_ms(node.store, seek, seek + 25_000) == 0  # due in 35 s
+    node.ledger.apply([DelayMessage("due", "orders", None, b"v", [], seek + 20_000)])
+    assert delivery_lag_ms(node.store, seek, seek + 25_000) == 5_000
