@@ -9,6 +9,9 @@ byte every few seconds, is held for ever, and enough of them exhaust the process
   the previous response on a kept-alive one); else ``408`` and the connection is closed;
 * at most ``max_connections`` are held: past it, the connection that has waited longest for a
   request head is closed to make room, so a client sending a whole request is always served;
+* a request head over uvicorn's limit (``h11_max_incomplete_event_size``, 16 KiB) gets ``431``;
+  the rest the client sends is read and dropped until it stops or the head deadline passes, so
+  it reads the answer instead of a connection reset;
 * an exhausted accept is logged once a minute with a count, not once per attempt.
 """
 
@@ -28,10 +31,22 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = structlog.get_logger(__name__)
 
-_TIMEOUT_BODY = b'{"error": "no whole request head came in time", "field": null}'
-_TIMEOUT_RESPONSE = (
-    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-    b"content-length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY)
+#: h11's limit of a request head when uvicorn is given none (16 KiB).
+_DEFAULT_MAX_HEAD = 16 * 1024
+
+
+def _raw_response(status: bytes, error: str) -> bytes:
+    """A whole HTTP/1.1 answer in the API's error shape, closing the connection."""
+    body = b'{"error": "%s", "field": null}' % error.encode()
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: %d\r\n\r\n%s" % (status, len(body), body)
+    )
+
+
+_TIMEOUT_RESPONSE = _raw_response(b"408 Request Timeout", "no whole request head came in time")
+_TOO_LARGE_RESPONSE = _raw_response(
+    b"431 Request Header Fields Too Large", "the request head is over its limit"
 )
 
 
@@ -94,6 +109,12 @@ class BoundedH11Protocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self._waits = waits
         self._head_timer: asyncio.TimerHandle | None = None
+        config = kwargs["config"]
+        self._max_head = config.h11_max_incomplete_event_size or _DEFAULT_MAX_HEAD
+        #: Bytes received since the current request head began.
+        self._head_bytes = 0
+        #: Answered 431: what else comes is dropped until the client stops.
+        self._discarding = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -102,8 +123,16 @@ class BoundedH11Protocol(H11Protocol):
             self._waits.shed_oldest(keep=self)
 
     def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
+        waiting = self.conn.their_state is h11.IDLE
+        if waiting:
+            self._head_bytes += len(data)
+            if self._head_bytes > self._max_head:
+                self._too_large()
+                return
         super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:
+        if waiting and self.conn.their_state is not h11.IDLE:
             self._head_arrived()
 
     def on_response_complete(self) -> None:
@@ -116,14 +145,30 @@ class BoundedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def refuse(self) -> None:
-        """408 and close: no request head came in time, or room was needed."""
+        """408 and close: no request head came in time, or room was needed (a connection
+        already answered 431 is just closed)."""
         self._head_arrived()
         if not self.transport.is_closing():
-            self.transport.write(_TIMEOUT_RESPONSE)
+            if not self._discarding:
+                self.transport.write(_TIMEOUT_RESPONSE)
             self.transport.close()
+
+    def _too_large(self) -> None:
+        """431, then read and drop the rest until the client stops or the deadline passes:
+        closing with unread bytes would reset the connection before the client read why."""
+        self._discarding = True
+        self.transport.write(_TOO_LARGE_RESPONSE)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+
+    def eof_received(self) -> None:
+        if self._discarding:
+            self.transport.close()
+        super().eof_received()
 
     def _await_head(self) -> None:
         self._head_arrived()
+        self._head_bytes = 0
         self._head_timer = self.loop.call_later(self._waits.header_timeout_s, self._too_slow)
         self._waits.waiting[id(self)] = self
 
@@ -135,7 +180,9 @@ class BoundedH11Protocol(H11Protocol):
 
     def _too_slow(self) -> None:
         self._head_timer = None
-        if self.conn.their_state is h11.IDLE:
+        if self._discarding:
+            self.transport.close()
+        elif self.conn.their_state is h11.IDLE:
             self._waits.timed_out += 1
             self.refuse()
 

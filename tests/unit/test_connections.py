@@ -103,3 +103,21 @@ def test_past_max_connections_the_oldest_waiting_make_room(
     assert len(closed) == 24
     assert few_connections.waits.evicted >= 25
     assert few_connections.waits.timed_out == 0
+
+
+@pytest.fixture
+def default_heads() -> Iterator[ThreadedServer]:
+    yield from _server(SecuritySettings())
+
+
+def test_a_request_head_over_the_limit_gets_431_not_a_reset(
+    default_heads: ThreadedServer,
+) -> None:
+    """A 1 MB header: the client sends it all and reads 431. Mutant caught: uvicorn's own
+    handling (a 400 and a close with the rest unread: the client saw a connection reset)."""
+    with socket.create_connection(("127.0.0.1", default_heads.port)) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 1_000_000 + b"\r\n\r\n")
+        sock.shutdown(socket.SHUT_WR)
+        assert _answer(sock).startswith(b"HTTP/1.1 431 ")
+    with httpx.Client(base_url=f"http://127.0.0.1:{default_heads.port}") as http:
+        assert http.get("/", headers={"x-fine": "a" * 4_000}).text == "hello"
