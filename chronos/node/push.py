@@ -21,6 +21,9 @@ from chronos.types import EpochMs
 
 log = structlog.get_logger(__name__)
 
+#: How long the cancel gate holds a due message before ``delivery_paused`` is logged.
+_HELD_LOG_MS = 5_000
+
 # Upper bound on one sleep, so a wall-clock jump is noticed within this many seconds.
 _MAX_SLEEP_S = 30.0
 # Upper bound on a wait behind a write in progress (its end normally wakes the worker first).
@@ -83,6 +86,8 @@ class PushWorker(LoopWorker):
         self._max_in_flight = max_in_flight
         self._max_unpersisted_s = max_unpersisted_s
         self._paused = False
+        #: Whether a due message has waited for the cancel gate past ``_HELD_LOG_MS`` (logged).
+        self._gate_paused = False
         # Resume point inside an interrupted scan, so a failed scan never dispatches twice.
         self._cursor = b"" if ledger.cursor is None else ledger.cursor + b"\x00"
         self._gate = start_gate
@@ -131,6 +136,8 @@ class PushWorker(LoopWorker):
         limit = now if self._horizon is None else self._horizon(now)
         if limit < now:
             self._note_held(limit, now)
+        elif self._gate_paused:
+            self._tell_held(False, limit, now)
         upto = self._frontier.advance(limit)
         start = max(keys.slot_bound(self._scanned + 1), self._cursor)
         stop = keys.slot_bound(upto + 1)
@@ -156,10 +163,28 @@ class PushWorker(LoopWorker):
         return None if upcoming is None else keys.slot_of(upcoming)
 
     def _note_held(self, limit: EpochMs, now: EpochMs) -> None:
-        """Sample how late the cancel gate makes a message that is due (lateness, not loss)."""
+        """Sample how late the cancel gate makes a message that is due (lateness, not loss),
+        and say so once it has held a due message ``_HELD_LOG_MS``: ingest stopped applying
+        the inner topic (a full disk, Kafka silent) holds delivery here, before any job
+        exists, and was otherwise seen only in a histogram."""
         waiting = self._store.first_key_from(keys.slot_bound(limit + 1))
-        if waiting is not None and keys.slot_of(waiting) <= now:
+        held = waiting is not None and keys.slot_of(waiting) <= now
+        if held:
             self._metrics.observe("cancel_gate_held_ms", now - limit)
+        self._tell_held(held, limit, now)
+
+    def _tell_held(self, held: bool, limit: EpochMs, now: EpochMs) -> None:
+        if held and not self._gate_paused and now - limit >= _HELD_LOG_MS:
+            self._gate_paused = True
+            log.error(
+                "delivery_paused",
+                reason="the cancel gate waits for ingest to apply the inner topic (ingest "
+                "paused or behind, or Kafka silent)",
+                held_ms=now - limit,
+            )
+        elif not held and self._gate_paused:
+            self._gate_paused = False
+            log.info("delivery_resumed", reason="the cancel gate caught up")
 
     def _put(self, jobs: list[DeliveryJob]) -> bool:
         """Hand jobs to the senders; blocks while the queue is full, too much is in flight, or

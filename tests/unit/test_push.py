@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import structlog
 
 from chronos.clock import FakeClock
 from chronos.delivery.job import DeliveryJob
@@ -204,6 +205,41 @@ def test_delivery_pauses_while_progress_cannot_be_persisted(env: Env) -> None:
     scanning.join(5)
     assert not scanning.is_alive()
     assert [job.message.id for job in env.drain() if job.message] == ["a"]
+
+
+def test_a_gate_holding_a_due_message_is_logged_as_delivery_paused(env: Env) -> None:
+    """Ingest stopped (a full disk, Kafka silent) stops the cancel gate's watermark: due
+    messages wait before any job exists. Past 5 s of that, ``delivery_paused`` (an error) says
+    why, once; ``delivery_resumed`` when the gate lets them go. Mutant caught: a hold seen only
+    in the cancel_gate_held histogram (the full-disk check logged no pause)."""
+    watermark = [T0]
+    push = PushWorker(
+        env.store,
+        env.ledger,
+        env.frontier,
+        env.tracker,
+        env.jobs,
+        env.clock,
+        3,
+        NullMetrics(),
+        horizon=lambda now: min(now, watermark[0]),
+    )
+    env.add("a", T0 + 10)
+    with structlog.testing.capture_logs() as logs:
+        env.clock.advance(4_000)
+        push.scan_due()
+        assert [e["event"] for e in logs] == []  # held 4 s: lateness, not yet a pause
+        for _ in range(3):
+            env.clock.advance(1_000)
+            push.scan_due()
+        assert env.drain() == []
+        watermark[0] = env.clock.now_ms()  # ingest applied again
+        push.scan_due()
+    assert [j.message.id for j in env.drain() if j.message] == ["a"]
+    assert [(e["event"], e["log_level"]) for e in logs] == [
+        ("delivery_paused", "error"),
+        ("delivery_resumed", "info"),
+    ]
 
 
 def test_a_scan_gap_spaces_busy_scans_but_not_the_first_after_a_quiet_spell(env: Env) -> None:
