@@ -144,4 +144,6 @@ def guard_settings(security: SecuritySettings, name: str, host: str) -> GuardSet
             book = TokenBook(security.tokens_file)
         except (OSError, TokenFileError) as exc:
             raise ConfigError(f"security.tokens_file: {exc}") from exc
-    return GuardSettings(book, security.max_body_bytes, security.body_timeout_s)
+    return GuardSettings(
+        book, security.max_body_bytes, security.body_timeout_s, security.max_bodies_bytes
+    )

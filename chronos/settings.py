@@ -677,6 +677,12 @@ class SecuritySettings(_Section):
     body_timeout_s: float = Field(
         30.0, gt=0, description="Longest time a client may take to send a request body (408)."
     )
+    max_bodies_bytes: int = Field(
+        256 * 2**20,
+        ge=1024,
+        description="Most bytes of request bodies held at once, all requests together (each "
+        "up to max_body_bytes); past it, 503 with Retry-After. Bounds the memory bodies take.",
+    )
     header_timeout_s: float = Field(
         10.0,
         gt=0,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import resource
 import time
 from collections import OrderedDict
@@ -33,6 +34,8 @@ log = structlog.get_logger(__name__)
 
 #: h11's limit of a request head when uvicorn is given none (16 KiB).
 _DEFAULT_MAX_HEAD = 16 * 1024
+#: The blank line that ends a request head (h11 also takes bare line feeds).
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
 
 
 def _raw_response(status: bytes, error: str) -> bytes:
@@ -111,8 +114,6 @@ class BoundedH11Protocol(H11Protocol):
         self._head_timer: asyncio.TimerHandle | None = None
         config = kwargs["config"]
         self._max_head = config.h11_max_incomplete_event_size or _DEFAULT_MAX_HEAD
-        #: Bytes received since the current request head began.
-        self._head_bytes = 0
         #: Answered 431: what else comes is dropped until the client stops.
         self._discarding = False
 
@@ -126,11 +127,9 @@ class BoundedH11Protocol(H11Protocol):
         if self._discarding:
             return
         waiting = self.conn.their_state is h11.IDLE
-        if waiting:
-            self._head_bytes += len(data)
-            if self._head_bytes > self._max_head:
-                self._too_large()
-                return
+        if waiting and self._head_over_limit(data):
+            self._too_large()
+            return
         super().data_received(data)
         if waiting and self.conn.their_state is not h11.IDLE:
             self._head_arrived()
@@ -153,6 +152,15 @@ class BoundedH11Protocol(H11Protocol):
                 self.transport.write(_TIMEOUT_RESPONSE)
             self.transport.close()
 
+    def _head_over_limit(self, data: bytes) -> bool:
+        """Whether the request head being received, with ``data``, is over its limit: it does
+        not end within it. (The body may follow in the same read: it does not count.)"""
+        window = self.conn.trailing_data[0] + data
+        if len(window) <= self._max_head:
+            return False
+        end = _HEAD_END.search(window, 0, self._max_head + 4)
+        return end is None
+
     def _too_large(self) -> None:
         """431, then read and drop the rest until the client stops or the deadline passes:
         closing with unread bytes would reset the connection before the client read why."""
@@ -168,7 +176,6 @@ class BoundedH11Protocol(H11Protocol):
 
     def _await_head(self) -> None:
         self._head_arrived()
-        self._head_bytes = 0
         self._head_timer = self.loop.call_later(self._waits.header_timeout_s, self._too_slow)
         self._waits.waiting[id(self)] = self
 

@@ -45,11 +45,15 @@ class GuardSettings:
         book: the tokens; None when this surface runs without authentication.
         max_body_bytes: the largest request body read.
         body_timeout_s: longest time to receive a whole body.
+        max_bodies_bytes: the most bytes of request bodies held at once, all requests
+            together: each may take ``max_body_bytes``, and a thousand at once would take
+            gigabytes (the rest get 503 with Retry-After).
     """
 
     book: TokenBook | None
     max_body_bytes: int
     body_timeout_s: float
+    max_bodies_bytes: int = 256 * 2**20
 
 
 class RateLimiter:
@@ -105,6 +109,8 @@ class Guard:
         self._router = router
         self._rates = RateLimiter()
         self.refusals = refusals or Refusals("http")
+        #: Body bytes of the requests being served, all together (the event loop's thread).
+        self._bodies = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -123,7 +129,15 @@ class Guard:
             self._tell(scope, 413, "body_too_large", error)
             await _answer(send, 413, error, {"connection": "close"})
             return
-        await self._app(scope, *self._bounded(scope, receive, send, limit))
+        if declared is not None and self._bodies + declared > self._settings.max_bodies_bytes:
+            self._tell(scope, 503, "bodies_budget", _BUSY)
+            await _answer(send, 503, _BUSY, {"connection": "close", "retry-after": "1"})
+            return
+        held = [0]
+        try:
+            await self._app(scope, *self._bounded(scope, receive, send, limit, held))
+        finally:
+            self._bodies -= held[0]
 
     def _tell(self, scope: Scope, status: int, reason: str, error: str) -> None:
         token = token_of_scope(scope)
@@ -165,7 +179,7 @@ class Guard:
         return None
 
     def _bounded(
-        self, scope: Scope, receive: Receive, send: Send, limit: int
+        self, scope: Scope, receive: Receive, send: Send, limit: int, held: list[int]
     ) -> tuple[Receive, Send]:
         """(receive, send) for the application: a body over ``limit`` bytes or slower than
         ``body_timeout_s`` is answered here (413, 408), and the application then reads a
@@ -183,11 +197,13 @@ class Guard:
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        async def refuse(status: int, reason: str, error: str) -> Message:
+        async def refuse(
+            status: int, reason: str, error: str, headers: dict[str, str] | None = None
+        ) -> Message:
             nonlocal answered
             if not started and not answered:
                 self._tell(scope, status, reason, error)
-                await _answer(send, status, error, {"connection": "close"})
+                await _answer(send, status, error, {"connection": "close", **(headers or {})})
             answered = True
             return {"type": "http.disconnect"}
 
@@ -202,15 +218,21 @@ class Guard:
                 error = f"request body not received within {timeout:g} s"
                 return await refuse(408, "body_timeout", error)
             if message["type"] == "http.request":
-                received += len(message.get("body", b""))
+                size = len(message.get("body", b""))
+                received += size
                 if received > limit:
                     return await refuse(413, "body_too_large", f"request body over {limit} bytes")
+                if self._bodies + size > self._settings.max_bodies_bytes:
+                    return await refuse(503, "bodies_budget", _BUSY, {"retry-after": "1"})
+                self._bodies += size
+                held[0] += size
             return message
 
         return bounded_receive, guarded_send
 
 
 _CHALLENGE = {"www-authenticate": 'Bearer realm="chronos"'}
+_BUSY = "receiving too many request bodies at once (security.max_bodies_bytes); retry"
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

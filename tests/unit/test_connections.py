@@ -121,3 +121,17 @@ def test_a_request_head_over_the_limit_gets_431_not_a_reset(
         assert _answer(sock).startswith(b"HTTP/1.1 431 ")
     with httpx.Client(base_url=f"http://127.0.0.1:{default_heads.port}") as http:
         assert http.get("/", headers={"x-fine": "a" * 4_000}).text == "hello"
+
+
+def test_a_head_and_a_large_body_in_one_read_are_not_a_large_head(
+    default_heads: ThreadedServer,
+) -> None:
+    """A normal POST whose first read holds its head and 64 KiB of body: served. Mutant
+    caught: every byte before the head was parsed counted as head (a 431 for big bodies)."""
+    body = b"a" * 65_536
+    head = b"POST / HTTP/1.1\r\nHost: x\r\ncontent-length: %d\r\n\r\n" % len(body)
+    with socket.create_connection(("127.0.0.1", default_heads.port)) as sock:
+        sock.sendall(head + body)
+        sock.settimeout(30)
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 405 "), answer[:100]  # the app has GET / only

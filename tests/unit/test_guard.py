@@ -179,6 +179,50 @@ def test_a_chunked_body_is_cut_off_at_the_limit(proxy: httpx.Client) -> None:
     assert answer.status_code == 413 and "over 65536 bytes" in answer.json()["error"]
 
 
+def test_bodies_held_at_once_are_bounded_all_requests_together(tmp_path: Path) -> None:
+    """Each body may take max_body_bytes (64 KiB here), but all bodies held at once stay
+    within max_bodies_bytes (96 KiB): while one upload holds 60 KiB, another of 64 KiB gets
+    503 with Retry-After; once the first ends, the second goes through. Mutant caught: no
+    overall bound (a thousand concurrent uploads held a thousand bodies: gigabytes)."""
+    settings = _settings(
+        tmp_path, max_body_bytes=64 * 1024, max_bodies_bytes=96 * 1024, body_timeout_s=60
+    )
+    second = b'{"topic": "orders.a", "value": "' + b"v" * 60_000 + b'", "delay_ms": 1}'
+    with (
+        _proxy(settings) as server,
+        httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as http,
+    ):
+        with socket.create_connection(("127.0.0.1", server.port)) as first:
+            token = _auth(SENDER)["authorization"].encode()
+            first.sendall(
+                b"POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                b"authorization: "
+                + token
+                + b"\r\ntransfer-encoding: chunked\r\n\r\n"
+                + b"%x\r\n" % 61_440
+                + b" " * 61_440
+                + b"\r\n"  # held: no last chunk yet
+            )
+
+            def busy() -> bool:
+                answer = http.post(
+                    "/v1/messages",
+                    content=second,
+                    headers={**_auth(SENDER), "content-type": "application/json"},
+                )
+                refused = "max_bodies_bytes" in answer.text
+                assert not refused or answer.headers["retry-after"] == "1"
+                return answer.status_code == 503 and refused
+
+            deadline = time.monotonic() + 30
+            while not busy():  # the first upload's bytes reach the guard
+                assert time.monotonic() < deadline, "a second body was never refused"
+        # The first connection is closed: its body is let go.
+        deadline = time.monotonic() + 30
+        while busy():
+            assert time.monotonic() < deadline, "the first upload's bytes were never let go"
+
+
 def test_a_body_slower_than_the_timeout_gets_408(proxy: httpx.Client) -> None:
     port = proxy.base_url.port
     assert port is not None
