@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 import structlog
 from confluent_kafka import KafkaError
 
+from chronos.delivery import deadletter
 from chronos.delivery.deadletter import (
     KEPT_HEADERS_BYTES,
     DeadLetters,
@@ -98,7 +100,9 @@ def test_a_forged_chronos_header_never_shadows_the_real_reason() -> None:
     assert ("trace", b"1") in headers
 
 
-def test_an_oversized_dead_letter_goes_out_shrunk_without_an_error() -> None:
+def test_an_oversized_dead_letter_goes_out_shrunk_without_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A dead letter too large for its topic is refused, then sent shrunk: one info line and a
     count, no ``dead_letter_failed`` error (it had not failed). Mutant caught: the refusal
     logged as an error for every oversized dead letter that then went out."""
@@ -106,6 +110,8 @@ def test_an_oversized_dead_letter_goes_out_shrunk_without_an_error() -> None:
     metrics = CountingMetrics()
     dead = DeadLetters(topic, "ns.deadletter", metrics)
     with structlog.testing.capture_logs() as logs:
+        # A logger an earlier test used keeps that test's set-up (cache_logger_on_first_use).
+        monkeypatch.setattr(deadletter, "log", structlog.get_logger(deadletter.__name__))
         assert dead.send_and_wait([rejected("inner[0]@7", value=b"v" * (LIMIT + 1))], 5.0)
     assert [e["event"] for e in logs] == ["dead_letter_too_large"]
     assert metrics.totals()["dead_letters_shrunk"] == 1 and metrics.totals()["dead_lettered"] == 1

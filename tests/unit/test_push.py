@@ -16,6 +16,7 @@ from chronos.clock import FakeClock
 from chronos.delivery.job import DeliveryJob
 from chronos.metrics import NullMetrics
 from chronos.model import DelayMessage
+from chronos.node import push as push_module
 from chronos.node.progress import ProgressTracker
 from chronos.node.push import PushWorker
 from chronos.repeat import CatchUp, Repeat, RepeatKind
@@ -207,7 +208,9 @@ def test_delivery_pauses_while_progress_cannot_be_persisted(env: Env) -> None:
     assert [job.message.id for job in env.drain() if job.message] == ["a"]
 
 
-def test_a_gate_holding_a_due_message_is_logged_as_delivery_paused(env: Env) -> None:
+def test_a_gate_holding_a_due_message_is_logged_as_delivery_paused(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Ingest stopped (a full disk, Kafka silent) stops the cancel gate's watermark: due
     messages wait before any job exists. Past 5 s of that, ``delivery_paused`` (an error) says
     why, once; ``delivery_resumed`` when the gate lets them go. Mutant caught: a hold seen only
@@ -226,6 +229,8 @@ def test_a_gate_holding_a_due_message_is_logged_as_delivery_paused(env: Env) -> 
     )
     env.add("a", T0 + 10)
     with structlog.testing.capture_logs() as logs:
+        # A logger an earlier test used keeps that test's set-up (cache_logger_on_first_use).
+        monkeypatch.setattr(push_module, "log", structlog.get_logger(push_module.__name__))
         env.clock.advance(4_000)
         push.scan_due()
         assert [e["event"] for e in logs] == []  # held 4 s: lateness, not yet a pause
