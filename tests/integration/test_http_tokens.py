@@ -18,6 +18,8 @@ import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from chronos.logs import configure_logging
+from chronos.settings import LogSettings
 from chronos.web import refusals as refusals_module
 from chronos.web.tokens import hash_token, new_token
 from proxy.http.server import ProxyServer
@@ -203,8 +205,10 @@ def test_messages_per_s_counts_messages_and_refusals_are_told(
     secret) and counted on the proxy's ``/metrics``, which itself needs the admin operation.
     Mutants caught: a batch counted as one request; refusals neither logged nor counted."""
     topic = f"{namespace}-metered"
+    # An in-process CLI run of an earlier test left errors-only logs: info level again, and a
+    # fresh logger (one first used earlier keeps that set-up: cache_logger_on_first_use).
+    configure_logging(LogSettings())
     with structlog.testing.capture_logs() as logs:
-        # A logger an earlier test used keeps that test's set-up (cache_logger_on_first_use).
         monkeypatch.setattr(refusals_module, "log", structlog.get_logger(refusals_module.__name__))
         assert _send(proxy, METERED, topic, 2).status_code == 422
         assert _send(proxy, METERED, topic, 1).status_code == 201

@@ -17,7 +17,9 @@ from chronos.delivery.deadletter import (
     shrink,
 )
 from chronos.kafka.publishers.stub import StubPublisher, StubRecord
+from chronos.logs import configure_logging
 from chronos.metrics import CountingMetrics
+from chronos.settings import LogSettings
 from chronos.types import Headers
 from chronos.wire import H_DLQ_REASON, H_DLQ_SOURCE, H_DLQ_TRUNCATED
 
@@ -109,8 +111,10 @@ def test_an_oversized_dead_letter_goes_out_shrunk_without_an_error(
     topic = size_limited(set())
     metrics = CountingMetrics()
     dead = DeadLetters(topic, "ns.deadletter", metrics)
+    # An in-process CLI run of an earlier test left errors-only logs: info level again, and a
+    # fresh logger (one first used earlier keeps that set-up: cache_logger_on_first_use).
+    configure_logging(LogSettings())
     with structlog.testing.capture_logs() as logs:
-        # A logger an earlier test used keeps that test's set-up (cache_logger_on_first_use).
         monkeypatch.setattr(deadletter, "log", structlog.get_logger(deadletter.__name__))
         assert dead.send_and_wait([rejected("inner[0]@7", value=b"v" * (LIMIT + 1))], 5.0)
     assert [e["event"] for e in logs] == ["dead_letter_too_large"]

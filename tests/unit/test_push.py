@@ -14,6 +14,7 @@ import structlog
 
 from chronos.clock import FakeClock
 from chronos.delivery.job import DeliveryJob
+from chronos.logs import configure_logging
 from chronos.metrics import NullMetrics
 from chronos.model import DelayMessage
 from chronos.node import push as push_module
@@ -22,7 +23,7 @@ from chronos.node.push import PushWorker
 from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
-from chronos.settings import DeleteSettings, StoreSettings
+from chronos.settings import DeleteSettings, LogSettings, StoreSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksStore
 
@@ -228,8 +229,10 @@ def test_a_gate_holding_a_due_message_is_logged_as_delivery_paused(
         horizon=lambda now: min(now, watermark[0]),
     )
     env.add("a", T0 + 10)
+    # An in-process CLI run of an earlier test left errors-only logs: info level again, and a
+    # fresh logger (one first used earlier keeps that set-up: cache_logger_on_first_use).
+    configure_logging(LogSettings())
     with structlog.testing.capture_logs() as logs:
-        # A logger an earlier test used keeps that test's set-up (cache_logger_on_first_use).
         monkeypatch.setattr(push_module, "log", structlog.get_logger(push_module.__name__))
         env.clock.advance(4_000)
         push.scan_due()
