@@ -121,7 +121,7 @@ class QuotaExceeded(Exception):
     """The token's pending-message quota (``reason`` max_pending) or its message rate
     (messages_per_s) has no room for the request (429)."""
 
-    def __init__(self, message: str, retry_after_s: float, reason: str = "max_pending") -> None:
+    def __init__(self, message: str, retry_after_s: float, reason: str) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
         self.reason = reason
@@ -151,20 +151,24 @@ def _send_counted(
     token = token_of(request.state)
     count = len(requests)
     if token is not None and token.messages_per_s > 0:
-        wait_s = limits.messages.wait_s(token.name, token.messages_per_s, count)
-        if wait_s == math.inf:
-            raise ValidationError(
-                "messages", f"{count} messages are over token {token.name!r}'s messages_per_s"
-            )
-        if wait_s > 0:
-            raise QuotaExceeded(
-                f"token {token.name!r} is over its {token.messages_per_s:g} messages/s",
-                wait_s,
-                "messages_per_s",
-            )
+        _refuse_over(
+            limits.messages.wait_s(token.name, token.messages_per_s, count),
+            f"{count} messages are over token {token.name!r}'s messages_per_s",
+            f"token {token.name!r} is over its {token.messages_per_s:g} messages/s",
+            "messages_per_s",
+        )
     receipts = _send_within_quota(client, limits.quota, request, requests)
     limits.telemetry.scheduled(count)
     return receipts
+
+
+def _refuse_over(wait_s: float, never: str, not_now: str, reason: str) -> None:
+    """A limit's answer as the API's: a request the limit can never admit is 422 (waiting
+    would not help), one it admits later is 429 with the wait as Retry-After."""
+    if wait_s == math.inf:
+        raise ValidationError("messages", never)
+    if wait_s > 0:
+        raise QuotaExceeded(not_now, wait_s, reason)
 
 
 def _tell(refusals: Refusals, request: Request, status: int, reason: str, detail: str) -> None:
@@ -189,16 +193,12 @@ def _send_within_quota(
         return client.send_batch(requests)
     now_ms = int(time.time() * 1000)
     count = len(requests)
-    wait_s = quota.admit(token.name, token.max_pending, count, now_ms)
-    if wait_s == math.inf:
-        raise ValidationError(
-            "messages", f"{count} messages are over token {token.name!r}'s max_pending"
-        )
-    if wait_s > 0:
-        raise QuotaExceeded(
-            f"token {token.name!r} has {token.max_pending} messages pending, its max_pending",
-            wait_s,
-        )
+    _refuse_over(
+        quota.admit(token.name, token.max_pending, count, now_ms),
+        f"{count} messages are over token {token.name!r}'s max_pending",
+        f"token {token.name!r} has {token.max_pending} messages pending, its max_pending",
+        "max_pending",
+    )
     try:
         receipts = client.send_batch(requests)
     except BaseException:
