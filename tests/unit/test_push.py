@@ -6,6 +6,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,20 @@ class Env:
 
     def add(self, message_id: str, due_ms: int, repeat: Repeat | None = None) -> None:
         self.ledger.apply([DelayMessage(message_id, "t", None, b"v", [], due_ms, repeat)])
+
+    def worker(self, **overrides: Any) -> PushWorker:
+        """Another push worker over this store, with some of its parts or options replaced."""
+        parts: dict[str, Any] = {
+            "store": self.store,
+            "ledger": self.ledger,
+            "frontier": self.frontier,
+            "tracker": self.tracker,
+            "jobs": self.jobs,
+            "clock": self.clock,
+            "batch_max": 3,
+            "metrics": NullMetrics(),
+        }
+        return PushWorker(**(parts | overrides))
 
     def drain(self) -> list[DeliveryJob]:
         out: list[DeliveryJob] = []
@@ -151,16 +166,7 @@ def test_a_superseded_repeat_key_is_not_delivered_again(env: Env) -> None:
     env.tracker.completed(job)
     env.ledger.commit_progress(0, [(job.key, job.followup)])  # next occurrence, seek not moved
     # After a crash the old key is scanned again (seek did not pass it): it must be skipped.
-    rescan = PushWorker(
-        env.store,
-        env.ledger,
-        Frontier(0),
-        ProgressTracker(0),
-        env.jobs,
-        env.clock,
-        3,
-        NullMetrics(),
-    )
+    rescan = env.worker(frontier=Frontier(0), tracker=ProgressTracker(0))
     rescan.scan_due()
     jobs = env.drain()
     assert len(jobs) == 1 and jobs[0].done and jobs[0].message is None
@@ -168,9 +174,7 @@ def test_a_superseded_repeat_key_is_not_delivered_again(env: Env) -> None:
 
 def test_a_full_queue_blocks_the_scan_until_senders_take(env: Env, tmp_path: Path) -> None:
     small: queue.Queue[list[DeliveryJob]] = queue.Queue(maxsize=1)
-    push = PushWorker(
-        env.store, env.ledger, env.frontier, env.tracker, small, env.clock, 1, NullMetrics()
-    )
+    push = env.worker(jobs=small, batch_max=1)
     for index in range(3):
         env.add(f"m{index}", T0 - 10 + index)
     scan = threading.Thread(target=push.scan_due)
@@ -186,17 +190,7 @@ def test_a_full_queue_blocks_the_scan_until_senders_take(env: Env, tmp_path: Pat
 def test_delivery_pauses_while_progress_cannot_be_persisted(env: Env) -> None:
     """A full disk: what is delivered while the seek cannot be written is all delivered again
     after a restart, so past ``max_unpersisted_s`` the scan waits."""
-    push = PushWorker(
-        env.store,
-        env.ledger,
-        env.frontier,
-        env.tracker,
-        env.jobs,
-        env.clock,
-        3,
-        NullMetrics(),
-        max_unpersisted_s=0.05,
-    )
+    push = env.worker(max_unpersisted_s=0.05)
     env.add("a", T0)
     env.tracker.persist_failing_since = time.monotonic() - 1.0
     scanning = threading.Thread(target=push.scan_due)
@@ -217,17 +211,7 @@ def test_a_gate_holding_a_due_message_is_logged_as_delivery_paused(
     why, once; ``delivery_resumed`` when the gate lets them go. Mutant caught: a hold seen only
     in the cancel_gate_held histogram (the full-disk check logged no pause)."""
     watermark = [T0]
-    push = PushWorker(
-        env.store,
-        env.ledger,
-        env.frontier,
-        env.tracker,
-        env.jobs,
-        env.clock,
-        3,
-        NullMetrics(),
-        horizon=lambda now: min(now, watermark[0]),
-    )
+    push = env.worker(horizon=lambda now: min(now, watermark[0]))
     env.add("a", T0 + 10)
     # An in-process CLI run of an earlier test left errors-only logs: info level again, and a
     # fresh logger (one first used earlier keeps that set-up: cache_logger_on_first_use).
@@ -250,25 +234,31 @@ def test_a_gate_holding_a_due_message_is_logged_as_delivery_paused(
     ]
 
 
-def test_a_scan_gap_spaces_busy_scans_but_not_the_first_after_a_quiet_spell(env: Env) -> None:
-    push = PushWorker(
-        env.store, env.ledger, env.frontier, env.tracker, env.jobs, env.clock, 3,
-        NullMetrics(), scan_gap_ms=300,
-    )  # fmt: skip
+def test_a_scan_gap_spaces_busy_scans_but_not_the_first_after_a_quiet_spell(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    push = env.worker(scan_gap_ms=300)
+    pauses: list[float] = []
+
+    def no_wait(seconds: float) -> bool:  # the stop event's wait, recorded instead of slept
+        pauses.append(seconds)
+        return False
+
+    monkeypatch.setattr(push._stop, "wait", no_wait)
     for message_id, due in (("a", T0), ("b", T0 + 1), ("c", T0 + 3), ("far", T0 + 10)):
         env.add(message_id, due)
     push.step()  # dispatches a, sleeps to b's slot (1 ms)
+    assert pauses == []
     env.clock.advance(1)
-    started = time.monotonic()
     push.step()  # the previous scan dispatched: this one waits out the gap first
-    assert time.monotonic() - started >= 0.25
+    assert len(pauses) == 1 and 0.2 < pauses[0] <= 0.3
     assert [j.message.id for j in env.drain() if j.message] == ["a", "b"]
     env.clock.advance(1)
     push.step()  # after the gap again, finds nothing due at T0 + 2: quiet
+    assert len(pauses) == 2
     env.clock.advance(1)
-    started = time.monotonic()
     push.step()  # c, at once
-    assert time.monotonic() - started < 0.2
+    assert len(pauses) == 2
     assert [j.message.id for j in env.drain() if j.message] == ["c"]
 
 
