@@ -20,6 +20,7 @@ from chronos.web.connections import (
     effective_max_connections,
 )
 from chronos.web.guard import Guard, GuardSettings, Router
+from chronos.web.memory import FreedBodies, glibc_malloc_trim
 from chronos.web.refusals import Refusals
 from chronos.web.tokens import TokenBook, TokenFileError
 
@@ -50,10 +51,12 @@ class ThreadedServer:
         self.refusals = refusals or Refusals(name)
         #: The tokens file in force; None without authentication.
         self.book: TokenBook | None = None
+        #: Hands back the memory of bodies the guard cut off (``chronos/web/memory.py``).
+        self.freed = FreedBodies(glibc_malloc_trim())
         if security is not None and router is not None:
             guarded = guard_settings(security, name, host)
             self.book = guarded.book
-            app = Guard(app, guarded, router, self.refusals)
+            app = Guard(app, guarded, router, self.refusals, self.freed)
         if security is not None and security.tls_certfile is not None:
             tls = {"ssl_certfile": security.tls_certfile, "ssl_keyfile": security.tls_keyfile}
         self.tls = bool(tls)

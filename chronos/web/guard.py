@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from chronos.web.memory import FreedBodies, glibc_malloc_trim
 from chronos.web.refusals import Refusals
 from chronos.web.tokens import Operation, Token, TokenBook
 
@@ -103,8 +104,11 @@ class Guard:
         settings: GuardSettings,
         router: Router,
         refusals: Refusals | None = None,
+        freed: FreedBodies | None = None,
     ) -> None:
         self._app = app
+        #: Hands back the memory of bodies cut off (chronos/web/memory.py).
+        self.freed = freed if freed is not None else FreedBodies(glibc_malloc_trim())
         self._settings = settings
         self._router = router
         self._rates = RateLimiter()
@@ -133,11 +137,13 @@ class Guard:
             self._tell(scope, 503, "bodies_budget", _BUSY)
             await _answer(send, 503, _BUSY, {"connection": "close", "retry-after": "1"})
             return
-        held = [0]
+        body = _Body()
         try:
-            await self._app(scope, *self._bounded(scope, receive, send, limit, held))
+            await self._app(scope, *self._bounded(scope, receive, send, limit, body))
         finally:
-            self._bodies -= held[0]
+            self._bodies -= body.held
+            if body.cut_off:
+                self.freed.released(body.held)
 
     def _tell(self, scope: Scope, status: int, reason: str, error: str) -> None:
         token = token_of_scope(scope)
@@ -179,7 +185,7 @@ class Guard:
         return None
 
     def _bounded(
-        self, scope: Scope, receive: Receive, send: Send, limit: int, held: list[int]
+        self, scope: Scope, receive: Receive, send: Send, limit: int, body: _Body
     ) -> tuple[Receive, Send]:
         """(receive, send) for the application: a body over ``limit`` bytes or slower than
         ``body_timeout_s`` is answered here (413, 408), and the application then reads a
@@ -201,6 +207,7 @@ class Guard:
             status: int, reason: str, error: str, headers: dict[str, str] | None = None
         ) -> Message:
             nonlocal answered
+            body.cut_off = True
             if not started and not answered:
                 self._tell(scope, status, reason, error)
                 await _answer(send, status, error, {"connection": "close", **(headers or {})})
@@ -225,10 +232,21 @@ class Guard:
                 if self._bodies + size > self._settings.max_bodies_bytes:
                     return await refuse(503, "bodies_budget", _BUSY, {"retry-after": "1"})
                 self._bodies += size
-                held[0] += size
+                body.held += size
             return message
 
         return bounded_receive, guarded_send
+
+
+@dataclass
+class _Body:
+    """A request's body as the guard saw it."""
+
+    #: Bytes read so far (counted against ``max_bodies_bytes`` until the request ends).
+    held: int = 0
+    #: Whether the guard cut it off (413, 408, 503 mid-body): the framework's error path then
+    #: leaves the chunks read in reference cycles, freed only by a full collection.
+    cut_off: bool = False
 
 
 _CHALLENGE = {"www-authenticate": 'Bearer realm="chronos"'}
