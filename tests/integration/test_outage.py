@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from chronos.devstack.brokers import LocalBroker, start_local_broker
 from chronos.errors import ChronosError
@@ -86,6 +87,41 @@ def test_node_and_client_deliver_again_soon_after_a_long_freeze(
         wait_until(lambda: _kafka_check(admin)[0], 30, "/readyz sees Kafka again")
         admin.close()
     assert recovered_in < 10, f"requests flowed again only {recovered_in:.1f} s after the thaw"
+
+
+@pytest.mark.timeout(150)
+def test_the_probes_see_a_stopped_broker(
+    broker: LocalBroker, namespace: str, tmp_path: Path
+) -> None:
+    """The broker process gone (not frozen: its port refuses connections). Mutant caught on
+    6c46988: ``/readyz`` stayed 200 and ``chronos_ready`` 1, saying the inner topic was
+    applied up to its end, with nothing to apply it from."""
+    settings = make_settings(
+        broker.bootstrap,
+        namespace,
+        tmp_path / "store",
+        delivery={"message_timeout_ms": TIMEOUT_MS},
+        admin={"port": 0, "kafka_silence_s": 2.0},
+    )
+    with running_node(settings) as node:
+        admin = httpx.Client(base_url=f"http://127.0.0.1:{node.admin_port}", timeout=10)
+        wait_until(lambda: _kafka_check(admin)[0], 30, "the node sees Kafka")
+        assert _ready_gauge(admin) == 1
+        broker.stop()
+        wait_until(lambda: not _kafka_check(admin)[0], 60, "/readyz sees the stopped broker")
+        assert admin.get("/readyz").status_code == 503
+        assert _ready_gauge(admin) == 0
+        assert admin.get("/healthz").status_code == 200  # a restart would not bring Kafka back
+        admin.close()
+
+
+def _ready_gauge(admin: httpx.Client) -> float:
+    """``chronos_ready`` from the node's ``/metrics``."""
+    for family in text_string_to_metric_families(admin.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "chronos_ready":
+                return float(sample.value)
+    raise AssertionError("no chronos_ready on /metrics")
 
 
 def _kafka_check(admin: httpx.Client) -> tuple[bool, str]:
