@@ -6,9 +6,9 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
