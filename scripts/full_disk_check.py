@@ -10,6 +10,8 @@ space, and measures:
   stops writing before RocksDB meets the full disk); ``--fill zero``: until the file system
   refuses a write, at once (RocksDB may meet it: then its own recovery, every 5 s, bounds the
   resume);
+- paused, delivery_paused: the node said so (``ingest_paused``, and ``delivery_paused`` once
+  the cancel gate held a due message 5 s);
 - resumed_after_ms: from freeing the space to the node's ``ingest_resumed`` log line;
 - delivered_after_ms: from freeing the space to the first record delivered afterwards (its
   producer timestamp);
@@ -49,6 +51,9 @@ class Summary:
     fill: str = "reserve"
     scheduled: int = 0
     paused: bool = False
+    #: The push worker said delivery waits (``delivery_paused``): the cancel gate holds due
+    #: messages once ingest stopped.
+    delivery_paused: bool = False
     rocksdb_met_full_disk: bool = False
     resumed_after_ms: int | None = None
     delivered_after_ms: int | None = None
@@ -61,7 +66,8 @@ class Summary:
     def ok(self) -> bool:
         resumed = self.delivered_after_ms is not None and self.delivered_after_ms <= 1000
         clean = not (self.lost or self.duplicates or self.early)
-        return self.paused and resumed and clean and self.node_running
+        told = self.paused and self.delivery_paused
+        return told and resumed and clean and self.node_running
 
 
 class Load:
@@ -149,6 +155,7 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path, summary: Summar
             time.sleep(0.5)
         watcher.stop()
         summary.node_running = node.process.running()
+        summary.delivery_paused = bool(node.events("delivery_paused"))
         summary.rocksdb_met_full_disk = any(
             "RocksDB met a full disk" in str(e.get("reason")) for e in node.events("ingest_paused")
         ) or bool(node.events("component_step_failed"))
@@ -181,7 +188,7 @@ def main() -> int:
     parser.add_argument("--size-mb", type=int, default=256, help="size of the store's tmpfs")
     parser.add_argument("--reserve-mb", type=int, default=32, help="store.min_free_mb")
     parser.add_argument("--fill", choices=["reserve", "zero"], default="reserve")
-    parser.add_argument("--hold", type=float, default=5.0, help="seconds full after the pause")
+    parser.add_argument("--hold", type=float, default=8.0, help="seconds full after the pause")
     parser.add_argument("--broker", choices=BROKER_KINDS, default="kafka")
     parser.add_argument("--bootstrap", default=None, help="use this cluster instead")
     parser.add_argument("--keep", default=None, help="work directory to keep (logs)")
