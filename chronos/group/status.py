@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from chronos.errors import ConfigError
 from chronos.group.follower import ProgressLog, read_to_end
@@ -212,13 +212,35 @@ def _watermarks(
         meta = consumer.list_topics(inner, timeout=timeout_s).topics.get(inner)
         starts: dict[int, int] = {}
         ends: dict[int, int] = {}
+        deadline = time.monotonic() + timeout_s
         for p in sorted(meta.partitions if meta is not None else ()):
-            starts[p], ends[p] = consumer.get_watermark_offsets(
-                TopicPartition(inner, p), timeout=timeout_s
-            )
+            starts[p], ends[p] = _watermark(consumer, TopicPartition(inner, p), deadline)
         return starts, ends
     finally:
         consumer.close()
+
+
+#: What a partition answers while its leader is being elected (a broker just started, a topic
+#: just created, a leader moving): asked again until the deadline, not reported as a failure.
+_LEADER_MOVING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
+
+
+def _watermark(consumer: Any, partition: TopicPartition, deadline: float) -> tuple[int, int]:
+    """A partition's first and end offsets, asked again while its leader is moving."""
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                partition, timeout=max(0.1, deadline - time.monotonic())
+            )
+            return int(low), int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _LEADER_MOVING or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _committed(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 
 from chronos.devstack.tansu import free_port
 from chronos.errors import ConfigError, NotAcknowledged
@@ -113,8 +114,8 @@ def _master(settings: ChronosSettings) -> str | None:
     assert spec is not None
     try:
         return group_status(spec, KafkaClients(settings.kafka, "test"), 5.0).master
-    except ConfigError:  # the group's coordinator still loading, right after the broker start
-        return None
+    except (ConfigError, KafkaException):  # the group's coordinator or a leader still loading,
+        return None  # right after the broker start: no master known yet
 
 
 def _docker(*args: str) -> None:

@@ -5,8 +5,13 @@ Each test names the mutant it was seen to catch.
 
 from __future__ import annotations
 
+import time
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
 from chronos.group.spec import GroupSpec
-from chronos.group.status import GroupFacts, GroupStatus, MemberFacts, build_status
+from chronos.group.status import GroupFacts, GroupStatus, MemberFacts, _watermark, build_status
 from chronos.schedule.floor import Floor
 from chronos.schedule.progress_record import Cut
 from chronos.settings import ChronosSettings
@@ -110,3 +115,34 @@ def test_no_master_while_no_one_commits() -> None:
     cut = Cut(term=2, seek_ms=T0, offsets={0: 10}, node="a", committed_at_ms=T0 - 6_000)
     status = build_status(spec, GroupFacts("stable", members, cut, {}, {}), now_ms=T0)
     assert (status.master, status.elected, status.committed_by) == (None, "b", "a")
+
+
+class _MovingLeader:
+    """A consumer whose partition answers ``errors`` first, then its offsets."""
+
+    def __init__(self, *errors: int) -> None:
+        self.errors = list(errors)
+        self.asked = 0
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float) -> tuple[int, int]:
+        self.asked += 1
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return 3, 17
+
+
+def test_watermarks_are_asked_again_while_the_leader_moves() -> None:
+    """Right after a broker start the inner topic's leader is still being elected: ``chronos
+    group`` (and the container failover test asking it) failed with NOT_LEADER_FOR_PARTITION
+    instead of answering a moment later. Mutant caught: no second ask."""
+    moving = _MovingLeader(KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+    partition = TopicPartition("inner", 0)
+    assert _watermark(moving, partition, time.monotonic() + 30) == (3, 17)
+    assert moving.asked == 3
+    refused = _MovingLeader(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException):  # not a moving leader: said at once
+        _watermark(refused, partition, time.monotonic() + 30)
+    assert refused.asked == 1
+    stuck = _MovingLeader(*[KafkaError.NOT_LEADER_FOR_PARTITION] * 1000)
+    with pytest.raises(KafkaException):  # past the deadline: said
+        _watermark(stuck, partition, time.monotonic())
