@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -77,15 +76,7 @@ def main() -> None:
     args = parser.parse_args()
     port = free_port()
     with BenchStack(None, broker=args.broker) as stack:
-        config = stack.workdir / "proxy.toml"
-        config.write_text(
-            (stack.workdir / "chronos.toml").read_text() + f"\n[proxy]\nport = {port}\n"
-        )
-        proxy = subprocess.Popen(
-            [sys.executable, "-m", "chronos.cli.entry", "proxy", "--config", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proxy = stack.start_proxy(port)
         try:
             wait_http(port)
             body = {"topic": stack.target, "value": "x", "delay_ms": 3_600_000}

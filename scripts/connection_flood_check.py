@@ -24,7 +24,6 @@ import json
 import resource
 import select
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -105,18 +104,9 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, args.idle * 2 + 1000)), hard))
     port = free_port()
     with BenchStack(None, broker=args.broker) as stack:
-        config = stack.workdir / "proxy.toml"
-        config.write_text(
-            (stack.workdir / "chronos.toml").read_text() + f"\n[proxy]\nport = {port}\n"
-        )
         log_path = stack.workdir / "proxy.log"
         with log_path.open("wb") as log_file:
-            proxy = subprocess.Popen(
-                [sys.executable, "-m", "chronos.cli.entry", "proxy", "--config", str(config)],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_limit_open_files(args.nofile),
-            )
+            proxy = stack.start_proxy(port, log_file, _limit_open_files(args.nofile))
             try:
                 wait_http(port)
                 body = {"topic": stack.target, "value": "x", "delay_ms": 3_600_000}

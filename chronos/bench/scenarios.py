@@ -7,7 +7,6 @@ import multiprocessing
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -349,15 +348,7 @@ def proxy_http(
         return {"skipped": "wrk not installed (apt-get install wrk)"}
     with BenchStack(bootstrap, layout=layout, broker=broker) as stack:
         port = 18080
-        config = stack.workdir / "proxy.toml"
-        config.write_text(
-            (stack.workdir / "chronos.toml").read_text() + f"\n[proxy]\nport = {port}\n"
-        )
-        proxy = subprocess.Popen(
-            [sys.executable, "-m", "chronos.cli.entry", "proxy", "--config", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proxy = stack.start_proxy(port)
         try:
             wait_http(port)
             one = f'{{"topic":"{stack.target}","value":"{"x" * 200}","delay_ms":3600000}}'

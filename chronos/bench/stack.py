@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from chronos.bench.host import dir_bytes
 from chronos.devstack.brokers import BrokerKind, LocalBroker, start_local_broker
@@ -115,6 +118,24 @@ class BenchStack:
             f'{group}[log]\nformat = "json"\n'
         )
         return path
+
+    def start_proxy(
+        self,
+        port: int,
+        stdout: IO[bytes] | int = subprocess.DEVNULL,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """``chronos proxy`` on ``port`` with the first node's configuration (not yet
+        answering: see ``wait_http``); the caller terminates it."""
+        config = self.workdir / "proxy.toml"
+        node = (self.workdir / "chronos.toml").read_text()
+        config.write_text(node + f"\n[proxy]\nport = {port}\n")
+        return subprocess.Popen(
+            [sys.executable, "-m", "chronos.cli.entry", "proxy", "--config", str(config)],
+            stdout=stdout,
+            stderr=subprocess.STDOUT if stdout != subprocess.DEVNULL else subprocess.DEVNULL,
+            preexec_fn=preexec_fn,
+        )
 
     def start_node(self) -> None:
         self.node.start()
