@@ -196,7 +196,7 @@ class DelayClient:
                 clients = KafkaClients(
                     self._settings.kafka, CLIENT_ID, self._settings.limits.max_message_bytes
                 )
-                publisher = clients.idempotent("requests", **{"message.timeout.ms": timeout_ms})
+                publisher = clients.idempotent("requests", {"message.timeout.ms": timeout_ms})
                 publisher.start()
                 self._started = publisher
             return self._started

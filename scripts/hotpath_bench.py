@@ -112,9 +112,7 @@ def run(bootstrap: str, count: int, batch: int) -> dict[str, float]:
             batches.append(jobs_q.get())
         assert sum(len(b) for b in batches) == count, sum(len(b) for b in batches)
 
-        publisher = KafkaClients(settings.kafka, "hotpath").idempotent(
-            "hotpath", **{"linger.ms": 5}
-        )
+        publisher = KafkaClients(settings.kafka, "hotpath").idempotent("hotpath", {"linger.ms": 5})
         sender = Sender(
             0,
             jobs_q,

@@ -166,13 +166,19 @@ class KafkaClients:
         config = {**self._settings.admin(), "client.id": self.client_id}
         return AdminClient(routed(config, self.errors("admin")))
 
-    def idempotent(self, name: str, **overrides: KafkaValue) -> IdempotentPublisher:
-        """An idempotent publisher with its own poll thread (not started)."""
+    def idempotent(
+        self,
+        name: str,
+        overrides: Mapping[str, KafkaValue] | None = None,
+        stop_flush_s: float = 30.0,
+    ) -> IdempotentPublisher:
+        """An idempotent publisher with its own poll thread (not started), its producer
+        configured with ``overrides``; ``stop`` waits up to ``stop_flush_s`` for what is in
+        flight."""
         from chronos.kafka.publishers.idempotent import IdempotentPublisher
 
-        return IdempotentPublisher(
-            self.producer_config(**overrides), name, self.on_fatal, self._error_log
-        )
+        config = self.producer_config(**(overrides or {}))
+        return IdempotentPublisher(config, name, self.on_fatal, self._error_log, stop_flush_s)
 
     def transactional(
         self, transactional_id: str, timeout_ms: int, name: str = "transactions"

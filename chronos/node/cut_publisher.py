@@ -46,7 +46,8 @@ class CutPublisher(LoopWorker):
         frontier: whose cuts are published.
         ledger: the persisted seek a cut must have reached.
         publisher: its own producer (started and stopped with it: it publishes after the
-            node's delivery producer stopped), idempotent so records stay in order.
+            node's delivery producer stopped), idempotent so records stay in order; its stop
+            need not wait for anything (``stop_flush_s`` 0): ``finish`` flushed already.
         topic: the node's progress topic.
         node_id: written into each cut.
         floor: the rebuild floor each cut carries.

@@ -35,7 +35,7 @@ class InnerProducer:
             settings.kafka, "chronos-pipeline", settings.limits.max_message_bytes
         )
         self._publisher = clients.idempotent(
-            "pipeline-requests", **{"linger.ms": 20, "delivery.report.only.error": True}
+            "pipeline-requests", {"linger.ms": 20, "delivery.report.only.error": True}
         )
         self._publisher.start()
         self.sent = 0

@@ -104,7 +104,7 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
     )
     publisher = clients.idempotent(
         "publisher",
-        **{
+        {
             "message.timeout.ms": settings.delivery.message_timeout_ms,
             # Deliveries come in bursts of due keys: a few ms of linger packs them into
             # fewer produce requests, and request handling, not bytes, is what costs the

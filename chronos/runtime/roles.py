@@ -188,7 +188,9 @@ def alone(ctx: NodeContext) -> list[Component]:
     published = CutPublisher(
         ctx.frontier,
         ctx.ledger,
-        ctx.clients.idempotent("progress"),
+        # It flushes its last records itself at a stop, within its own limit: Kafka gone, a
+        # second wait in the publisher's stop outlasted node.shutdown_timeout_s.
+        ctx.clients.idempotent("progress", stop_flush_s=0.0),
         s.topics.names.alone_progress(s.node.node_id),
         s.node.node_id,
         ctx.floor,
@@ -221,7 +223,7 @@ def _refresher(ctx: NodeContext, floor: RebuildFloor) -> RefreshWorker:
     return RefreshWorker(
         ctx.store,
         lambda: ctx.ledger.inner_offsets(ctx.owned),
-        lambda: ctx.clients.idempotent("refresh", **_REFRESH_PRODUCER),
+        lambda: ctx.clients.idempotent("refresh", _REFRESH_PRODUCER),
         ctx.settings.topics.names.inner,
         floor,
         ctx.settings.rebuild,

@@ -45,6 +45,7 @@ class IdempotentPublisher:
         name: str = "publisher",
         on_fatal: OnFatal | None = None,
         error_log: Throttle | None = None,
+        stop_flush_s: float = 30.0,
     ) -> None:
         self.name = name
         self._config = config
@@ -57,7 +58,8 @@ class IdempotentPublisher:
         self._renewed_at = -RENEW_INTERVAL_S
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll_loop, name=name, daemon=True)
-        self._flush_timeout_s = 30.0
+        #: How long ``stop`` waits for what is in flight (a user that flushed already: 0).
+        self._flush_timeout_s = stop_flush_s
         #: Set when no replacement producer could be created: this publisher can never deliver
         #: again (a fatal error of librdkafka's only leads to a replacement).
         self.fatal_error: KafkaError | None = None
