@@ -15,9 +15,12 @@ from tests.broker import is_tansu
 
 @pytest.mark.timeout(420)
 def test_quick_benchmark_writes_results(kafka_bootstrap: str, tmp_path: Path) -> None:
-    only = ["relay", "steady", "burst", "scale"]
-    if not is_tansu():  # exactly once at visibility needs aborted records hidden
-        only.append("replicated")
+    if is_tansu():
+        pytest.skip(
+            "runs once per suite, in the Apache Kafka pass: the scenarios' code is the same on "
+            "either broker, and there the replicated one runs too"
+        )
+    only = ["relay", "steady", "burst", "scale", "replicated"]
     if shutil.which("redis-server"):
         only.append("redis")
     if shutil.which("wrk"):
