@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from chronos.web.memory import FreedBodies, glibc_malloc_trim
+from chronos.web.memory import FreedBodies
 from chronos.web.refusals import Refusals
 from chronos.web.tokens import Operation, Token, TokenBook
 
@@ -103,16 +103,16 @@ class Guard:
         app: App,
         settings: GuardSettings,
         router: Router,
-        refusals: Refusals | None = None,
-        freed: FreedBodies | None = None,
+        refusals: Refusals,
+        freed: FreedBodies,
     ) -> None:
         self._app = app
         #: Hands back the memory of bodies cut off (chronos/web/memory.py).
-        self.freed = freed if freed is not None else FreedBodies(glibc_malloc_trim())
+        self.freed = freed
         self._settings = settings
         self._router = router
         self._rates = RateLimiter()
-        self.refusals = refusals or Refusals("http")
+        self.refusals = refusals
         #: Body bytes of the requests being served, all together (the event loop's thread).
         self._bodies = 0
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import gc
 from collections.abc import Callable
 
@@ -26,12 +25,11 @@ TRIM_DELAY_S = 0.5
 
 
 def glibc_malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None on a C library without it (musl, macOS)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    """glibc's ``malloc_trim``, or None on a C library without it (musl, macOS). Looked up in
+    the symbols the process already has (``ctypes.util.find_library`` would run ``ldconfig``
+    at every server's start)."""
     try:
-        trim = ctypes.CDLL(name).malloc_trim
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
     trim.argtypes = [ctypes.c_size_t]
