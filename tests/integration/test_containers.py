@@ -4,8 +4,9 @@ the backup; then the README's rolling restart (each node recreated and healthy b
 while messages keep coming: every message exactly once (scripts/compose_check.py, whose summary
 this prints).
 
-Once with each compose command (Debian's docker-compose 1.29 and the docker compose v2 plugin);
-skipped, saying why, where no Docker daemon answers or that command is missing; run once per
+Once with each compose command (Debian's docker-compose 1.29 and the docker compose v2 plugin),
+the rolling restart with v2 only (its steps are the same compose commands in either; about 30 s
+of the suite); skipped, saying why, where no Docker daemon answers or that command is missing; run once per
 suite (in the Apache Kafka pass: the deployment brings its own Apache Kafka image).
 """
 
@@ -50,7 +51,7 @@ def test_compose_group_delivers_through_the_proxy_and_fails_over(version: str) -
             "30",
             "--compose",
             version,
-            "--rolling",
+            *(["--rolling"] if version == "v2" else []),
         ],
         capture_output=True,
         text=True,
@@ -61,10 +62,13 @@ def test_compose_group_delivers_through_the_proxy_and_fails_over(version: str) -
     print(summary_line)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     summary = json.loads(summary_line)
-    # 30 before the kill, 30 after, and those sent during the rolling restart (20/s).
-    assert summary["sent"] > 80, summary
     assert summary["delivered"] == summary["sent"] and summary["duplicates"] == 0
+    assert summary["rejoined_as"] == "backup"
+    if version == "v1":
+        assert summary["sent"] == 60, summary  # 30 before the kill, 30 after
+        return
+    # And those sent during the rolling restart (20/s).
+    assert summary["sent"] > 80, summary
     # Both nodes name the same committing master afterwards.
     assert len(summary["masters_after_rolling"]) == 1, summary
     assert summary["masters_after_rolling"][0] in ("node-a", "node-b"), summary
-    assert summary["rejoined_as"] == "backup"
