@@ -52,6 +52,10 @@ class TopicNames:
         """One-partition compacted topic of a replica group's committed progress."""
         return f"{self.namespace}.progress.{group}"
 
+    def members(self, group: str) -> str:
+        """One-partition compacted topic where each replica of a group says its state."""
+        return f"{self.namespace}.members.{group}"
+
     def alone_progress(self, node_id: str) -> str:
         """One-partition compacted topic of a node alone's published progress: what a store
         rebuilt from the inner topic must not deliver again."""

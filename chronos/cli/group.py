@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from chronos.cli.args import add_config, settings_from
+
+if TYPE_CHECKING:
+    from chronos.group.status import Member
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,7 +66,22 @@ def main(args: argparse.Namespace) -> int:
             "need, until the master's next refresh pass (a replaced disk would not be eligible)"
         )
     for member in status.members:
-        role = "master" if member.master else "elected" if member.elected else "backup"
-        lag = "?" if member.ingest_lag is None else str(member.ingest_lag)
-        print(f"  {member.node:<20} {role:<7} ingest lag {lag:>8} records  {member.host}")
+        print(_member_line(member))
     return 0 if status.master is not None else 1
+
+
+def _member_line(member: Member) -> str:
+    """One member: its state (what it said of itself; its election role for a replica of an
+    earlier release), its ingest lag, and what a state that is not eligible waits for."""
+    state = member.state or ("master" if member.master else "backup")
+    if member.elected and not member.master:
+        state += " (elected)"
+    lag = "?" if member.ingest_lag is None else str(member.ingest_lag)
+    line = f"  {member.node:<20} {state:<20} ingest lag {lag:>8} records  {member.host}"
+    detail = member.detail
+    if member.state == "incomplete":
+        floor = detail.get("floor")
+        line += f" began at {detail.get('began')}, waits for a floor there (now {floor})"
+    elif member.state == "restoring":
+        line += f" began at {detail.get('began')}, waits for {detail.get('waits_for')}"
+    return line.rstrip()

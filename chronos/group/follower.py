@@ -163,9 +163,13 @@ class Follower:
         self.applied: Cut | None = None
         #: The newest cut read.
         self.latest: Cut | None = None
+        #: Whether the progress topic was read to its end once: ``latest`` then is the cut
+        #: committed when this replica started, or a later one.
+        self.read_to_end = False
 
-    def take(self, records: list[Cut | RepeatState]) -> None:
-        """Records in the order the progress topic holds them."""
+    def take(self, records: list[Cut | RepeatState], end_reached: bool = False) -> None:
+        """Records in the order the progress topic holds them; ``end_reached`` when the read
+        that returned them reached the topic's end."""
         for record in records:
             if isinstance(record, Cut):
                 self._waiting.append((record, self._states))
@@ -173,6 +177,7 @@ class Follower:
                 self.latest = record
             else:
                 self._states.append(record)
+        self.read_to_end = self.read_to_end or end_reached
 
     def apply_covered(self) -> int:
         """Apply every waiting record ingest now covers; returns how many."""
@@ -217,7 +222,8 @@ class FollowWorker(LoopWorker):
         self._logged_lag_at = 0.0
 
     def step(self) -> None:
-        self._follower.take(self._log.read(_POLL_S))
+        records = self._log.read(_POLL_S)
+        self._follower.take(records, self._log.end_reached >= 0)
         self._follower.apply_covered()
         waiting = self._follower.waiting
         if waiting > 1000 and time.monotonic() - self._logged_lag_at > 10:

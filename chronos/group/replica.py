@@ -39,6 +39,8 @@ import structlog
 from confluent_kafka import KafkaException
 
 from chronos.clock import Clock
+from chronos.group import announcement
+from chronos.group.announcement import Announcer
 from chronos.group.follower import Follower, FollowWorker, ProgressReader
 from chronos.group.master_watch import MasterWatch
 from chronos.group.placement import ReplicaStore
@@ -111,6 +113,8 @@ class Replica(LoopWorker):
         metrics: counters.
         watch: the failure detector on the master's commits (``master_watch.py``); None:
             only the election decides (after its session timeout).
+        announcer: says this replica's state in the members topic (``announcement.py``);
+            None: says nothing.
     """
 
     def __init__(
@@ -129,9 +133,11 @@ class Replica(LoopWorker):
         clock: Clock,
         metrics: Metrics,
         watch: MasterWatch | None = None,
+        announcer: Announcer | None = None,
     ) -> None:
         super().__init__("replica")
         self._watch = watch
+        self._announcer = announcer
         #: Whether this term's master holds the election partition (a master that took over on
         #: suspicion gets it once the dead master's session expires; until then losing the
         #: election says nothing).
@@ -206,6 +212,7 @@ class Replica(LoopWorker):
         self._changed.clear()
         if not self._standing and not self._stand_when_eligible():
             return
+        self._announce_role()
         master = self._master
         elected = self._election.elected
         if master is not None:
@@ -273,8 +280,13 @@ class Replica(LoopWorker):
     def _stand_when_eligible(self) -> bool:
         """Join the election once ingest caught up and the store is complete (True then);
         until then say why, every so often (a store that cannot prove it holds every message
-        never leads)."""
+        never leads).
+
+        Incomplete is said only once the progress topic was read to its end: before that, the
+        floor that covers this store may simply not have been read yet (every healthy disk
+        replacement would report itself incomplete once)."""
         ready = self._ingest_ready()
+        read_to_end = self._follower.read_to_end
         floor = self._latest_floor()
         missing = self._origin.missing(floor)
         if ready and not missing:
@@ -282,23 +294,43 @@ class Replica(LoopWorker):
             self._standing = True
             log.info("replica_eligible", node=self._spec.node_id, began=self._origin.began)
             return True
+        incomplete = bool(missing) and read_to_end
+        floor_offsets = None if floor is None else dict(floor.offsets)
+        detail: dict[str, object]
+        if incomplete:
+            detail = {"began": missing, "floor": floor_offsets}
+            self._say(announcement.INCOMPLETE, detail)
+        else:
+            waits_for = "ingest" if read_to_end else "progress topic"
+            detail = {"began": dict(self._origin.began), "waits_for": waits_for}
+            self._say(announcement.RESTORING, detail)
         now = time.monotonic()
         if now - self._not_eligible_logged < _NOT_ELIGIBLE_LOG_S:
             return False
         self._not_eligible_logged = now
-        if missing:
+        if incomplete:
             log.error(
                 "replica_incomplete",
                 node=self._spec.node_id,
                 began=missing,
-                floor=None if floor is None else floor.offsets,
+                floor=floor_offsets,
                 effect="not standing for election: the inner topic no longer holds every "
                 "record this store would need; it becomes complete once the master's next "
                 "refresh pass publishes a floor at or above where it began",
             )
         else:
-            log.info("replica_catching_up", node=self._spec.node_id)
+            log.info("replica_restoring", node=self._spec.node_id, **detail)
         return False
+
+    def _announce_role(self) -> None:
+        if self._master is not None:
+            self._say(announcement.MASTER, {"term": self._master.term})
+        else:
+            self._say(announcement.ELIGIBLE, {})
+
+    def _say(self, state: str, detail: dict[str, object]) -> None:
+        if self._announcer is not None:
+            self._announcer.say(state, detail)
 
     def _cannot_lead(self) -> bool:
         return self.stopping or self._fatal.reason is not None
@@ -312,6 +344,7 @@ class Replica(LoopWorker):
         self._stop_following()
         self._log.close()
         self.role = "stopped"
+        self._say(announcement.STOPPED, {})
 
     # -- backup -------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ class GroupSpec:
         election_topic: the one-partition topic whose assignment names the master.
         election_group: the consumer group of the election.
         progress_topic: the compacted topic of committed progress.
+        members_topic: the compacted topic where each replica says its state.
         transactional_id: the master's producer id; one per group, so a new master fences.
         node_group: this replica's ingest consumer group (advisory offsets, lag).
         settings: the group's timings.
@@ -36,6 +37,7 @@ class GroupSpec:
     election_topic: str
     election_group: str
     progress_topic: str
+    members_topic: str
     transactional_id: str
     node_group: str
     settings: GroupSettings
@@ -57,6 +59,7 @@ class GroupSpec:
             election_topic=names.election(name),
             election_group=names.election_group(name),
             progress_topic=names.progress(name),
+            members_topic=names.members(name),
             transactional_id=names.transactional_id(name),
             node_group=names.node_group(node),
             settings=settings.group,

@@ -1,8 +1,9 @@
 """What ``chronos group`` reports: members, the master, the committed progress, replica lag.
 
 Two halves: :func:`ask_kafka` gathers the facts (the election group as the coordinator
-describes it, the last committed cut, each member's committed inner offsets and the inner
-topic's ends) and :func:`build_status` turns facts into the view, without Kafka.
+describes it, what each replica last announced of itself, the last committed cut, each
+member's committed inner offsets and the inner topic's ends) and :func:`build_status` turns
+facts into the view, without Kafka.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from chronos.errors import ConfigError
+from chronos.group import announcement
+from chronos.group.announcement import Announcement
 from chronos.group.follower import ProgressLog, read_to_end
 from chronos.group.spec import GroupSpec
 from chronos.kafka.admin import stable_end
@@ -24,7 +27,8 @@ from chronos.types import EpochMs
 
 @dataclass
 class Member:
-    """One replica in the election group."""
+    """One live replica: in the election group, or announcing itself while it is not eligible
+    yet (``group/announcement.py``)."""
 
     node: str
     host: str
@@ -35,6 +39,11 @@ class Member:
     elected: bool = False
     #: Inner records not yet stored by this replica (from the offsets it reports after fsync).
     ingest_lag: int | None = None
+    #: What it last said of itself: restoring, incomplete, eligible, master (None: it said
+    #: nothing recently, e.g. a node of an earlier release).
+    state: str | None = None
+    #: What that state depends on (where its store began, the floor, what it waits for).
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -92,6 +101,7 @@ class GroupFacts:
         committed: per node id, its ingest group's committed offset per inner partition.
         ends: the inner topic's end offset per partition.
         starts: the inner topic's first offset per partition.
+        announced: each replica's last announcement, by node id.
     """
 
     state: str
@@ -100,6 +110,7 @@ class GroupFacts:
     committed: dict[str, dict[int, int]]
     ends: dict[int, int]
     starts: dict[int, int] = field(default_factory=dict)
+    announced: dict[str, Announcement] = field(default_factory=dict)
 
 
 #: A master commits progress at least every group.progress_interval_ms (250 ms by default),
@@ -123,12 +134,21 @@ def build_status(
         status.committed_age_ms = now_ms - cut.committed_at_ms
         if status.committed_age_ms <= silent_after_ms:
             status.master = cut.node
+    live = _live_announcements(facts.announced, now_ms)
     for facts_of in facts.members:
         elected = spec.election_topic in facts_of.assigned_topics
         delivering = facts_of.client_id == status.master
-        status.members.append(Member(facts_of.client_id, facts_of.host, delivering, elected))
+        member = Member(facts_of.client_id, facts_of.host, delivering, elected)
+        said = live.pop(facts_of.client_id, None)
+        if said is not None:
+            member.state, member.detail = said.state, dict(said.detail)
+        status.members.append(member)
         if elected:
             status.elected = facts_of.client_id
+    for said in live.values():  # not in the election: restoring, incomplete, or joining
+        member = Member(said.node, "", said.node == status.master, False, None, said.state)
+        member.detail = dict(said.detail)
+        status.members.append(member)
     floor = None if cut is None else cut.floor
     status.inner_starts = dict(facts.starts)
     if floor is not None:
@@ -146,6 +166,17 @@ def build_status(
             )
     status.members.sort(key=lambda m: (not m.master, not m.elected, m.node))
     return status
+
+
+def _live_announcements(
+    announced: dict[str, Announcement], now_ms: EpochMs
+) -> dict[str, Announcement]:
+    """Announcements of replicas that run: recent, and not their last word at a stop."""
+    return {
+        node: said
+        for node, said in announced.items()
+        if said.state != announcement.STOPPED and now_ms - said.at_ms <= announcement.STALE_AFTER_MS
+    }
 
 
 def group_status(
@@ -178,7 +209,11 @@ def ask_kafka(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Group
         for member in described.members
     )
     starts, ends = _watermarks(spec, clients, timeout_s)
-    committed = _committed(spec, clients, [m.client_id for m in members], timeout_s)
+    announced = _announcements(spec, clients, timeout_s)
+    nodes = {m.client_id for m in members} | {
+        node for node, said in announced.items() if said.state != announcement.STOPPED
+    }
+    committed = _committed(spec, clients, sorted(nodes), timeout_s)
     return GroupFacts(
         state=str(described.state).split(".")[-1].lower(),
         members=members,
@@ -186,7 +221,48 @@ def ask_kafka(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Group
         committed=committed,
         ends=ends,
         starts=starts,
+        announced=announced,
     )
+
+
+def _announcements(
+    spec: GroupSpec, clients: KafkaClients, timeout_s: float
+) -> dict[str, Announcement]:
+    """Each replica's last announcement: the members topic read to its end (a group of an
+    earlier release has no such topic: no announcements)."""
+    topic = spec.members_topic
+    consumer = clients.consumer(
+        spec.progress_reader_group(f"members-{time.time_ns()}"),
+        clients.errors("status"),
+        {"enable.partition.eof": True},  # compaction may leave the last offsets empty
+    )
+    announced: dict[str, Announcement] = {}
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return announced
+        deadline = time.monotonic() + timeout_s
+        low, high = _watermark(consumer, TopicPartition(topic, 0), deadline)
+        if high <= low:
+            return announced
+        consumer.assign([TopicPartition(topic, 0, low)])
+        position = low
+        while position < high:
+            if time.monotonic() >= deadline:
+                raise ConfigError(f"{topic} was not read to its end in {timeout_s} s")
+            for message in consumer.consume(500, 0.2):
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        position = high
+                    continue
+                position = max(position, (message.offset() or 0) + 1)
+                said = announcement.decode(message.key(), message.value())
+                if said is not None:
+                    announced[said.node] = said
+        return announced
+    finally:
+        consumer.close()
 
 
 def _last_cut(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Cut | None:

@@ -79,6 +79,8 @@ def ensure_topics(
             NewTopic(
                 names.progress(group), 1, settings.topics.replication_factor, config=compacted
             ),
+            # One announcement per replica survives compaction (group/announcement.py).
+            NewTopic(names.members(group), 1, settings.topics.replication_factor, config=compacted),
         ]
     else:
         progress = names.alone_progress(settings.node.node_id)

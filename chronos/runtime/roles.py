@@ -15,6 +15,8 @@ import structlog
 
 from chronos.delivery.deadletter import DeadLetterPolicy
 from chronos.errors import ConfigError
+from chronos.group import announcement
+from chronos.group.announcement import Announcer
 from chronos.group.election import Election
 from chronos.group.follower import ProgressLog
 from chronos.group.master_watch import MasterWatch
@@ -291,7 +293,23 @@ def _replica(
         ctx.clock,
         ctx.metrics,
         _master_watch(ctx, spec),
+        _announcer(ctx, spec),
     )
+
+
+def _announcer(ctx: NodeContext, spec: GroupSpec) -> Announcer:
+    """Says the replica's state in the members topic through the node's own publisher (an
+    announcement is advisory: its outcome is not waited for)."""
+    publisher = ctx.publisher
+
+    def produce(key: bytes, value: bytes) -> None:
+        publisher.publish(spec.members_topic, key, value, [], _ignored)
+
+    return Announcer(spec.node_id, produce, ctx.clock, announcement.INTERVAL_S)
+
+
+def _ignored(error: object, message: object) -> None:
+    """An announcement's outcome: the next one replaces a lost one."""
 
 
 def _master_watch(ctx: NodeContext, spec: GroupSpec) -> MasterWatch:

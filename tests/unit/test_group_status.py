@@ -10,6 +10,9 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from chronos.clock import FakeClock
+from chronos.group import announcement
+from chronos.group.announcement import Announcement, Announcer
 from chronos.group.spec import GroupSpec
 from chronos.group.status import GroupFacts, GroupStatus, MemberFacts, _watermark, build_status
 from chronos.schedule.floor import Floor
@@ -146,3 +149,52 @@ def test_watermarks_are_asked_again_while_the_leader_moves() -> None:
     stuck = _MovingLeader(*[KafkaError.NOT_LEADER_FOR_PARTITION] * 1000)
     with pytest.raises(KafkaException):  # past the deadline: said
         _watermark(stuck, partition, time.monotonic())
+
+
+def test_a_replica_not_in_the_election_is_listed_with_what_it_said_of_itself() -> None:
+    """A replaced disk restores, or waits for a floor, before it joins the election: the
+    operator sees it with its state and lag. One that stopped, or whose last word is stale
+    (killed), is not listed. Mutants caught: announced members left out (the listing before
+    this change); a stale or stopped announcement listed as a live member."""
+    spec = _spec()
+    stale = T0 - announcement.STALE_AFTER_MS - 1
+    facts = GroupFacts(
+        state="stable",
+        members=(MemberFacts("a", "h", (spec.election_topic,)),),
+        cut=Cut(term=2, seek_ms=T0, offsets={0: 10}, node="a", committed_at_ms=T0 - 40),
+        committed={"a": {0: 12}, "c": {0: 4}},
+        ends={0: 12},
+        announced={
+            "a": Announcement("a", announcement.MASTER, T0 - 100, {"term": 2}),
+            "c": Announcement("c", announcement.RESTORING, T0 - 100, {"waits_for": "ingest"}),
+            "d": Announcement("d", announcement.INCOMPLETE, stale, {"began": {0: 5}}),
+            "e": Announcement("e", announcement.STOPPED, T0 - 100),
+        },
+    )
+    status = build_status(spec, facts, now_ms=T0)
+    listed = [(m.node, m.master, m.elected, m.state, m.ingest_lag) for m in status.members]
+    assert listed == [("a", True, True, "master", 0), ("c", False, False, "restoring", 8)]
+    assert status.members[1].detail == {"waits_for": "ingest"}
+
+
+def test_an_announcement_says_a_change_at_once_and_the_same_state_once_an_interval() -> None:
+    """Mutants caught: every tick producing a record (the replica steps every 50 ms); an
+    unchanged state never said again (a reader would drop the live replica as stale)."""
+    clock = FakeClock(T0)
+    said: list[Announcement | None] = []
+    announcer = Announcer("b", lambda k, v: said.append(announcement.decode(k, v)), clock, 5.0)
+    announcer.say(announcement.RESTORING, {"waits_for": "ingest"})
+    announcer.say(announcement.RESTORING, {"waits_for": "ingest"})
+    clock.advance(1000)
+    announcer.say(announcement.ELIGIBLE)
+    clock.advance(4_999)
+    announcer.say(announcement.ELIGIBLE)
+    clock.advance(1)
+    announcer.say(announcement.ELIGIBLE)
+    assert said == [
+        Announcement("b", announcement.RESTORING, T0, {"waits_for": "ingest"}),
+        Announcement("b", announcement.ELIGIBLE, T0 + 1000),
+        Announcement("b", announcement.ELIGIBLE, T0 + 6000),
+    ]
+    assert announcement.decode(b"b", b"not json") is None
+    assert announcement.decode(b"b", None) is None

@@ -12,10 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from chronos.clock import FakeClock
 from chronos.delivery.deadletter import DeadLetterPolicy
+from chronos.group import announcement
+from chronos.group import replica as replica_module
+from chronos.group.announcement import Announcement, Announcer
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.group.replica import RETRY_S, Elector, Replica
 from chronos.group.spec import GroupSpec
@@ -24,6 +28,7 @@ from chronos.kafka.errors import Fenced, NotAuthorized
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.kafka.publishers.stub import StubPublisher
 from chronos.lifecycle import Fatal
+from chronos.logs import configure_logging
 from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
 from chronos.node.refresh import RefreshWorker
@@ -37,6 +42,7 @@ from chronos.settings import (
     ChronosSettings,
     DeleteSettings,
     DeliverySettings,
+    LogSettings,
     RebuildSettings,
     StoreSettings,
 )
@@ -119,6 +125,8 @@ class World:
     init_errors: list[BaseException]
     #: Where refresh passes produce (not transactional).
     inner: StubPublisher
+    #: What the replica announced of itself, in order.
+    said: list[Announcement]
     offset: int = 0
 
     @property
@@ -219,6 +227,12 @@ def world(tmp_path: Path, origin: StoreOrigin) -> Iterator[World]:
         )
 
     inner = StubPublisher(topics={spec.inner_topic}, auto=True)
+    said: list[Announcement] = []
+
+    def announce(key: bytes, value: bytes) -> None:
+        decoded = announcement.decode(key, value)
+        assert decoded is not None
+        said.append(decoded)
 
     def new_refresher(floor: RebuildFloor) -> RefreshWorker:
         return RefreshWorker(
@@ -246,6 +260,7 @@ def world(tmp_path: Path, origin: StoreOrigin) -> Iterator[World]:
         fatal,
         clock,
         metrics,
+        announcer=Announcer("b", announce, clock, 5.0),
     )
     w = World(
         replica,
@@ -260,6 +275,7 @@ def world(tmp_path: Path, origin: StoreOrigin) -> Iterator[World]:
         elections,
         init_errors,
         inner,
+        said,
     )
     replica_store.follow()
     yield w
@@ -383,6 +399,34 @@ def test_a_store_rebuilt_from_a_trimmed_topic_stands_only_once_a_floor_covers_it
     assert world.replica.complete
     world.replica.stop()
     world.replica.join(5.0)
+
+
+@pytest.mark.parametrize("origin", [StoreOrigin({0: 5})])
+def test_a_rebuilt_store_says_restoring_until_the_progress_topic_was_read_then_incomplete(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replaced disk is restoring while the floor that covers it may still be unread: only
+    once the progress topic was read to its end without such a floor is it incomplete (the
+    error operators alert on). Then eligible once a floor covers it. Mutants caught: the
+    error logged before the progress topic was read (every healthy replacement logged it
+    once); the states not announced (``chronos group`` could not list the replica)."""
+    configure_logging(LogSettings())
+    with structlog.testing.capture_logs() as logs:
+        monkeypatch.setattr(replica_module, "log", structlog.get_logger(replica_module.__name__))
+        world.replica.step()  # nothing read from the progress topic yet
+    assert [e["event"] for e in logs] == ["replica_restoring"]
+    assert [(a.state, a.detail["waits_for"]) for a in world.said] == [
+        (announcement.RESTORING, "progress topic")
+    ]
+    world.replica.start()  # the follow worker reads the (empty) progress topic to its end
+    world.until(lambda: world.said[-1].state == announcement.INCOMPLETE, "incomplete said")
+    assert world.said[-1].detail == {"began": {"0": 5}, "floor": None}  # JSON: string keys
+    world.progress.records.append(Cut(3, T0, {}, "a", T0, Floor({0: 5}, T0)))
+    world.until(lambda: world.said[-1].state == announcement.ELIGIBLE, "eligible said")
+    assert world.election.started
+    world.replica.stop()
+    world.replica.join(5.0)
+    assert world.said[-1].state == announcement.STOPPED
 
 
 def test_a_master_refreshes_what_its_store_holds_and_publishes_the_floor(world: World) -> None:
