@@ -133,6 +133,47 @@ def test_a_replaced_backup_disk_is_rebuilt_from_kafka_and_takes_over_without_los
         assert first.produced_ms >= first.due_ms, f"{message_id} delivered early"
 
 
+@KAFKA_ONLY
+def test_chronos_group_lists_a_replica_that_cannot_stand_for_election_and_why(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path, admin: Any
+) -> None:
+    """A replaced disk whose store begins above the published floor is listed as
+    ``incomplete`` with where it began, beside the master, though it is not in the election
+    (before, ``chronos group`` left it out)."""
+    group = Group(kafka_bootstrap, namespace, tmp_path, rebuild={"refresh_interval_s": 3600.0})
+    try:
+        a = group.start("a")
+        wait_until(lambda: group.masters() == ["a"], 30, "a is master")
+        spec = GroupSpec.of(a.settings)
+        assert spec is not None
+        clients = KafkaClients(a.settings.kafka, "test-members")
+        # a's first pass ran when it took over: its floor lies below what comes now.
+        wait_until(lambda: group_status(spec, clients).rebuild_floor is not None, 30, "floor")
+        with DelayClient(a.settings) as client:
+            for i in range(8):
+                client.send_delay(f"{namespace}-target", b"v", delay=600.0, id=f"m{i}")
+        inner = a.settings.topics.names.inner
+        ends = _ends(admin, inner, 4)
+        for future in admin.delete_records(
+            [TopicPartition(inner, p, o) for p, o in ends.items()]
+        ).values():
+            future.result(30)
+        b = group.start("b")
+
+        def listed() -> dict[str, Any]:
+            return {m.node: m for m in group_status(spec, clients).members}
+
+        wait_until(lambda: getattr(listed().get("b"), "state", None) == "incomplete", 30, "b")
+        members = listed()
+        assert members["a"].state == "master" and members["a"].master
+        assert not members["b"].elected and not members["b"].master
+        began = {int(p): o for p, o in members["b"].detail["began"].items()}
+        assert began == {p: o for p, o in ends.items() if o > 0}
+        assert role_of(b) == "backup"
+    finally:
+        group.stop_all()
+
+
 def _trim_to_floor(settings: ChronosSettings, admin: Any, ends: dict[int, int]) -> None:
     """Wait for a node alone's published floor to pass ``ends``; delete every record below."""
     clients = KafkaClients(settings.kafka, "test-floor")
