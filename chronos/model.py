@@ -42,9 +42,14 @@ class DelayMessage:
 
 @dataclass(frozen=True, slots=True)
 class CancelRequest:
-    """Cancel the message with ``id`` (all its remaining occurrences)."""
+    """Cancel the message with ``id`` (all its remaining occurrences).
+
+    ``cancelled_ms``: set only in a restatement (``schedule/restatement.py``): when the cancel
+    was first applied, so a store restored from it expires the tombstone when the original
+    would have; 0 means when applied."""
 
     id: str
+    cancelled_ms: EpochMs = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +82,8 @@ class Refresh:
 InnerRequest = DelayMessage | CancelRequest | RescheduleRequest | Refresh
 
 #: An inner request as the store takes it: (id, due ms, encoded message) for an add,
-#: (id, 0, None) for a cancel, (id, new due ms, ``RESCHEDULE``) for a reschedule. Plain data:
-#: decoding may run in another process.
+#: (id, 0, None) for a cancel (a restated one: the time it was first applied), (id, new due
+#: ms, ``RESCHEDULE``) for a reschedule. Plain data: decoding may run in another process.
 DecodedRequest = tuple[str, EpochMs, bytes | None]
 
 #: The stored-value field of a decoded reschedule: an encoded message is never empty

@@ -28,7 +28,8 @@ import uuid
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from chronos.devstack.kafka import KafkaBroker
 
@@ -112,7 +113,7 @@ def _read_all(bootstrap: str, topic: str) -> dict[str, Any]:
         for message in consumer.consume(10_000, 1.0):
             error = message.error()
             if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF and message.offset() >= high:
+                if error.code() == KafkaError._PARTITION_EOF and (message.offset() or 0) >= high:
                     done = True
                 continue
             records += 1
@@ -120,7 +121,7 @@ def _read_all(bootstrap: str, topic: str) -> dict[str, Any]:
             key = message.key() or b""
             nbytes += len(key) + (len(value) if value else 0)
             last[key] = value is not None
-            if message.offset() >= high - 1:
+            if (message.offset() or 0) >= high - 1:
                 done = True
     consumer.close()
     return {

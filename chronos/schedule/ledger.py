@@ -23,6 +23,7 @@ import structlog
 from chronos.clock import Clock
 from chronos.model import (
     RESCHEDULE,
+    CancelRequest,
     DecodedRequest,
     DelayMessage,
     InnerRequest,
@@ -30,6 +31,7 @@ from chronos.model import (
     RescheduleRequest,
 )
 from chronos.schedule.frontier import Frontier
+from chronos.schedule.restatement import Restatement
 from chronos.settings import DeleteSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksBatch, RocksStore
@@ -136,6 +138,13 @@ class ApplyOutcome:
     reschedule_too_late: int = 0
     reschedule_unknown: int = 0
     reschedule_deferred: int = 0
+    #: Records to append so each id's last inner record states its state (``restates``).
+    restated: list[Restatement] | None = None
+
+    def restate(self, restatement: Restatement) -> None:
+        if self.restated is None:
+            self.restated = []
+        self.restated.append(restatement)
 
 
 def resume_frontier(store: RocksStore) -> EpochMs:
@@ -156,6 +165,8 @@ class Ledger:
         clock: time source, for tombstone expiry.
         retention: delete-worker settings (tombstone lifetime).
         placement: where adds go (a replica group injects its own).
+        restates: decide restatements while leading (a compacted inner topic keeps only each
+            id's last record: ``restatement.py``); off, nothing is decided.
     """
 
     def __init__(
@@ -165,8 +176,10 @@ class Ledger:
         clock: Clock,
         retention: DeleteSettings,
         placement: Placement = ALONE,
+        restates: bool = False,
     ) -> None:
         self._store = store
+        self._restates = restates
         self._placement = placement
         self._frontier = frontier
         self._clock = clock
@@ -231,6 +244,7 @@ class Ledger:
         requests: Sequence[InnerRequest],
         offsets: Mapping[int, int] | None = None,
         encoded: Sequence[bytes | None] | None = None,
+        origins: Sequence[tuple[int, int]] | None = None,
     ) -> ApplyOutcome:
         """``apply_decoded`` for request objects: for callers that hold those (tests, and
         ``scripts/store_ingest_bench.py``, which passes ``encoded``: each add's stored value)."""
@@ -238,7 +252,7 @@ class Ledger:
             encoded = [_stored_value(r) for r in requests]
         items = [(r.id, _due_field(r), value) for r, value in zip(requests, encoded, strict=True)]
         refreshed = [n for n, r in enumerate(requests) if isinstance(r, Refresh)]
-        return self.apply_decoded(items, offsets, refreshed=refreshed)
+        return self.apply_decoded(items, offsets, origins, refreshed)
 
     def apply_decoded(
         self,
@@ -249,7 +263,8 @@ class Ledger:
     ) -> ApplyOutcome:
         """Apply decoded requests in order as one atomic batch (durable after ``sync``).
 
-        Each item is (id, due ms, stored value) for an add, (id, 0, None) for a cancel.
+        Each item is (id, due ms, stored value) for an add, (id, 0, None) for a cancel (a
+        restated one: the time it was first applied).
         ``offsets`` (inner partition -> next offset) are written in the same batch, so the
         store alone says where ingest resumes and a replay never skips or re-applies: a batch
         lost before its WAL was synced is read again from Kafka. ``origins`` (partition,
@@ -290,10 +305,20 @@ class Ledger:
             arrivals = origins if placement.tracks_arrivals and origins else None
             copies = frozenset(refreshed)
             fresh: set[str] = set()  # ids added by this batch: not covered by any progress
+            restating = leading and self._restates
             # Key -> stored value of what this batch wrote before each flush of ``placed``,
-            # kept only when it reschedules: a reschedule of a message this batch stored
-            # cannot read it from the store yet.
-            written: dict[bytes, bytes] | None = {} if rescheduling else None
+            # kept only when it reschedules or restates: a reschedule (or a restatement) of a
+            # message this batch stored cannot read it from the store yet.
+            written: dict[bytes, bytes] | None = {} if rescheduling or restating else None
+
+            def restate(n: int, message_id: str, current: bytes | None) -> None:
+                """Restate what the index says of ``message_id`` (nothing when unknown)."""
+                flush()
+                assert written is not None
+                partition = origins[n][0] if origins else None
+                restatement = self._restatement(message_id, current, partition, written)
+                if restatement is not None:
+                    outcome.restate(restatement)
 
             def flush() -> None:
                 """Put the adds collected so far, before a write that must follow them."""
@@ -322,6 +347,8 @@ class Ledger:
                                 )
                                 if earliest is None or at < earliest:
                                     earliest = at
+                            if restating:  # a reschedule record states no message
+                                restate(n, message_id, state[message_id])
                         elif arrivals is not None:
                             # Decided by the master (its progress moves the message) or, for
                             # one it had not committed, at takeover (``relocate_uncovered``).
@@ -337,6 +364,8 @@ class Ledger:
                             at = self._refresh(batch, message_id, due, value, current, frontier)
                             if at is None:
                                 outcome.duplicates += 1
+                                if restating and not _states(current, due):
+                                    restate(n, message_id, current)
                                 continue
                             if written is not None:
                                 written[keys.message_key(at, message_id)] = value
@@ -347,6 +376,8 @@ class Ledger:
                             continue
                         if current is not None:
                             outcome.duplicates += 1  # idempotent: first add of an id wins
+                            if restating:
+                                restate(n, message_id, current)
                             continue
                         slot = slot_for(frontier, due) if leading else due
                         if slot != due:
@@ -368,11 +399,13 @@ class Ledger:
                             message_id,
                             current,
                             frontier,
-                            now,
+                            due or now,  # a restated cancel's: when it was first applied
                             outcome,
                             leading,
                             message_id in fresh,
                         )
+                        if restating and _cancel_left_unstated(current, state[message_id], due):
+                            restate(n, message_id, current)
                 flush()
                 for partition, offset in (offsets or {}).items():
                     batch.set_inner_offset(partition, offset)
@@ -380,6 +413,25 @@ class Ledger:
         if earliest is not None:
             self._frontier.notify(earliest)
         return outcome
+
+    def _restatement(
+        self,
+        message_id: str,
+        current: bytes | None,
+        partition: int | None,
+        written: Mapping[bytes, bytes],
+    ) -> Restatement | None:
+        """The restatement of what ``current`` (an index value) says of ``message_id``."""
+        if current is None:
+            return None
+        if current[:1] == keys.INDEX_CANCELLED:
+            cancelled_ms, _ = keys.split_cancelled(current)
+            return Restatement(message_id, partition, cancelled_ms=cancelled_ms)
+        key = current[1:]
+        value = written.get(key) or self._store.get_messages([key])[0]
+        if value is None:  # pragma: no cover - the index points at a stored key
+            return None
+        return Restatement(message_id, partition, keys.slot_of(key), value)
 
     def _refresh(
         self,
@@ -693,6 +745,25 @@ class Ledger:
             expired += len(rows)
 
 
+def _states(current: bytes | None, slot_ms: EpochMs) -> bool:
+    """Whether a refresh record at ``slot_ms`` states what the index value ``current``
+    says: the message pending (or delivered) at that very slot."""
+    return (
+        current is not None
+        and current[:1] == keys.INDEX_PENDING
+        and keys.slot_of(current[1:]) == slot_ms
+    )
+
+
+def _cancel_left_unstated(before: bytes | None, after: bytes | None, due: EpochMs) -> bool:
+    """Whether a cancel record (``due``: the time a restated one carries, 0 for a client's)
+    leaves its id's state unstated: it came too late (the message stays), or the id was
+    cancelled before at another time (the first cancel's time holds)."""
+    if before is None or after is not before:
+        return False
+    return before[:1] == keys.INDEX_PENDING or keys.split_cancelled(before)[0] != due
+
+
 def _stored_value(request: InnerRequest) -> bytes | None:
     if isinstance(request, Refresh):
         return codec.encode(request.message)
@@ -703,10 +774,12 @@ def _stored_value(request: InnerRequest) -> bytes | None:
 
 def _due_field(request: InnerRequest) -> EpochMs:
     """The due field of a decoded request: due time, a refresh's slot, a reschedule's new
-    due time, 0 for a cancel."""
+    due time, a cancel's first time (0 but in a restatement)."""
     if isinstance(request, Refresh):
         return request.slot_ms
-    return request.due_ms if isinstance(request, DelayMessage | RescheduleRequest) else 0
+    if isinstance(request, CancelRequest):
+        return request.cancelled_ms
+    return request.due_ms
 
 
 def next_occurrence(message: DelayMessage) -> DelayMessage | None:

@@ -6,8 +6,8 @@ this prints).
 
 Once with each compose command (Debian's docker-compose 1.29 and the docker compose v2 plugin),
 the rolling restart with v2 only (its steps are the same compose commands in either; about 30 s
-of the suite); skipped, saying why, where no Docker daemon answers or that command is missing; run once per
-suite (in the Apache Kafka pass: the deployment brings its own Apache Kafka image).
+of the suite); skipped, saying why, where no Docker daemon answers or that command is missing;
+run once per suite (in the Apache Kafka pass: the deployment brings its own Apache Kafka image).
 """
 
 from __future__ import annotations

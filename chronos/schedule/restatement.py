@@ -1,0 +1,50 @@
+"""Restatements: what keeps an id's last inner record stating what the store holds for it.
+
+On a compacted inner topic Kafka keeps only the last record of each id, so a store restored
+from the topic sees that record alone (``docs/design/live-state.md``). Most records state
+their id's state by themselves (a first add, a cancel of a pending or unknown id); a few leave
+it stated wrongly, and the node that delivers then appends a *restatement*:
+
+- an add of an id the store holds (first add wins, cancel before add, a re-sent id inside the
+  dedupe window): the stored message at its slot, or the cancel;
+- a cancel that came too late (delivered), or of an id already cancelled (the first cancel's
+  time holds): the stored state again;
+- a reschedule (it carries no payload): the moved message at its new slot, or the state it
+  left unchanged;
+- a restatement read back after the id's state changed again (a cancel between): the state now.
+
+A restatement of an id a store holds in the same state changes nothing there, so one written
+twice (by a master and its successor) is harmless. The ledger decides them while applying a
+batch (``Ledger(restates=True)``, leading only); a message restatement is a refresh record
+(``wire.encode_refresh``), a cancel one a cancel with the time it was first applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chronos.types import EpochMs
+
+
+@dataclass(frozen=True, slots=True)
+class Restatement:
+    """One record to append so that ``message_id``'s last record states its state.
+
+    Parameters:
+        message_id: the id.
+        partition: the inner partition the record that caused it came from (the id's own);
+            None when not known (a producer partitioning by id then places it).
+        slot_ms: the message's slot (a message restatement); None for a cancel.
+        value: the stored message (codec-encoded) for a message restatement.
+        cancelled_ms: when the cancel was first applied, for a cancel restatement.
+    """
+
+    message_id: str
+    partition: int | None
+    slot_ms: EpochMs | None = None
+    value: bytes | None = None
+    cancelled_ms: EpochMs = 0
+
+    @property
+    def is_cancel(self) -> bool:
+        return self.slot_ms is None

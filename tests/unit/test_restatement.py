@@ -1,0 +1,217 @@
+"""Restatements keep a compacted inner topic true (``schedule/restatement.py``).
+
+A node alone applies a random history of adds, re-sent adds, cancels (before and after their
+add, too late), reschedules and deliveries; the restatements it decides are appended to the
+log some records later, as its producer would, and read back by it like any record. Then the
+log is compacted as Kafka's cleaner does (each id's last record, in log order) and applied to
+an empty store, which finishes as a node alone's rebuild does (``runtime/rebuild.py``: the last
+cut applied, what it does not cover moved past it). Both stores must hold the same: every id
+pending at the same slot with the same message, delivered, cancelled at the same time, or
+unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chronos.clock import FakeClock
+from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.model import CancelRequest, DelayMessage, InnerRequest, Refresh, RescheduleRequest
+from chronos.runtime.rebuild import AloneRebuild, Published
+from chronos.schedule.frontier import Frontier
+from chronos.schedule.ledger import ALONE, Ledger
+from chronos.schedule.progress_record import Cut
+from chronos.schedule.restatement import Restatement
+from chronos.settings import DeleteSettings, StoreSettings
+from chronos.store import codec, keys
+from chronos.store.rocks import RocksStore
+
+T0 = 1_700_000_000_000
+IDS = ("a", "b", "c")
+RETENTION = DeleteSettings(tombstone_retention_s=3600)
+
+#: One step of a history: ("add", id, due offset from now, payload), ("cancel", id),
+#: ("reschedule", id, due offset), ("deliver", ms the clock moves first).
+_add = st.tuples(
+    st.just("add"), st.sampled_from(IDS), st.integers(-300, 900), st.sampled_from("xy")
+)
+_cancel = st.tuples(st.just("cancel"), st.sampled_from(IDS))
+_reschedule = st.tuples(st.just("reschedule"), st.sampled_from(IDS), st.integers(-300, 900))
+_deliver = st.tuples(st.just("deliver"), st.integers(0, 600))
+_step = st.one_of(_add, _add, _cancel, _reschedule, _deliver)
+
+
+@dataclass
+class Leader:
+    """A node alone with restatements on, and the log it reads."""
+
+    store: RocksStore
+    frontier: Frontier
+    ledger: Ledger
+    clock: FakeClock
+    log: list[InnerRequest] = field(default_factory=list)
+    #: Restatements decided and not appended yet, each with the records still to come first.
+    queued: list[tuple[int, Restatement]] = field(default_factory=list)
+    cut: Cut | None = None
+
+    def append(self, request: InnerRequest) -> None:
+        """A record lands in the log; the leader reads it at once."""
+        offset = len(self.log)
+        self.log.append(request)
+        outcome = self.ledger.apply([request], {0: offset + 1}, origins=[(0, offset)])
+        for restatement in outcome.restated or ():
+            assert restatement.partition == 0, "restated to the partition its id came from"
+            self.queued.append((1 + offset % 3, restatement))
+
+    def produce_due(self, drain: bool = False) -> None:
+        """Append the queued restatements whose turn came (all, when draining: what those
+        cause too, until nothing more is restated)."""
+        for _ in range(1000):
+            if not self.queued:
+                return
+            ready = [r for wait, r in self.queued if wait <= 0 or drain]
+            self.queued = [(wait - 1, r) for wait, r in self.queued if wait > 0 and not drain]
+            for restatement in ready:
+                self.append(_record(restatement))
+            if not drain:
+                return
+        raise AssertionError(f"restatements never settle: {self.queued}")
+
+    def deliver(self) -> None:
+        """The push worker delivered everything up to now, and the cut was published."""
+        frontier = self.frontier.advance(self.clock.now_ms())
+        self.ledger.commit_progress(frontier, [])
+        seek, offsets = self.frontier.cut()
+        self.cut = Cut(1, seek, offsets, "alone", self.clock.now_ms())
+
+
+def _record(restatement: Restatement) -> InnerRequest:
+    if restatement.is_cancel:
+        return CancelRequest(restatement.message_id, restatement.cancelled_ms)
+    assert restatement.value is not None and restatement.slot_ms is not None
+    return Refresh(codec.decode(restatement.value), restatement.slot_ms)
+
+
+def _restated_cancel(request: InnerRequest) -> bool:
+    return isinstance(request, CancelRequest) and request.cancelled_ms != 0
+
+
+def _compacted(log: list[InnerRequest]) -> list[tuple[int, InnerRequest]]:
+    """What Kafka's cleaner leaves: each id's last record, at its offset."""
+    last = {request.id: offset for offset, request in enumerate(log)}
+    return [(offset, log[offset]) for offset in sorted(last.values())]
+
+
+def _state(store: RocksStore, seek: int, message_id: str) -> tuple[object, ...]:
+    index = store.get_index([message_id])[0]
+    if index is None:
+        return ("unknown",)
+    if index[:1] == keys.INDEX_CANCELLED:
+        return ("cancelled", keys.split_cancelled(index)[0])
+    key = index[1:]
+    slot = keys.slot_of(key)
+    if slot <= seek:
+        return ("delivered",)
+    stored = store.get_messages([key])[0]
+    assert stored is not None
+    message = codec.decode(stored)
+    return ("pending", slot, message.value, message.due_ms)
+
+
+def _restore(path: Path, clock: FakeClock, log: list[InnerRequest], cut: Cut | None) -> RocksStore:
+    store = RocksStore(path, StoreSettings(wal_sync_interval_ms=60_000))
+    frontier = Frontier(0)
+    placement = ReplicaPlacement()
+    ledger = Ledger(store, frontier, clock, RETENTION, placement)
+    replica_store = ReplicaStore(store, frontier, ledger, placement)
+    replica_store.follow()
+    for offset, request in _compacted(log):
+        ledger.apply([request], {0: offset + 1}, origins=[(0, offset)])
+    AloneRebuild(Published(cut, {}), store, replica_store, placement, [0]).finish()
+    return store
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=st.lists(_step, min_size=1, max_size=25))
+def test_a_store_restored_from_the_compacted_log_holds_what_the_node_held(
+    tmp_path_factory: object, steps: list[tuple[object, ...]]
+) -> None:
+    """Mutants caught (each seen failing): no restatement of a re-sent add (the re-sent
+    payload or due time wins after compaction), of an add after its cancel (delivered after
+    a restore), of a reschedule (the message vanishes with its payload), of a too-late cancel
+    (a delivered message reported cancelled), and a restated cancel carrying the time it was
+    restated instead of the first one."""
+    base = Path(str(tmp_path_factory.mktemp("restate")))  # type: ignore[attr-defined]
+    clock = FakeClock(T0)
+    store = RocksStore(base / "leader", StoreSettings(wal_sync_interval_ms=60_000))
+    frontier = Frontier(0)
+    leader = Leader(store, frontier, Ledger(store, frontier, clock, RETENTION, ALONE, True), clock)
+    for step in steps:
+        kind = step[0]
+        if kind == "add":
+            _, message_id, offset, payload = step
+            due = clock.now_ms() + int(str(offset))
+            leader.append(DelayMessage(str(message_id), "t", None, str(payload).encode(), [], due))
+        elif kind == "cancel":
+            leader.append(CancelRequest(str(step[1])))
+        elif kind == "reschedule":
+            leader.append(RescheduleRequest(str(step[1]), clock.now_ms() + int(str(step[2]))))
+        else:
+            clock.advance(int(str(step[1])))
+            leader.deliver()
+        clock.advance(1)
+        leader.produce_due()
+    leader.produce_due(drain=True)
+    assert not leader.queued
+    leader.deliver()  # the last cut covers every record
+    restored = _restore(base / "restored", clock, leader.log, leader.cut)
+    seek = leader.ledger.seek_ms
+    last = {request.id: request for request in leader.log}
+    for message_id in IDS:
+        held, got = _state(store, seek, message_id), _state(restored, seek, message_id)
+        if held[0] == got[0] == "cancelled" and not _restated_cancel(last[message_id]):
+            # A client's cancel carries no time: a restore starts its tombstone's lifetime.
+            continue
+        assert got == held, (message_id, leader.log)
+    store.close()
+    restored.close()
+
+
+def test_records_that_state_themselves_and_a_following_replica_restate_nothing(
+    tmp_path: Path,
+) -> None:
+    """First adds, cancels of pending or unknown ids: nothing appended (the common path costs
+    no record). A re-sent add restates only on the node that delivers, and only with
+    ``restates`` on. Mutants caught: restating every add; a follower restating (every replica
+    would append the same record)."""
+    clock = FakeClock(T0)
+    store = RocksStore(tmp_path / "a", StoreSettings(wal_sync_interval_ms=60_000))
+    frontier = Frontier(0)
+    ledger = Ledger(store, frontier, clock, RETENTION, ALONE, restates=True)
+    first = DelayMessage("a", "t", None, b"x", [], T0 + 500)
+    own = ledger.apply([first, DelayMessage("b", "t", None, b"y", [], T0 + 9)], {0: 2})
+    gone = ledger.apply([CancelRequest("b"), CancelRequest("never")], {0: 4})
+    assert own.restated is None and gone.restated is None
+    again = ledger.apply([DelayMessage("a", "t", None, b"other", [], T0 + 7)], {0: 5})
+    assert again.restated == [Restatement("a", None, T0 + 500, codec.encode(first))]
+
+    placement = ReplicaPlacement()  # following: the master decides
+    follower_store = RocksStore(tmp_path / "b", StoreSettings(wal_sync_interval_ms=60_000))
+    follower = Ledger(follower_store, Frontier(0), clock, RETENTION, placement, restates=True)
+    follower.apply([first], {0: 1}, origins=[(0, 0)])
+    assert follower.apply([first], {0: 2}, origins=[(0, 1)]).restated is None
+    unset_store = RocksStore(tmp_path / "c", StoreSettings(wal_sync_interval_ms=60_000))
+    unset = Ledger(unset_store, Frontier(0), clock, RETENTION)
+    unset.apply([first], {0: 1})
+    assert unset.apply([first], {0: 2}).restated is None
+    for each in (store, follower_store, unset_store):
+        each.close()
