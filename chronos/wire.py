@@ -75,6 +75,8 @@ H_REPEAT_CATCH_UP = "chronos-repeat-catch-up"
 H_OCCURRENCE = "chronos-occurrence"
 H_SKIPPED = "chronos-skipped"
 H_SLOT = "chronos-slot-ms"
+#: A restated cancel's (``schedule/restatement.py``): when the cancel was first applied.
+H_CANCELLED = "chronos-cancelled-ms"
 H_DLQ_REASON = "chronos-dlq-reason"
 H_DLQ_SOURCE = "chronos-dlq-source"
 H_DLQ_TARGET = "chronos-dlq-target"
@@ -100,6 +102,7 @@ INNER_HEADERS = frozenset(
         H_REPEAT_CATCH_UP,
         H_SLOT,
         H_OCCURRENCE,
+        H_CANCELLED,
     }
 )
 
@@ -152,13 +155,16 @@ def encode_refresh(message: DelayMessage, slot_ms: int) -> tuple[bytes, bytes | 
     return key, value, headers
 
 
-def encode_cancel(message_id: str) -> tuple[bytes, bytes | None, Headers]:
-    """The inner record (key, value, headers) that cancels ``message_id``."""
+def encode_cancel(message_id: str, cancelled_ms: int = 0) -> tuple[bytes, bytes | None, Headers]:
+    """The inner record (key, value, headers) that cancels ``message_id``; a restatement's
+    carries ``cancelled_ms``, when the cancel was first applied."""
     headers: Headers = [
         (H_VERSION, WIRE_VERSION),
         (H_OP, OP_CANCEL),
         (H_ID, message_id.encode()),
     ]
+    if cancelled_ms:
+        headers.append((H_CANCELLED, _num(cancelled_ms)))
     return message_id.encode(), None, headers
 
 
@@ -257,7 +263,12 @@ def decode(value: bytes | None, headers: Headers | None, origin: str = "") -> In
             return message
         return _refresh(message, fields, origin)
     if op == OP_CANCEL:
-        return CancelRequest(message_id)
+        if H_CANCELLED not in fields:
+            return CancelRequest(message_id)
+        cancelled_ms = _int(fields, H_CANCELLED, origin)
+        if cancelled_ms <= 0:
+            raise DecodeError(f"header {H_CANCELLED}={cancelled_ms} is not a time", origin=origin)
+        return CancelRequest(message_id, cancelled_ms)
     if op == OP_RESCHEDULE:
         return RescheduleRequest(message_id, _due(fields.get(H_DUE), origin))
     raise DecodeError(f"unknown {H_OP} {op!r}, expected add, cancel or reschedule", origin=origin)

@@ -153,7 +153,7 @@ def decode_record(
             return _Refreshed((request.id, request.slot_ms, codec.encode(request.message)))
         if isinstance(request, RescheduleRequest):
             return request.id, request.due_ms, RESCHEDULE
-        return request.id, 0, None
+        return request.id, request.cancelled_ms, None
     except DecodeError as exc:
         reason = exc.reason
     except Exception as exc:  # bad input must never stop ingest, whatever breaks on it

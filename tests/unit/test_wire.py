@@ -69,6 +69,19 @@ def test_cancel_round_trip(message_id: str) -> None:
     assert wire.decode(value, headers) == CancelRequest(message_id)
 
 
+def test_a_restated_cancel_carries_the_time_it_was_first_applied() -> None:
+    """Mutants caught: the time dropped on either side (a restored tombstone would live a
+    whole retention from the restore); a zero or negative time accepted."""
+    _, value, headers = wire.encode_cancel("m", 1_700_000_000_123)
+    assert (wire.H_CANCELLED, b"1700000000123") in headers
+    assert wire.decode(value, headers) == CancelRequest("m", 1_700_000_000_123)
+    assert wire.H_CANCELLED not in dict(wire.encode_cancel("m")[2])
+    for bad in (b"0", b"-5", b"soon"):
+        refused = [*wire.encode_cancel("m")[2], (wire.H_CANCELLED, bad)]
+        with pytest.raises(DecodeError, match=wire.H_CANCELLED):
+            wire.decode(None, refused)
+
+
 def test_binary_key_and_header_values_preserved() -> None:
     message = DelayMessage(
         id="m1",
