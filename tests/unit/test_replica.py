@@ -387,12 +387,18 @@ def test_a_store_rebuilt_from_a_trimmed_topic_stands_only_once_a_floor_covers_it
 ) -> None:
     """Ingest began at offset 5 (retention had removed 0-4): messages only recorded there
     may be missing until a refresh pass re-appended them at or above 5. Mutant caught: the
-    replica joining the election at once (it would lead with a store that lacks them)."""
+    replica joining the election at once (it would lead with a store that lacks them).
+    Each "not yet" is asserted after the replica said it judged the floor it was given."""
+
+    def judged(floor: dict[str, int] | None) -> bool:
+        said = world.said[-1] if world.said else None
+        return said is not None and said.state == "incomplete" and said.detail["floor"] == floor
+
     world.replica.start()  # follows the progress topic and steps on its own thread
-    time.sleep(0.2)
+    world.until(lambda: judged(None), "incomplete said without a floor")
     assert not world.election.started and not world.replica.complete
     world.progress.records.append(Cut(3, T0, {}, "a", T0, Floor({0: 4}, T0 - 10)))
-    time.sleep(0.2)
+    world.until(lambda: judged({"0": 4}), "the floor below where ingest began judged")
     assert not world.election.started, "a floor below where ingest began proves nothing"
     world.progress.records.append(Cut(3, T0, {}, "a", T0, Floor({0: 5}, T0)))
     world.until(lambda: world.election.started, "the floor reaches where ingest began")
