@@ -31,7 +31,6 @@ from chronos.model import (
     RescheduleRequest,
 )
 from chronos.schedule.frontier import Frontier
-from chronos.schedule.restatement import Restatement
 from chronos.settings import DeleteSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksBatch, RocksStore
@@ -138,13 +137,8 @@ class ApplyOutcome:
     reschedule_too_late: int = 0
     reschedule_unknown: int = 0
     reschedule_deferred: int = 0
-    #: Records to append so each id's last inner record states its state (``restates``).
-    restated: list[Restatement] | None = None
-
-    def restate(self, restatement: Restatement) -> None:
-        if self.restated is None:
-            self.restated = []
-        self.restated.append(restatement)
+    #: Ids noted in the outbox: their last inner record must be restated (``restates``).
+    restated: int = 0
 
 
 def resume_frontier(store: RocksStore) -> EpochMs:
@@ -165,8 +159,9 @@ class Ledger:
         clock: time source, for tombstone expiry.
         retention: delete-worker settings (tombstone lifetime).
         placement: where adds go (a replica group injects its own).
-        restates: decide restatements while leading (a compacted inner topic keeps only each
-            id's last record: ``restatement.py``); off, nothing is decided.
+        restates: note in the store's outbox each id whose last inner record stops stating
+            its state (a compacted inner topic keeps only that record: ``restatement.py``),
+            leading or following; off, nothing is noted.
     """
 
     def __init__(
@@ -305,20 +300,17 @@ class Ledger:
             arrivals = origins if placement.tracks_arrivals and origins else None
             copies = frozenset(refreshed)
             fresh: set[str] = set()  # ids added by this batch: not covered by any progress
-            restating = leading and self._restates
+            restating = self._restates
             # Key -> stored value of what this batch wrote before each flush of ``placed``,
-            # kept only when it reschedules or restates: a reschedule (or a restatement) of a
-            # message this batch stored cannot read it from the store yet.
-            written: dict[bytes, bytes] | None = {} if rescheduling or restating else None
+            # kept only when it reschedules: a reschedule of a message this batch stored
+            # cannot read it from the store yet.
+            written: dict[bytes, bytes] | None = {} if rescheduling else None
 
-            def restate(n: int, message_id: str, current: bytes | None) -> None:
-                """Restate what the index says of ``message_id`` (nothing when unknown)."""
-                flush()
-                assert written is not None
-                partition = origins[n][0] if origins else None
-                restatement = self._restatement(message_id, current, partition, written)
-                if restatement is not None:
-                    outcome.restate(restatement)
+            def restate(n: int, message_id: str) -> None:
+                """Note ``message_id`` in the outbox, at the record that left it unstated."""
+                partition, offset = origins[n] if origins else (0, 0)
+                batch.put_outbox(keys.outbox_key(partition, offset, message_id))
+                outcome.restated += 1
 
             def flush() -> None:
                 """Put the adds collected so far, before a write that must follow them."""
@@ -347,8 +339,6 @@ class Ledger:
                                 )
                                 if earliest is None or at < earliest:
                                     earliest = at
-                            if restating:  # a reschedule record states no message
-                                restate(n, message_id, state[message_id])
                         elif arrivals is not None:
                             # Decided by the master (its progress moves the message) or, for
                             # one it had not committed, at takeover (``relocate_uncovered``).
@@ -357,15 +347,19 @@ class Ledger:
                                 keys.arrival_key(*arrivals[n]),
                                 keys.arrival_reschedule(raw_ids[message_id], due),
                             )
+                        if restating and current is not None:  # a reschedule states no message
+                            restate(n, message_id)
                         continue
                     if value is not None:
                         if copies and n in copies:
                             flush()
+                            if restating:
+                                self._read_back(batch, message_id, origins[n] if origins else None)
                             at = self._refresh(batch, message_id, due, value, current, frontier)
                             if at is None:
                                 outcome.duplicates += 1
                                 if restating and not _states(current, due):
-                                    restate(n, message_id, current)
+                                    restate(n, message_id)
                                 continue
                             if written is not None:
                                 written[keys.message_key(at, message_id)] = value
@@ -377,7 +371,7 @@ class Ledger:
                         if current is not None:
                             outcome.duplicates += 1  # idempotent: first add of an id wins
                             if restating:
-                                restate(n, message_id, current)
+                                restate(n, message_id)
                             continue
                         slot = slot_for(frontier, due) if leading else due
                         if slot != due:
@@ -394,6 +388,8 @@ class Ledger:
                             earliest = slot
                     else:
                         flush()  # batch order is apply order: adds before this cancel first
+                        if restating and due:  # a restated cancel read back
+                            self._read_back(batch, message_id, origins[n] if origins else None)
                         state[message_id] = self._cancel(
                             batch,
                             message_id,
@@ -405,7 +401,7 @@ class Ledger:
                             message_id in fresh,
                         )
                         if restating and _cancel_left_unstated(current, state[message_id], due):
-                            restate(n, message_id, current)
+                            restate(n, message_id)
                 flush()
                 for partition, offset in (offsets or {}).items():
                     batch.set_inner_offset(partition, offset)
@@ -414,24 +410,23 @@ class Ledger:
             self._frontier.notify(earliest)
         return outcome
 
-    def _restatement(
-        self,
-        message_id: str,
-        current: bytes | None,
-        partition: int | None,
-        written: Mapping[bytes, bytes],
-    ) -> Restatement | None:
-        """The restatement of what ``current`` (an index value) says of ``message_id``."""
-        if current is None:
-            return None
-        if current[:1] == keys.INDEX_CANCELLED:
-            cancelled_ms, _ = keys.split_cancelled(current)
-            return Restatement(message_id, partition, cancelled_ms=cancelled_ms)
-        key = current[1:]
-        value = written.get(key) or self._store.get_messages([key])[0]
-        if value is None:  # pragma: no cover - the index points at a stored key
-            return None
-        return Restatement(message_id, partition, keys.slot_of(key), value)
+    def _read_back(
+        self, batch: RocksBatch, message_id: str, origin: tuple[int, int] | None
+    ) -> None:
+        """A restatement of ``message_id`` was read back at ``origin``: the outbox entries of
+        the id decided before it are done (whoever wrote it). The outbox is small (rare
+        records), so it is scanned."""
+        for key in self._store.scan_outbox(_CHUNK):
+            partition, offset, entry_id = keys.split_outbox_key(key)
+            if entry_id == message_id and (origin is None or (partition, offset) < origin):
+                batch.delete_outbox(key)
+
+    def drop_restatement(self, key: bytes) -> None:
+        """Forget an outbox entry whose id the store no longer holds (nothing to restate)."""
+        with self._lock:
+            batch = self._store.batch()
+            batch.delete_outbox(key)
+            self._store.write(batch)
 
     def _refresh(
         self,

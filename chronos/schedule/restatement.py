@@ -14,15 +14,20 @@ it stated wrongly, and the node that delivers then appends a *restatement*:
 - a restatement read back after the id's state changed again (a cancel between): the state now.
 
 A restatement of an id a store holds in the same state changes nothing there, so one written
-twice (by a master and its successor) is harmless. The ledger decides them while applying a
-batch (``Ledger(restates=True)``, leading only); a message restatement is a refresh record
-(``wire.encode_refresh``), a cancel one a cancel with the time it was first applied.
+twice (by a master and its successor) is harmless. The ledger notes the ids while applying a
+batch, in the store's outbox, in the same write (``Ledger(restates=True)``, on every replica);
+the node that delivers sends them (``node/restater.py``) with the content the store holds when
+it sends (``pending``); reading a restatement back clears the id's earlier entries. A message
+restatement is a refresh record (``wire.encode_refresh``), a cancel one a cancel with the time
+it was first applied (``wire.encode_cancel``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chronos.store import keys
+from chronos.store.rocks import RocksStore
 from chronos.types import EpochMs
 
 
@@ -48,3 +53,27 @@ class Restatement:
     @property
     def is_cancel(self) -> bool:
         return self.slot_ms is None
+
+
+def current(store: RocksStore, message_id: str, partition: int | None) -> Restatement | None:
+    """What restates ``message_id`` now; None when the store no longer holds it."""
+    index = store.get_index([message_id])[0]
+    if index is None:
+        return None
+    if index[:1] == keys.INDEX_CANCELLED:
+        cancelled_ms, _ = keys.split_cancelled(index)
+        return Restatement(message_id, partition, cancelled_ms=cancelled_ms)
+    key = index[1:]
+    value = store.get_messages([key])[0]
+    if value is None:  # pragma: no cover - the index points at a stored key
+        return None
+    return Restatement(message_id, partition, keys.slot_of(key), value)
+
+
+def pending(store: RocksStore, limit: int = 10_000) -> list[tuple[bytes, Restatement | None]]:
+    """Each outbox entry (its key) with what restates its id now, in the order decided."""
+    found: list[tuple[bytes, Restatement | None]] = []
+    for key in store.scan_outbox(limit):
+        partition, _, message_id = keys.split_outbox_key(key)
+        found.append((key, current(store, message_id, partition)))
+    return found

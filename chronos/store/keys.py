@@ -18,7 +18,9 @@ Layout (all integers fixed-width big-endian, so byte order is numeric order):
   ``b"inner-offset:" | partition:>I`` -> next inner offset to read ``:>Q``, written in the same
   batch as the records it covers, so the store alone says where ingest resumes;
   ``b"began:" | partition:>I`` -> the inner offset this store's ingest began at ``:>Q`` (0 when
-  it read the partition from its first record; see ``chronos/runtime/origin.py``).
+  it read the partition from its first record; see ``chronos/runtime/origin.py``);
+  ``b"outbox:" | partition:>I | offset:>Q | id:utf8`` -> ``b""``: an id whose last inner record
+  must be restated, decided on the record at that offset (``schedule/restatement.py``).
 """
 
 from __future__ import annotations
@@ -113,6 +115,26 @@ def inner_offset_key(partition: int) -> bytes:
 def began_offset_key(partition: int) -> bytes:
     """Meta key holding the inner offset this store's ingest of ``partition`` began at."""
     return _META_BEGAN + _PARTITION.pack(partition)
+
+
+_META_OUTBOX = b"outbox:"
+#: The outbox's key range in ``meta`` (``;`` sorts right after ``:``).
+OUTBOX_START, OUTBOX_STOP = _META_OUTBOX, b"outbox;"
+_OUTBOX_AT = struct.Struct(">IQ")
+
+
+def outbox_key(partition: int, offset: int, message_id: str) -> bytes:
+    """Meta key of ``message_id`` to restate, decided on the record at ``offset`` of inner
+    ``partition``: entries sort in the order they were decided."""
+    return _META_OUTBOX + _OUTBOX_AT.pack(partition, offset) + message_id.encode()
+
+
+def split_outbox_key(key: bytes) -> tuple[int, int, str]:
+    """(partition, offset, id) of an outbox key."""
+    start = len(_META_OUTBOX)
+    end = start + _OUTBOX_AT.size
+    partition, offset = _OUTBOX_AT.unpack(key[start:end])
+    return int(partition), int(offset), key[end:].decode()
 
 
 _ARRIVAL = struct.Struct(">IQ")

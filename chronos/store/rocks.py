@@ -147,6 +147,14 @@ class RocksBatch:
         self._wb.delete(key, self._s.h_expiry)
         self._count += 1
 
+    def put_outbox(self, key: bytes) -> None:
+        """Note an id to restate (``keys.outbox_key``)."""
+        self._put(key, b"", self._s.h_meta)
+
+    def delete_outbox(self, key: bytes) -> None:
+        self._wb.delete(key, self._s.h_meta)
+        self._count += 1
+
     def put_arrival(self, key: bytes, raw_id: bytes) -> None:
         self._put(key, raw_id, self._s.h_arrivals)
 
@@ -488,6 +496,10 @@ class RocksStore:
             out.append(it.key())
             it.next()
         return out
+
+    def scan_outbox(self, limit: int) -> list[bytes]:
+        """Up to ``limit`` outbox keys, in the order they were decided."""
+        return [key for key, _ in _range(self._meta, keys.OUTBOX_START, keys.OUTBOX_STOP, limit)]
 
     def scan_arrivals(self, start: bytes, stop: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` arrivals (key, raw id) with ``start <= key < stop``, in key order."""

@@ -15,13 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from confluent_kafka import KafkaError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chronos import wire
 from chronos.clock import FakeClock
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.kafka.publishers.stub import StubPublisher
 from chronos.model import CancelRequest, DelayMessage, InnerRequest, Refresh, RescheduleRequest
+from chronos.node.restater import Restater
 from chronos.runtime.rebuild import AloneRebuild, Published
+from chronos.schedule import restatement
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import ALONE, Ledger
 from chronos.schedule.progress_record import Cut
@@ -47,36 +52,45 @@ _step = st.one_of(_add, _add, _cancel, _reschedule, _deliver)
 
 @dataclass
 class Leader:
-    """A node alone with restatements on, and the log it reads."""
+    """A node alone with restatements on, its restater, and the log it reads."""
 
     store: RocksStore
     frontier: Frontier
     ledger: Ledger
     clock: FakeClock
+    restater: Restater
+    publisher: StubPublisher
     log: list[InnerRequest] = field(default_factory=list)
-    #: Restatements decided and not appended yet, each with the records still to come first.
-    queued: list[tuple[int, Restatement]] = field(default_factory=list)
+    #: Restatements produced and not in the log yet, each with the records still to come first.
+    queued: list[tuple[int, InnerRequest]] = field(default_factory=list)
     cut: Cut | None = None
 
     def append(self, request: InnerRequest) -> None:
         """A record lands in the log; the leader reads it at once."""
         offset = len(self.log)
         self.log.append(request)
-        outcome = self.ledger.apply([request], {0: offset + 1}, origins=[(0, offset)])
-        for restatement in outcome.restated or ():
-            assert restatement.partition == 0, "restated to the partition its id came from"
-            self.queued.append((1 + offset % 3, restatement))
+        self.ledger.apply([request], {0: offset + 1}, origins=[(0, offset)])
+
+    def send(self) -> None:
+        """The restater looks at the outbox; what it produces lands 1-3 records later."""
+        before = len(self.publisher.published)
+        self.restater.send_due()
+        for record in self.publisher.published[before:]:
+            assert record.partition == 0, "restated to the partition its id came from"
+            wait = 1 + len(self.log) % 3
+            self.queued.append((wait, wire.decode(record.value, record.headers)))
 
     def produce_due(self, drain: bool = False) -> None:
-        """Append the queued restatements whose turn came (all, when draining: what those
-        cause too, until nothing more is restated)."""
+        """Append the restatements whose turn came (all, when draining: and what those cause,
+        until the outbox is empty)."""
         for _ in range(1000):
+            self.send()
             if not self.queued:
                 return
             ready = [r for wait, r in self.queued if wait <= 0 or drain]
             self.queued = [(wait - 1, r) for wait, r in self.queued if wait > 0 and not drain]
-            for restatement in ready:
-                self.append(_record(restatement))
+            for request in ready:
+                self.append(request)
             if not drain:
                 return
         raise AssertionError(f"restatements never settle: {self.queued}")
@@ -87,13 +101,6 @@ class Leader:
         self.ledger.commit_progress(frontier, [])
         seek, offsets = self.frontier.cut()
         self.cut = Cut(1, seek, offsets, "alone", self.clock.now_ms())
-
-
-def _record(restatement: Restatement) -> InnerRequest:
-    if restatement.is_cancel:
-        return CancelRequest(restatement.message_id, restatement.cancelled_ms)
-    assert restatement.value is not None and restatement.slot_ms is not None
-    return Refresh(codec.decode(restatement.value), restatement.slot_ms)
 
 
 def _restated_cancel(request: InnerRequest) -> bool:
@@ -148,13 +155,17 @@ def test_a_store_restored_from_the_compacted_log_holds_what_the_node_held(
     """Mutants caught (each seen failing): no restatement of a re-sent add (the re-sent
     payload or due time wins after compaction), of an add after its cancel (delivered after
     a restore), of a reschedule (the message vanishes with its payload), of a too-late cancel
-    (a delivered message reported cancelled), and a restated cancel carrying the time it was
-    restated instead of the first one."""
+    (a delivered message reported cancelled), of a restatement read back after a change; a
+    restated cancel carrying the time it was restated instead of the first one; entries not
+    cleared when read back (the outbox never empties)."""
     base = Path(str(tmp_path_factory.mktemp("restate")))  # type: ignore[attr-defined]
     clock = FakeClock(T0)
     store = RocksStore(base / "leader", StoreSettings(wal_sync_interval_ms=60_000))
     frontier = Frontier(0)
-    leader = Leader(store, frontier, Ledger(store, frontier, clock, RETENTION, ALONE, True), clock)
+    ledger = Ledger(store, frontier, clock, RETENTION, ALONE, restates=True)
+    publisher = StubPublisher(auto=True)
+    restater = Restater(store, ledger, publisher, "inner", clock, 3_600_000)
+    leader = Leader(store, frontier, ledger, clock, restater, publisher)
     for step in steps:
         kind = step[0]
         if kind == "add":
@@ -171,7 +182,7 @@ def test_a_store_restored_from_the_compacted_log_holds_what_the_node_held(
         clock.advance(1)
         leader.produce_due()
     leader.produce_due(drain=True)
-    assert not leader.queued
+    assert not leader.queued and store.scan_outbox(10) == [], "every entry read back"
     leader.deliver()  # the last cut covers every record
     restored = _restore(base / "restored", clock, leader.log, leader.cut)
     seek = leader.ledger.seek_ms
@@ -186,32 +197,66 @@ def test_a_store_restored_from_the_compacted_log_holds_what_the_node_held(
     restored.close()
 
 
-def test_records_that_state_themselves_and_a_following_replica_restate_nothing(
+def test_records_that_state_themselves_note_nothing_and_a_re_sent_add_is_noted(
     tmp_path: Path,
 ) -> None:
-    """First adds, cancels of pending or unknown ids: nothing appended (the common path costs
-    no record). A re-sent add restates only on the node that delivers, and only with
-    ``restates`` on. Mutants caught: restating every add; a follower restating (every replica
-    would append the same record)."""
+    """First adds, cancels of pending or unknown ids: no entry (the common path costs no
+    record). A re-sent add is noted on the node that delivers and on a follower alike (the
+    follower may deliver next), only with ``restates`` on, in the partition it came from.
+    Mutants caught: noting every add; a follower noting nothing; noting with restates off."""
     clock = FakeClock(T0)
     store = RocksStore(tmp_path / "a", StoreSettings(wal_sync_interval_ms=60_000))
-    frontier = Frontier(0)
-    ledger = Ledger(store, frontier, clock, RETENTION, ALONE, restates=True)
+    ledger = Ledger(store, Frontier(0), clock, RETENTION, ALONE, restates=True)
     first = DelayMessage("a", "t", None, b"x", [], T0 + 500)
     own = ledger.apply([first, DelayMessage("b", "t", None, b"y", [], T0 + 9)], {0: 2})
     gone = ledger.apply([CancelRequest("b"), CancelRequest("never")], {0: 4})
-    assert own.restated is None and gone.restated is None
-    again = ledger.apply([DelayMessage("a", "t", None, b"other", [], T0 + 7)], {0: 5})
-    assert again.restated == [Restatement("a", None, T0 + 500, codec.encode(first))]
+    assert own.restated == gone.restated == 0 and store.scan_outbox(10) == []
+    again = DelayMessage("a", "t", None, b"other", [], T0 + 7)
+    assert ledger.apply([again], {3: 8}, origins=[(3, 7)]).restated == 1
+    assert store.scan_outbox(10) == [keys.outbox_key(3, 7, "a")]
+    assert restatement.pending(store) == [
+        (keys.outbox_key(3, 7, "a"), Restatement("a", 3, T0 + 500, codec.encode(first)))
+    ]
 
-    placement = ReplicaPlacement()  # following: the master decides
     follower_store = RocksStore(tmp_path / "b", StoreSettings(wal_sync_interval_ms=60_000))
-    follower = Ledger(follower_store, Frontier(0), clock, RETENTION, placement, restates=True)
+    follower = Ledger(
+        follower_store, Frontier(0), clock, RETENTION, ReplicaPlacement(), restates=True
+    )
     follower.apply([first], {0: 1}, origins=[(0, 0)])
-    assert follower.apply([first], {0: 2}, origins=[(0, 1)]).restated is None
+    assert follower.apply([first], {0: 2}, origins=[(0, 1)]).restated == 1
     unset_store = RocksStore(tmp_path / "c", StoreSettings(wal_sync_interval_ms=60_000))
     unset = Ledger(unset_store, Frontier(0), clock, RETENTION)
     unset.apply([first], {0: 1})
-    assert unset.apply([first], {0: 2}).restated is None
+    assert unset.apply([first], {0: 2}).restated == 0 and unset_store.scan_outbox(10) == []
     for each in (store, follower_store, unset_store):
         each.close()
+
+
+def test_the_restater_sends_each_entry_once_retries_a_failure_and_drops_what_is_gone(
+    tmp_path: Path,
+) -> None:
+    """Mutants caught: an entry sent again at every look (a record a look, 5 a second); a
+    failed send never retried; an entry of an id the store dropped, or of a cancel about to
+    expire (read back later, it would cancel a new add of the id), sent anyway."""
+    clock = FakeClock(T0)
+    store = RocksStore(tmp_path / "a", StoreSettings(wal_sync_interval_ms=60_000))
+    ledger = Ledger(store, Frontier(0), clock, RETENTION, ALONE, restates=True)
+    message = DelayMessage("a", "t", None, b"x", [], T0 + 500)
+    ledger.apply([message, message], {1: 2}, origins=[(1, 0), (1, 1)])
+    publisher = StubPublisher()  # answered when told
+    restater = Restater(store, ledger, publisher, "inner", clock, 3_600_000)
+    assert restater.send_due() == 1 and restater.send_due() == 0
+    (record,) = publisher.published
+    assert (record.topic, record.partition) == ("inner", 1)
+    assert wire.decode(record.value, record.headers) == Refresh(message, T0 + 500)
+    publisher.answer(record, KafkaError(KafkaError._MSG_TIMED_OUT))
+    assert restater.send_due() == 1, "a failed send goes out again"
+    # Read back: the ledger clears the entry; nothing more to send.
+    ledger.apply([Refresh(message, T0 + 500)], {1: 3}, origins=[(1, 2)])
+    assert store.scan_outbox(10) == [] and restater.send_due() == 0
+
+    ledger.apply([CancelRequest("c"), CancelRequest("c")], {1: 5}, origins=[(1, 3), (1, 4)])
+    clock.advance(3_600_000 - 60_000)  # the tombstone expires within the margin
+    assert store.scan_outbox(10) != [] and restater.send_due() == 0
+    assert store.scan_outbox(10) == [], "dropped, not sent"
+    store.close()

@@ -147,6 +147,37 @@ class IdempotentPublisher:
                 on_done(exc.args[0], None)
                 return
 
+    def publish_to(
+        self,
+        topic: str,
+        partition: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        on_done: DeliveryCallback,
+    ) -> None:
+        """``publish`` to ``partition`` (None: the partitioner's choice), for records that must
+        sit beside others whatever the partitioner (restatements, ``node/restater.py``)."""
+        if partition is None:
+            self.publish(topic, key, value, headers, on_done)
+            return
+        while True:
+            try:
+                self._producer.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    headers=headers,  # type: ignore[arg-type]
+                    on_delivery=on_done,
+                )
+                return
+            except BufferError:
+                self._producer.poll(0.01)
+            except KafkaException as exc:
+                on_done(exc.args[0], None)
+                return
+
     def _poll_retiring(self) -> None:
         for old in list(self._retiring):
             old.poll(0)

@@ -32,6 +32,8 @@ class StubRecord:
     transaction: int = 0
     answered: bool = False
     error: KafkaError | None = None
+    #: The partition it was produced to (None: the partitioner's choice).
+    partition: int | None = None
 
     def header(self, name: str) -> bytes | None:
         """The first header called ``name``."""
@@ -120,6 +122,18 @@ class StubPublisher:
             return
         if self.auto:
             self.answer(record, self.outcome(record))
+
+    def publish_to(
+        self,
+        topic: str,
+        partition: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        on_done: DeliveryCallback,
+    ) -> None:
+        self.publish(topic, key, value, headers, on_done)
+        self.published[-1].partition = partition
 
     def answer(self, record: StubRecord | None = None, error: KafkaError | None = None) -> None:
         """Deliver the outcome of ``record`` (given ``error``), or of every unanswered record
