@@ -78,10 +78,12 @@ def _member_line(member: Member) -> str:
         state += " (elected)"
     lag = "?" if member.ingest_lag is None else str(member.ingest_lag)
     line = f"  {member.node:<20} {state:<20} ingest lag {lag:>8} records  {member.host}"
+    from chronos.group import announcement
+
     detail = member.detail
-    if member.state == "incomplete":
+    if member.state == announcement.INCOMPLETE:
         floor = detail.get("floor")
         line += f" began at {detail.get('began')}, waits for a floor there (now {floor})"
-    elif member.state == "restoring":
+    elif member.state == announcement.RESTORING:
         line += f" began at {detail.get('began')}, waits for {detail.get('waits_for')}"
     return line.rstrip()

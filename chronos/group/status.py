@@ -146,9 +146,15 @@ def build_status(
         if elected:
             status.elected = facts_of.client_id
     for said in live.values():  # not in the election: restoring, incomplete, or joining
-        member = Member(said.node, "", said.node == status.master, False, None, said.state)
-        member.detail = dict(said.detail)
-        status.members.append(member)
+        status.members.append(
+            Member(
+                node=said.node,
+                host="",
+                master=said.node == status.master,
+                state=said.state,
+                detail=dict(said.detail),
+            )
+        )
     floor = None if cut is None else cut.floor
     status.inner_starts = dict(facts.starts)
     if floor is not None:
@@ -210,9 +216,10 @@ def ask_kafka(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Group
     )
     starts, ends = _watermarks(spec, clients, timeout_s)
     announced = _announcements(spec, clients, timeout_s)
-    nodes = {m.client_id for m in members} | {
-        node for node, said in announced.items() if said.state != announcement.STOPPED
-    }
+    # Only replicas listed get their offsets read: a compacted members topic keeps the last
+    # word of every node that ever ran, long gone ones included.
+    live = _live_announcements(announced, int(time.time() * 1000))
+    nodes = {m.client_id for m in members} | set(live)
     committed = _committed(spec, clients, sorted(nodes), timeout_s)
     return GroupFacts(
         state=str(described.state).split(".")[-1].lower(),

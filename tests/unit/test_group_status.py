@@ -198,3 +198,17 @@ def test_an_announcement_says_a_change_at_once_and_the_same_state_once_an_interv
     ]
     assert announcement.decode(b"b", b"not json") is None
     assert announcement.decode(b"b", None) is None
+
+
+def test_chronos_group_prints_what_a_member_not_eligible_waits_for() -> None:
+    """Mutant caught: the state or its reason left out of the printed line (an operator reads
+    the text, not the JSON)."""
+    from chronos.cli.group import _member_line
+    from chronos.group.status import Member
+
+    waiting = Member("c", "", False, state="incomplete", detail={"began": {"0": 5}, "floor": None})
+    line = _member_line(waiting)
+    assert "incomplete" in line and "began at {'0': 5}, waits for a floor" in line
+    restoring = Member("d", "", False, state="restoring", detail={"waits_for": "ingest"})
+    assert "restoring" in _member_line(restoring) and "waits for ingest" in _member_line(restoring)
+    assert _member_line(Member("a", "h", True, True)).split()[:2] == ["a", "master"]
