@@ -79,7 +79,24 @@ class Refresh:
         return self.message.id
 
 
-InnerRequest = DelayMessage | CancelRequest | RescheduleRequest | Refresh
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """An expiry tombstone (``wire.encode_expiry``, compact mode): ``id`` left the delivering
+    node's store; it ends the delivered message at ``slot_ms`` or the cancel of
+    ``cancelled_ms`` (then ``slot_ms`` is 0). Decoded for the store as (id, slot, None), a
+    cancel's as (id, -cancelled_ms, None)."""
+
+    id: str
+    slot_ms: EpochMs
+    cancelled_ms: EpochMs = 0
+
+    @property
+    def due_field(self) -> EpochMs:
+        """What the store's decoded request carries (see above)."""
+        return -self.cancelled_ms if self.cancelled_ms else self.slot_ms
+
+
+InnerRequest = DelayMessage | CancelRequest | RescheduleRequest | Refresh | Expiry
 
 #: An inner request as the store takes it: (id, due ms, encoded message) for an add,
 #: (id, 0, None) for a cancel (a restated one: the time it was first applied), (id, new due

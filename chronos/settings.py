@@ -555,6 +555,17 @@ class RebuildSettings(_Section):
     which no record is needed any more. Retention may remove records older than that.
     """
 
+    mode: Literal["refresh", "compact"] = Field(
+        "refresh",
+        description=(
+            "How Kafka keeps every live message: `refresh` re-appends the store to an inner "
+            "topic with cleanup.policy=delete every refresh_interval_s; `compact` keeps the "
+            "inner topic compacted by id, the delivering node restating an id whose last "
+            "record stopped stating it and writing a tombstone when it leaves the store "
+            "(docs/design/live-state.md; Apache Kafka only). Every node of a cluster uses "
+            "the same mode; `chronos topics fix` sets the topic's configuration for it."
+        ),
+    )
     refresh_interval_s: float = Field(
         86_400.0,
         gt=0,

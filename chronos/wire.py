@@ -27,7 +27,19 @@ A delay request is one Kafka record on the inner topic:
                                                     latest (see ``chronos.repeat.CatchUp``)
   chronos-slot-ms                         refresh   the slot the delivering node stored it at
   chronos-occurrence                      refresh   the pending occurrence (1-based)
+  chronos-cancelled-ms                    no        a restated cancel: when it was first
+                                                    applied (compact mode)
+  chronos-null-value                      no        ``1``: a refresh of a null payload (the
+                                                    record's value is empty instead)
   ======================================  ========  =========================================
+
+An *expiry* (op ``expire``, compact mode only: ``docs/design/live-state.md``) has a null value
+and carries version, op, id and what it ends: ``chronos-slot-ms``, the slot of the delivered
+message whose id left the delivering node's store, or ``chronos-cancelled-ms``, the time of
+the cancel whose tombstone expired. Only chronos writes it; a node
+holding the id otherwise (a newer add or cancel) restates it, any other node ignores it.
+Restated cancels and refreshes in compact mode always carry a non-null (empty) value, so the
+cleaner keeps them.
 
 A *reschedule* (op added in release 0.24, wire version still 1: nodes of earlier releases
 dead-letter it as an unknown op, so upgrade every node before a producer sends one) carries
@@ -51,7 +63,14 @@ from __future__ import annotations
 import re
 
 from chronos.errors import DecodeError
-from chronos.model import CancelRequest, DelayMessage, InnerRequest, Refresh, RescheduleRequest
+from chronos.model import (
+    CancelRequest,
+    DelayMessage,
+    Expiry,
+    InnerRequest,
+    Refresh,
+    RescheduleRequest,
+)
 from chronos.names import HEADER_PREFIX
 from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.types import Headers
@@ -77,6 +96,9 @@ H_SKIPPED = "chronos-skipped"
 H_SLOT = "chronos-slot-ms"
 #: A restated cancel's (``schedule/restatement.py``): when the cancel was first applied.
 H_CANCELLED = "chronos-cancelled-ms"
+#: A refresh of a message whose payload is null: the record's value is empty instead (a null
+#: value is a tombstone to a compacted topic's cleaner, which would remove it).
+H_NULL_VALUE = "chronos-null-value"
 H_DLQ_REASON = "chronos-dlq-reason"
 H_DLQ_SOURCE = "chronos-dlq-source"
 H_DLQ_TARGET = "chronos-dlq-target"
@@ -103,12 +125,18 @@ INNER_HEADERS = frozenset(
         H_SLOT,
         H_OCCURRENCE,
         H_CANCELLED,
+        H_NULL_VALUE,
     }
 )
 
 OP_ADD = b"add"
 OP_CANCEL = b"cancel"
 OP_RESCHEDULE = b"reschedule"
+#: An expiry tombstone (compact mode): the id left the delivering node's store.
+OP_EXPIRE = b"expire"
+#: The value of chronos' own records that must not be tombstones (a restated cancel, a refresh
+#: of a null payload): present, empty.
+KEPT = b""
 _REPEAT_NAMES = {b"fixed": RepeatKind.FIXED, b"exponential": RepeatKind.EXPONENTIAL}
 _REPEAT_WIRE = {kind: name for name, kind in _REPEAT_NAMES.items()}
 _CATCH_UP_NAMES = {b"all": CatchUp.ALL, b"latest": CatchUp.LATEST}
@@ -152,6 +180,9 @@ def encode_refresh(message: DelayMessage, slot_ms: int) -> tuple[bytes, bytes | 
     """The refresh record of a stored ``message`` (its current occurrence) held at ``slot_ms``."""
     key, value, headers = encode_add(message)
     headers += [(H_SLOT, _num(slot_ms)), (H_OCCURRENCE, _num(message.occurrence))]
+    if value is None:
+        headers.append((H_NULL_VALUE, b"1"))
+        value = KEPT
     return key, value, headers
 
 
@@ -163,8 +194,26 @@ def encode_cancel(message_id: str, cancelled_ms: int = 0) -> tuple[bytes, bytes 
         (H_OP, OP_CANCEL),
         (H_ID, message_id.encode()),
     ]
-    if cancelled_ms:
-        headers.append((H_CANCELLED, _num(cancelled_ms)))
+    if not cancelled_ms:
+        return message_id.encode(), None, headers
+    # A restatement stays in a compacted topic: a null value would be a tombstone.
+    headers.append((H_CANCELLED, _num(cancelled_ms)))
+    return message_id.encode(), KEPT, headers
+
+
+def encode_expiry(
+    message_id: str, slot_ms: int, cancelled_ms: int = 0
+) -> tuple[bytes, bytes | None, Headers]:
+    """The expiry tombstone of ``message_id`` (compact mode): a null value, so the cleaner
+    removes the id's earlier records and, after ``delete.retention.ms``, this one. It names the
+    state it ends: the delivered message's ``slot_ms``, or the cancel of ``cancelled_ms``; a
+    store that holds the id otherwise (a newer add, a newer cancel) restates it."""
+    headers: Headers = [
+        (H_VERSION, WIRE_VERSION),
+        (H_OP, OP_EXPIRE),
+        (H_ID, message_id.encode()),
+        (H_CANCELLED, _num(cancelled_ms)) if cancelled_ms else (H_SLOT, _num(slot_ms)),
+    ]
     return message_id.encode(), None, headers
 
 
@@ -271,12 +320,20 @@ def decode(value: bytes | None, headers: Headers | None, origin: str = "") -> In
         return CancelRequest(message_id, cancelled_ms)
     if op == OP_RESCHEDULE:
         return RescheduleRequest(message_id, _due(fields.get(H_DUE), origin))
+    if op == OP_EXPIRE:
+        if H_CANCELLED in fields:
+            return Expiry(message_id, 0, _int(fields, H_CANCELLED, origin))
+        return Expiry(message_id, _int(fields, H_SLOT, origin))
     raise DecodeError(f"unknown {H_OP} {op!r}, expected add, cancel or reschedule", origin=origin)
 
 
 def _refresh(message: DelayMessage, fields: dict[str, bytes | None], origin: str) -> Refresh:
     """An add carrying a slot: chronos' own copy of a message it still holds."""
-    if H_SLOT not in fields or H_OCCURRENCE not in fields:
+    if (
+        H_SLOT not in fields
+        or H_OCCURRENCE not in fields
+        or (H_NULL_VALUE in fields and message.value != KEPT)
+    ):
         raise DecodeError(
             f"headers {H_SLOT} and {H_OCCURRENCE} come together (refresh records only)",
             origin=origin,
@@ -286,6 +343,8 @@ def _refresh(message: DelayMessage, fields: dict[str, bytes | None], origin: str
     if not 1 <= occurrence <= times:
         raise DecodeError(f"header {H_OCCURRENCE}={occurrence} is not in 1..{times}", origin=origin)
     message.occurrence = occurrence
+    if H_NULL_VALUE in fields:
+        message.value = None
     slot = _int(fields, H_SLOT, origin)
     if slot < message.due_ms:
         raise DecodeError(f"header {H_SLOT}={slot} is before the due time", origin=origin)

@@ -25,8 +25,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check.set_defaults(func=check_main)
     fix = actions.add_parser(
         "fix",
-        help="set cleanup.policy=delete, retention.bytes=-1 and retention.ms of at least "
-        "2 x rebuild.refresh_interval_s on the inner topic",
+        help="refresh mode: set cleanup.policy=delete, retention.bytes=-1 and retention.ms of "
+        "at least 2 x rebuild.refresh_interval_s on the inner topic; compact mode: "
+        "cleanup.policy=compact, delete.retention.ms and the cleaner's settings",
     )
     add_config(fix)
     fix.set_defaults(func=fix_main)
@@ -54,12 +55,7 @@ def create_main(args: argparse.Namespace) -> int:
 def check_main(args: argparse.Namespace) -> int:
     # Kafka clients only when asked.
     from chronos.kafka.clients import KafkaClients
-    from chronos.kafka.topic_config import (
-        REMEDY,
-        inner_topic_advice,
-        inner_topic_problems,
-        read_topic_config,
-    )
+    from chronos.kafka.topic_config import REMEDY, advice_for, problems_for, read_topic_config
 
     settings = settings_from(args)
     topic = settings.topics.names.inner
@@ -72,13 +68,16 @@ def check_main(args: argparse.Namespace) -> int:
             f"{settings.kafka.bootstrap_servers} does not report its configuration"
         )
         return 0
-    problems = inner_topic_problems(config, settings.rebuild.refresh_interval_s)
-    for advice in inner_topic_advice(config):
+    problems = problems_for(config, settings.rebuild)
+    for advice in advice_for(config, settings.rebuild):
         print(f"inner topic {topic}: advice (chronos topics fix): {advice}")
     if not problems:
         print(f"inner topic {topic}: ok")
         return 0
-    print(f"inner topic {topic}: a pending message could outlive its record")
+    print(
+        f"inner topic {topic} (rebuild.mode = {settings.rebuild.mode}): a pending message "
+        "could outlive its record"
+    )
     for problem in problems:
         print(f"  - {problem}")
     print(REMEDY[0].upper() + REMEDY[1:])

@@ -15,6 +15,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec  # not re-exported exp
 from confluent_kafka.cimpl import NewTopic
 
 from chronos.errors import ConfigError
+from chronos.kafka import compacted_config
 from chronos.kafka.clients import KafkaClients, lists_topic
 from chronos.settings import ChronosSettings
 
@@ -50,6 +51,9 @@ def ensure_topics(
         # trip (node/watermark.py).
         "message.timestamp.type": "LogAppendTime",
     }
+    if settings.rebuild.mode == "compact":
+        # The last record of every id kept (kafka/compacted_config.py).
+        inner_config = {**config, **compacted_config.creation_config()}
     wanted = [
         NewTopic(
             names.inner,

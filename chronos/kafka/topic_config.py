@@ -49,8 +49,9 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType
 
 from chronos.errors import ConfigError
+from chronos.kafka import compacted_config
 from chronos.kafka.clients import KafkaClients
-from chronos.settings import ChronosSettings
+from chronos.settings import ChronosSettings, RebuildSettings
 
 log = structlog.get_logger(__name__)
 
@@ -108,7 +109,8 @@ def inner_topic_problems(config: Mapping[str, str], refresh_interval_s: float) -
         if "compact" in _policies(policy):
             why = (
                 "compaction keeps the latest record of a message id, a later duplicate add "
-                "instead of the first one, which changes what a rebuilt replica schedules"
+                "instead of the first one, which changes what a rebuilt replica schedules "
+                "(a compacted inner topic needs rebuild.mode = compact)"
             )
         else:
             why = "only delete is known to keep every record for retention.ms"
@@ -142,6 +144,22 @@ def inner_topic_problems(config: Mapping[str, str], refresh_interval_s: float) -
                 "-1): a pending message's record could be removed before it is refreshed"
             )
     return problems
+
+
+def problems_for(config: Mapping[str, str], rebuild: RebuildSettings) -> list[str]:
+    """The problems of ``config`` for the node's ``rebuild.mode``: refresh passes need every
+    record kept (:func:`inner_topic_problems`), compact mode the last one of each id
+    (``compacted_config.problems``)."""
+    if rebuild.mode == "compact":
+        return compacted_config.problems(config)
+    return inner_topic_problems(config, rebuild.refresh_interval_s)
+
+
+def advice_for(config: Mapping[str, str], rebuild: RebuildSettings) -> list[str]:
+    """The advice on ``config`` for the node's ``rebuild.mode``."""
+    if rebuild.mode == "compact":
+        return compacted_config.advice(config)
+    return inner_topic_advice(config)
 
 
 def _reason(topic: str, error: KafkaError, permission: str) -> str:
@@ -221,9 +239,9 @@ def check_inner_topic(settings: ChronosSettings, timeout_s: float = 30.0) -> Non
             reason="the broker does not report the topic's effective configuration",
         )
         return
-    for advice in inner_topic_advice(config):
+    for advice in advice_for(config, settings.rebuild):
         log.warning("inner_topic_advice", topic=topic, advice=advice, fix="chronos topics fix")
-    problems = inner_topic_problems(config, settings.rebuild.refresh_interval_s)
+    problems = problems_for(config, settings.rebuild)
     if problems:
         raise ConfigError(
             f"the inner topic {topic} could lose the record of a pending message: "
@@ -249,10 +267,11 @@ def _wanted(config: Mapping[str, str], refresh_interval_s: float) -> dict[str, s
 
 
 def fix_inner_topic(settings: ChronosSettings, timeout_s: float = 30.0) -> dict[str, str]:
-    """Make the inner topic safe: ``cleanup.policy=delete``, ``retention.bytes=-1`` and
-    ``retention.ms`` at least twice ``rebuild.refresh_interval_s`` (a longer one, or -1, is
-    kept), with IncrementalAlterConfigs; and ``message.timestamp.type=LogAppendTime`` where the
-    broker reports another.
+    """Make the inner topic safe for ``rebuild.mode``; in compact mode what
+    ``compacted_config.wanted`` names, in refresh mode ``cleanup.policy=delete``,
+    ``retention.bytes=-1`` and ``retention.ms`` at least twice ``rebuild.refresh_interval_s``
+    (a longer one, or -1, is kept), with IncrementalAlterConfigs; and
+    ``message.timestamp.type=LogAppendTime`` where the broker reports another.
 
     Returns what it changed (name -> new value), empty when nothing needed changing; returns
     once the broker reports the new values. Raises ConfigError when the configuration cannot
@@ -269,7 +288,10 @@ def fix_inner_topic(settings: ChronosSettings, timeout_s: float = 30.0) -> dict[
             f"{required_retention_ms(settings.rebuild.refresh_interval_s)}) with the broker's "
             "own tools"
         )
-    changes = _wanted(config, settings.rebuild.refresh_interval_s)
+    if settings.rebuild.mode == "compact":
+        changes = compacted_config.wanted(config)
+    else:
+        changes = _wanted(config, settings.rebuild.refresh_interval_s)
     if not changes:
         return {}
     entries = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 
 from chronos.lifecycle import LoopWorker
-from chronos.schedule.ledger import Ledger
+from chronos.schedule.ledger import Gone, Ledger
 from chronos.settings import DeleteSettings
 
 log = structlog.get_logger(__name__)
@@ -18,12 +18,16 @@ class DeleteWorker(LoopWorker):
     Parameters:
         ledger: owns the schedule writes.
         settings: interval and retention.
+        on_gone: hears the ids the store forgot (compact mode: ``node/expiry.py``).
     """
 
-    def __init__(self, ledger: Ledger, settings: DeleteSettings) -> None:
+    def __init__(
+        self, ledger: Ledger, settings: DeleteSettings, on_gone: Gone | None = None
+    ) -> None:
         super().__init__("delete")
         self._ledger = ledger
         self._settings = settings
+        self._on_gone = on_gone
         self._done_through = -1
 
     def step(self) -> None:
@@ -36,8 +40,8 @@ class DeleteWorker(LoopWorker):
         cutoff = self._ledger.seek_ms - int(self._settings.retention_s * 1000)
         dropped = 0
         if cutoff > self._done_through:
-            dropped = self._ledger.purge_delivered(cutoff)
+            dropped = self._ledger.purge_delivered(cutoff, self._on_gone)
             self._done_through = cutoff
-        expired = self._ledger.expire_tombstones()
+        expired = self._ledger.expire_tombstones(self._on_gone)
         if dropped or expired:
             log.info("delete_pass", dropped=dropped, tombstones_expired=expired, cutoff_ms=cutoff)

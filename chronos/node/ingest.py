@@ -182,7 +182,7 @@ class IngestWorker(LoopWorker):
         if not self._dead.send_and_wait(batch.rejected, _DEAD_LETTER_TIMEOUT_S, dead):
             raise RuntimeError("dead-letter topic did not acknowledge rejected inner records")
         outcome = self._ledger.apply_decoded(
-            batch.items, batch.offsets, batch.origins, batch.refreshed
+            batch.items, batch.offsets, batch.origins, batch.refreshed, batch.expired
         )
         dead.clear()
         self._count(outcome)

@@ -28,7 +28,14 @@ from chronos.errors import DecodeError
 from chronos.inner import accept_inner
 from chronos.kafka.clients import ClientErrors, consumer
 from chronos.kafka.errors import ErrorKind, classify, describe
-from chronos.model import RESCHEDULE, DecodedRequest, DelayMessage, Refresh, RescheduleRequest
+from chronos.model import (
+    RESCHEDULE,
+    DecodedRequest,
+    DelayMessage,
+    Expiry,
+    Refresh,
+    RescheduleRequest,
+)
 from chronos.names import TopicNames
 from chronos.settings import LimitSettings
 from chronos.store import codec
@@ -62,6 +69,8 @@ class DecodedBatch:
             batch it may pass as soon as it is read.
         refreshed: indexes in ``items`` of refresh records (``wire.encode_refresh``), whose
             due field holds the slot they were stored at.
+        expired: indexes in ``items`` of expiry tombstones (``wire.encode_expiry``), whose
+            due field holds the slot they end.
         not_authorized: set when Kafka refused chronos reading the inner topic (the node ends).
         gap: set when the next offset to read was no longer in the topic (retention or
             ``DeleteRecords`` removed records before this store read them; the node ends, and
@@ -78,12 +87,14 @@ class DecodedBatch:
     appended: dict[int, EpochMs] = field(default_factory=dict)
     hazard: bool = False
     refreshed: list[int] = field(default_factory=list)
+    expired: list[int] = field(default_factory=list)
     not_authorized: str | None = None
     gap: str | None = None
 
     def merge(self, later: DecodedBatch) -> None:
         """Append ``later``, read after this one, as if both had been read at once."""
         self.refreshed += [len(self.items) + n for n in later.refreshed]
+        self.expired += [len(self.items) + n for n in later.expired]
         self.items += later.items
         self.origins += later.origins
         self.offsets.update(later.offsets)
@@ -153,6 +164,8 @@ def decode_record(
             return _Refreshed((request.id, request.slot_ms, codec.encode(request.message)))
         if isinstance(request, RescheduleRequest):
             return request.id, request.due_ms, RESCHEDULE
+        if isinstance(request, Expiry):
+            return _Expired((request.id, request.due_field, None))
         return request.id, request.cancelled_ms, None
     except DecodeError as exc:
         reason = exc.reason
@@ -164,6 +177,13 @@ def decode_record(
 
 class _Refreshed(tuple[str, EpochMs, bytes | None]):
     """A decoded refresh record: (id, slot, stored value); ``decode_batch`` notes its index."""
+
+    __slots__ = ()
+
+
+class _Expired(tuple[str, EpochMs, bytes | None]):
+    """A decoded expiry tombstone: (id, slot it ends or minus the cancel's time, None);
+    ``decode_batch`` notes its index."""
 
     __slots__ = ()
 
@@ -196,6 +216,9 @@ def decode_batch(
             if type(item) is _Refreshed:
                 batch.refreshed.append(len(items))
                 item = (item[0], item[1], item[2])
+            elif type(item) is _Expired:  # moves no pending message: no hazard
+                batch.expired.append(len(items))
+                item = (item[0], item[1], item[2])
             elif not item[2]:  # a cancel (None) or a reschedule (RESCHEDULE, empty)
                 batch.hazard = True
             items.append(item)
@@ -227,6 +250,7 @@ class ReaderSpec:
         names: internal topic names (never targets).
         batch_max: most records per batch.
         poll_timeout_s: how long one read waits for a record.
+        trust_gaps: see the field.
     """
 
     consumer_config: KafkaConfig
@@ -236,6 +260,9 @@ class ReaderSpec:
     names: TopicNames
     batch_max: int
     poll_timeout_s: float
+    #: Offsets that jump are taken as they come (a compacted topic's removed records), not
+    #: read again: compact mode runs on Apache Kafka, whose gaps are real.
+    trust_gaps: bool = False
 
 
 class InnerReader:
@@ -349,6 +376,9 @@ class InnerReader:
         """The next offset of ``partition`` came as ``landed`` instead of ``wanted``: True when
         that was already seen on a read again from ``wanted`` (a real gap), else seek back and
         False."""
+        if self._spec.trust_gaps:
+            self.gaps_accepted += 1
+            return True
         if self._verifying.get(partition, landed + 1) <= landed:
             del self._verifying[partition]
             self.gaps_accepted += 1

@@ -65,11 +65,13 @@ class Restater(LoopWorker):
     Parameters:
         store: where the outbox is.
         ledger: drops entries whose id the store no longer holds.
-        open_publisher: the producer for restatements (started by this worker).
+        publisher: the producer for restatements (started and stopped by its owner).
         inner_topic: where they go.
         clock: time source (tombstone expiry).
         tombstone_retention_ms: how long a cancel tombstone is kept.
         interval_s: pause between two looks at the outbox.
+        ready: whether the store's slots are the delivering node's own yet (a node alone
+            rebuilding its store has not applied its published cut).
     """
 
     def __init__(
@@ -81,8 +83,10 @@ class Restater(LoopWorker):
         clock: Clock,
         tombstone_retention_ms: int,
         interval_s: float = 0.2,
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
         super().__init__("restater")
+        self._ready = ready
         self._store = store
         self._ledger = ledger
         self._publisher = publisher
@@ -96,7 +100,8 @@ class Restater(LoopWorker):
         self.sent = 0
 
     def step(self) -> None:
-        self.send_due()
+        if self._ready():
+            self.send_due()
         self._stop.wait(self._interval_s)
 
     def send_due(self) -> int:

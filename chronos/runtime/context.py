@@ -42,6 +42,7 @@ class NodeContext:
         publisher: the idempotent publisher: a node alone's deliveries, and every node's
             ingest dead letters (not transactional: each replica sends its own).
         owned: the inner partitions this node ingests.
+        inner_partitions: how many partitions the inner topic has.
         origin: where its store's ingest began (complete or not, see ``schedule/origin.py``).
         floor: the rebuild floor this node publishes while it delivers.
         rebuild: a node alone rebuilding its empty store from Kafka (``runtime/rebuild.py``).
@@ -62,6 +63,7 @@ class NodeContext:
     group: GroupSpec | None
     replica_store: ReplicaStore | None
     owned: list[int]
+    inner_partitions: int
     origin: StoreOrigin
     floor: RebuildFloor
     rebuild: AloneRebuild | None = None
@@ -79,7 +81,7 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
     group = GroupSpec.of(settings)
     published = Published(None, {})
     try:
-        owned = _owned(settings, store)
+        owned, inner_partitions = _owned(settings, store)
         published = read_published(settings, clients)
         # Before anything reads the store: it may be cleared.
         origin = establish_origin(
@@ -96,7 +98,9 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
     # does a node alone that rebuilds its empty store from what it published.
     rebuilding = group is None and origin.fresh and published.cut is not None
     placement = ReplicaPlacement() if group is not None or rebuilding else ALONE
-    ledger = Ledger(store, frontier, clock, settings.delete, placement)
+    # Compact mode: every replica notes what the delivering node must restate.
+    restates = settings.rebuild.mode == "compact"
+    ledger = Ledger(store, frontier, clock, settings.delete, placement, restates=restates)
     replica_store = (
         ReplicaStore(store, frontier, ledger, placement)
         if isinstance(placement, ReplicaPlacement)
@@ -128,6 +132,7 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         group=group,
         replica_store=replica_store,
         owned=owned,
+        inner_partitions=inner_partitions,
         origin=origin,
         floor=RebuildFloor(None if published.cut is None else published.cut.floor),
         published=published,
@@ -135,7 +140,7 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
             ledger.inner_offsets(owned), settings.node.cancel_margin_ms, owned, clock
         ),
         rebuild=(
-            AloneRebuild(published, store, replica_store, placement, owned)
+            AloneRebuild(published, store, replica_store, placement, owned, restates)
             if rebuilding and replica_store is not None and isinstance(placement, ReplicaPlacement)
             else None
         ),
@@ -164,8 +169,9 @@ def _refuse_incomplete(
     )
 
 
-def _owned(settings: ChronosSettings, store: RocksStore) -> list[int]:
-    """The inner partitions this node ingests; refuses a store that holds others.
+def _owned(settings: ChronosSettings, store: RocksStore) -> tuple[list[int], int]:
+    """The inner partitions this node ingests, and how many the topic has; refuses a store
+    that holds others.
 
     Their pending messages would still be delivered while their cancels went to another node,
     and that node, starting without them, would deliver them again: ownership stays with a
@@ -181,4 +187,4 @@ def _owned(settings: ChronosSettings, store: RocksStore) -> list[int]:
             "was filled from (see README, Operations)"
         )
     log.info("ingest_partitions", owned=owned, inner_partitions=count)
-    return owned
+    return owned, count

@@ -45,11 +45,13 @@ def establish_origin(
     fresh = store.read_seek() is None
     began = store.read_began_offsets(partitions)
     new = {p: (0 if p in stored else starts.get(p, 0)) for p in partitions if p not in began}
-    if new and fresh and floor is not None:
+    compacted = settings.rebuild.mode == "compact"
+    # On a compacted topic the live state is the whole topic: a restore reads it from its start.
+    if new and fresh and floor is not None and not compacted:
         new = {p: max(o, floor.offsets.get(p, 0)) for p, o in new.items()}
         store.write_inner_offsets({p: o for p, o in new.items() if o > 0})
         log.info("store_begins_at_floor", began=new, topic_starts=starts)
     if new:
         store.write_began_offsets(new)
         began.update(new)
-    return StoreOrigin(began, gaps, fresh)
+    return StoreOrigin(began, gaps, fresh, compacted)

@@ -69,6 +69,7 @@ class AloneRebuild:
         replica_store: applies the cut, relocates, switches to leading.
         placement: the placement used while rebuilding.
         partitions: the inner partitions the node owns.
+        compacted: the inner topic is compacted (``rebuild.mode = "compact"``).
     """
 
     def __init__(
@@ -78,8 +79,10 @@ class AloneRebuild:
         replica_store: ReplicaStore,
         placement: ReplicaPlacement,
         partitions: list[int],
+        compacted: bool = False,
     ) -> None:
         self._published = published
+        self._compacted = compacted
         self._store = store
         self._replica_store = replica_store
         self._placement = placement
@@ -104,7 +107,13 @@ class AloneRebuild:
         cut = self._published.cut
         seek = 0 if cut is None else cut.seek_ms
         offsets = {} if cut is None else cut.offsets
-        self._replica_store.apply_cut(seek, list(self._published.repeats.values()), {})
+        states = list(self._published.repeats.values())
+        if self._compacted:
+            # A one-shot's state is a reschedule's move, which the restatement of the moved
+            # message carries; the state outlives the id (a re-sent id forgotten in between
+            # would be taken back to it).
+            states = [st for st in states if st.message is None or st.message.repeat is not None]
+        self._replica_store.apply_cut(seek, states, {})
         seek = self._replica_store.lead(seek, self._partitions)
         moved = self._replica_store.relocate_uncovered(seek, offsets, self._partitions)
         self._placement.tracks_arrivals = False

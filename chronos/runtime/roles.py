@@ -31,6 +31,7 @@ from chronos.node.checkpointer import CheckpointWorker
 from chronos.node.cut_publisher import CutPublisher
 from chronos.node.decoder_process import DecoderProcess
 from chronos.node.delete import DeleteWorker
+from chronos.node.expiry import ExpiryWriter, id_partition
 from chronos.node.ingest import IngestWorker
 from chronos.node.inner_reader import BatchSource, DecodedBatch, InnerReader, ReaderSpec
 from chronos.node.partitions import thread_shares
@@ -38,6 +39,7 @@ from chronos.node.progress import ProgressTracker, ProgressWorker
 from chronos.node.push import JobQueue, PushWorker
 from chronos.node.refresh import RefreshWorker
 from chronos.node.reporter import MetricsReporter
+from chronos.node.restater import Restater
 from chronos.node.sender import RetrySchedule, Sender
 from chronos.node.watermark import WatermarkProbe
 from chronos.runtime.context import NodeContext
@@ -75,6 +77,7 @@ def _ingest(ctx: NodeContext, owned: list[int]) -> list[IngestWorker]:
             names,
             s.node.ingest_batch_max,
             s.node.ingest_poll_timeout_ms / 1000.0,
+            trust_gaps=s.rebuild.mode == "compact",
         )
         workers.append(
             IngestWorker(
@@ -210,18 +213,48 @@ def alone(ctx: NodeContext) -> list[Component]:
         *_at_least_once(ctx, ingest, published),
         *ingest,
         _watermark_probe(ctx),
-        _refresher(ctx, ctx.floor),
-        DeleteWorker(ctx.ledger, ctx.settings.delete),
+        _keeper(ctx, ctx.floor),
+        *_deleter(ctx, lambda: ctx.rebuild is None or ctx.rebuild.done),
         CheckpointWorker(
             ctx.store, ctx.settings.node.data_dir, root=ctx.settings.node.checkpoint_dir
         ),
     ]
 
 
-def _refresher(ctx: NodeContext, floor: RebuildFloor) -> RefreshWorker:
-    """The refresh passes of the node that delivers (``node/refresh.py``); a node alone's
-    once its rebuild, if any, finished."""
+def _deleter(ctx: NodeContext, delivering: Callable[[], bool]) -> list[Component]:
+    """The delete worker; in compact mode with the producer of the expiry tombstones it writes
+    while ``delivering`` (``node/expiry.py``), bulk and off the delivery path."""
+    s = ctx.settings
+    if s.rebuild.mode != "compact":
+        return [DeleteWorker(ctx.ledger, s.delete)]
+    publisher = ctx.clients.idempotent("expiry", _REFRESH_PRODUCER)
+    writer = ExpiryWriter(
+        publisher,
+        s.topics.names.inner,
+        id_partition(ctx.owned, ctx.inner_partitions),
+        delivering,
+        s.rebuild.refresh_rate,
+        ctx.metrics,
+    )
+    return [publisher, DeleteWorker(ctx.ledger, s.delete, writer)]
+
+
+def _keeper(ctx: NodeContext, floor: RebuildFloor) -> Component:
+    """What keeps every live message in Kafka while this node delivers: the restater on a
+    compacted inner topic, refresh passes otherwise (``rebuild.mode``); a node alone's once
+    its rebuild, if any, finished (the slots it states must be settled)."""
     rebuild = ctx.rebuild
+    ready = (lambda: True) if rebuild is None else (lambda: rebuild.done)
+    if ctx.settings.rebuild.mode == "compact":
+        return Restater(
+            ctx.store,
+            ctx.ledger,
+            ctx.publisher,
+            ctx.settings.topics.names.inner,
+            ctx.clock,
+            int(ctx.settings.delete.tombstone_retention_s * 1000),
+            ready=ready,
+        )
     return RefreshWorker(
         ctx.store,
         lambda: ctx.ledger.inner_offsets(ctx.owned),
@@ -231,7 +264,7 @@ def _refresher(ctx: NodeContext, floor: RebuildFloor) -> RefreshWorker:
         ctx.settings.rebuild,
         ctx.clock,
         ctx.metrics,
-        ready=(lambda: True) if rebuild is None else (lambda: rebuild.done),
+        ready=ready,
     )
 
 
@@ -270,8 +303,8 @@ def _replica(
             keep_outcomes=s.admin.keeps_outcomes,
         )
 
-    def new_refresher(floor: RebuildFloor) -> RefreshWorker:
-        return _refresher(ctx, floor)
+    def new_refresher(floor: RebuildFloor) -> Component:
+        return _keeper(ctx, floor)
 
     return Replica(
         spec,
@@ -325,13 +358,14 @@ def replica(ctx: NodeContext) -> list[Component]:
         raise ConfigError("a replica needs group.name")
     owned = ctx.owned
     ingest = _ingest(ctx, owned)
+    role = _replica(ctx, ctx.group, ctx.replica_store, owned, ingest)
     return [
         MetricsReporter(ctx.metrics, ctx.ledger),
         ctx.publisher,  # ingest's dead letters and refresh records: every replica has its own
         *ingest,
         _watermark_probe(ctx),
-        _replica(ctx, ctx.group, ctx.replica_store, owned, ingest),
-        DeleteWorker(ctx.ledger, ctx.settings.delete),
+        role,
+        *_deleter(ctx, lambda: role.role == "master"),
         CheckpointWorker(
             ctx.store, ctx.settings.node.data_dir, root=ctx.settings.node.checkpoint_dir
         ),

@@ -13,7 +13,7 @@ following replica at the due time (``chronos/group/placement.py`` builds on ``wr
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -26,6 +26,7 @@ from chronos.model import (
     CancelRequest,
     DecodedRequest,
     DelayMessage,
+    Expiry,
     InnerRequest,
     Refresh,
     RescheduleRequest,
@@ -141,6 +142,11 @@ class ApplyOutcome:
     restated: int = 0
 
 
+#: Hears ids a store forgot, with the slot they were delivered at (a cancel's tombstone: minus
+#: the time of the cancel).
+Gone = Callable[[list[tuple[str, EpochMs]]], None]
+
+
 def resume_frontier(store: RocksStore) -> EpochMs:
     """Where a store's push frontier starts: at the seek, or at the cursor's slot when that
     slot was partly delivered (``Ledger.cursor``), so that no new add is placed into it behind
@@ -247,7 +253,8 @@ class Ledger:
             encoded = [_stored_value(r) for r in requests]
         items = [(r.id, _due_field(r), value) for r, value in zip(requests, encoded, strict=True)]
         refreshed = [n for n, r in enumerate(requests) if isinstance(r, Refresh)]
-        return self.apply_decoded(items, offsets, origins, refreshed)
+        expired = [n for n, r in enumerate(requests) if isinstance(r, Expiry)]
+        return self.apply_decoded(items, offsets, origins, refreshed, expired)
 
     def apply_decoded(
         self,
@@ -255,6 +262,7 @@ class Ledger:
         offsets: Mapping[int, int] | None = None,
         origins: Sequence[tuple[int, int]] | None = None,
         refreshed: Sequence[int] = (),
+        expired: Sequence[int] = (),
     ) -> ApplyOutcome:
         """Apply decoded requests in order as one atomic batch (durable after ``sync``).
 
@@ -265,7 +273,10 @@ class Ledger:
         lost before its WAL was synced is read again from Kafka. ``origins`` (partition,
         offset per item) are recorded for each stored add when the ledger tracks arrivals.
         ``refreshed`` are the indexes of refresh records, whose due field is the slot the
-        delivering node had stored them at (see ``_refresh``).
+        delivering node had stored them at (see ``_refresh``). ``expired`` are the indexes of
+        expiry tombstones (compact mode), (id, slot or minus cancel time, None): a store
+        holding the id as the deliverer did when it forgot it forgets it too; one that holds it
+        otherwise (a newer add or cancel) restates it.
         """
         outcome = ApplyOutcome()
         if not items and not offsets:
@@ -299,12 +310,13 @@ class Ledger:
             leading = placement.leading
             arrivals = origins if placement.tracks_arrivals and origins else None
             copies = frozenset(refreshed)
+            expiries = frozenset(expired)
             fresh: set[str] = set()  # ids added by this batch: not covered by any progress
             restating = self._restates
             # Key -> stored value of what this batch wrote before each flush of ``placed``,
-            # kept only when it reschedules: a reschedule of a message this batch stored
-            # cannot read it from the store yet.
-            written: dict[bytes, bytes] | None = {} if rescheduling else None
+            # kept only when it reschedules or refreshes: a reschedule or refresh of a message
+            # this batch stored cannot read it from the store yet.
+            written: dict[bytes, bytes] | None = {} if rescheduling or refreshed else None
 
             def restate(n: int, message_id: str) -> None:
                 """Note ``message_id`` in the outbox, at the record that left it unstated."""
@@ -355,7 +367,9 @@ class Ledger:
                             flush()
                             if restating:
                                 self._read_back(batch, message_id, origins[n] if origins else None)
-                            at = self._refresh(batch, message_id, due, value, current, frontier)
+                            at = self._refresh(
+                                batch, message_id, due, value, current, frontier, written
+                            )
                             if at is None:
                                 outcome.duplicates += 1
                                 if restating and not _states(current, due):
@@ -386,6 +400,18 @@ class Ledger:
                             batch.put_arrival(keys.arrival_key(*arrivals[n]), raw_id)
                         if earliest is None or slot < earliest:
                             earliest = slot
+                        if restating and codec.null_payload(value):
+                            restate(n, message_id)  # a null value is a tombstone to the cleaner
+                    elif expiries and n in expiries:
+                        if restating and _expiry_left_unstated(current, due):
+                            restate(n, message_id)
+                        if _expiry_ends(current, due):
+                            # The id the deliverer forgot: forgotten here at the same record,
+                            # so an add of it read next is a new message here too.
+                            assert current is not None
+                            flush()
+                            self._forget(batch, message_id, current)
+                            state[message_id] = None
                     else:
                         flush()  # batch order is apply order: adds before this cancel first
                         if restating and due:  # a restated cancel read back
@@ -399,6 +425,7 @@ class Ledger:
                             outcome,
                             leading,
                             message_id in fresh,
+                            restated=bool(due),
                         )
                         if restating and _cancel_left_unstated(current, state[message_id], due):
                             restate(n, message_id)
@@ -409,6 +436,17 @@ class Ledger:
         if earliest is not None:
             self._frontier.notify(earliest)
         return outcome
+
+    def _forget(self, batch: RocksBatch, message_id: str, current: bytes) -> None:
+        """Drop ``message_id`` as the delete worker would (an expiry tombstone read)."""
+        batch.delete_index(message_id)
+        if current[:1] == keys.INDEX_PENDING:
+            key = current[1:]
+            batch.delete_message(key)
+            batch.delete_outcome(key[keys.MS_WIDTH :])
+        else:
+            cancelled_ms = keys.split_cancelled(current)[0]
+            batch.delete_expiry(keys.expiry_key(cancelled_ms + self._tombstone_ms, message_id))
 
     def _read_back(
         self, batch: RocksBatch, message_id: str, origin: tuple[int, int] | None
@@ -436,26 +474,33 @@ class Ledger:
         value: bytes,
         current: bytes | None,
         frontier: EpochMs,
+        written: Mapping[bytes, bytes] | None = None,
     ) -> EpochMs | None:
         """Apply a refresh record; the slot it stored the message at, None when it changed
-        nothing.
+        nothing. ``written``: what this batch stored before it, when it reschedules.
 
         Unknown id (a store rebuilt from the topic, whose first record is gone): stored at the
         slot the delivering node gave it, so it counts as delivered exactly when that node's
         seek passed it, and no arrival is recorded (the committed progress covered it before it
         was refreshed). A node that delivers places one still ahead of its seek after its
         frontier, as any add. Known id: ignored, except a repeat at a later occurrence than the
-        stored one, which moves forward (a rebuilt store reads refreshes of several passes).
-        Cancelled id: ignored, as any add.
+        stored one, which moves forward (a rebuilt store reads refreshes of several passes),
+        and, in compact mode, a store that does not deliver taking a restatement of a message
+        the deliverer moved (a reschedule it decided; this store deferred the reschedule and
+        holds the message as first sent). Cancelled id: ignored, as any add.
         """
         if current is not None and current[:1] != keys.INDEX_PENDING:
             return None
         if current is not None:
             old_key = current[1:]
             stored = self._store.get_messages([old_key])[0]
+            if stored is None and written is not None:
+                stored = written.get(old_key)
             if stored is None:
                 return None  # written by this batch: its own record decides
-            if codec.occurrence_of(value) <= codec.occurrence_of(stored):
+            if codec.occurrence_of(value) <= codec.occurrence_of(stored) and not (
+                self._restates and not self._placement.leading and _moved(value, stored)
+            ):
                 return None
             batch.delete_message(old_key)
         slot = slot_ms
@@ -579,9 +624,20 @@ class Ledger:
         outcome: ApplyOutcome,
         leading: bool,
         fresh: bool = False,
+        restated: bool = False,
     ) -> bytes | None:
+        """Apply a cancel at ``now`` (a ``restated`` one's: when it was first applied); the
+        id's index value after it."""
         if current is not None and current[:1] == keys.INDEX_CANCELLED:
-            return current  # already cancelled
+            held_ms, how = keys.split_cancelled(current)
+            if not restated or held_ms <= now:
+                return current  # already cancelled
+            # A restore read the client's cancel, then its restatement: the first time holds.
+            batch.delete_expiry(keys.expiry_key(held_ms + self._tombstone_ms, message_id))
+            tombstone = keys.index_cancelled(now, how or keys.CANCEL_UNKNOWN)
+            batch.put_index(message_id, tombstone)
+            batch.put_expiry(keys.expiry_key(now + self._tombstone_ms, message_id))
+            return tombstone
         if current is not None:
             key = current[1:]
             slot = keys.slot_of(key)
@@ -691,11 +747,12 @@ class Ledger:
             state == keys.index_pending(key) for (_, key), state in zip(pairs, states, strict=True)
         ]
 
-    def purge_delivered(self, cutoff_ms: EpochMs) -> int:
+    def purge_delivered(self, cutoff_ms: EpochMs, on_gone: Gone | None = None) -> int:
         """Drop messages with slot <= cutoff (must be <= seek) and the index entries of those ids.
 
         Returns how many message keys were dropped. Index entries that moved on (a repeat's
-        later occurrence) are kept.
+        later occurrence) are kept. ``on_gone`` hears, chunk by chunk once written, the ids
+        the store forgot, with their slot (compact mode's expiry tombstones).
         """
         cutoff_ms = min(cutoff_ms, self._seek)
         stop = keys.slot_bound(cutoff_ms + 1)
@@ -709,19 +766,24 @@ class Ledger:
                 ids = [keys.split_message_key(k)[1] for k, _ in rows]
                 states = self._store.get_index(ids)
                 batch = self._store.batch()
+                gone: list[tuple[str, EpochMs]] = []
                 for (key, _), message_id, state in zip(rows, ids, states, strict=True):
                     if state == keys.index_pending(key):
                         batch.delete_index(message_id)
                         batch.delete_outcome(key[keys.MS_WIDTH :])
+                        gone.append((message_id, keys.slot_of(key)))
                 self._store.write(batch)
+            if on_gone is not None and gone:
+                on_gone(gone)
             dropped += len(rows)
             start = rows[-1][0] + b"\x00"
         if dropped:
             self._store.delete_messages_before(stop)
         return dropped
 
-    def expire_tombstones(self) -> int:
-        """Forget cancel tombstones whose retention ended."""
+    def expire_tombstones(self, on_gone: Gone | None = None) -> int:
+        """Forget cancel tombstones whose retention ended; ``on_gone`` as in
+        ``purge_delivered``, with minus the cancel's time for the slot."""
         stop = keys.slot_bound(self._clock.now_ms() + 1)
         expired = 0
         while True:
@@ -732,11 +794,22 @@ class Ledger:
                 ids = [row[keys.MS_WIDTH :].decode() for row in rows]
                 states = self._store.get_index(ids)
                 batch = self._store.batch()
+                gone: list[tuple[str, EpochMs]] = []
                 for row, message_id, state in zip(rows, ids, states, strict=True):
-                    if state is not None and state[:1] == keys.INDEX_CANCELLED:
+                    # Only the cancel this entry was written for: a newer one of the id has
+                    # its own.
+                    if (
+                        state is not None
+                        and state[:1] == keys.INDEX_CANCELLED
+                        and keys.split_cancelled(state)[0] + self._tombstone_ms
+                        == keys.unpack_ms(row[: keys.MS_WIDTH])
+                    ):
                         batch.delete_index(message_id)
+                        gone.append((message_id, -keys.split_cancelled(state)[0]))
                     batch.delete_expiry(row)
                 self._store.write(batch)
+            if on_gone is not None and gone:
+                on_gone(gone)
             expired += len(rows)
 
 
@@ -752,11 +825,46 @@ def _states(current: bytes | None, slot_ms: EpochMs) -> bool:
 
 def _cancel_left_unstated(before: bytes | None, after: bytes | None, due: EpochMs) -> bool:
     """Whether a cancel record (``due``: the time a restated one carries, 0 for a client's)
-    leaves its id's state unstated: it came too late (the message stays), or the id was
-    cancelled before at another time (the first cancel's time holds)."""
+    leaves its id's state unstated: a client's that leaves the id cancelled (its null value is
+    a tombstone to the cleaner, which removes it after ``delete.retention.ms``), one that came
+    too late (the message stays), or the id was cancelled before at another time (the first
+    cancel's time holds)."""
+    if not due and after is not None and after[:1] == keys.INDEX_CANCELLED:
+        return True
     if before is None or after is not before:
         return False
     return before[:1] == keys.INDEX_PENDING or keys.split_cancelled(before)[0] != due
+
+
+def _expiry_left_unstated(current: bytes | None, ends: EpochMs) -> bool:
+    """Whether an expiry tombstone would remove a state this store holds for its id other
+    than the one it ends (``ends``: the delivered message's slot, or minus the time of the
+    cancel): a newer add, a newer cancel. The same state is forgotten here too."""
+    if current is None:
+        return False
+    if current[:1] == keys.INDEX_CANCELLED:
+        return -ends != keys.split_cancelled(current)[0]
+    return keys.slot_of(current[1:]) != ends
+
+
+def _moved(restated: bytes, stored: bytes) -> bool:
+    """Whether a restatement states the stored message moved: the same occurrence with
+    another first due time (a reschedule shifts it)."""
+    return codec.occurrence_of(restated) == codec.occurrence_of(stored) and (
+        codec.first_due_of(restated) != codec.first_due_of(stored)
+    )
+
+
+def _expiry_ends(current: bytes | None, ends: EpochMs) -> bool:
+    """Whether an expiry tombstone ends the state this store holds: the cancel of that time,
+    or a message stored at or before the slot it was delivered at (a follower stores an add
+    at its due time, the deliverer at that or later). A newer add taken for it is forgotten
+    too, and restated by the deliverer, which holds it elsewhere (``_expiry_left_unstated``)."""
+    if current is None:
+        return False
+    if current[:1] == keys.INDEX_CANCELLED:
+        return -ends == keys.split_cancelled(current)[0]
+    return ends > 0 and keys.slot_of(current[1:]) <= ends
 
 
 def _stored_value(request: InnerRequest) -> bytes | None:
@@ -774,6 +882,8 @@ def _due_field(request: InnerRequest) -> EpochMs:
         return request.slot_ms
     if isinstance(request, CancelRequest):
         return request.cancelled_ms
+    if isinstance(request, Expiry):
+        return request.due_field
     return request.due_ms
 
 

@@ -25,15 +25,21 @@ class StoreOrigin:
             node started: (stored next offset, topic's first offset); the store was cleared.
         fresh: the store has no seek yet (new, wiped or cleared, or its rebuild did not
             finish): a node alone then rebuilds from the inner topic and its published progress.
+        compacted: the inner topic is compacted by id (``rebuild.mode = "compact"``).
     """
 
     began: dict[int, int]
     gaps: dict[int, tuple[int, int]] = field(default_factory=dict)
     fresh: bool = False
+    compacted: bool = False
 
     def missing(self, floor: Floor | None) -> dict[int, int]:
         """Partitions (and where ingest began) whose removed records may hold messages this
-        store lacks, given the latest published ``floor``."""
+        store lacks, given the latest published ``floor``. None on a compacted inner topic
+        (``compacted``): the cleaner removes only records a later one of their id replaced,
+        so a store that began at the topic's start reads every id's last record."""
+        if self.compacted:
+            return {}
         return {
             partition: began
             for partition, began in self.began.items()

@@ -109,6 +109,21 @@ def decode(raw: bytes) -> DelayMessage:
     raise DecodeError(f"unknown stored message version {raw[:1]!r}")
 
 
+def null_payload(raw: bytes) -> bool:
+    """Whether a stored message's payload is null, without decoding it (both versions keep
+    the flags at the same place)."""
+    return not raw[1] & _F_VALUE
+
+
+_FIRST_DUE = struct.Struct(">Q")
+
+
+def first_due_of(raw: bytes) -> int:
+    """The first due time of a stored message without decoding the rest (both versions)."""
+    first_due: int = _FIRST_DUE.unpack_from(raw, 2)[0]
+    return first_due
+
+
 _OCCURRENCE_AT = struct.calcsize(">BBQ")
 
 

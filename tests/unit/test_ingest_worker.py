@@ -114,6 +114,7 @@ def test_a_failed_write_restarts_the_source_where_the_store_stands(tmp_path: Pat
         offsets: dict[int, int],
         origins: object = None,
         refreshed: object = (),
+        expired: object = (),
     ) -> object:
         calls["n"] += 1
         if calls["n"] == 2:

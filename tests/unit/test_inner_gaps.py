@@ -94,8 +94,12 @@ class FakeConsumer:
 
 
 class Reader(InnerReader):
-    def __init__(self, consumer: FakeConsumer, partitions: list[int]) -> None:
-        spec = ReaderSpec({}, TOPIC, partitions, LimitSettings(), TopicNames("chronos"), 4, 0.0)
+    def __init__(
+        self, consumer: FakeConsumer, partitions: list[int], trust_gaps: bool = False
+    ) -> None:
+        spec = ReaderSpec(
+            {}, TOPIC, partitions, LimitSettings(), TopicNames("chronos"), 4, 0.0, trust_gaps
+        )
         super().__init__(spec, lambda: NOW)
         self.fake = consumer
 
@@ -152,3 +156,14 @@ def test_a_skip_at_the_end_is_not_reported_as_read() -> None:
     assert idle.positions == {0: 6}  # not 10
     ids = _read_all(reader)
     assert ids == [f"m0-{o}" for o in range(6, 10)]
+
+
+def test_a_compacted_topics_gaps_are_trusted_without_reading_them_again() -> None:
+    """Compact mode (Apache Kafka): the cleaner leaves gaps everywhere; each read again
+    would cost a seek and a fetch of records already read."""
+    present = [0, 3, 4, 9, 10, 11, 17]
+    consumer = FakeConsumer({0: present}, skip={})
+    reader = Reader(consumer, [0], trust_gaps=True)
+    reader.open({})
+    assert _read_all(reader) == [f"m0-{o}" for o in present]
+    assert consumer.seeks == [] and reader.rereads == 0 and reader.gaps_accepted == 3

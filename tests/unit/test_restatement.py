@@ -16,20 +16,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import KafkaError
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chronos import wire
 from chronos.clock import FakeClock
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.kafka.publishers.stub import StubPublisher
-from chronos.model import CancelRequest, DelayMessage, InnerRequest, Refresh, RescheduleRequest
+from chronos.metrics import CountingMetrics
+from chronos.model import (
+    CancelRequest,
+    DelayMessage,
+    Expiry,
+    InnerRequest,
+    Refresh,
+    RescheduleRequest,
+)
+from chronos.node.delete import DeleteWorker
+from chronos.node.expiry import ExpiryWriter
 from chronos.node.restater import Restater
 from chronos.runtime.rebuild import AloneRebuild, Published
 from chronos.schedule import restatement
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import ALONE, Ledger
-from chronos.schedule.progress_record import Cut
+from chronos.schedule.progress_record import Cut, RepeatState
 from chronos.schedule.restatement import Restatement
 from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store import codec, keys
@@ -37,17 +47,19 @@ from chronos.store.rocks import RocksStore
 
 T0 = 1_700_000_000_000
 IDS = ("a", "b", "c")
-RETENTION = DeleteSettings(tombstone_retention_s=3600)
+RETENTION = DeleteSettings(tombstone_retention_s=3600, retention_s=1)
 
 #: One step of a history: ("add", id, due offset from now, payload), ("cancel", id),
 #: ("reschedule", id, due offset), ("deliver", ms the clock moves first).
 _add = st.tuples(
-    st.just("add"), st.sampled_from(IDS), st.integers(-300, 900), st.sampled_from("xy")
+    st.just("add"), st.sampled_from(IDS), st.integers(-300, 900), st.sampled_from(["x", "y", None])
 )
 _cancel = st.tuples(st.just("cancel"), st.sampled_from(IDS))
 _reschedule = st.tuples(st.just("reschedule"), st.sampled_from(IDS), st.integers(-300, 900))
 _deliver = st.tuples(st.just("deliver"), st.integers(0, 600))
-_step = st.one_of(_add, _add, _cancel, _reschedule, _deliver)
+#: A delete pass after the clock moved: delivered ids past retention, cancels past theirs.
+_purge = st.tuples(st.just("purge"), st.sampled_from([0, 2_000, 3_700_000]))
+_step = st.one_of(_add, _add, _cancel, _reschedule, _deliver, _purge)
 
 
 @dataclass
@@ -60,25 +72,35 @@ class Leader:
     clock: FakeClock
     restater: Restater
     publisher: StubPublisher
+    deleter: DeleteWorker
     log: list[InnerRequest] = field(default_factory=list)
+    #: Records of the publisher already queued for the log.
+    seen: int = 0
+    #: Ids a cancel came too late for.
+    too_late: set[str] = field(default_factory=set)
     #: Restatements produced and not in the log yet, each with the records still to come first.
     queued: list[tuple[int, InnerRequest]] = field(default_factory=list)
     cut: Cut | None = None
+    #: The moves published with the cuts, by id (a compacted progress topic keeps the last).
+    moves: dict[str, RepeatState] = field(default_factory=dict)
 
     def append(self, request: InnerRequest) -> None:
         """A record lands in the log; the leader reads it at once."""
         offset = len(self.log)
         self.log.append(request)
-        self.ledger.apply([request], {0: offset + 1}, origins=[(0, offset)])
+        outcome = self.ledger.apply([request], {0: offset + 1}, origins=[(0, offset)])
+        if outcome.cancel_too_late:
+            self.too_late.add(request.id)
 
     def send(self) -> None:
-        """The restater looks at the outbox; what it produces lands 1-3 records later."""
-        before = len(self.publisher.published)
+        """The restater looks at the outbox; what it (and the delete worker's expiry writer)
+        produced lands 1-3 records later."""
         self.restater.send_due()
-        for record in self.publisher.published[before:]:
+        for record in self.publisher.published[self.seen :]:
             assert record.partition == 0, "restated to the partition its id came from"
             wait = 1 + len(self.log) % 3
             self.queued.append((wait, wire.decode(record.value, record.headers)))
+        self.seen = len(self.publisher.published)
 
     def produce_due(self, drain: bool = False) -> None:
         """Append the restatements whose turn came (all, when draining: and what those cause,
@@ -95,22 +117,42 @@ class Leader:
                 return
         raise AssertionError(f"restatements never settle: {self.queued}")
 
+    def purge(self, ms: int) -> None:
+        """The clock moves, everything due is delivered, and the delete worker runs."""
+        self.clock.advance(ms)
+        self.deliver()
+        self.deleter.run_once()
+
     def deliver(self) -> None:
-        """The push worker delivered everything up to now, and the cut was published."""
+        """The push worker delivered everything up to now, and the cut was published with
+        the reschedules' moves (as ``node/cut_publisher.py`` publishes them)."""
         frontier = self.frontier.advance(self.clock.now_ms())
         self.ledger.commit_progress(frontier, [])
         seek, offsets = self.frontier.cut()
         self.cut = Cut(1, seek, offsets, "alone", self.clock.now_ms())
+        moves = self.ledger.moves()
+        for message_id, move in moves.items():
+            self.moves[message_id] = RepeatState(message_id, move.message, move.slot_ms)
+        self.ledger.forget_moves(moves)
 
 
-def _restated_cancel(request: InnerRequest) -> bool:
-    return isinstance(request, CancelRequest) and request.cancelled_ms != 0
+def _tombstone(request: InnerRequest) -> bool:
+    """Whether the record's value is null on the wire: the cleaner removes it too, once
+    ``delete.retention.ms`` passed."""
+    if isinstance(request, CancelRequest):
+        return request.cancelled_ms == 0
+    return isinstance(request, Expiry | RescheduleRequest) or (
+        isinstance(request, DelayMessage) and request.value is None
+    )
 
 
 def _compacted(log: list[InnerRequest]) -> list[tuple[int, InnerRequest]]:
-    """What Kafka's cleaner leaves: each id's last record, at its offset."""
+    """What Kafka's cleaner leaves long after: each id's last record, at its offset, unless
+    it is a tombstone."""
     last = {request.id: offset for offset, request in enumerate(log)}
-    return [(offset, log[offset]) for offset in sorted(last.values())]
+    return [
+        (offset, log[offset]) for offset in sorted(last.values()) if not _tombstone(log[offset])
+    ]
 
 
 def _state(store: RocksStore, seek: int, message_id: str) -> tuple[object, ...]:
@@ -129,16 +171,39 @@ def _state(store: RocksStore, seek: int, message_id: str) -> tuple[object, ...]:
     return ("pending", slot, message.value, message.due_ms)
 
 
-def _restore(path: Path, clock: FakeClock, log: list[InnerRequest], cut: Cut | None) -> RocksStore:
+def _placed_late_across_the_window(store: RocksStore, seek: int, message_id: str) -> bool:
+    """The leader placed the id's add after its due time (late), and the retention cutoff
+    falls between the two: a store restored from its record holds it at its due time (as
+    any follower does) and forgot it a little earlier. Both agree it was delivered."""
+    index = store.get_index([message_id])[0]
+    if index is None or index[:1] != keys.INDEX_PENDING:
+        return False
+    stored = store.get_messages([index[1:]])[0]
+    assert stored is not None
+    cutoff = seek - int(RETENTION.retention_s * 1000)
+    return codec.first_due_of(stored) <= cutoff < keys.slot_of(index[1:])
+
+
+def _restore(path: Path, clock: FakeClock, leader: Leader, compact: bool = True) -> RocksStore:
+    log, cut = leader.log, leader.cut
     store = RocksStore(path, StoreSettings(wal_sync_interval_ms=60_000))
     frontier = Frontier(0)
     placement = ReplicaPlacement()
-    ledger = Ledger(store, frontier, clock, RETENTION, placement)
+    ledger = Ledger(store, frontier, clock, RETENTION, placement, restates=True)
     replica_store = ReplicaStore(store, frontier, ledger, placement)
     replica_store.follow()
-    for offset, request in _compacted(log):
-        ledger.apply([request], {0: offset + 1}, origins=[(0, offset)])
-    AloneRebuild(Published(cut, {}), store, replica_store, placement, [0]).finish()
+    records = _compacted(log) if compact else list(enumerate(log))
+    size = 1 + len(log) % 4  # batches of 1-4 records, as ingest reads them
+    for start in range(0, len(records), size):
+        chunk = records[start : start + size]
+        ledger.apply(
+            [request for _, request in chunk],
+            {0: chunk[-1][0] + 1},
+            origins=[(0, offset) for offset, _ in chunk],
+        )
+    published = Published(cut, dict(leader.moves))
+    AloneRebuild(published, store, replica_store, placement, [0], compacted=True).finish()
+    DeleteWorker(ledger, RETENTION).run_once()  # forgets what is past retention, as the leader
     return store
 
 
@@ -149,10 +214,17 @@ def _restore(path: Path, clock: FakeClock, log: list[InnerRequest], cut: Cut | N
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(steps=st.lists(_step, min_size=1, max_size=25))
+# An id forgotten and sent again before its expiry tombstone lands: the tombstone would remove
+# the new add (restated); the same with a cancel after the tombstone of a delivered id.
+@example(steps=[("add", "a", 0, "x"), ("purge", 2_000), ("add", "a", 0, "y")])
+@example(steps=[("add", "a", 0, "x"), ("purge", 2_000), ("cancel", "a")])
 def test_a_store_restored_from_the_compacted_log_holds_what_the_node_held(
     tmp_path_factory: object, steps: list[tuple[object, ...]]
 ) -> None:
-    """Mutants caught (each seen failing): no restatement of a re-sent add (the re-sent
+    """Delete passes forget delivered ids and expired cancels, and their expiry tombstones
+    land in the log too (the cleaner then removes the id).
+
+    Mutants caught (each seen failing): no restatement of a re-sent add (the re-sent
     payload or due time wins after compaction), of an add after its cancel (delivered after
     a restore), of a reschedule (the message vanishes with its payload), of a too-late cancel
     (a delivered message reported cancelled), of a restatement read back after a change; a
@@ -165,43 +237,72 @@ def test_a_store_restored_from_the_compacted_log_holds_what_the_node_held(
     ledger = Ledger(store, frontier, clock, RETENTION, ALONE, restates=True)
     publisher = StubPublisher(auto=True)
     restater = Restater(store, ledger, publisher, "inner", clock, 3_600_000)
-    leader = Leader(store, frontier, ledger, clock, restater, publisher)
-    for step in steps:
-        kind = step[0]
-        if kind == "add":
-            _, message_id, offset, payload = step
-            due = clock.now_ms() + int(str(offset))
-            leader.append(DelayMessage(str(message_id), "t", None, str(payload).encode(), [], due))
-        elif kind == "cancel":
-            leader.append(CancelRequest(str(step[1])))
-        elif kind == "reschedule":
-            leader.append(RescheduleRequest(str(step[1]), clock.now_ms() + int(str(step[2]))))
-        else:
-            clock.advance(int(str(step[1])))
-            leader.deliver()
-        clock.advance(1)
-        leader.produce_due()
-    leader.produce_due(drain=True)
-    assert not leader.queued and store.scan_outbox(10) == [], "every entry read back"
-    leader.deliver()  # the last cut covers every record
-    restored = _restore(base / "restored", clock, leader.log, leader.cut)
-    seek = leader.ledger.seek_ms
-    last = {request.id: request for request in leader.log}
-    for message_id in IDS:
-        held, got = _state(store, seek, message_id), _state(restored, seek, message_id)
-        if held[0] == got[0] == "cancelled" and not _restated_cancel(last[message_id]):
-            # A client's cancel carries no time: a restore starts its tombstone's lifetime.
-            continue
-        assert got == held, (message_id, leader.log)
-    store.close()
-    restored.close()
+    expiries = ExpiryWriter(publisher, "inner", lambda _: 0, lambda: True, 10**9, CountingMetrics())
+    deleter = DeleteWorker(ledger, RETENTION, expiries)
+    leader = Leader(store, frontier, ledger, clock, restater, publisher, deleter)
+    opened = [store]
+    try:
+        for step in steps:
+            kind = step[0]
+            if kind == "add":
+                _, message_id, offset, payload = step
+                due = clock.now_ms() + int(str(offset))
+                value = None if payload is None else str(payload).encode()
+                leader.append(DelayMessage(str(message_id), "t", None, value, [], due))
+            elif kind == "cancel":
+                leader.append(CancelRequest(str(step[1])))
+            elif kind == "reschedule":
+                leader.append(RescheduleRequest(str(step[1]), clock.now_ms() + int(str(step[2]))))
+            elif kind == "purge":
+                leader.purge(int(str(step[1])))
+            else:
+                clock.advance(int(str(step[1])))
+                leader.deliver()
+            clock.advance(1)
+            leader.produce_due()
+        leader.produce_due(drain=True)
+        # A restatement read back after its id was forgotten brings it back as delivered long
+        # ago; the next delete pass forgets it again (and writes its tombstone again).
+        leader.purge(0)
+        leader.produce_due(drain=True)
+        assert not leader.queued and store.scan_outbox(10) == [], "every entry read back"
+        leader.deliver()  # the last cut covers every record
+        restored = _restore(base / "restored", clock, leader)
+        opened.append(restored)
+        # The cleaner may not have run at all: a restore of the whole log holds the same.
+        uncompacted = _restore(base / "whole", clock, leader, compact=False)
+        opened.append(uncompacted)
+        seek = leader.ledger.seek_ms
+        kept = {request.id for _, request in _compacted(leader.log)}
+        for message_id in IDS:
+            if _placed_late_across_the_window(store, seek, message_id):
+                continue
+            held, got = _state(store, seek, message_id), _state(restored, seek, message_id)
+            assert got == held, (message_id, held, got, steps)
+            whole = _state(uncompacted, seek, message_id)
+            if whole != held and whole[0] == "cancelled" and message_id in leader.too_late:
+                # Known limit: a cancel that came too late, read before the cleaner removed
+                # it, by a store that cannot know the message was delivered (its seek is not
+                # set yet: ``Ledger._cancel``) leaves the id cancelled instead of delivered
+                # or forgotten, and a re-sent add of it is ignored until that tombstone
+                # expires. The cleaner removes such a cancel within max.compaction.lag.ms
+                # (its restatement follows it at once): only a restore that reads it before
+                # then is affected. The compacted restore above holds the same as the node.
+                continue
+            assert whole == held, ("uncompacted", message_id, held, whole, repr(steps))
+            if held == ("unknown",):
+                assert message_id not in kept, ("a forgotten id's records are tombstoned", steps)
+    finally:
+        for each in opened:
+            each.close()
 
 
 def test_records_that_state_themselves_note_nothing_and_a_re_sent_add_is_noted(
     tmp_path: Path,
 ) -> None:
-    """First adds, cancels of pending or unknown ids: no entry (the common path costs no
-    record). A re-sent add is noted on the node that delivers and on a follower alike (the
+    """First adds with a payload: no entry (the common path costs no record). A client's
+    cancel (a null value: a tombstone the cleaner removes) and an add with a null payload
+    are noted; so is a re-sent add, on the node that delivers and on a follower alike (the
     follower may deliver next), only with ``restates`` on, in the partition it came from.
     Mutants caught: noting every add; a follower noting nothing; noting with restates off."""
     clock = FakeClock(T0)
@@ -209,8 +310,17 @@ def test_records_that_state_themselves_note_nothing_and_a_re_sent_add_is_noted(
     ledger = Ledger(store, Frontier(0), clock, RETENTION, ALONE, restates=True)
     first = DelayMessage("a", "t", None, b"x", [], T0 + 500)
     own = ledger.apply([first, DelayMessage("b", "t", None, b"y", [], T0 + 9)], {0: 2})
-    gone = ledger.apply([CancelRequest("b"), CancelRequest("never")], {0: 4})
-    assert own.restated == gone.restated == 0 and store.scan_outbox(10) == []
+    assert own.restated == 0 and store.scan_outbox(10) == []
+    gone = ledger.apply(
+        [CancelRequest("b"), CancelRequest("never"), DelayMessage("n", "t", None, None, [], T0)],
+        {0: 5},
+        origins=[(0, 2), (0, 3), (0, 4)],
+    )
+    assert gone.restated == 3
+    noted = [keys.split_outbox_key(key) for key in store.scan_outbox(10)]
+    assert noted == [(0, 2, "b"), (0, 3, "never"), (0, 4, "n")]
+    for key in store.scan_outbox(10):
+        ledger.drop_restatement(key)
     again = DelayMessage("a", "t", None, b"other", [], T0 + 7)
     assert ledger.apply([again], {3: 8}, origins=[(3, 7)]).restated == 1
     assert store.scan_outbox(10) == [keys.outbox_key(3, 7, "a")]

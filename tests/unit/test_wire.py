@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from chronos import wire
 from chronos.errors import DecodeError, ValidationError
-from chronos.model import CancelRequest, DelayMessage, Refresh
+from chronos.model import CancelRequest, DelayMessage, Expiry, Refresh
 from chronos.names import TopicNames
 from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.settings import LimitSettings
@@ -74,6 +74,7 @@ def test_a_restated_cancel_carries_the_time_it_was_first_applied() -> None:
     whole retention from the restore); a zero or negative time accepted."""
     _, value, headers = wire.encode_cancel("m", 1_700_000_000_123)
     assert (wire.H_CANCELLED, b"1700000000123") in headers
+    assert value == b"", "not null: a compacted topic's cleaner keeps it"
     assert wire.decode(value, headers) == CancelRequest("m", 1_700_000_000_123)
     assert wire.H_CANCELLED not in dict(wire.encode_cancel("m")[2])
     for bad in (b"0", b"-5", b"soon"):
@@ -320,6 +321,27 @@ def test_a_refresh_round_trips_with_its_slot_and_occurrence() -> None:
     key, value, headers = wire.encode_refresh(message, 4500)
     decoded = wire.decode(value, headers)
     assert key == b"r" and decoded == Refresh(message, 4500)
+
+
+def test_a_refresh_of_a_null_payload_is_not_a_tombstone_and_reads_back_null() -> None:
+    """Mutants caught: the null value written as is (the cleaner would remove the message);
+    the marker ignored when read (an empty payload delivered instead of null)."""
+    message = DelayMessage("n", "orders", None, None, [], 2000)
+    _, value, headers = wire.encode_refresh(message, 2500)
+    assert value == b"" and (wire.H_NULL_VALUE, b"1") in headers
+    assert wire.decode(value, headers) == Refresh(message, 2500)
+    with_payload = wire.encode_refresh(DelayMessage("p", "orders", None, b"", [], 2000), 2000)
+    assert wire.H_NULL_VALUE not in dict(with_payload[2]), "an empty payload stays empty"
+    with pytest.raises(DecodeError, match="come together"):
+        wire.decode(b"not empty", headers)
+
+
+def test_an_expiry_tombstone_has_a_null_value_and_names_what_it_ends() -> None:
+    key, value, headers = wire.encode_expiry("gone", 1_700_000_000_000)
+    assert key == b"gone" and value is None
+    assert wire.decode(value, headers) == Expiry("gone", 1_700_000_000_000)
+    _, value, headers = wire.encode_expiry("c", 0, 1_700_000_000_001)
+    assert value is None and wire.decode(value, headers) == Expiry("c", 0, 1_700_000_000_001)
 
 
 @pytest.mark.parametrize(

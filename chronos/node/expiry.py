@@ -1,0 +1,89 @@
+"""Expiry tombstones (compact mode): when an id leaves the delivering node's store, a null
+record keyed by it tells Kafka's cleaner to drop the id's earlier records, so a restore reads
+about the live state and not every id ever sent (``docs/design/live-state.md``).
+
+Only the node that delivers writes them (a node alone; a group's master), off the delivery
+path: the delete worker hands over each chunk it removed, and they go out at most ``rate`` a
+second. A tombstone lost (a failed send, a crash before it went) leaves the id's last record in
+the topic: a restore reads it as a message delivered long ago or an expired cancel, its own
+delete worker forgets the id again and writes the tombstone then. Nothing is retried.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import structlog
+from confluent_kafka import KafkaError
+
+from chronos.kafka.partitioner import partition_of
+from chronos.metrics import Metrics
+from chronos.node.restater import PartitionedPublisher
+from chronos.types import EpochMs
+from chronos.wire import encode_expiry
+
+log = structlog.get_logger(__name__)
+
+
+def id_partition(owned: list[int], partitions: int) -> Callable[[str], int]:
+    """Where an id's records are: a store holds ids of its owned partitions only, so one owned
+    partition says it; otherwise the wire format's partitioning by id (murmur2) does."""
+    if len(owned) == 1:
+        only = owned[0]
+        return lambda _message_id: only
+    return lambda message_id: partition_of(message_id.encode(), partitions)
+
+
+class ExpiryWriter:
+    """Hands each id the store forgot to Kafka as an expiry tombstone, while ``delivering``.
+
+    Parameters:
+        publisher: produces to a given partition.
+        inner_topic: where tombstones go.
+        partition: the inner partition of an id (``id_partition``).
+        delivering: whether this node delivers now (a backup's store forgets ids too).
+        rate: most tombstones a second.
+        metrics: counters ``expiry_tombstones`` and ``expiry_tombstones_failed``.
+    """
+
+    def __init__(
+        self,
+        publisher: PartitionedPublisher,
+        inner_topic: str,
+        partition: Callable[[str], int],
+        delivering: Callable[[], bool],
+        rate: int,
+        metrics: Metrics,
+    ) -> None:
+        self._publisher = publisher
+        self._topic = inner_topic
+        self._partition = partition
+        self._delivering = delivering
+        self._rate = rate
+        self._metrics = metrics
+        self._due = time.monotonic()
+
+    def __call__(self, gone: list[tuple[str, EpochMs]]) -> None:
+        if not self._delivering():
+            return
+        for message_id, ends in gone:
+            key, value, headers = encode_expiry(message_id, max(ends, 0), max(-ends, 0))
+            self._publisher.publish_to(
+                self._topic, self._partition(message_id), key, value, headers, self._done
+            )
+        self._metrics.incr("expiry_tombstones", len(gone))
+        self._pace(len(gone))
+
+    def _pace(self, sent: int) -> None:
+        """Hold the writer to ``rate`` a second: the delete worker's thread waits until the
+        next chunk may go."""
+        now = time.monotonic()
+        self._due = max(self._due, now) + sent / self._rate
+        time.sleep(self._due - now)
+
+    def _done(self, error: KafkaError | None, _message: object) -> None:
+        if error is None:
+            return
+        self._metrics.incr("expiry_tombstones_failed")
+        log.warning("expiry_tombstone_failed", error=str(error))

@@ -1,0 +1,40 @@
+"""Expiry tombstones (``node/expiry.py``): only while this node delivers, each to its id's
+partition, a null value naming what it ends."""
+
+from __future__ import annotations
+
+from chronos import wire
+from chronos.kafka.partitioner import partition_of
+from chronos.kafka.publishers.stub import StubPublisher
+from chronos.metrics import CountingMetrics
+from chronos.model import Expiry
+from chronos.node.expiry import ExpiryWriter, id_partition
+
+
+def test_an_id_goes_to_the_only_owned_partition_or_where_murmur2_puts_it() -> None:
+    assert id_partition([2], 4)("anything") == 2
+    spread = id_partition([0, 1, 2, 3], 4)
+    assert [spread(f"id-{n}") for n in range(20)] == [
+        partition_of(f"id-{n}".encode(), 4) for n in range(20)
+    ]
+
+
+def test_tombstones_go_out_only_while_delivering_and_name_what_they_end() -> None:
+    """Mutants caught: a backup writing tombstones (a master and its backups would each
+    write one per id); a cancel's tombstone naming a slot (a store would keep a newer
+    cancel's state or forget the wrong one)."""
+    publisher = StubPublisher(auto=True)
+    delivering = {"now": False}
+    metrics = CountingMetrics()
+    writer = ExpiryWriter(
+        publisher, "inner", lambda _id: 3, lambda: delivering["now"], 10**9, metrics
+    )
+    writer([("a", 1_700_000_000_000)])
+    assert publisher.published == []
+    delivering["now"] = True
+    writer([("a", 1_700_000_000_000), ("c", -1_700_000_000_005)])
+    first, second = publisher.published
+    assert (first.topic, first.partition, first.key, first.value) == ("inner", 3, b"a", None)
+    assert wire.decode(first.value, first.headers) == Expiry("a", 1_700_000_000_000)
+    assert wire.decode(second.value, second.headers) == Expiry("c", 0, 1_700_000_000_005)
+    assert metrics.totals()["expiry_tombstones"] == 2
