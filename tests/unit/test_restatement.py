@@ -218,6 +218,24 @@ def _restore(path: Path, clock: FakeClock, leader: Leader, compact: bool = True)
 # the new add (restated); the same with a cancel after the tombstone of a delivered id.
 @example(steps=[("add", "a", 0, "x"), ("purge", 2_000), ("add", "a", 0, "y")])
 @example(steps=[("add", "a", 0, "x"), ("purge", 2_000), ("cancel", "a")])
+# Found by random runs: a refresh of a message stored and moved in the same batch; a late add
+# at the retention edge; a re-sent id behind a too-late cancel.
+@example(steps=[("add", "a", 0, None), ("reschedule", "a", 0), ("reschedule", "a", 2)])
+@example(steps=[("deliver", 0), ("add", "a", -224, "x"), ("deliver", 173), ("deliver", 600)])
+@example(
+    steps=[
+        ("add", "a", 0, "x"),
+        ("deliver", 0),
+        *[("add", "a", 0, "x")] * 2,
+        ("cancel", "a"),
+        ("add", "a", 0, "x"),
+        *[("cancel", "a")] * 3,
+        *[("add", "a", 0, "x")] * 3,
+        ("cancel", "a"),
+        ("purge", 2_000),
+        ("add", "a", 2, "x"),
+    ]
+)
 def test_a_store_restored_from_the_compacted_log_holds_what_the_node_held(
     tmp_path_factory: object, steps: list[tuple[object, ...]]
 ) -> None:
