@@ -32,6 +32,7 @@ from chronos.model import (
     RescheduleRequest,
 )
 from chronos.schedule.frontier import Frontier
+from chronos.schedule.restatement import OutboxIndex
 from chronos.settings import DeleteSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksBatch, RocksStore
@@ -142,6 +143,9 @@ class ApplyOutcome:
     restated: int = 0
 
 
+#: Every outbox key (the outbox is read whole once, at start).
+_ALL = 1 << 62
+
 #: Hears ids a store forgot, with the slot they were delivered at (a cancel's tombstone: minus
 #: the time of the cancel).
 Gone = Callable[[list[tuple[str, EpochMs]]], None]
@@ -181,6 +185,8 @@ class Ledger:
     ) -> None:
         self._store = store
         self._restates = restates
+        #: The outbox's keys by id (empty unless ``restates``).
+        self._outbox = OutboxIndex(store.scan_outbox(_ALL) if restates else ())
         self._placement = placement
         self._frontier = frontier
         self._clock = clock
@@ -318,10 +324,15 @@ class Ledger:
             # this batch stored cannot read it from the store yet.
             written: dict[bytes, bytes] | None = {} if rescheduling or refreshed else None
 
+            noted: list[bytes] = []  # outbox keys this batch puts
+            cleared: list[bytes] = []  # and deletes
+
             def restate(n: int, message_id: str) -> None:
                 """Note ``message_id`` in the outbox, at the record that left it unstated."""
                 partition, offset = origins[n] if origins else (0, 0)
-                batch.put_outbox(keys.outbox_key(partition, offset, message_id))
+                key = keys.outbox_key(partition, offset, message_id)
+                batch.put_outbox(key)
+                noted.append(key)
                 outcome.restated += 1
 
             def flush() -> None:
@@ -366,7 +377,9 @@ class Ledger:
                         if copies and n in copies:
                             flush()
                             if restating:
-                                self._read_back(batch, message_id, origins[n] if origins else None)
+                                cleared += self._read_back(
+                                    batch, message_id, origins[n] if origins else None
+                                )
                             at = self._refresh(
                                 batch, message_id, due, value, current, frontier, written
                             )
@@ -415,7 +428,9 @@ class Ledger:
                     else:
                         flush()  # batch order is apply order: adds before this cancel first
                         if restating and due:  # a restated cancel read back
-                            self._read_back(batch, message_id, origins[n] if origins else None)
+                            cleared += self._read_back(
+                                batch, message_id, origins[n] if origins else None
+                            )
                         state[message_id] = self._cancel(
                             batch,
                             message_id,
@@ -433,6 +448,11 @@ class Ledger:
                 for partition, offset in (offsets or {}).items():
                     batch.set_inner_offset(partition, offset)
                 self._store.write(batch)
+            if noted or cleared:
+                for key in cleared:
+                    self._outbox.remove(key)
+                for key in noted:
+                    self._outbox.add(key)
         if earliest is not None:
             self._frontier.notify(earliest)
         return outcome
@@ -450,14 +470,13 @@ class Ledger:
 
     def _read_back(
         self, batch: RocksBatch, message_id: str, origin: tuple[int, int] | None
-    ) -> None:
+    ) -> list[bytes]:
         """A restatement of ``message_id`` was read back at ``origin``: the outbox entries of
-        the id decided before it are done (whoever wrote it). The outbox is small (rare
-        records), so it is scanned."""
-        for key in self._store.scan_outbox(_CHUNK):
-            partition, offset, entry_id = keys.split_outbox_key(key)
-            if entry_id == message_id and (origin is None or (partition, offset) < origin):
-                batch.delete_outbox(key)
+        the id decided before it are done (whoever wrote it); the keys deleted."""
+        done = self._outbox.before(message_id, origin)
+        for key in done:
+            batch.delete_outbox(key)
+        return done
 
     def drop_restatement(self, key: bytes) -> None:
         """Forget an outbox entry whose id the store no longer holds (nothing to restate)."""
@@ -465,6 +484,7 @@ class Ledger:
             batch = self._store.batch()
             batch.delete_outbox(key)
             self._store.write(batch)
+            self._outbox.remove(key)
 
     def _refresh(
         self,

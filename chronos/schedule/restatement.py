@@ -24,6 +24,7 @@ it was first applied (``wire.encode_cancel``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from chronos.store import keys
@@ -77,3 +78,38 @@ def pending(store: RocksStore, limit: int = 10_000) -> list[tuple[bytes, Restate
         partition, _, message_id = keys.split_outbox_key(key)
         found.append((key, current(store, message_id, partition)))
     return found
+
+
+class OutboxIndex:
+    """The outbox's keys by id, in memory (built from the store at start): a restatement read
+    back finds its id's entries without scanning the outbox, which grows on a follower and on a
+    node that cannot send (a failover check with 200 cancels a second left 17,000-23,000
+    entries, and a scan per read-back made a restarting replica's ingest fall minutes
+    behind). Changed only after the write that changed the store."""
+
+    def __init__(self, stored: Iterable[bytes] = ()) -> None:
+        self._by_id: dict[str, list[bytes]] = {}
+        for key in stored:
+            self.add(key)
+
+    def add(self, key: bytes) -> None:
+        self._by_id.setdefault(keys.split_outbox_key(key)[2], []).append(key)
+
+    def remove(self, key: bytes) -> None:
+        message_id = keys.split_outbox_key(key)[2]
+        entries = self._by_id.get(message_id)
+        if entries is not None and key in entries:
+            entries.remove(key)
+            if not entries:
+                del self._by_id[message_id]
+
+    def before(self, message_id: str, origin: tuple[int, int] | None) -> list[bytes]:
+        """The entries of ``message_id`` decided at records before ``origin`` (all: None)."""
+        return [
+            key
+            for key in self._by_id.get(message_id, ())
+            if origin is None or keys.split_outbox_key(key)[:2] < origin
+        ]
+
+    def __len__(self) -> int:
+        return sum(len(entries) for entries in self._by_id.values())
