@@ -33,11 +33,15 @@ class LoopWorker:
     Parameters:
         name: thread and log name.
         error_backoff_s: pause after a failed step, doubling up to 5 s.
+        stop: the event ``stop`` sets (a new one when None); shared with whatever waits on
+            this thread and must wake when it is asked to stop.
     """
 
-    def __init__(self, name: str, error_backoff_s: float = 0.1) -> None:
+    def __init__(
+        self, name: str, error_backoff_s: float = 0.1, stop: threading.Event | None = None
+    ) -> None:
         self.name = name
-        self._stop = threading.Event()
+        self._stop = threading.Event() if stop is None else stop
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._backoff = error_backoff_s
 

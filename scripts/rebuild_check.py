@@ -17,8 +17,16 @@ deletes every record below it (``DeleteRecords``: what retention does after days
 * ``d``: an inner topic with ``cleanup.policy=delete`` and ``retention.ms=20000``: the node
   must refuse to start, naming the setting.
 
+With ``--mode compact`` (``rebuild.mode = "compact"``) the nodes keep a compacted inner topic
+instead, and "trim" means: Kafka's log cleaner compacted the topic up to its end as of now, and
+once more after ``delete.retention.ms`` so that the tombstones written before are gone too (the
+topic rolls a segment every few seconds, so the cleaner reaches its head; the delete worker runs
+every 5 s with 30 s of retention, so delivered and cancelled ids leave by expiry tombstones
+during the run). Scenario ``d`` then gives the topic ``cleanup.policy=compact,delete``.
+
     python scripts/rebuild_check.py --scenario a
     python scripts/rebuild_check.py --scenario all
+    python scripts/rebuild_check.py --scenario all --mode compact
 
 The last line of output is the JSON summary of each scenario. Exit code 0 when all hold.
 """
@@ -42,7 +50,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from failover_check import Group, Load, Replica, Seen, Summary, verify
 
-from chronos.devstack.brokers import start_local_broker
+from chronos.devstack.brokers import LocalBroker, start_local_broker
+from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.watch import DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.kafka.clients import KafkaClients
@@ -76,18 +85,19 @@ def _floor(settings_path: Path, group: bool) -> dict[int, int] | None:
 TRIM_WITHOUT_FLOOR = False
 
 
-def trim(
-    admin: AdminClient, settings_path: Path, group: bool, timeout_s: float = 180
-) -> dict[int, int]:
+#: Set by --mode compact: the broker's log directory, where the cleaner's checkpoint says how
+#: far it compacted (trim then waits for compaction instead of deleting records).
+COMPACTED_LOG_DIR: Path | None = None
+BOOTSTRAP = ""
+
+
+def trim(admin: AdminClient, settings_path: Path, group: bool, timeout_s: float = 180) -> Any:
     """Wait until a floor covers the inner topic's end as of now, then delete below it."""
+    if COMPACTED_LOG_DIR is not None:
+        return compact_trim(admin, BOOTSTRAP, COMPACTED_LOG_DIR, settings_path)
     settings = load_settings(settings_path)
     inner = settings.topics.names.inner
-    meta = admin.list_topics(inner, timeout=30).topics[inner]
-    from confluent_kafka.admin._listoffsets import OffsetSpec
-
-    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-    futures = admin.list_offsets({TopicPartition(inner, p): latest for p in meta.partitions})
-    ends = {tp.partition: f.result(30).offset for tp, f in futures.items()}
+    ends = _ends(admin, inner)
     deadline = time.monotonic() + timeout_s
     floor: dict[int, int] = ends
     while not TRIM_WITHOUT_FLOOR:
@@ -106,9 +116,117 @@ def trim(
     return floor
 
 
+#: The inner topic's cleaner settings in compact mode: roll a segment every few seconds and
+#: clean whatever is dirty, so that compaction reaches the topic's head during the run.
+COMPACT_TOPIC = {
+    "segment.ms": "3000",
+    "min.cleanable.dirty.ratio": "0.01",
+    "max.compaction.lag.ms": "3000",
+    "delete.retention.ms": "60000",
+}
+
+#: How often (and how far behind) the delete worker expires ids in compact mode.
+COMPACT_DELETE = "[delete]\ninterval_s = 5\nretention_s = 30\ntombstone_retention_s = 60\n"
+
+
 def _rebuild_section(args: argparse.Namespace) -> str:
     """The nodes' [rebuild] settings; none with ``--refresh 0`` (a release without them)."""
+    if args.mode == "compact":
+        return f'[rebuild]\nmode = "compact"\n{COMPACT_DELETE}'
     return f"[rebuild]\nrefresh_interval_s = {args.refresh}\n" if args.refresh else ""
+
+
+def _ends(admin: AdminClient, inner: str) -> dict[int, int]:
+    from confluent_kafka.admin._listoffsets import OffsetSpec
+
+    meta = admin.list_topics(inner, timeout=30).topics[inner]
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    futures = admin.list_offsets({TopicPartition(inner, p): latest for p in meta.partitions})
+    return {tp.partition: f.result(30).offset for tp, f in futures.items()}
+
+
+def compact_settings(admin: AdminClient, settings_path: Path) -> None:
+    """Set :data:`COMPACT_TOPIC` on the inner topic the first node created."""
+    from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+    from confluent_kafka.admin._resource import ResourceType
+
+    inner = load_settings(settings_path).topics.names.inner
+    entries = [
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in COMPACT_TOPIC.items()
+    ]
+    resource = ConfigResource(ResourceType.TOPIC, inner, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
+def _cleaned(log_dir: Path, inner: str) -> dict[int, int]:
+    """How far the broker's log cleaner has cleaned each partition of ``inner``."""
+    path = log_dir / "cleaner-offset-checkpoint"
+    found: dict[int, int] = {}
+    if not path.exists():
+        return found
+    for line in path.read_text().splitlines()[2:]:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == inner:
+            found[int(parts[1])] = int(parts[2])
+    return found
+
+
+def _wait_cleaned(log_dir: Path, inner: str, ends: dict[int, int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        cleaned = _cleaned(log_dir, inner)
+        if all(cleaned.get(p, 0) >= end for p, end in ends.items() if end > 0):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the cleaner did not reach {ends} in {timeout_s} s ({cleaned})")
+        time.sleep(1.0)
+
+
+def _records(bootstrap: str, inner: str, ends: dict[int, int]) -> int:
+    """Records left in ``inner`` below ``ends`` (what a restore reads of that range)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"rebuild-check-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    wanted = {p: end for p, end in ends.items() if end > 0}
+    consumer.assign([TopicPartition(inner, p, OFFSET_BEGINNING) for p in wanted])
+    count, done = 0, set[int]()
+    try:
+        while len(done) < len(wanted):
+            for message in consumer.consume(10_000, 1.0):
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None
+                if message.error() is not None:
+                    done.add(partition)  # end of partition
+                elif offset < wanted[partition]:
+                    count += 1
+                else:
+                    done.add(partition)
+    finally:
+        consumer.close()
+    return count
+
+
+def compact_trim(admin: AdminClient, bootstrap: str, log_dir: Path, settings_path: Path) -> Any:
+    """Wait until the cleaner compacted the inner topic up to its end as of now, then once
+    more after ``delete.retention.ms`` (a tombstone outlives its first cleaning that long)."""
+    inner = load_settings(settings_path).topics.names.inner
+    _wait_cleaned(log_dir, inner, _ends(admin, inner), 180)
+    time.sleep(int(COMPACT_TOPIC["delete.retention.ms"]) / 1000 + 1)
+    ends = _ends(admin, inner)
+    _wait_cleaned(log_dir, inner, ends, 180)
+    kept = _records(bootstrap, inner, ends)
+    offsets = sum(ends.values())
+    print(f"compacted the inner topic to {ends}: {kept} records left of {offsets} offsets")
+    return {"ends": ends, "records_left": kept, "offsets": offsets}
 
 
 def replace_disk(replica: Replica) -> None:
@@ -142,6 +260,8 @@ def run_group(
         group.other(first).process.start()
         group.other(first).process.wait_ready(60)
         config = first.config
+        if args.mode == "compact":
+            compact_settings(admin, config)
         topic = f"{namespace}-target"
         create_topic(load_settings(config), topic, partitions=4)
         committed, uncommitted = Seen(), Seen()
@@ -160,7 +280,7 @@ def run_group(
                 backup = group.other(master)
                 since = len(backup.events("replica_eligible"))
                 replace_disk(backup)
-                if args.refresh:
+                if args.refresh or args.mode == "compact":
                     facts[f"complete_after_s_{round_}"] = round(wait_complete(backup, since), 1)
                 else:  # an earlier release says nothing about completeness
                     backup.process.wait_ready(300)
@@ -205,6 +325,8 @@ def run_alone(
     try:
         node.process.start()
         node.process.wait_ready(60)
+        if args.mode == "compact":
+            compact_settings(admin, node.config)
         topic = f"{namespace}-target"
         create_topic(load_settings(node.config), topic, partitions=4)
         committed, uncommitted = Seen(), Seen()
@@ -247,13 +369,18 @@ def run_alone(
             node.process.terminate()
 
 
-def run_refusal(workdir: Path, bootstrap: str, admin: AdminClient) -> dict[str, Any]:
+def run_refusal(
+    args: argparse.Namespace, workdir: Path, bootstrap: str, admin: AdminClient
+) -> dict[str, Any]:
     namespace = f"rb{uuid.uuid4().hex[:8]}"
     (workdir / "d").mkdir(parents=True, exist_ok=True)
     inner = f"{namespace}.inner"
     config = {"cleanup.policy": "delete", "retention.ms": "20000"}
+    if args.mode == "compact":  # deletion by age beside compaction
+        config["cleanup.policy"] = "compact,delete"
     admin.create_topics([NewTopic(inner, 1, 1, config=config)])[inner].result(30)
-    node = Replica("d", workdir / "d", bootstrap, namespace, group=None)
+    extra = _rebuild_section(args)
+    node = Replica("d", workdir / "d", bootstrap, namespace, group=None, extra=extra)
     result = subprocess.run(
         [sys.executable, "-m", "chronos.cli.entry", "run", "--config", str(node.config)],
         capture_output=True,
@@ -261,12 +388,13 @@ def run_refusal(workdir: Path, bootstrap: str, admin: AdminClient) -> dict[str, 
         timeout=120,
     )
     output = result.stdout + result.stderr
-    refused = result.returncode != 0 and "retention.ms" in output
+    setting = "cleanup.policy" if args.mode == "compact" else "retention.ms"
+    refused = result.returncode != 0 and setting in output
     print(output.strip().splitlines()[-1] if output.strip() else "(no output)")
     return {
         "scenario": "d",
         "exit_code": result.returncode,
-        "names_retention_ms": "retention.ms" in output,
+        "names_setting": setting in output,
         "ok": refused,
     }
 
@@ -286,6 +414,12 @@ def main() -> int:
         default=10.0,
         help="rebuild.refresh_interval_s (0: no [rebuild] section, for an earlier release)",
     )
+    parser.add_argument(
+        "--mode",
+        choices=["refresh", "compact"],
+        default="refresh",
+        help="rebuild.mode of the nodes (compact: trim waits for Kafka's log cleaner)",
+    )
     parser.add_argument("--window", type=int, default=3000, help="c: crash window, ms")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument(
@@ -295,11 +429,18 @@ def main() -> int:
     )
     parser.add_argument("--keep", default=None, help="work directory to keep (logs, stores)")
     args = parser.parse_args()
-    global TRIM_WITHOUT_FLOOR
+    global TRIM_WITHOUT_FLOOR, COMPACTED_LOG_DIR, BOOTSTRAP
     TRIM_WITHOUT_FLOOR = args.trim_without_floor
     workdir = Path(args.keep or tempfile.mkdtemp(prefix="chronos-rebuild-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    broker = start_local_broker("kafka", workdir / "broker.log")
+    broker: LocalBroker
+    if args.mode == "compact":
+        kafka = KafkaBroker(
+            log_path=workdir / "broker.log", properties={"log.cleaner.backoff.ms": "2000"}
+        ).start()
+        COMPACTED_LOG_DIR, BOOTSTRAP, broker = kafka.data_dir, kafka.bootstrap, kafka
+    else:
+        broker = start_local_broker("kafka", workdir / "broker.log")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     results = []
     try:
@@ -310,7 +451,7 @@ def main() -> int:
             elif scenario == "c":
                 results.append(run_alone(args, workdir, broker.bootstrap, admin))
             else:
-                results.append(run_refusal(workdir, broker.bootstrap, admin))
+                results.append(run_refusal(args, workdir, broker.bootstrap, admin))
             print(json.dumps(results[-1]))
     finally:
         broker.stop()

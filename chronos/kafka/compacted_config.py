@@ -19,10 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-CLEANUP_POLICY = "cleanup.policy"
+from chronos.kafka.config_values import (
+    CLEANUP_POLICY,
+    LOG_APPEND_TIME,
+    TIMESTAMP_TYPE,
+    integer,
+    policies,
+    timestamp_advice,
+)
+
 TOMBSTONE_MS = "delete.retention.ms"
-TIMESTAMP_TYPE = "message.timestamp.type"
-LOG_APPEND_TIME = "LogAppendTime"
 
 #: The shortest ``delete.retention.ms``: a restore reads the topic within it.
 MIN_TOMBSTONE_MS = 60_000
@@ -38,29 +44,18 @@ CLEANER = {
 TOMBSTONE_FIX_MS = 2 * MIN_TOMBSTONE_MS
 
 
-def _policies(value: str) -> set[str]:
-    return {p.strip().lower() for p in value.strip().strip("[]").split(",") if p.strip()}
-
-
-def _integer(value: str | None) -> int | None:
-    try:
-        return None if value is None else int(value.strip())
-    except ValueError:
-        return None
-
-
 def problems(config: Mapping[str, str]) -> list[str]:
     """Each way ``config`` (as DescribeConfigs answers) could remove the last record of a live
     id, one sentence each; empty when the topic is safe for compact mode."""
     found: list[str] = []
     policy = config.get(CLEANUP_POLICY)
-    if policy is None or _policies(policy) != {"compact"}:
+    if policy is None or policies(policy) != {"compact"}:
         found.append(
             f"cleanup.policy={policy} on the inner topic is not exactly compact "
             "(rebuild.mode = compact): deletion by age or size would remove the last record "
             "of a pending message"
         )
-    tombstone_ms = _integer(config.get(TOMBSTONE_MS))
+    tombstone_ms = integer(config.get(TOMBSTONE_MS))
     if tombstone_ms is None or tombstone_ms < MIN_TOMBSTONE_MS:
         found.append(
             f"delete.retention.ms={config.get(TOMBSTONE_MS)} on the inner topic is shorter "
@@ -80,13 +75,7 @@ def advice(config: Mapping[str, str]) -> list[str]:
                 f"{name}={have} on the inner topic: the cleaner leaves more for a restore to "
                 f"read than with {value}"
             )
-    kind = config.get(TIMESTAMP_TYPE)
-    if kind is not None and kind != LOG_APPEND_TIME:
-        said.append(
-            f"{TIMESTAMP_TYPE}={kind} on the inner topic: the cancel gate then waits for its "
-            "probes; LogAppendTime lets records prove ingest's progress as they are read"
-        )
-    return said
+    return said + timestamp_advice(config)
 
 
 def _worse(name: str, have: str, wanted: str) -> bool:
@@ -99,17 +88,16 @@ def _worse(name: str, have: str, wanted: str) -> bool:
 def wanted(config: Mapping[str, str]) -> dict[str, str]:
     """What ``chronos topics fix`` sets (name -> value): only what is unsafe or advised."""
     changes: dict[str, str] = {}
-    if _policies(config.get(CLEANUP_POLICY, "")) != {"compact"}:
+    if policies(config.get(CLEANUP_POLICY, "")) != {"compact"}:
         changes[CLEANUP_POLICY] = "compact"
-    tombstone_ms = _integer(config.get(TOMBSTONE_MS))
+    tombstone_ms = integer(config.get(TOMBSTONE_MS))
     if tombstone_ms is None or tombstone_ms < MIN_TOMBSTONE_MS:
         changes[TOMBSTONE_MS] = str(TOMBSTONE_FIX_MS)
     for name, value in CLEANER.items():
         have = config.get(name)
         if have is None or _worse(name, have, value):
             changes[name] = value
-    kind = config.get(TIMESTAMP_TYPE)
-    if kind is not None and kind != LOG_APPEND_TIME:
+    if timestamp_advice(config):
         changes[TIMESTAMP_TYPE] = LOG_APPEND_TIME
     return changes
 

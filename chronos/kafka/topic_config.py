@@ -17,7 +17,7 @@ One setting is advice, not safety: ``message.timestamp.type`` ``LogAppendTime`` 
 stamp every record with its append time, which the cancel gate takes as proof of ingest's
 progress without a round trip (``node/watermark.py``); with ``CreateTime`` (Kafka's default)
 the gate waits for its probes, and deliveries run later under load. A node starts either way,
-logging ``inner_topic_advice``.
+logging ``timestamp_advice``.
 
 ``local.retention.*`` (tiered storage) is ignored: records moved to remote storage are still
 read by consumers.
@@ -51,15 +51,20 @@ from confluent_kafka.admin._resource import ResourceType
 from chronos.errors import ConfigError
 from chronos.kafka import compacted_config
 from chronos.kafka.clients import KafkaClients
+from chronos.kafka.config_values import (
+    CLEANUP_POLICY,
+    LOG_APPEND_TIME,
+    TIMESTAMP_TYPE,
+    integer,
+    policies,
+    timestamp_advice,
+)
 from chronos.settings import ChronosSettings, RebuildSettings
 
 log = structlog.get_logger(__name__)
 
-CLEANUP_POLICY = "cleanup.policy"
 RETENTION_BYTES = "retention.bytes"
 RETENTION_MS = "retention.ms"
-TIMESTAMP_TYPE = "message.timestamp.type"
-LOG_APPEND_TIME = "LogAppendTime"
 #: The topic configs the check reads; an answer without one of them cannot be checked.
 CHECKED = (CLEANUP_POLICY, RETENTION_BYTES, RETENTION_MS)
 
@@ -79,18 +84,6 @@ def required_retention_ms(refresh_interval_s: float) -> int:
     return math.ceil(2 * refresh_interval_s * 1000)
 
 
-def _policies(value: str) -> set[str]:
-    """``"compact,delete"`` (also ``"[compact, delete]"``) as ``{"compact", "delete"}``."""
-    return {p.strip().lower() for p in value.strip().strip("[]").split(",") if p.strip()}
-
-
-def _integer(value: str) -> int | None:
-    try:
-        return int(value.strip())
-    except ValueError:
-        return None
-
-
 def inner_topic_problems(config: Mapping[str, str], refresh_interval_s: float) -> list[str]:
     """Each way the inner topic's ``config`` (name -> value, as DescribeConfigs answers) could
     remove the record of a pending message before its refresh, as one sentence naming the
@@ -105,8 +98,8 @@ def inner_topic_problems(config: Mapping[str, str], refresh_interval_s: float) -
             "delete: compaction could keep a later duplicate add of a message instead of the "
             "first one"
         )
-    elif _policies(policy) != {"delete"}:
-        if "compact" in _policies(policy):
+    elif policies(policy) != {"delete"}:
+        if "compact" in policies(policy):
             why = (
                 "compaction keeps the latest record of a message id, a later duplicate add "
                 "instead of the first one, which changes what a rebuilt replica schedules "
@@ -122,7 +115,7 @@ def inner_topic_problems(config: Mapping[str, str], refresh_interval_s: float) -
             "retention.bytes of the inner topic is not reported by the broker; it must be -1: "
             "size-based deletion can remove the record of any pending message"
         )
-    elif _integer(size) != -1:
+    elif integer(size) != -1:
         problems.append(
             f"retention.bytes={size} on the inner topic is not -1: size-based deletion can "
             "remove the record of any pending message, however recently it was refreshed"
@@ -136,7 +129,7 @@ def inner_topic_problems(config: Mapping[str, str], refresh_interval_s: float) -
             "record could be removed before it is refreshed"
         )
     else:
-        ms = _integer(age)
+        ms = integer(age)
         if ms is None or (ms != -1 and ms < required_ms):
             problems.append(
                 f"retention.ms={age} on the inner topic is shorter than 2 x "
@@ -159,7 +152,7 @@ def advice_for(config: Mapping[str, str], rebuild: RebuildSettings) -> list[str]
     """The advice on ``config`` for the node's ``rebuild.mode``."""
     if rebuild.mode == "compact":
         return compacted_config.advice(config)
-    return inner_topic_advice(config)
+    return timestamp_advice(config)
 
 
 def _reason(topic: str, error: KafkaError, permission: str) -> str:
@@ -206,26 +199,12 @@ def _admin(settings: ChronosSettings) -> AdminClient:
     return KafkaClients(settings.kafka, settings.node.node_id).admin()
 
 
-def inner_topic_advice(config: Mapping[str, str]) -> list[str]:
-    """What in the inner topic's ``config`` makes deliveries later than they need be (it loses
-    nothing), as one sentence each; empty when nothing. A broker that does not report the
-    setting gets no advice (Tansu keeps the producer's time whatever it is told)."""
-    kind = config.get(TIMESTAMP_TYPE)
-    if kind is None or kind == LOG_APPEND_TIME:
-        return []
-    return [
-        f"{TIMESTAMP_TYPE}={kind} on the inner topic: the cancel gate then proves ingest's "
-        "progress by probes only, and deliveries under load wait for them; LogAppendTime "
-        "(chronos topics fix) lets records prove it as they are read"
-    ]
-
-
 def check_inner_topic(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
     """Refuse an inner topic that could remove a pending message's record before its refresh.
 
     Raises ConfigError listing every problem (and how to repair them), or when the
     configuration cannot be read; logs ``inner_topic_config_unknown`` and returns when the
-    broker cannot tell (see :func:`read_topic_config`), and ``inner_topic_advice`` for what
+    broker cannot tell (see :func:`read_topic_config`), and ``timestamp_advice`` for what
     only makes deliveries later. Whether to check at all (``rebuild.check_inner_topic``) is
     the caller's decision.
     """
@@ -253,15 +232,15 @@ def check_inner_topic(settings: ChronosSettings, timeout_s: float = 30.0) -> Non
 def _wanted(config: Mapping[str, str], refresh_interval_s: float) -> dict[str, str]:
     """What :func:`fix_inner_topic` sets (name -> new value): only what is not safe yet."""
     changes: dict[str, str] = {}
-    if _policies(config.get(CLEANUP_POLICY, "")) != {"delete"}:
+    if policies(config.get(CLEANUP_POLICY, "")) != {"delete"}:
         changes[CLEANUP_POLICY] = "delete"
-    if _integer(config.get(RETENTION_BYTES, "")) != -1:
+    if integer(config.get(RETENTION_BYTES, "")) != -1:
         changes[RETENTION_BYTES] = "-1"
     required = required_retention_ms(refresh_interval_s)
-    current = _integer(config.get(RETENTION_MS, ""))
+    current = integer(config.get(RETENTION_MS, ""))
     if current is None or (current != -1 and current < required):
         changes[RETENTION_MS] = str(required if current is None else max(current, required))
-    if inner_topic_advice(config):
+    if timestamp_advice(config):
         changes[TIMESTAMP_TYPE] = LOG_APPEND_TIME
     return changes
 

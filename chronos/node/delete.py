@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import structlog
 
 from chronos.lifecycle import LoopWorker
@@ -19,12 +21,17 @@ class DeleteWorker(LoopWorker):
         ledger: owns the schedule writes.
         settings: interval and retention.
         on_gone: hears the ids the store forgot (compact mode: ``node/expiry.py``).
+        stop: the event that stops this worker, when ``on_gone`` waits on it too.
     """
 
     def __init__(
-        self, ledger: Ledger, settings: DeleteSettings, on_gone: Gone | None = None
+        self,
+        ledger: Ledger,
+        settings: DeleteSettings,
+        on_gone: Gone | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
-        super().__init__("delete")
+        super().__init__("delete", stop=stop)
         self._ledger = ledger
         self._settings = settings
         self._on_gone = on_gone

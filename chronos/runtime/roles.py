@@ -8,6 +8,7 @@ the progress worker makes its final seek commit last.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from functools import partial
 
@@ -228,6 +229,7 @@ def _deleter(ctx: NodeContext, delivering: Callable[[], bool]) -> list[Component
     if s.rebuild.mode != "compact":
         return [DeleteWorker(ctx.ledger, s.delete)]
     publisher = ctx.clients.idempotent("expiry", _REFRESH_PRODUCER)
+    stopping = threading.Event()
     writer = ExpiryWriter(
         publisher,
         s.topics.names.inner,
@@ -235,8 +237,9 @@ def _deleter(ctx: NodeContext, delivering: Callable[[], bool]) -> list[Component
         delivering,
         s.rebuild.refresh_rate,
         ctx.metrics,
+        stopping,
     )
-    return [publisher, DeleteWorker(ctx.ledger, s.delete, writer)]
+    return [publisher, DeleteWorker(ctx.ledger, s.delete, writer, stopping)]
 
 
 def _keeper(ctx: NodeContext, floor: RebuildFloor) -> Component:

@@ -3,6 +3,8 @@ partition, a null value naming what it ends."""
 
 from __future__ import annotations
 
+import threading
+
 from chronos import wire
 from chronos.kafka.partitioner import partition_of
 from chronos.kafka.publishers.stub import StubPublisher
@@ -38,3 +40,25 @@ def test_tombstones_go_out_only_while_delivering_and_name_what_they_end() -> Non
     assert wire.decode(first.value, first.headers) == Expiry("a", 1_700_000_000_000)
     assert wire.decode(second.value, second.headers) == Expiry("c", 0, 1_700_000_000_005)
     assert metrics.totals()["expiry_tombstones"] == 2
+
+
+def test_a_stop_wakes_the_pacing_and_the_rest_still_goes_out() -> None:
+    """Mutant caught: pacing by ``time.sleep`` (a pass of 100,000 ids at 10 a second would
+    hold the delete worker's stop for hours). The stop is set first; at one a second the
+    writer owes 1,000 s of pacing and must not wait for any of it."""
+    publisher = StubPublisher(auto=True)
+    stopping = threading.Event()
+    stopping.set()
+    writer = ExpiryWriter(
+        publisher, "inner", lambda _id: 0, lambda: True, 1, CountingMetrics(), stopping
+    )
+    finished = threading.Event()
+
+    def expire() -> None:
+        writer([(f"id-{n}", 1_700_000_000_000) for n in range(1000)])
+        finished.set()
+
+    worker = threading.Thread(target=expire, daemon=True)
+    worker.start()
+    assert finished.wait(60), "the paced writer did not wake on its stop"
+    assert len(publisher.published) == 1000

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from chronos.kafka.config_values import timestamp_advice
 from chronos.kafka.topic_config import (
-    inner_topic_advice,
     inner_topic_problems,
     required_retention_ms,
 )
@@ -121,7 +121,7 @@ def test_producers_times_on_the_inner_topic_are_advice_not_a_problem() -> None:
     """CreateTime loses nothing (the gate waits for its probes): the node starts, advised."""
     create_time = _config(message_timestamp_type="CreateTime")
     assert inner_topic_problems(create_time, DAY_S) == []
-    (advice,) = inner_topic_advice(create_time)
+    (advice,) = timestamp_advice(create_time)
     assert advice.startswith("message.timestamp.type=CreateTime on the inner topic")
-    assert inner_topic_advice(_config(message_timestamp_type="LogAppendTime")) == []
-    assert inner_topic_advice(_config()) == []  # not reported (Tansu): nothing to say
+    assert timestamp_advice(_config(message_timestamp_type="LogAppendTime")) == []
+    assert timestamp_advice(_config()) == []  # not reported (Tansu): nothing to say
