@@ -123,6 +123,9 @@ class Observation:
     #: At visibility (``observe(visible=True)``): each record's timestamp minus its due time,
     #: to tell what the producing side took from what reading took.
     stamped_lateness_ms: list[int] = field(default_factory=list)
+    #: When each record arrived (its timestamp, or when it was read at visibility), in the
+    #: order of ``lateness_ms``: for lateness per interval of the run.
+    arrived_ms: list[int] = field(default_factory=list)
 
 
 def observe(
@@ -221,7 +224,7 @@ def observe(
 
 def summarize_arrivals(produced_ms: list[int], lateness_ms: list[int]) -> Observation:
     """Per-second counts and worst lateness, from the arrivals in the order they were read."""
-    result = Observation(unique=len(produced_ms), lateness_ms=lateness_ms)
+    result = Observation(unique=len(produced_ms), lateness_ms=lateness_ms, arrived_ms=produced_ms)
     for produced, lateness in zip(produced_ms, lateness_ms, strict=True):
         result.early += lateness < 0
         second = produced // 1000

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chronos.bench.load import Observation, summarize_arrivals
-from chronos.bench.stats import percentiles, summarize
+from chronos.bench.stats import p99_per_bucket, percentiles, summarize
 
 
 def test_summary_keeps_the_worst_lateness_of_each_second_from_the_first() -> None:
@@ -46,3 +46,14 @@ def test_arrivals_are_counted_per_second_of_their_production_with_the_worst_late
 def test_no_arrivals_summarize_to_an_empty_observation() -> None:
     seen = summarize_arrivals([], [])
     assert (seen.unique, seen.first_ms, seen.last_ms, seen.per_second) == (0, 0, 0, {})
+
+
+def test_p99_per_bucket_groups_records_by_when_they_arrived() -> None:
+    """A late stretch shows in its own bucket even when the run's whole p99 hides it
+    (mutant caught: bucketing by lateness or by order read instead of arrival)."""
+    arrived = [100_000 + n * 10 for n in range(1000)] + [110_500 + n for n in range(100)]
+    lateness = [5] * 1000 + [400] * 100
+    shuffled = list(zip(arrived, lateness, strict=True))[::-1]  # read order is not time order
+    seen = summarize_arrivals([a for a, _ in shuffled], [late for _, late in shuffled])
+    assert p99_per_bucket(seen) == {100: 5, 110: 400}
+    assert p99_per_bucket(seen, width_s=20) == {100: 400}
