@@ -143,6 +143,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for path in [*logs, broker_log]:
                 shutil.copy(path, keep / path.name)
     buckets = p99_per_bucket(seen)
+    stamped = p99_per_bucket(seen, stamped=True)
     first = min(buckets, default=0)
     # The first and last buckets are partial (the load ramps up and drains).
     inner = dict(list(buckets.items())[1:-1])
@@ -163,6 +164,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "worst_bucket_p99_ms": worst,
         "buckets_over": {s - first: v for s, v in inner.items() if v > args.p99_ms},
         "p99_per_10s_ms": {s - first: v for s, v in buckets.items()},
+        # The same by the delivered records' timestamps (the node's producer stamped them):
+        # what the node's own scheduling took, without the broker's acknowledgement and fetch.
+        "stamped_lateness_ms": percentiles(seen.stamped_lateness_ms),
+        "worst_stamped_bucket_p99_ms": max(list(stamped.values())[1:-1], default=0),
+        "stamped_p99_per_10s_ms": {s - first: v for s, v in stamped.items()},
         "node_cpu_percent_mean": node.get("cpu_percent_mean"),
         "machine_cpu_percent": node.get("machine_cpu_percent"),
         "caught_up_s": round(caught_up_s, 1),

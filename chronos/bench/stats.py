@@ -19,11 +19,15 @@ def percentiles(values: list[int]) -> dict[str, int]:
     }
 
 
-def p99_per_bucket(observation: Observation, width_s: int = 10) -> dict[int, int]:
+def p99_per_bucket(
+    observation: Observation, width_s: int = 10, stamped: bool = False
+) -> dict[int, int]:
     """p99 lateness (nearest rank) of the records that arrived in each ``width_s`` interval,
-    keyed by the interval's first second: a run's worst stretch, not only its whole."""
+    keyed by the interval's first second: a run's worst stretch, not only its whole.
+    ``stamped``: of the records' timestamps instead (observed at visibility)."""
     buckets: dict[int, list[int]] = {}
-    for arrived, lateness in zip(observation.arrived_ms, observation.lateness_ms, strict=True):
+    late = observation.stamped_lateness_ms if stamped else observation.lateness_ms
+    for arrived, lateness in zip(observation.arrived_ms, late, strict=True):
         start = arrived // 1000 // width_s * width_s
         buckets.setdefault(start, []).append(lateness)
     return {start: nearest_rank(sorted(v), 0.99) for start, v in sorted(buckets.items())}

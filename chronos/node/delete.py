@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import structlog
 
 from chronos.lifecycle import LoopWorker
-from chronos.schedule.ledger import Gone, Ledger
+from chronos.node.expiry import ExpiryWriter
+from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings
 
 log = structlog.get_logger(__name__)
 
 
+#: Share of the interval a pass spreads its expiry tombstones over (the rest is slack, so a
+#: pass ends before the next is due).
+SPREAD = 0.8
+
+
 class DeleteWorker(LoopWorker):
-    """Every ``interval_s``: range-delete messages with slot <= seek - retention, compact,
-    drop their index entries and expired cancel tombstones.
+    """Every ``interval_s`` (from the start of one pass to the next): range-delete messages
+    with slot <= seek - retention, compact, drop their index entries and expired cancel
+    tombstones.
 
     Parameters:
         ledger: owns the schedule writes.
         settings: interval and retention.
-        on_gone: hears the ids the store forgot (compact mode: ``node/expiry.py``).
+        on_gone: hears the ids the store forgot (compact mode: ``node/expiry.py``), told
+            before each pass how many there are at most.
         stop: the event that stops this worker, when ``on_gone`` waits on it too.
     """
 
@@ -28,7 +37,7 @@ class DeleteWorker(LoopWorker):
         self,
         ledger: Ledger,
         settings: DeleteSettings,
-        on_gone: Gone | None = None,
+        on_gone: ExpiryWriter | None = None,
         stop: threading.Event | None = None,
     ) -> None:
         super().__init__("delete", stop=stop)
@@ -36,15 +45,20 @@ class DeleteWorker(LoopWorker):
         self._settings = settings
         self._on_gone = on_gone
         self._done_through = -1
+        self._next_pass = time.monotonic() + settings.interval_s
 
     def step(self) -> None:
-        if self._stop.wait(self._settings.interval_s):
+        if self._stop.wait(max(0.0, self._next_pass - time.monotonic())):
             return
+        self._next_pass = time.monotonic() + self._settings.interval_s
         self.run_once()
 
     def run_once(self) -> None:
         """One pass (also used by tests)."""
         cutoff = self._ledger.seek_ms - int(self._settings.retention_s * 1000)
+        if self._on_gone is not None:
+            due = self._ledger.deletes_due(cutoff)
+            self._on_gone.spread(due, self._settings.interval_s * SPREAD)
         dropped = 0
         if cutoff > self._done_through:
             dropped = self._ledger.purge_delivered(cutoff, self._on_gone)

@@ -3,8 +3,13 @@ record keyed by it tells Kafka's cleaner to drop the id's earlier records, so a 
 about the live state and not every id ever sent (``docs/design/live-state.md``).
 
 Only the node that delivers writes them (a node alone; a group's master), off the delivery
-path: the delete worker hands over each chunk it removed, and they go out at most ``rate`` a
-second. A tombstone lost (a failed send, a crash before it went) leaves the id's last record in
+path: the delete worker hands over each chunk it removed, and they go out spread over most of
+its interval (``spread``), at most ``rate`` a second. Every node reads them back from the inner
+topic: at the rate they were delivered that costs ingest about one record per delivery, while a
+pass sent at once (``rate``, 20,000 a second) held a node alone's ingest seconds behind
+(``scripts/upkeep_check.py``: p99 5.4 s in the 10 s after a pass began).
+
+A tombstone lost (a failed send, a crash before it went) leaves the id's last record in
 the topic: a restore reads it as a message delivered long ago or an expired cancel, its own
 delete worker forgets the id again and writes the tombstone then. Nothing is retried.
 """
@@ -26,6 +31,13 @@ from chronos.wire import encode_expiry
 
 log = structlog.get_logger(__name__)
 
+#: Tombstones produced between two waits of the pacing: small, so that ingest, which reads
+#: them back, never meets a burst.
+_BATCH = 200
+
+#: The slowest a pass's tombstones go (per second), so a handful is not spread over minutes.
+_MIN_RATE = 50.0
+
 
 def id_partition(owned: list[int], partitions: int) -> Callable[[str], int]:
     """Where an id's records are: a store holds ids of its owned partitions only, so one owned
@@ -44,7 +56,7 @@ class ExpiryWriter:
         inner_topic: where tombstones go.
         partition: the inner partition of an id (``id_partition``).
         delivering: whether this node delivers now (a backup's store forgets ids too).
-        rate: most tombstones a second.
+        rate: most tombstones a second (``spread`` sets each pass's rate below it).
         metrics: counters ``expiry_tombstones`` and ``expiry_tombstones_failed``.
         stopping: set when the delete worker that calls this is asked to stop; the pacing
             waits on it, so a stop is not held up by a long pass (the rest then goes unpaced:
@@ -68,24 +80,32 @@ class ExpiryWriter:
         self._rate = rate
         self._metrics = metrics
         self._due = time.monotonic()
+        self._pass_rate = float(rate)
         self._stopping = threading.Event() if stopping is None else stopping
+
+    def spread(self, count: int, seconds: float) -> None:
+        """The next ``count`` ids go out evenly over ``seconds`` (at most ``rate`` a second):
+        a delete pass's tombstones at about the rate their ids were delivered."""
+        self._pass_rate = min(float(self._rate), max(count / seconds, _MIN_RATE))
 
     def __call__(self, gone: list[tuple[str, EpochMs]]) -> None:
         if not self._delivering():
             return
-        for message_id, ends in gone:
-            key, value, headers = encode_expiry(message_id, max(ends, 0), max(-ends, 0))
-            self._publisher.publish_to(
-                self._topic, self._partition(message_id), key, value, headers, self._done
-            )
-        self._metrics.incr("expiry_tombstones", len(gone))
-        self._pace(len(gone))
+        for start in range(0, len(gone), _BATCH):
+            batch = gone[start : start + _BATCH]
+            for message_id, ends in batch:
+                key, value, headers = encode_expiry(message_id, max(ends, 0), max(-ends, 0))
+                self._publisher.publish_to(
+                    self._topic, self._partition(message_id), key, value, headers, self._done
+                )
+            self._metrics.incr("expiry_tombstones", len(batch))
+            self._pace(len(batch))
 
     def _pace(self, sent: int) -> None:
-        """Hold the writer to ``rate`` a second: the delete worker's thread waits until the
-        next chunk may go, or until it is asked to stop."""
+        """Hold the writer to the pass's rate: the delete worker's thread waits until the
+        next batch may go, or until it is asked to stop (the rest then goes unpaced)."""
         now = time.monotonic()
-        self._due = max(self._due, now) + sent / self._rate
+        self._due = max(self._due, now) + sent / self._pass_rate
         self._stopping.wait(self._due - now)
 
     def _done(self, error: KafkaError | None, _message: object) -> None:

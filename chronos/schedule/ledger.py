@@ -767,6 +767,14 @@ class Ledger:
             state == keys.index_pending(key) for (_, key), state in zip(pairs, states, strict=True)
         ]
 
+    def deletes_due(self, cutoff_ms: EpochMs) -> int:
+        """At most how many ids ``purge_delivered(cutoff_ms)`` and ``expire_tombstones()``
+        would forget now (a scan of keys): what a delete pass spreads its expiry tombstones
+        over."""
+        stop = keys.slot_bound(min(cutoff_ms, self._seek) + 1)
+        expiring = self._store.count_expiry(keys.slot_bound(self._clock.now_ms() + 1))
+        return self._store.count_messages(b"", stop) + expiring
+
     def purge_delivered(self, cutoff_ms: EpochMs, on_gone: Gone | None = None) -> int:
         """Drop messages with slot <= cutoff (must be <= seek) and the index entries of those ids.
 

@@ -497,6 +497,12 @@ class RocksStore:
             it.next()
         return out
 
+    def count_expiry(self, stop: bytes) -> int:
+        """Expiry keys below ``stop``, by a scan of their keys."""
+        read = ReadOptions()
+        read.set_iterate_upper_bound(stop)
+        return sum(1 for _ in self._expiry.keys(read_opt=read))
+
     def scan_outbox(self, limit: int) -> list[bytes]:
         """Up to ``limit`` outbox keys, in the order they were decided."""
         return [key for key, _ in _range(self._meta, keys.OUTBOX_START, keys.OUTBOX_STOP, limit)]

@@ -62,3 +62,48 @@ def test_a_stop_wakes_the_pacing_and_the_rest_still_goes_out() -> None:
     worker.start()
     assert finished.wait(60), "the paced writer did not wake on its stop"
     assert len(publisher.published) == 1000
+
+
+class _RecordedWaits(threading.Event):
+    """A stop event whose waits return at once and are recorded: the pacing's plan, without
+    waiting for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(0.0 if timeout is None else timeout)
+        return False
+
+
+def test_a_pass_is_spread_over_its_seconds_in_small_batches() -> None:
+    """Mutants caught: a pass sent at the cap rate (20,000 a second; measured: ingest, which
+    reads the tombstones back, fell seconds behind), or in one burst per chunk of 10,000."""
+    waits = _RecordedWaits()
+    publisher = StubPublisher(auto=True)
+    writer = ExpiryWriter(
+        publisher, "inner", lambda _id: 0, lambda: True, 20_000, CountingMetrics(), waits
+    )
+    writer.spread(1000, 10.0)
+    writer([(f"id-{n}", 1_700_000_000_000) for n in range(1000)])
+    assert len(publisher.published) == 1000
+    # Five batches of 200, each due 2 s after the one before (the waits returned at once).
+    assert [round(w) for w in waits.waits] == [2, 4, 6, 8, 10]
+
+
+def test_a_spread_never_goes_faster_than_the_rate_nor_slower_than_the_floor() -> None:
+    waits = _RecordedWaits()
+    writer = ExpiryWriter(
+        StubPublisher(auto=True), "inner", lambda _: 0, lambda: True, 400, CountingMetrics(), waits
+    )
+    writer.spread(1_000_000, 1.0)  # would be a million a second: the rate caps it
+    writer([(f"id-{n}", 1) for n in range(400)])
+    assert round(waits.waits[-1], 1) == 1.0
+    later = _RecordedWaits()
+    writer = ExpiryWriter(
+        StubPublisher(auto=True), "inner", lambda _: 0, lambda: True, 400, CountingMetrics(), later
+    )
+    writer.spread(1, 3600.0)  # one id over an hour: the floor sends it within a second
+    writer([("x", 1)])
+    assert later.waits[-1] < 1.0

@@ -377,3 +377,18 @@ def test_a_node_that_delivers_places_an_unknown_refresh_ahead_of_its_seek_after_
         [_refresh(_msg("old", T0 - 10), T0 - 5), _refresh(_msg("mid", T0 + 100), T0 + 200)]
     )
     assert sorted(env.slots()) == [(T0 - 5, "old"), (T0 + 501, "mid")]
+
+
+def test_deletes_due_counts_what_a_pass_would_forget(env: Env) -> None:
+    """What a delete pass spreads its expiry tombstones over: the messages behind the cutoff
+    (never past the seek) and the cancel tombstones whose retention ended."""
+    env.ledger.apply([_msg("a", T0 + 1000), _msg("b", T0 + 2000), _msg("c", T0 + 3000)])
+    env.ledger.apply([CancelRequest("x"), CancelRequest("y")])
+    env.frontier.advance(T0 + 2500)
+    env.ledger.commit_progress(T0 + 2500, [])
+    assert env.ledger.deletes_due(T0 + 1000) == 1
+    assert env.ledger.deletes_due(T0 + 10**9) == 2  # c is not delivered yet
+    env.clock.advance(TOMBSTONE_S * 1000)
+    assert env.ledger.deletes_due(T0 + 10**9) == 4
+    assert env.ledger.purge_delivered(T0 + 10**9) + env.ledger.expire_tombstones() == 4
+    assert env.ledger.deletes_due(T0 + 10**9) == 0

@@ -12,6 +12,7 @@ unknown.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -255,7 +256,11 @@ def test_a_store_restored_from_the_compacted_log_holds_what_the_node_held(
     ledger = Ledger(store, frontier, clock, RETENTION, ALONE, restates=True)
     publisher = StubPublisher(auto=True)
     restater = Restater(store, ledger, publisher, "inner", clock, 3_600_000)
-    expiries = ExpiryWriter(publisher, "inner", lambda _: 0, lambda: True, 10**9, CountingMetrics())
+    unpaced = threading.Event()
+    unpaced.set()  # the test's clock is fake: the pacing never waits
+    expiries = ExpiryWriter(
+        publisher, "inner", lambda _: 0, lambda: True, 10**9, CountingMetrics(), unpaced
+    )
     deleter = DeleteWorker(ledger, RETENTION, expiries)
     leader = Leader(store, frontier, ledger, clock, restater, publisher, deleter)
     opened = [store]
