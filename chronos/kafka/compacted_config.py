@@ -19,14 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from chronos.kafka.config_values import (
-    CLEANUP_POLICY,
-    LOG_APPEND_TIME,
-    TIMESTAMP_TYPE,
-    integer,
-    policies,
-    timestamp_advice,
-)
+from chronos.kafka import config_values as values
 
 TOMBSTONE_MS = "delete.retention.ms"
 
@@ -48,14 +41,14 @@ def problems(config: Mapping[str, str]) -> list[str]:
     """Each way ``config`` (as DescribeConfigs answers) could remove the last record of a live
     id, one sentence each; empty when the topic is safe for compact mode."""
     found: list[str] = []
-    policy = config.get(CLEANUP_POLICY)
-    if policy is None or policies(policy) != {"compact"}:
+    policy = config.get(values.CLEANUP_POLICY)
+    if policy is None or values.policies(policy) != {"compact"}:
         found.append(
             f"cleanup.policy={policy} on the inner topic is not exactly compact "
             "(rebuild.mode = compact): deletion by age or size would remove the last record "
             "of a pending message"
         )
-    tombstone_ms = integer(config.get(TOMBSTONE_MS))
+    tombstone_ms = values.integer(config.get(TOMBSTONE_MS))
     if tombstone_ms is None or tombstone_ms < MIN_TOMBSTONE_MS:
         found.append(
             f"delete.retention.ms={config.get(TOMBSTONE_MS)} on the inner topic is shorter "
@@ -75,7 +68,7 @@ def advice(config: Mapping[str, str]) -> list[str]:
                 f"{name}={have} on the inner topic: the cleaner leaves more for a restore to "
                 f"read than with {value}"
             )
-    return said + timestamp_advice(config)
+    return said + values.timestamp_advice(config)
 
 
 def _worse(name: str, have: str, wanted: str) -> bool:
@@ -88,25 +81,25 @@ def _worse(name: str, have: str, wanted: str) -> bool:
 def wanted(config: Mapping[str, str]) -> dict[str, str]:
     """What ``chronos topics fix`` sets (name -> value): only what is unsafe or advised."""
     changes: dict[str, str] = {}
-    if policies(config.get(CLEANUP_POLICY, "")) != {"compact"}:
-        changes[CLEANUP_POLICY] = "compact"
-    tombstone_ms = integer(config.get(TOMBSTONE_MS))
+    if values.policies(config.get(values.CLEANUP_POLICY, "")) != {"compact"}:
+        changes[values.CLEANUP_POLICY] = "compact"
+    tombstone_ms = values.integer(config.get(TOMBSTONE_MS))
     if tombstone_ms is None or tombstone_ms < MIN_TOMBSTONE_MS:
         changes[TOMBSTONE_MS] = str(TOMBSTONE_FIX_MS)
     for name, value in CLEANER.items():
         have = config.get(name)
         if have is None or _worse(name, have, value):
             changes[name] = value
-    if timestamp_advice(config):
-        changes[TIMESTAMP_TYPE] = LOG_APPEND_TIME
+    if values.timestamp_advice(config):
+        changes[values.TIMESTAMP_TYPE] = values.LOG_APPEND_TIME
     return changes
 
 
 def creation_config() -> dict[str, str]:
     """The inner topic's configuration when chronos creates it in compact mode."""
     return {
-        CLEANUP_POLICY: "compact",
+        values.CLEANUP_POLICY: "compact",
         TOMBSTONE_MS: str(TOMBSTONE_FIX_MS),
         **CLEANER,
-        TIMESTAMP_TYPE: LOG_APPEND_TIME,
+        values.TIMESTAMP_TYPE: values.LOG_APPEND_TIME,
     }
