@@ -56,7 +56,7 @@ class DeleteWorker(LoopWorker):
     def run_once(self) -> None:
         """One pass (also used by tests)."""
         cutoff = self._ledger.seek_ms - int(self._settings.retention_s * 1000)
-        if self._on_gone is not None:
+        if self._on_gone is not None and self._on_gone.writing:  # a backup sends none
             due = self._ledger.deletes_due(cutoff)
             self._on_gone.spread(due, self._settings.interval_s * SPREAD)
         dropped = 0

@@ -59,8 +59,7 @@ class ExpiryWriter:
         rate: most tombstones a second (``spread`` sets each pass's rate below it).
         metrics: counters ``expiry_tombstones`` and ``expiry_tombstones_failed``.
         stopping: set when the delete worker that calls this is asked to stop; the pacing
-            waits on it, so a stop is not held up by a long pass (the rest then goes unpaced:
-            a tombstone not written stays missing until a restore reads the id again).
+            waits on it, so a stop is not held up by a long pass (the rest goes out unpaced).
     """
 
     def __init__(
@@ -83,13 +82,18 @@ class ExpiryWriter:
         self._pass_rate = float(rate)
         self._stopping = threading.Event() if stopping is None else stopping
 
+    @property
+    def writing(self) -> bool:
+        """Whether tombstones go out now (this node delivers)."""
+        return self._delivering()
+
     def spread(self, count: int, seconds: float) -> None:
         """The next ``count`` ids go out evenly over ``seconds`` (at most ``rate`` a second):
         a delete pass's tombstones at about the rate their ids were delivered."""
         self._pass_rate = min(float(self._rate), max(count / seconds, _MIN_RATE))
 
     def __call__(self, gone: list[tuple[str, EpochMs]]) -> None:
-        if not self._delivering():
+        if not self.writing:
             return
         for start in range(0, len(gone), _BATCH):
             batch = gone[start : start + _BATCH]

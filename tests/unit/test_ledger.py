@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 
 from chronos.clock import FakeClock
+from chronos.kafka.publishers.stub import StubPublisher
+from chronos.metrics import CountingMetrics
 from chronos.model import CancelRequest, DelayMessage, Refresh
+from chronos.node.delete import DeleteWorker
+from chronos.node.expiry import ExpiryWriter
 from chronos.repeat import Repeat, RepeatKind
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger, next_occurrence
@@ -392,3 +396,34 @@ def test_deletes_due_counts_what_a_pass_would_forget(env: Env) -> None:
     assert env.ledger.deletes_due(T0 + 10**9) == 4
     assert env.ledger.purge_delivered(T0 + 10**9) + env.ledger.expire_tombstones() == 4
     assert env.ledger.deletes_due(T0 + 10**9) == 0
+
+
+def test_a_delete_pass_counts_what_it_forgets_only_when_its_tombstones_go_out(env: Env) -> None:
+    """A backup's delete worker forgets ids too but writes no tombstones: it must not scan its
+    store to pace them (mutant caught: counting on every node, a second scan per pass)."""
+    delivering = {"now": False}
+    counted: list[int] = []
+
+    class Recording(ExpiryWriter):
+        def spread(self, count: int, seconds: float) -> None:
+            counted.append(count)
+
+    writer = Recording(
+        StubPublisher(auto=True),
+        "inner",
+        lambda _: 0,
+        lambda: delivering["now"],
+        10**9,
+        CountingMetrics(),
+    )
+    env.ledger.apply([_msg("a", T0 + 1000), _msg("b", T0 + 1500), _msg("c", T0 + 9000)])
+    env.frontier.advance(T0 + 2000)
+    env.ledger.commit_progress(T0 + 2000, [])
+    DeleteWorker(env.ledger, DeleteSettings(retention_s=0), writer).run_once()
+    assert counted == []
+    env.ledger.apply([_msg("d", T0 + 5000)])
+    env.frontier.advance(T0 + 6000)
+    env.ledger.commit_progress(T0 + 6000, [])
+    delivering["now"] = True
+    DeleteWorker(env.ledger, DeleteSettings(retention_s=0), writer).run_once()
+    assert counted == [1]  # d: a and b went in the first pass, c is not delivered yet
