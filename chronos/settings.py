@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_settings import (
     BaseSettings,
@@ -534,12 +534,29 @@ class GroupSettings(_Section):
     )
 
 
+#: ``delete`` defaults in compact mode. There a delivered id the store remembers is live state
+#: in Kafka that every restore reads (``rate x retention_s`` records), so the idempotency window
+#: is short by default: minutes of 10,000 msg/s would take a restore past a minute
+#: (``scripts/restore_check.py``, docs/design/live-state.md).
+COMPACT_DELETE_DEFAULTS: dict[str, float] = {"retention_s": 60.0, "interval_s": 30.0}
+
+
 class DeleteSettings(_Section):
     """The delete worker: drops delivered data behind the seek timestamp."""
 
-    interval_s: float = Field(600.0, gt=0, description="How often the delete worker runs.")
+    interval_s: float = Field(
+        600.0,
+        gt=0,
+        description="How often the delete worker runs (compact mode's default: 30 s).",
+    )
     retention_s: float = Field(
-        6 * 3600.0, ge=0, description="Keep delivered data this long behind the seek timestamp."
+        6 * 3600.0,
+        ge=0,
+        description=(
+            "Keep delivered data this long behind the seek timestamp: the idempotency window "
+            "(a re-sent id is not scheduled again) and status lookups. Compact mode's default "
+            "is 60 s: there each remembered id is a record every restore reads."
+        ),
     )
     tombstone_retention_s: float = Field(
         7 * 86400.0, ge=0, description="Remember cancels of unknown ids this long."
@@ -743,6 +760,29 @@ class ChronosSettings(BaseSettings):
     admin: AdminSettings = Field(default_factory=AdminSettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     log: LogSettings = Field(default_factory=LogSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_defaults(cls, data: Any) -> Any:
+        """Compact mode's own defaults for what an operator left unset in ``delete``
+        (``COMPACT_DELETE_DEFAULTS``); whatever was set, in a file, the environment or code,
+        stands."""
+        if not isinstance(data, dict):
+            return data
+        rebuild = data.get("rebuild")
+        mode = rebuild.get("mode") if isinstance(rebuild, dict) else getattr(rebuild, "mode", None)
+        if mode != "compact":
+            return data
+        delete = data.get("delete")
+        if isinstance(delete, DeleteSettings):
+            unset = {
+                name: value
+                for name, value in COMPACT_DELETE_DEFAULTS.items()
+                if name not in delete.model_fields_set
+            }
+            return {**data, "delete": delete.model_copy(update=unset)}
+        given = dict(delete) if isinstance(delete, Mapping) else {}
+        return {**data, "delete": COMPACT_DELETE_DEFAULTS | given}
 
 
 #: Environment variables with the CHRONOS_ prefix that are not settings (test harness).

@@ -102,6 +102,12 @@ class BenchStack:
         ]
         return self
 
+    def new_replica(self, index: int, ready: str = "replica_eligible") -> NodeProcess:
+        """One more replica of the group (not started), with a store of its own that is empty
+        until it runs: a replaced disk, or a machine added to the group."""
+        assert self._replicas, "a node alone has no group to join"
+        return self._process(self._config(index), f"replica-{index}.log", ready)
+
     def _process(self, config: Path, log: str, ready: str = READY_EVENT) -> NodeProcess:
         return NodeProcess(config, self.workdir / log, ready, command=self._node_command)
 

@@ -31,6 +31,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_config(fix)
     fix.set_defaults(func=fix_main)
+    migrate = actions.add_parser(
+        "migrate",
+        help="move a refresh-mode deployment to compact mode, once, with every node stopped: "
+        "restate what this node's store holds into the inner topic, end the ids it forgot, "
+        "then set compact mode's topic settings (run it on the master's store with "
+        "rebuild.mode = compact in the config)",
+    )
+    add_config(migrate)
+    migrate.set_defaults(func=migrate_main)
     create = actions.add_parser("create", help="create target topics (no error if they exist)")
     create.add_argument("names", nargs="+", metavar="TOPIC", help="target topic names")
     create.add_argument(
@@ -94,4 +103,34 @@ def fix_main(args: argparse.Namespace) -> int:
         print(f"inner topic {topic}: nothing to change")
     for name, value in changes.items():
         print(f"inner topic {topic}: set {name}={value}")
+    return 0
+
+
+def migrate_main(args: argparse.Namespace) -> int:
+    from chronos.clock import SystemClock
+    from chronos.runtime.migration import migrate_to_compact
+
+    settings = settings_from(args)
+    topic = settings.topics.names.inner
+    if settings.rebuild.mode != "compact":
+        print(
+            "set rebuild.mode = compact in the configuration first (the nodes start with it "
+            "after the migration, and it is compact mode's topic settings that are applied)"
+        )
+        return 2
+    migrated = migrate_to_compact(settings, SystemClock())
+    print(
+        f"inner topic {topic}: read {migrated.records_read} records; restated "
+        f"{migrated.messages} messages and {migrated.cancels} cancels of the store at "
+        f"{settings.node.data_dir}; ended {migrated.tombstones} ids it no longer holds"
+    )
+    if migrated.unread_records:
+        print(
+            f"inner topic {topic}: {migrated.unread_records} records past what this store "
+            "ingested are left to the nodes (they read them in compact mode); if another "
+            "node's store ingested them in refresh mode, migrate from that store instead"
+        )
+    for name, value in migrated.topic_changes.items():
+        print(f"inner topic {topic}: set {name}={value}")
+    print("start the nodes with rebuild.mode = compact")
     return 0

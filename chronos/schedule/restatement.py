@@ -24,7 +24,7 @@ it was first applied (``wire.encode_cancel``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from chronos.store import keys
@@ -78,6 +78,33 @@ def pending(store: RocksStore, limit: int = 10_000) -> list[tuple[bytes, Restate
         partition, _, message_id = keys.split_outbox_key(key)
         found.append((key, current(store, message_id, partition)))
     return found
+
+
+_CHUNK = 1_000
+_MAX_KEY = keys.slot_bound(keys.MAX_MS)
+
+
+def held(store: RocksStore) -> Iterator[Restatement]:
+    """What restates every id ``store`` holds (partition unknown): each message its id still
+    points at (pending, or delivered inside the idempotency window: a restore takes one
+    behind its cut for delivered), then each live cancel tombstone. For moving a store's
+    state into a topic that never held restatements (``runtime/migration.py``)."""
+    start = b""
+    while rows := store.scan(start, _MAX_KEY, _CHUNK):
+        ids = [keys.split_message_key(key)[1] for key, _ in rows]
+        for (key, value), message_id, index in zip(rows, ids, store.get_index(ids), strict=True):
+            # An earlier occurrence of a repeat stays until purged; its id has moved on.
+            if index == keys.index_pending(key):
+                yield Restatement(message_id, None, keys.slot_of(key), value)
+        start = rows[-1][0] + b"\x00"
+    start = b""
+    while expiring := store.scan_expiry(_MAX_KEY, _CHUNK, start):
+        ids = [row[keys.MS_WIDTH :].decode() for row in expiring]
+        for message_id, index in zip(ids, store.get_index(ids), strict=True):
+            if index is not None and index[:1] == keys.INDEX_CANCELLED:
+                cancelled_ms, _ = keys.split_cancelled(index)
+                yield Restatement(message_id, None, cancelled_ms=cancelled_ms)
+        start = expiring[-1] + b"\x00"
 
 
 class OutboxIndex:

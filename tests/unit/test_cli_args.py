@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +128,18 @@ def test_every_subcommand_option_has_help() -> None:
 
     walk(build_parser(), "chronos")
     assert not missing, missing
+
+
+def test_topics_migrate_refuses_to_run_outside_compact_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The migration applies compact mode's topic settings: run in refresh mode, it would
+    leave the operator's configuration disagreeing with the topic, so it stops first."""
+    from chronos.cli.main import build_parser
+
+    config = tmp_path / "c.toml"
+    config.write_text('[node]\ndata_dir = "' + str(tmp_path / "store") + '"\n')
+    args = build_parser().parse_args(["topics", "migrate", "--config", str(config)])
+    assert args.func(args) == 2
+    assert "set rebuild.mode = compact" in capsys.readouterr().out
+    assert not (tmp_path / "store").exists(), "no store opened"

@@ -11,7 +11,15 @@ import pytest
 from pydantic import ValidationError as PydanticValidationError
 
 from chronos.errors import ConfigError
-from chronos.settings import PROTECTED_KAFKA_KEYS, ChronosSettings, KafkaSettings, load_settings
+from chronos.settings import (
+    COMPACT_DELETE_DEFAULTS,
+    PROTECTED_KAFKA_KEYS,
+    ChronosSettings,
+    DeleteSettings,
+    KafkaSettings,
+    RebuildSettings,
+    load_settings,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -263,3 +271,36 @@ def test_kafka_secrets_are_kept_out_of_the_plain_tables_and_of_reprs() -> None:
     assert "hunter2" not in settings.model_dump_json()
     config = settings.kafka.admin()
     assert config["ssl.key.password"] == "hunter2" and config["sasl.password"] == "swordfish"
+
+
+def test_compact_mode_has_a_short_idempotency_window_by_default(tmp_path: Path) -> None:
+    """In compact mode every id a store remembers is a record each restore reads: the delete
+    worker's defaults there are compact mode's own, never the refresh mode's 6 h."""
+    config = tmp_path / "c.toml"
+    config.write_text('[rebuild]\nmode = "compact"\n')
+    compact = load_settings(config)
+    assert compact.delete.retention_s == COMPACT_DELETE_DEFAULTS["retention_s"]
+    assert compact.delete.interval_s == COMPACT_DELETE_DEFAULTS["interval_s"]
+    refresh = load_settings(None)
+    assert refresh.delete.retention_s == 6 * 3600.0
+    assert refresh.delete.interval_s == 600.0
+
+
+def test_compact_mode_defaults_yield_to_what_an_operator_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[rebuild]\nmode = "compact"\n[delete]\nretention_s = 7200\n')
+    from_file = load_settings(config)
+    assert from_file.delete.retention_s == 7200
+    assert from_file.delete.interval_s == COMPACT_DELETE_DEFAULTS["interval_s"]
+    monkeypatch.setenv("CHRONOS_DELETE__INTERVAL_S", "45")
+    monkeypatch.setenv("CHRONOS_REBUILD__MODE", "compact")
+    from_env = load_settings(None)
+    assert from_env.delete.interval_s == 45
+    assert from_env.delete.retention_s == COMPACT_DELETE_DEFAULTS["retention_s"]
+    in_code = ChronosSettings(
+        rebuild=RebuildSettings(mode="compact"), delete=DeleteSettings(retention_s=5.0)
+    )
+    assert in_code.delete.retention_s == 5.0
+    assert in_code.delete.interval_s == COMPACT_DELETE_DEFAULTS["interval_s"]
