@@ -41,7 +41,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from chronos.bench.load import LoadSpec, generate
 from chronos.bench.sampler import cpu_seconds
-from chronos.bench.scenarios import spawn_pool
+from chronos.bench.scenarios import preload_pending, spawn_pool
 from chronos.bench.stack import BenchStack, TopicLayout
 
 
@@ -159,19 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stack = BenchStack(None, _node_settings(args), layout=layout, broker="kafka", replicas=1)
     restores: list[dict[str, Any]] = []
     with stack:
-        preload = LoadSpec(
-            stack.bootstrap,
-            stack.inner_topic,
-            stack.target,
-            args.pending,
-            0,
-            delay_min_ms=2 * 3_600_000,
-            delay_max_ms=3 * 3_600_000,
-            prefix=f"pending-{time.time_ns()}",
-        )
-        with spawn_pool(1) as pool:
-            produced = pool.submit(generate, preload).result()
-        print(f"preloaded {args.pending} pending in {produced['seconds']:.0f} s", flush=True)
+        preload_pending(stack, args.pending)
         stack.start_node()
         if not _wait_logged(stack.workdir / "node.log", "ingest_caught_up", 900):
             raise RuntimeError(f"the master did not catch up, see {stack.workdir}")

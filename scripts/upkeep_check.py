@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chronos.bench.load import LoadSpec, generate
-from chronos.bench.scenarios import run_load, spawn_pool
+from chronos.bench.load import LoadSpec
+from chronos.bench.scenarios import preload_pending, run_load
 from chronos.bench.stack import BenchStack, TopicLayout
 from chronos.bench.stats import p99_per_bucket, percentiles
 
@@ -98,19 +98,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         None, _node_settings(args), layout=layout, broker="kafka", replicas=args.replicas
     )
     with stack:
-        preload = LoadSpec(
-            stack.bootstrap,
-            stack.inner_topic,
-            stack.target,
-            args.pending,
-            0,
-            delay_min_ms=2 * 3_600_000,
-            delay_max_ms=3 * 3_600_000,
-            prefix=f"pending-{time.time_ns()}",
-        )
-        with spawn_pool(1) as pool:
-            produced = pool.submit(generate, preload).result()
-        print(f"preloaded {args.pending} pending in {produced['seconds']:.0f} s", flush=True)
+        preload_pending(stack, args.pending)
         stack.start_node()
         logs = [stack.workdir / "node.log"] + [
             stack.workdir / f"backup-{n}.log" for n in range(len(stack.backups))

@@ -32,6 +32,25 @@ def spawn_pool(workers: int = 2) -> cf.ProcessPoolExecutor:
     )
 
 
+def preload_pending(stack: BenchStack, count: int) -> float:
+    """Produce ``count`` messages due two to three hours ahead to the stack's inner topic, as
+    fast as Kafka takes them (the pending state a scenario starts from); the seconds it took."""
+    spec = LoadSpec(
+        stack.bootstrap,
+        stack.inner_topic,
+        stack.target,
+        count,
+        0,
+        delay_min_ms=2 * 3_600_000,
+        delay_max_ms=3 * 3_600_000,
+        prefix=f"pending-{time.time_ns()}",
+    )
+    with spawn_pool(1) as pool:
+        produced = pool.submit(generate, spec).result()
+    print(f"preloaded {count} pending in {produced['seconds']:.0f} s", flush=True)
+    return produced["seconds"]
+
+
 def run_load(
     stack: BenchStack,
     spec: LoadSpec,

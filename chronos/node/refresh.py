@@ -15,14 +15,13 @@ million pending messages are 12 records a second on average, produced at most
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
 import structlog
-from confluent_kafka import KafkaError
 
 from chronos.clock import Clock
+from chronos.kafka.acks import Acks
 from chronos.kafka.publisher import OwnedPublisher, Publisher
 from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
@@ -44,31 +43,6 @@ _RETRY_S = 60.0
 #: Longest wait for the acknowledgements of one pass's last records.
 _FLUSH_TIMEOUT_S = 60.0
 _MAX_KEY = keys.slot_bound(keys.MAX_MS)
-
-
-class _Acks:
-    """Counts one pass's outstanding records and its first failure."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Condition()
-        self.pending = 0
-        self.failure: str | None = None
-
-    def sent(self) -> None:
-        with self._lock:
-            self.pending += 1
-
-    def done(self, error: KafkaError | None, _message: object) -> None:
-        with self._lock:
-            self.pending -= 1
-            if error is not None and self.failure is None:
-                self.failure = str(error)
-            self._lock.notify_all()
-
-    def wait(self, timeout_s: float, below: int = 1) -> bool:
-        """Until fewer than ``below`` are outstanding; False on timeout."""
-        with self._lock:
-            return self._lock.wait_for(lambda: self.pending < below, timeout_s)
 
 
 class RefreshWorker(LoopWorker):
@@ -139,7 +113,7 @@ class RefreshWorker(LoopWorker):
         started_ms = self._clock.now_ms()
         began = time.monotonic()
         offsets = self._inner_offsets()
-        acks = _Acks()
+        acks = Acks()
         publisher = self._open_publisher()
         publisher.start()
         try:
@@ -165,7 +139,7 @@ class RefreshWorker(LoopWorker):
         )
         return Floor(offsets, started_ms)
 
-    def _refresh_messages(self, publisher: Publisher, acks: _Acks) -> int | None:
+    def _refresh_messages(self, publisher: Publisher, acks: Acks) -> int | None:
         start = b""
         count = 0
         pace = _Pace(self._rate)
@@ -186,7 +160,7 @@ class RefreshWorker(LoopWorker):
                 return None
             start = rows[-1][0] + b"\x00"
 
-    def _refresh_tombstones(self, publisher: Publisher, acks: _Acks, now_ms: int) -> int | None:
+    def _refresh_tombstones(self, publisher: Publisher, acks: Acks, now_ms: int) -> int | None:
         start = keys.slot_bound(now_ms + _TOMBSTONE_MARGIN_MS)
         count = 0
         pace = _Pace(self._rate)
@@ -204,12 +178,12 @@ class RefreshWorker(LoopWorker):
             start = rows[-1] + b"\x00"
 
     def _send(
-        self, publisher: Publisher, acks: _Acks, key: bytes, value: bytes | None, headers: Headers
+        self, publisher: Publisher, acks: Acks, key: bytes, value: bytes | None, headers: Headers
     ) -> None:
         acks.sent()
         publisher.publish(self._topic, key, value, headers, acks.done)
 
-    def _pace(self, pace: _Pace, acks: _Acks, sent: int) -> bool:
+    def _pace(self, pace: _Pace, acks: Acks, sent: int) -> bool:
         """Hold the pass to ``refresh_rate`` and a bounded number of records in flight; False
         once stopping."""
         if self.stopping:

@@ -23,14 +23,14 @@ restate what a tombstone would wrongly end (as they do for any expiry tombstone)
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from chronos.clock import Clock
+from chronos.kafka.acks import Acks
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.partitioner import partition_of
 from chronos.kafka.topic_config import fix_inner_topic
@@ -64,33 +64,13 @@ class Migrated:
     topic_changes: dict[str, str] = field(default_factory=dict)
 
 
-class _Acks:
-    """Counts records in flight and keeps the first refusal."""
-
-    def __init__(self) -> None:
-        self._done = threading.Condition()
-        self.outstanding = 0
-        self.failure: str | None = None
-
-    def sent(self) -> None:
-        with self._done:
-            self.outstanding += 1
-
-    def done(self, error: KafkaError | None, _message: object) -> None:
-        with self._done:
-            self.outstanding -= 1
-            if error is not None and self.failure is None:
-                self.failure = str(error)
-            self._done.notify_all()
-
-    def wait(self, timeout_s: float) -> None:
-        """Until every record was answered; raises when one was refused or time ran out."""
-        with self._done:
-            self._done.wait_for(lambda: self.outstanding == 0, timeout_s)
-            if self.failure is not None:
-                raise RuntimeError(f"Kafka refused a migration record: {self.failure}")
-            if self.outstanding:
-                raise RuntimeError(f"{self.outstanding} migration records not acknowledged")
+def _settle(acks: Acks) -> None:
+    """Wait until Kafka answered every record sent; raises when one was refused or time ran
+    out (the topic is then left as it was: the migration can run again)."""
+    if not acks.wait(_TIMEOUT_S):
+        raise RuntimeError(f"{acks.pending} migration records not acknowledged in time")
+    if acks.failure is not None:
+        raise RuntimeError(f"Kafka refused a migration record: {acks.failure}")
 
 
 def migrate_to_compact(settings: ChronosSettings, clock: Clock) -> Migrated:
@@ -126,7 +106,7 @@ def _write(
     count = settings.topics.inner_partitions
     ingested = store.read_inner_offsets(list(range(count)))
     migrated = Migrated()
-    acks = _Acks()
+    acks = Acks()
     where: dict[str, int] = {}
     unread: set[str] = set()
     for partition, message_id, below in _read(clients, topic, count, ingested, migrated):
@@ -144,7 +124,7 @@ def _write(
         acks.sent()
         publisher.publish_to(topic, partition, key, value, headers, acks.done)
         migrated.tombstones += 1
-        _throttle(publisher, acks, migrated.tombstones)
+        _throttle(acks, migrated.tombstones)
     retention_ms = int(settings.delete.tombstone_retention_s * 1000)
     for found in restatement.held(store):
         if found.is_cancel:
@@ -158,15 +138,15 @@ def _write(
         key, value, headers = encode(found)
         acks.sent()
         publisher.publish_to(topic, to, key, value, headers, acks.done)
-        _throttle(publisher, acks, migrated.messages + migrated.cancels)
-    acks.wait(_TIMEOUT_S)
+        _throttle(acks, migrated.messages + migrated.cancels)
+    _settle(acks)
     return migrated
 
 
-def _throttle(publisher: PartitionedPublisher, acks: _Acks, sent: int) -> None:
+def _throttle(acks: Acks, sent: int) -> None:
     """Every ``_BATCH`` records, wait for them: a store of millions is not queued at once."""
     if sent % _BATCH == 0:
-        acks.wait(_TIMEOUT_S)
+        _settle(acks)
 
 
 def _read(
