@@ -115,16 +115,20 @@ def _write(
             migrated.unread_records += 1
         elif message_id not in where:
             where[message_id] = partition
-    held_ids = {found.message_id for found in restatement.held(store)}
+    candidates = [i for i in where if i not in unread]
+    for start in range(0, len(candidates), _BATCH):
+        chunk = candidates[start : start + _BATCH]
+        for message_id, index in zip(chunk, store.get_index(chunk), strict=True):
+            if index is not None:
+                continue  # held: restated below
+            # Slot 0 ends nothing a store could still hold: one that holds the id (a
+            # backup behind) restates it instead of forgetting it.
+            key, value, headers = encode_expiry(message_id, 0)
+            acks.sent()
+            publisher.publish_to(topic, where[message_id], key, value, headers, acks.done)
+            migrated.tombstones += 1
+        _settle(acks)
     now = clock.now_ms()
-    for message_id, partition in where.items():
-        if message_id in held_ids or message_id in unread:
-            continue
-        key, value, headers = encode_expiry(message_id, 0)
-        acks.sent()
-        publisher.publish_to(topic, partition, key, value, headers, acks.done)
-        migrated.tombstones += 1
-        _throttle(acks, migrated.tombstones)
     retention_ms = int(settings.delete.tombstone_retention_s * 1000)
     for found in restatement.held(store):
         if found.is_cancel:
