@@ -56,6 +56,21 @@ class TopicNames:
         """One-partition compacted topic where each replica of a group says its state."""
         return f"{self.namespace}.members.{group}"
 
+    def cluster(self, cluster: str) -> str:
+        """One-partition topic a cluster's nodes subscribe to in its consumer group: the group
+        is their membership (who is alive), never read."""
+        return f"{self.namespace}.cluster.{cluster}"
+
+    def cluster_group(self, cluster: str) -> str:
+        """The consumer group of a cluster's members."""
+        return f"{self.namespace}.cluster.{cluster}"
+
+    @staticmethod
+    def shard_group(cluster: str, partition: int) -> str:
+        """The replica group of one inner partition of a cluster: its progress topic,
+        members topic and transactional id (one per partition, so a new owner fences)."""
+        return f"{cluster}.p{partition}"
+
     def alone_progress(self, node_id: str) -> str:
         """One-partition compacted topic of a node alone's published progress: what a store
         rebuilt from the inner topic must not deliver again."""

@@ -534,6 +534,42 @@ class GroupSettings(_Section):
     )
 
 
+class ClusterSettings(_Section):
+    """A cluster of nodes sharing the inner topic's partitions (README, "Clusters"). Without a
+    name a node is alone or a replica of ``group.name``."""
+
+    name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_-]{1,48}$",
+        description=(
+            "Cluster of this node. Nodes naming the same cluster join one Kafka consumer group; "
+            "from its members every node places each inner partition on an owner and "
+            "standby_replicas standbys (chronos/cluster/placement.py). Each partition a node "
+            "hosts is a replica group of its own (group.* timings apply), delivered by its "
+            "owner in transactions fenced per partition. Excludes group.name and "
+            "node.owned_partitions."
+        ),
+    )
+    standby_replicas: int = Field(
+        1,
+        ge=0,
+        le=8,
+        description=(
+            "Other nodes that keep each partition's store warm: the first takes over when the "
+            "owner fails, without a restore."
+        ),
+    )
+    membership_interval_ms: int = Field(
+        500,
+        ge=50,
+        description=(
+            "How often a node asks Kafka who the cluster's members are. A node killed stays a "
+            "member until group.session_timeout_ms; a standby's watch takes over its partitions "
+            "before that (group.suspect_after_ms)."
+        ),
+    )
+
+
 #: ``delete`` defaults in compact mode. There a delivered id the store remembers is live state
 #: in Kafka that every restore reads (``rate x retention_s`` records), so the idempotency window
 #: is short by default: minutes of 10,000 msg/s would take a restore past a minute
@@ -754,6 +790,7 @@ class ChronosSettings(BaseSettings):
     node: NodeSettings = Field(default_factory=NodeSettings)
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
     group: GroupSettings = Field(default_factory=GroupSettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     delete: DeleteSettings = Field(default_factory=DeleteSettings)
     rebuild: RebuildSettings = Field(default_factory=RebuildSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
@@ -783,6 +820,21 @@ class ChronosSettings(BaseSettings):
             return {**data, "delete": delete.model_copy(update=unset)}
         given = dict(delete) if isinstance(delete, Mapping) else {}
         return {**data, "delete": COMPACT_DELETE_DEFAULTS | given}
+
+    @model_validator(mode="after")
+    def _one_way_to_share(self) -> ChronosSettings:
+        """A cluster places partitions itself: a group name or hand-split partitions beside it
+        would be a second, conflicting answer to who delivers what."""
+        if self.cluster.name is None:
+            return self
+        if self.group.name is not None:
+            raise ValueError("cluster.name and group.name exclude each other: set one")
+        if self.node.owned_partitions:
+            raise ValueError(
+                "node.owned_partitions is for nodes alone; a cluster places partitions itself "
+                "(leave it empty with cluster.name)"
+            )
+        return self
 
 
 #: Environment variables with the CHRONOS_ prefix that are not settings (test harness).

@@ -11,7 +11,7 @@ from chronos.cli.args import add_config, settings_from
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "run",
-        help="run a broker node (a replica of group.name when set, otherwise a node alone)",
+        help="run a broker node (a member of cluster.name, a replica of group.name, or alone)",
     )
     add_config(parser)
     # Stop signals before the node installs its own handling end it cleanly (cli/entry.py).
@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from chronos.cluster.node import ClusterNode
     from chronos.logs import configure_logging
     from chronos.runtime.node import Node
 
@@ -26,4 +27,6 @@ def main(args: argparse.Namespace) -> int:
     configure_logging(settings.log)
     # Every file the node creates (store, checkpoints) is its user's alone.
     os.umask(0o077)
+    if settings.cluster.name is not None:
+        return ClusterNode(settings).run()
     return Node(settings).run()

@@ -72,6 +72,10 @@ class Elector(Protocol):
     def join(self, timeout: float) -> None: ...
 
 
+#: Builds the election, given the callback it reports changes to.
+OpenElection = Callable[[Callable[[bool], None]], Elector]
+
+
 class MasterLoop(Component, Protocol):
     """One term's delivery loop (``TransactionLoop``)."""
 
@@ -122,7 +126,7 @@ class Replica(LoopWorker):
         spec: GroupSpec,
         partitions: list[int],
         store: ReplicaStore,
-        open_election: Callable[[Callable[[bool], None]], Elector],
+        open_election: OpenElection,
         progress: ProgressReader,
         open_publisher: Callable[[], TransactionalPublisher],
         new_master: NewMaster,

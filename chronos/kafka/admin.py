@@ -76,15 +76,27 @@ def ensure_topics(
                 ) from exc
     # One cut and one state per live repeat survive compaction.
     compacted = {"cleanup.policy": "compact", "segment.ms": str(3600 * 1000)}
-    if settings.group.name is not None:
+    replication = settings.topics.replication_factor
+    cluster = settings.cluster.name
+    if cluster is not None:
+        # Each inner partition is a replica group of its own (cluster/shard.py); as many as
+        # the inner topic has, whoever created it.
+        inner = existing.get(names.inner)
+        count = settings.topics.inner_partitions if inner is None else len(inner.partitions)
+        wanted.append(NewTopic(names.cluster(cluster), 1, replication))
+        for partition in range(count):
+            shard = names.shard_group(cluster, partition)
+            wanted += [
+                NewTopic(names.progress(shard), 1, replication, config=compacted),
+                NewTopic(names.members(shard), 1, replication, config=compacted),
+            ]
+    elif settings.group.name is not None:
         group = settings.group.name
         wanted += [
-            NewTopic(names.election(group), 1, settings.topics.replication_factor),
-            NewTopic(
-                names.progress(group), 1, settings.topics.replication_factor, config=compacted
-            ),
+            NewTopic(names.election(group), 1, replication),
+            NewTopic(names.progress(group), 1, replication, config=compacted),
             # One announcement per replica survives compaction (group/announcement.py).
-            NewTopic(names.members(group), 1, settings.topics.replication_factor, config=compacted),
+            NewTopic(names.members(group), 1, replication, config=compacted),
         ]
     else:
         progress = names.alone_progress(settings.node.node_id)

@@ -10,6 +10,7 @@ from chronos.clock import Clock
 from chronos.delivery.deadletter import DeadLetters
 from chronos.errors import ConfigError
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.group.replica import OpenElection
 from chronos.group.spec import GroupSpec
 from chronos.kafka.admin import partition_count
 from chronos.kafka.clients import KafkaClients
@@ -48,6 +49,8 @@ class NodeContext:
         rebuild: a node alone rebuilding its empty store from Kafka (``runtime/rebuild.py``).
         published: the progress this node (alone) or its group published, as read at start.
         watermark: how far ingest has applied what Kafka acknowledged (the cancel gate).
+        open_election: what tells a replica whether it should lead; None: its group's own
+            election (a cluster's partition is told by the cluster's placement instead).
     """
 
     settings: ChronosSettings
@@ -69,6 +72,7 @@ class NodeContext:
     rebuild: AloneRebuild | None = None
     published: Published = field(default_factory=lambda: Published(None, {}))
     watermark: IngestWatermark = field(default_factory=lambda: IngestWatermark({}, 0))
+    open_election: OpenElection | None = None
 
 
 def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
-from types import FrameType
 from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 
 from chronos.clock import Clock, SystemClock
 from chronos.errors import ConfigError
-from chronos.group.replica import Replica
+from chronos.group.replica import OpenElection, Replica
 from chronos.kafka.admin import ensure_topics
 from chronos.kafka.topic_config import check_inner_topic
 from chronos.lifecycle import Component
 from chronos.node.ingest import IngestWorker
-from chronos.node.interpreter import tune_interpreter
 from chronos.runtime.context import NodeContext, build_context
+from chronos.runtime.foreground import run_foreground
 from chronos.runtime.roles import ROLES, role_of
 from chronos.settings import ChronosSettings
 
@@ -37,10 +35,16 @@ class Node:
         settings: the settings tree.
         clock: time source (the system clock outside tests).
         role: a key of ``ROLES``; by default what the settings ask for (``role_of``).
+        open_election: for a replica, what tells it whether to lead instead of its group's
+            election (a cluster's partitions, ``cluster/host.py``).
     """
 
     def __init__(
-        self, settings: ChronosSettings, clock: Clock | None = None, role: str | None = None
+        self,
+        settings: ChronosSettings,
+        clock: Clock | None = None,
+        role: str | None = None,
+        open_election: OpenElection | None = None,
     ) -> None:
         role = role or role_of(settings)
         if role not in ROLES:
@@ -48,6 +52,7 @@ class Node:
         self.settings = settings
         self._clock = clock or SystemClock()
         self._role = role
+        self._open_election = open_election
         self._components: list[Component] = []
         self.context: NodeContext | None = None
         self._stopped = threading.Event()
@@ -64,6 +69,7 @@ class Node:
             # Refuses a topic that could remove a pending message's last record.
             check_inner_topic(self.settings)
         self.context = build_context(self.settings, self._clock)
+        self.context.open_election = self._open_election
         self._components = ROLES[self._role](self.context)
         if self.settings.admin.enabled:
             # Before the components: a port it cannot take ends the start with nothing running.
@@ -182,31 +188,4 @@ class Node:
 
     def run(self) -> int:
         """Run until SIGTERM or SIGINT; returns the process exit code."""
-        stop = self._stop_requested
-
-        def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.info("node_signal", signal=signal.Signals(signum).name)
-            stop.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        try:
-            self.start()
-        except Exception as exc:
-            if not stop.is_set():
-                raise
-            # Asked to stop while starting (Kafka not answering yet, say): a stop, not an
-            # error; what did start is stopped below.
-            log.info("node_stopped_during_start_up", error=str(exc))
-            return 0 if self.stop() else 1
-        tune_interpreter()
-        fatal = None
-        while not stop.wait(1.0):
-            fatal = self.fatal_error()
-            if fatal is not None:
-                break
-        clean = self.stop()
-        if fatal is not None:
-            log.critical("node_exit_fatal", error=fatal, action="restart the process")
-            return 1
-        return 0 if clean else 1
+        return run_foreground(self.start, self.stop, self.fatal_error, self._stop_requested)

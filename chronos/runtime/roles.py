@@ -282,8 +282,10 @@ def _replica(
     s = ctx.settings
     clients = ctx.clients
 
-    def open_election(on_change: Callable[[bool], None]) -> Elector:
+    def own_election(on_change: Callable[[bool], None]) -> Elector:
         return Election(spec, clients.consumer, clients.errors("election"), on_change)
+
+    open_election = ctx.open_election or own_election
 
     def open_publisher() -> TransactionalPublisher:
         return clients.transactional(spec.transactional_id, spec.settings.transaction_timeout_ms)

@@ -1,0 +1,148 @@
+"""The partitions a cluster node hosts, kept in step with the placement.
+
+On every change of the member list the node computes the placement (``placement.py``) and:
+
+* starts a replica for each partition it now hosts (owner or standby) that it does not run:
+  an empty store restores the partition from Kafka first, and the replica stands for
+  leadership only once it caught up and its store is complete (``group/replica.py``);
+* tells each replica whether it owns its partition: a new owner that finds the partition's
+  progress topic moving waits for it to stand still (``group/master_watch.py``), so it never
+  fences a live master on its way out;
+* stops a replica whose partition it no longer hosts, once that lasted ``grace_s`` (member
+  lists seen mid-rebalance), and removes its store.
+
+A node that is not in the member list yet (its join is under way) hosts nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import structlog
+
+from chronos.cluster.placement import Placement
+from chronos.cluster.shard import Shard
+from chronos.lifecycle import LoopWorker
+
+log = structlog.get_logger(__name__)
+
+_TICK_S = 0.1
+
+#: Builds partition ``p``'s replica on this node (not started).
+NewShard = Callable[[int], Shard]
+
+
+class ShardHost(LoopWorker):
+    """Starts, leads and stops this node's partitions as the placement says.
+
+    Parameters:
+        node_id: this node's member name.
+        partitions: how many partitions the inner topic has.
+        standbys: standby replicas per partition (``cluster.standby_replicas``).
+        new_shard: builds a partition's replica.
+        grace_s: how long a partition must stay unhosted before its replica stops.
+        on_fatal: told when a replica failed to start (the node ends: a store it cannot open
+            or a topic it may not read will not mend with retries).
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        partitions: int,
+        standbys: int,
+        new_shard: NewShard,
+        grace_s: float,
+        on_fatal: Callable[[str], None],
+    ) -> None:
+        super().__init__("cluster-host")
+        self._node_id = node_id
+        self._partitions = partitions
+        self._standbys = standbys
+        self._new_shard = new_shard
+        self._grace_s = grace_s
+        self._on_fatal = on_fatal
+        self._changed = threading.Event()
+        self._lock = threading.Lock()
+        self._members: frozenset[str] | None = None
+        self._unhosted_since: dict[int, float] = {}
+        self.shards: dict[int, Shard] = {}
+        self.placement: Placement | None = None
+
+    def members_changed(self, members: frozenset[str]) -> None:
+        """The membership's callback: recompute at the next tick."""
+        with self._lock:
+            self._members = members
+        self._changed.set()
+
+    def stop(self) -> None:
+        super().stop()
+        self._changed.set()
+
+    def step(self) -> None:
+        self._changed.wait(_TICK_S)
+        self._changed.clear()
+        if self.stopping:
+            return
+        with self._lock:
+            members = self._members
+        if members is None:
+            return
+        placement = Placement.of(members, self._partitions, self._standbys)
+        if placement != self.placement:
+            log.info(
+                "cluster_placement",
+                node=self._node_id,
+                owns=sorted(placement.owned_by(self._node_id)),
+                hosts=sorted(placement.hosted_by(self._node_id)),
+                members=sorted(members),
+            )
+            self.placement = placement
+        self._apply(placement)
+
+    def _apply(self, placement: Placement) -> None:
+        hosted = placement.hosted_by(self._node_id)
+        for partition in sorted(hosted - set(self.shards)):
+            if self.stopping:
+                return
+            self._start(partition)
+        now = time.monotonic()
+        for partition, shard in list(self.shards.items()):
+            shard.lead(placement.owner(partition) == self._node_id)
+            if partition in hosted:
+                self._unhosted_since.pop(partition, None)
+                continue
+            since = self._unhosted_since.setdefault(partition, now)
+            if now - since >= self._grace_s:
+                del self.shards[partition]
+                self._unhosted_since.pop(partition, None)
+                log.info("shard_stopping", node=self._node_id, partition=partition, role=shard.role)
+                shard.discard()
+
+    def _start(self, partition: int) -> None:
+        shard = self._new_shard(partition)
+        try:
+            shard.start()
+        except Exception as exc:
+            log.exception("shard_start_failed", partition=partition)
+            shard.stop()
+            self._on_fatal(f"partition {partition}'s replica did not start: {exc}")
+            return
+        self.shards[partition] = shard
+        log.info("shard_started", node=self._node_id, partition=partition)
+
+    def finish(self) -> None:
+        """Stop every replica; their stores stay (a restarted node gets its partitions back)."""
+        for partition, shard in sorted(self.shards.items()):
+            if not shard.stop():
+                log.warning("shard_stop_incomplete", partition=partition)
+        self.shards.clear()
+
+    def fatal_error(self) -> str | None:
+        """Why one of the replicas cannot go on, or None."""
+        for partition, shard in list(self.shards.items()):
+            reason = shard.node.fatal_error()
+            if reason is not None:
+                return f"partition {partition}: {reason}"
+        return None

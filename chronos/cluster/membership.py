@@ -1,0 +1,123 @@
+"""Who is in the cluster: Kafka's consumer-group membership, read back by every member.
+
+Why a consumer group, and which protocol: the classic protocol (with the cooperative-sticky
+assignor, so a member joining never revokes anything), which librdkafka has had for years and
+Apache Kafka accepts with a session down to 6 s by default; KIP-848's ``consumer`` protocol
+(confluent-kafka 2.12+) takes a 45 s session on a stock broker, and neither runs a custom
+assignor from Python. So Kafka decides who is a member (join, leave at a clean stop, expiry of a
+silent member after ``group.session_timeout_ms``), and placement is computed by every member
+from the member list (``placement.py``), read here with ``describe_consumer_groups``.
+
+The topic subscribed to has one partition and no records: the subscription is only what makes
+a member. Members are named by their ``client.id``, the node's id, so a restarted node is the
+same member for placement and gets its partitions (and its stores on disk) back.
+
+Failure cases: a member killed stays listed until its session expires; its partitions' standbys
+do not wait for that (each shard's master watch). Kafka not answering the description: the last
+list stands (placement does not flap on a slow coordinator).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException
+
+from chronos.group.election import ElectionConsumer
+from chronos.kafka.clients import ClientErrors
+from chronos.lifecycle import LoopWorker
+from chronos.settings import KafkaValue
+
+log = structlog.get_logger(__name__)
+
+_POLL_S = 0.1
+
+#: Builds the membership's consumer: (group id, its error handler, options) -> consumer.
+OpenConsumer = Callable[[str, ClientErrors, Mapping[str, KafkaValue]], ElectionConsumer]
+#: The client ids of the group's members now (raises when Kafka does not answer).
+DescribeMembers = Callable[[], frozenset[str]]
+
+
+class Membership(LoopWorker):
+    """Keeps this node in its cluster's consumer group and knows the other members.
+
+    Parameters:
+        topic: the cluster's one-partition membership topic.
+        group: the cluster's consumer group.
+        options: the consumer's session timeout and heartbeat.
+        open_consumer: builds the consumer.
+        errors: the consumer's error handler (an authorization failure ends the node).
+        describe: the members' client ids, as Kafka describes the group.
+        interval_s: how often to ask.
+        on_change: called with the new member list when it changed (from this thread).
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        group: str,
+        options: Mapping[str, KafkaValue],
+        open_consumer: OpenConsumer,
+        errors: ClientErrors,
+        describe: DescribeMembers,
+        interval_s: float,
+        on_change: Callable[[frozenset[str]], None],
+    ) -> None:
+        super().__init__("membership")
+        self._topic = topic
+        self._group = group
+        self._options = {
+            **options,
+            "partition.assignment.strategy": "cooperative-sticky",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "latest",
+        }
+        self._open_consumer = open_consumer
+        self._errors = errors
+        self._describe = describe
+        self._interval_s = interval_s
+        self._on_change = on_change
+        self._consumer: ElectionConsumer | None = None
+        self._members: frozenset[str] | None = None
+        self._asked_at = -interval_s
+        self._lock = threading.Lock()
+
+    @property
+    def members(self) -> frozenset[str] | None:
+        """The members as last described (None before the first answer)."""
+        with self._lock:
+            return self._members
+
+    def step(self) -> None:
+        if self._consumer is None:
+            consumer = self._open_consumer(self._group, self._errors, self._options)
+            consumer.subscribe([self._topic])
+            self._consumer = consumer
+        message = self._consumer.poll(_POLL_S)
+        error = None if message is None else message.error()
+        if error is not None and error.code() != KafkaError._PARTITION_EOF:
+            self._errors(error)
+        now = time.monotonic()
+        if now - self._asked_at < self._interval_s:
+            return
+        self._asked_at = now
+        try:
+            members = self._describe()
+        except KafkaException as exc:
+            log.debug("membership_not_described", error=str(exc))
+            return
+        with self._lock:
+            changed = members != self._members
+            self._members = members
+        if changed:
+            log.info("cluster_members", members=sorted(members))
+            self._on_change(members)
+
+    def finish(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            # Leaving the group drops this member at once, not after a session timeout.
+            consumer.close()

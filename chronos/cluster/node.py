@@ -1,0 +1,124 @@
+"""A cluster node: a member of the cluster's consumer group, hosting the partitions the
+placement gives it, each as a replica of its own (``shard.py``)."""
+
+from __future__ import annotations
+
+import threading
+
+import structlog
+
+from chronos.clock import Clock, SystemClock
+from chronos.cluster.host import ShardHost
+from chronos.cluster.membership import Membership
+from chronos.cluster.shard import Shard
+from chronos.errors import ConfigError
+from chronos.kafka.admin import ensure_topics, partition_count
+from chronos.kafka.clients import KafkaClients
+from chronos.kafka.topic_config import check_inner_topic
+from chronos.lifecycle import Fatal
+from chronos.runtime.foreground import run_foreground
+from chronos.settings import ChronosSettings
+
+log = structlog.get_logger(__name__)
+
+#: How long a description of the group may take before the last member list stands.
+_DESCRIBE_TIMEOUT_S = 5.0
+
+
+class ClusterNode:
+    """One node of ``cluster.name``.
+
+    Parameters:
+        settings: the settings tree (``cluster.name`` set).
+        clock: time source (the system clock outside tests).
+    """
+
+    def __init__(self, settings: ChronosSettings, clock: Clock | None = None) -> None:
+        name = settings.cluster.name
+        if name is None:
+            raise ConfigError("a cluster node needs cluster.name")
+        self.settings = settings
+        self._name = name
+        self._clock = clock or SystemClock()
+        self._fatal = Fatal()
+        self._clients = KafkaClients(
+            settings.kafka,
+            settings.node.node_id,
+            settings.limits.max_message_bytes,
+            self._fatal.report,
+        )
+        self._membership: Membership | None = None
+        self.host: ShardHost | None = None
+        self._stopped = threading.Event()
+        self._stop_requested = threading.Event()
+
+    def start(self) -> None:
+        """Create and check the topics, join the cluster, host what the placement says."""
+        s = self.settings
+        if s.topics.create:
+            ensure_topics(s, stopped=self._stop_requested.is_set)
+        if s.rebuild.check_inner_topic:
+            check_inner_topic(s)
+        names = s.topics.names
+        partitions = partition_count(s, names.inner)
+        host = ShardHost(
+            s.node.node_id,
+            partitions,
+            s.cluster.standby_replicas,
+            lambda p: Shard(s, p, self._clock),
+            grace_s=s.group.suspect_after_ms / 1000.0,
+            on_fatal=self._fatal.report,
+        )
+        admin = self._clients.admin()
+        group = names.cluster_group(self._name)
+
+        def describe() -> frozenset[str]:
+            described = admin.describe_consumer_groups([group])[group].result(_DESCRIBE_TIMEOUT_S)
+            return frozenset(member.client_id for member in described.members)
+
+        membership = Membership(
+            names.cluster(self._name),
+            group,
+            {
+                "session.timeout.ms": s.group.session_timeout_ms,
+                "heartbeat.interval.ms": s.group.heartbeat_interval_ms,
+            },
+            self._clients.consumer,
+            self._clients.errors("membership"),
+            describe,
+            s.cluster.membership_interval_ms / 1000.0,
+            host.members_changed,
+        )
+        self.host, self._membership = host, membership
+        host.start()
+        membership.start()
+        log.info(
+            "cluster_node_started", node=s.node.node_id, cluster=self._name, partitions=partitions
+        )
+
+    def stop(self) -> bool:
+        """Stop the partitions' replicas (their standbys take over), then leave the group."""
+        if self._stopped.is_set():
+            return True
+        self._stopped.set()
+        timeout_s = self.settings.node.shutdown_timeout_s
+        clean = True
+        if self.host is not None:
+            self.host.stop()
+            self.host.join(timeout_s * max(1, len(self.host.shards)))
+            clean = not self.host.is_alive()
+        if self._membership is not None:
+            self._membership.stop()
+            self._membership.join(10.0)
+        log.info("cluster_node_stopped", node=self.settings.node.node_id, clean=clean)
+        return clean
+
+    def fatal_error(self) -> str | None:
+        """Why this node cannot go on, or None."""
+        if self._fatal.reason is not None:
+            return self._fatal.reason
+        return None if self.host is None else self.host.fatal_error()
+
+    def run(self) -> int:
+        """Run until SIGTERM or SIGINT; returns the process exit code."""
+        return run_foreground(self.start, self.stop, self.fatal_error, self._stop_requested)
