@@ -356,7 +356,9 @@ class TransactionLoop(LoopWorker):
         now = self._clock.now_ms()
         if self.first_commit_at is None:
             self.first_commit_at = time.monotonic()
-            log.info("master_first_commit", term=self.term, seek_ms=upto)
+            log.info(
+                "master_first_commit", node=self._spec.node_id, term=self.term, seek_ms=upto
+            )
         self._last_commit = time.monotonic()
         # Not the moves: this store made them (and may have moved a message again since).
         self._replica.apply_cut(upto, states, covered)

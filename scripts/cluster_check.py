@@ -1,0 +1,361 @@
+#!/usr/bin/env python3
+"""Cluster check: node processes sharing the inner topic's partitions, under load and faults.
+
+The load of ``failover_check.py`` (delays 0-5 s, 10 % cancels, 2 % repeats, 2 % reschedules)
+runs against ``--nodes`` node processes of one cluster (``--partitions`` inner partitions,
+``--standbys`` standbys each) while a scenario hurts them; afterwards a ``read_committed``
+consumer must have seen every expected delivery exactly once, none early and no cancelled one.
+
+Scenarios (``--scenario``):
+
+* ``kill``: ``--faults`` times, every ``--interval`` s, kill -9 a node that delivers partitions
+  (in turn), wait until each of its partitions committed a delivery transaction in a newer
+  term, then restart it on its store. Failover: the kill to each partition's first commit.
+* ``leave``: the same with SIGTERM (a graceful leave). Gap: the stop to each partition's first
+  commit in a newer term.
+* ``churn``: a fault every ``--interval`` s drawn from: kill -9 a node, SIGTERM a node, start
+  a new node on an empty disk, remove a node for good, SIGSTOP a node for 10 s; the node
+  count stays between 2 and ``--nodes`` + 2.
+
+Every run reports the longest time no delivery became visible (``longest_gap_ms``), takeovers
+per partition, and whether two owners of one partition committed in overlapping terms (each
+term's first and last commit, from the logs).
+
+    python scripts/cluster_check.py                             # kill x10, 3 nodes, 8 partitions
+    python scripts/cluster_check.py --scenario leave --faults 5
+    python scripts/cluster_check.py --scenario churn --nodes 4 --partitions 16 --seconds 600
+
+The last line of output is the JSON summary. Exit code 0 when every check holds, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from failover_check import REPEAT, Load, Seen, Summary, _epoch_ms, verify
+
+from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
+from chronos.devstack.process import NodeProcess
+from chronos.devstack.watch import DeliveryWatcher
+from chronos.kafka.admin import create_topic
+from chronos.quantiles import percentile
+from chronos.settings import load_settings
+from proxy.client import DelayClient
+
+CLUSTER = "c"
+
+
+@dataclass
+class ClusterSummary:
+    """What the cluster check measured beyond the load's verdict (``failover_check.Summary``)."""
+
+    nodes_started: int = 0
+    faults: list[str] = field(default_factory=list)
+    #: Per partition whose owner failed or left: the fault to its first commit in a newer term.
+    handover_ms: list[int] = field(default_factory=list)
+    handover_p50_ms: int = 0
+    handover_max_ms: int = 0
+    takeovers: int = 0
+    overlapping_terms: list[str] = field(default_factory=list)
+
+
+class ClusterNodeProcess:
+    """One cluster node process and what its log says about the partitions it delivers."""
+
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        bootstrap: str,
+        namespace: str,
+        partitions: int,
+        standbys: int,
+    ) -> None:
+        self.name = name
+        self.log_path = workdir / f"{name}.log"
+        config = workdir / f"{name}.toml"
+        config.write_text(
+            f"""[kafka]
+bootstrap_servers = "{bootstrap}"
+[topics]
+namespace = "{namespace}"
+inner_partitions = {partitions}
+[node]
+node_id = "{name}"
+data_dir = "{workdir / f"store-{name}"}"
+ingest_threads = 1
+ingest_decoder = "thread"
+[cluster]
+name = "{CLUSTER}"
+standby_replicas = {standbys}
+[admin]
+enabled = false
+[log]
+format = "json"
+"""
+        )
+        self.config = config
+        self.process = NodeProcess(config, self.log_path, ready_event="cluster_node_started")
+
+    def events(self, *names: str) -> list[dict[str, Any]]:
+        if not self.log_path.exists():
+            return []
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if not line.startswith("{"):
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") in names:
+                out.append(event)
+        return out
+
+    def delivering(self) -> dict[int, int]:
+        """Partition -> term of the partitions this run masters now (its last role event)."""
+        if not self.process.running():
+            return {}
+        state: dict[int, int | None] = {}
+        for event in self.events("became_master", "became_backup", "cluster_node_started"):
+            if event["event"] == "cluster_node_started":
+                state.clear()
+                continue
+            partition = _partition(event)
+            state[partition] = int(event["term"]) if event["event"] == "became_master" else None
+        return {p: t for p, t in state.items() if t is not None}
+
+
+def _partition(event: dict[str, Any]) -> int:
+    """The partition of a replica's event (its node id is ``<node>.p<partition>``)."""
+    return int(str(event["node"]).rsplit(".p", 1)[1])
+
+
+class Cluster:
+    def __init__(
+        self, workdir: Path, bootstrap: str, namespace: str, partitions: int, standbys: int
+    ) -> None:
+        self.workdir, self.bootstrap, self.namespace = workdir, bootstrap, namespace
+        self.partitions, self.standbys = partitions, standbys
+        self.nodes: dict[str, ClusterNodeProcess] = {}
+        self.retired: list[ClusterNodeProcess] = []
+        self._next = 0
+
+    def add(self) -> ClusterNodeProcess:
+        name = f"n{self._next}"
+        self._next += 1
+        node = ClusterNodeProcess(
+            name, self.workdir, self.bootstrap, self.namespace, self.partitions, self.standbys
+        )
+        node.process.start()
+        self.nodes[name] = node
+        return node
+
+    def all(self) -> list[ClusterNodeProcess]:
+        return [*self.nodes.values(), *self.retired]
+
+    def first_commits(self, partition: int, above_term: int) -> list[int]:
+        """Epoch ms of every first commit of ``partition`` in a term above ``above_term``."""
+        return [
+            _epoch_ms(event)
+            for node in self.all()
+            for event in node.events("master_first_commit")
+            if _partition(event) == partition and int(event["term"]) > above_term
+        ]
+
+    def wait_moved(self, lost: dict[int, int], since_ms: int, timeout_s: float = 120) -> list[int]:
+        """For each partition of ``lost`` (partition -> term), ms from ``since_ms`` until a
+        commit in a newer term."""
+        deadline = time.monotonic() + timeout_s
+        found: dict[int, int] = {}
+        while time.monotonic() < deadline and len(found) < len(lost):
+            for partition, term in lost.items():
+                if partition not in found:
+                    commits = self.first_commits(partition, term)
+                    if commits:
+                        found[partition] = min(commits) - since_ms
+            time.sleep(0.1)
+        missing = sorted(set(lost) - set(found))
+        if missing:
+            raise RuntimeError(f"partitions {missing} delivered no newer term in {timeout_s} s")
+        return list(found.values())
+
+    def settled(self, timeout_s: float = 120) -> None:
+        """Wait until every partition has exactly one master."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            counts = {p: 0 for p in range(self.partitions)}
+            for node in self.nodes.values():
+                for partition in node.delivering():
+                    counts[partition] += 1
+            if all(c == 1 for c in counts.values()):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"partitions without exactly one master after {timeout_s} s: {counts}")
+
+
+def _delivering_node(cluster: Cluster, turn: int) -> ClusterNodeProcess:
+    owners = [n for n in cluster.nodes.values() if n.delivering()]
+    return owners[turn % len(owners)]
+
+
+def _fault(kind: str, cluster: Cluster, summary: ClusterSummary, turn: int, args: Any) -> None:
+    """One fault; waits until the partitions it took from an owner deliver again."""
+    now_ms = int(time.time() * 1000)
+    if kind == "add":
+        node = cluster.add()
+        summary.nodes_started += 1
+        summary.faults.append(f"add {node.name}")
+        print(f"started {node.name} on an empty disk")
+        return
+    node = _delivering_node(cluster, turn)
+    lost = node.delivering()
+    summary.faults.append(f"{kind} {node.name} {sorted(lost)}")
+    if kind == "kill":
+        node.process.kill()
+    elif kind in ("leave", "remove"):
+        node.process.terminate()
+    elif kind == "freeze":
+        node.process.signal(signal.SIGSTOP)
+    moved = cluster.wait_moved(lost, now_ms)
+    summary.handover_ms += moved
+    print(f"{kind} {node.name}: partitions {sorted(lost)} again after {sorted(moved)} ms")
+    if kind == "freeze":
+        remaining = 10.0 - (time.time() * 1000 - now_ms) / 1000
+        time.sleep(max(0.0, remaining))
+        node.process.signal(signal.SIGCONT)
+    elif kind == "remove":
+        del cluster.nodes[node.name]
+        cluster.retired.append(node)
+    else:
+        node.process.start()
+
+
+def _churn_kind(cluster: Cluster, rng: random.Random, most: int) -> str:
+    kinds = ["kill", "leave", "freeze"]
+    if len(cluster.nodes) < most:
+        kinds.append("add")
+    if len(cluster.nodes) > 2:
+        kinds.append("remove")
+    return rng.choice(kinds)
+
+
+def _overlaps(cluster: Cluster, partitions: int) -> list[str]:
+    """Terms of one partition committed by two nodes at overlapping times."""
+    spans: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
+    for node in cluster.all():
+        terms: dict[tuple[int, int], list[int]] = {}
+        for event in node.events("master_first_commit"):
+            key = (_partition(event), int(event["term"]))
+            terms.setdefault(key, []).append(_epoch_ms(event))
+        for key, times in terms.items():
+            spans.setdefault(key, []).append((min(times), max(times), node.name))
+    found = []
+    for (partition, term), owners in sorted(spans.items()):
+        if len({name for _, _, name in owners}) > 1:
+            found.append(f"p{partition} term {term}: {sorted(n for _, _, n in owners)}")
+    return found[:20]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenario", choices=["kill", "leave", "churn"], default="kill")
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--standbys", type=int, default=1)
+    parser.add_argument("--faults", type=int, default=10, help="kill, leave: how many")
+    parser.add_argument("--seconds", type=float, default=600.0, help="churn: how long")
+    parser.add_argument("--interval", type=float, default=15.0, help="seconds between faults")
+    parser.add_argument("--rate", type=int, default=2000, help="requests per second")
+    parser.add_argument("--broker", choices=BROKER_KINDS, default="kafka")
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--keep", default=None, help="work directory to keep (logs, stores)")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(1))
+    workdir = Path(args.keep or tempfile.mkdtemp(prefix="chronos-cluster-")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    broker: LocalBroker = start_local_broker(args.broker, workdir / "broker.log")
+    summary = Summary(scenario=f"cluster-{args.scenario}", broker=args.broker)
+    extra = ClusterSummary()
+    namespace = f"cl{uuid.uuid4().hex[:8]}"
+    cluster = Cluster(workdir, broker.bootstrap, namespace, args.partitions, args.standbys)
+    rng = random.Random(args.seed)
+    try:
+        first = cluster.add()
+        first.process.wait_ready(120)
+        cluster.settled()
+        for _ in range(args.nodes - 1):
+            cluster.add().process.wait_ready(120)
+        cluster.settled()
+        settings = load_settings(first.config)
+        topic = f"{namespace}-target"
+        create_topic(settings, topic, partitions=4)
+        committed, uncommitted = Seen(), Seen()
+        watchers = [
+            DeliveryWatcher(broker.bootstrap, [topic], committed).start(),
+            DeliveryWatcher(broker.bootstrap, [topic], uncommitted, "read_uncommitted").start(),
+        ]
+        with DelayClient(settings) as client:
+            load = Load(client, topic, args.rate, args.seed)
+            load.start()
+            try:
+                started = time.monotonic()
+                turn = 0
+                while True:
+                    if args.scenario == "churn":
+                        if time.monotonic() - started >= args.seconds:
+                            break
+                        kind = _churn_kind(cluster, rng, args.nodes + 2)
+                    elif turn >= args.faults:
+                        break
+                    else:
+                        kind = args.scenario
+                    time.sleep(args.interval)
+                    _fault(kind, cluster, extra, turn, args)
+                    turn += 1
+                time.sleep(args.interval)
+            finally:
+                load.stop()
+        last_due = max((e.due_ms for e in load.expected.values()), default=0)
+        last_due += (REPEAT.times - 1) * REPEAT.interval_ms
+        while time.time() * 1000 < last_due + 5000:
+            time.sleep(0.5)
+        time.sleep(3.0)
+        for watcher in watchers:
+            watcher.stop()
+        verify(load, committed, uncommitted, summary)
+        extra.takeovers = sum(len(n.events("became_master")) for n in cluster.all())
+        extra.overlapping_terms = _overlaps(cluster, args.partitions)
+        if extra.overlapping_terms:
+            summary.problems.append("two owners committed one partition in one term")
+        if extra.handover_ms:
+            extra.handover_p50_ms = percentile(extra.handover_ms, 0.5)
+            extra.handover_max_ms = max(extra.handover_ms)
+    finally:
+        for node in cluster.all():
+            try:
+                if node.process.running():
+                    node.process.signal(signal.SIGCONT)
+                    node.process.terminate()
+            except Exception as exc:
+                print(f"stopping {node.name}: {exc}")
+        broker.stop()
+    print(f"logs: {workdir}")
+    print(json.dumps(asdict(summary) | asdict(extra) | {"ok": summary.ok}))
+    return 0 if summary.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
