@@ -61,6 +61,11 @@ class TopicNames:
         is their membership (who is alive), never read."""
         return f"{self.namespace}.cluster.{cluster}"
 
+    def cluster_status(self, cluster: str) -> str:
+        """One-partition compacted topic where each node of a cluster says which partitions it
+        could deliver now (``cluster/readiness.py``)."""
+        return f"{self.namespace}.cluster-status.{cluster}"
+
     def cluster_group(self, cluster: str) -> str:
         """The consumer group of a cluster's members."""
         return f"{self.namespace}.cluster.{cluster}"

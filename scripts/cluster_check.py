@@ -48,6 +48,7 @@ from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_brok
 from chronos.devstack.process import NodeProcess
 from chronos.devstack.watch import DeliveryWatcher
 from chronos.kafka.admin import create_topic
+from chronos.kafka.partitioner import partition_of
 from chronos.quantiles import percentile
 from chronos.settings import load_settings
 from proxy.client import DelayClient
@@ -67,6 +68,11 @@ class ClusterSummary:
     handover_max_ms: int = 0
     takeovers: int = 0
     overlapping_terms: list[str] = field(default_factory=list)
+    #: The longest time any inner partition went without a visible delivery while the load
+    #: ran (its deliveries' ids hash to it), and per fault the longest such gap of the
+    #: partitions it took from their owner, from the fault on.
+    partition_gap_max_ms: int = 0
+    fault_gaps_ms: list[int] = field(default_factory=list)
 
 
 class ClusterNodeProcess:
@@ -127,9 +133,13 @@ format = "json"
         if not self.process.running():
             return {}
         state: dict[int, int | None] = {}
-        for event in self.events("became_master", "became_backup", "cluster_node_started"):
+        events = ("became_master", "became_backup", "cluster_node_started", "shard_stopping")
+        for event in self.events(*events):
             if event["event"] == "cluster_node_started":
                 state.clear()
+                continue
+            if event["event"] == "shard_stopping":
+                state[int(event["partition"])] = None
                 continue
             partition = _partition(event)
             state[partition] = int(event["term"]) if event["event"] == "became_master" else None
@@ -164,13 +174,16 @@ class Cluster:
     def all(self) -> list[ClusterNodeProcess]:
         return [*self.nodes.values(), *self.retired]
 
-    def first_commits(self, partition: int, above_term: int) -> list[int]:
-        """Epoch ms of every first commit of ``partition`` in a term above ``above_term``."""
+    def first_commits(self, partition: int, above_term: int, since_ms: int) -> list[int]:
+        """Epoch ms of every first commit of ``partition`` in a term above ``above_term``
+        from ``since_ms`` on (a node's last role event can lag a fencing it did not log yet)."""
         return [
-            _epoch_ms(event)
+            at
             for node in self.all()
             for event in node.events("master_first_commit")
-            if _partition(event) == partition and int(event["term"]) > above_term
+            if _partition(event) == partition
+            and int(event["term"]) > above_term
+            and (at := _epoch_ms(event)) >= since_ms
         ]
 
     def wait_moved(self, lost: dict[int, int], since_ms: int, timeout_s: float = 120) -> list[int]:
@@ -181,7 +194,7 @@ class Cluster:
         while time.monotonic() < deadline and len(found) < len(lost):
             for partition, term in lost.items():
                 if partition not in found:
-                    commits = self.first_commits(partition, term)
+                    commits = self.first_commits(partition, term, since_ms)
                     if commits:
                         found[partition] = min(commits) - since_ms
             time.sleep(0.1)
@@ -209,15 +222,18 @@ def _delivering_node(cluster: Cluster, turn: int) -> ClusterNodeProcess:
     return owners[turn % len(owners)]
 
 
-def _fault(kind: str, cluster: Cluster, summary: ClusterSummary, turn: int, args: Any) -> None:
-    """One fault; waits until the partitions it took from an owner deliver again."""
+def _fault(
+    kind: str, cluster: Cluster, summary: ClusterSummary, turn: int
+) -> tuple[int, list[int]]:
+    """One fault; waits until the partitions it took from an owner deliver again. Returns
+    when it happened (epoch ms) and those partitions."""
     now_ms = int(time.time() * 1000)
     if kind == "add":
         node = cluster.add()
         summary.nodes_started += 1
         summary.faults.append(f"add {node.name}")
         print(f"started {node.name} on an empty disk")
-        return
+        return now_ms, []
     node = _delivering_node(cluster, turn)
     lost = node.delivering()
     summary.faults.append(f"{kind} {node.name} {sorted(lost)}")
@@ -239,6 +255,25 @@ def _fault(kind: str, cluster: Cluster, summary: ClusterSummary, turn: int, args
         cluster.retired.append(node)
     else:
         node.process.start()
+    return now_ms, sorted(lost)
+
+
+def _partition_gaps(load: Load, seen: Seen, partitions: int) -> dict[int, list[tuple[int, int]]]:
+    """Per inner partition, (start epoch ms, length ms) of each gap between two visible
+    deliveries of its messages while the load ran, from a second after its longest delay."""
+    begin = load.started_ms + int(load.delay_s[1] * 1000) + 1000
+    times: dict[int, list[int]] = {p: [begin, load.stopped_ms] for p in range(partitions)}
+    with seen.lock:
+        for message_id, deliveries in seen.by_id.items():
+            partition = partition_of(message_id.encode(), partitions)
+            times[partition] += [
+                d.received_ms for d in deliveries if begin <= d.received_ms <= load.stopped_ms
+            ]
+    gaps: dict[int, list[tuple[int, int]]] = {}
+    for partition, points in times.items():
+        points.sort()
+        gaps[partition] = [(a, b - a) for a, b in zip(points, points[1:], strict=False)]
+    return gaps
 
 
 def _churn_kind(cluster: Cluster, rng: random.Random, most: int) -> str:
@@ -292,6 +327,7 @@ def main() -> int:
     namespace = f"cl{uuid.uuid4().hex[:8]}"
     cluster = Cluster(workdir, broker.bootstrap, namespace, args.partitions, args.standbys)
     rng = random.Random(args.seed)
+    faults: list[tuple[int, list[int]]] = []
     try:
         first = cluster.add()
         first.process.wait_ready(120)
@@ -323,7 +359,7 @@ def main() -> int:
                     else:
                         kind = args.scenario
                     time.sleep(args.interval)
-                    _fault(kind, cluster, extra, turn, args)
+                    faults.append(_fault(kind, cluster, extra, turn))
                     turn += 1
                 time.sleep(args.interval)
             finally:
@@ -336,6 +372,22 @@ def main() -> int:
         for watcher in watchers:
             watcher.stop()
         verify(load, committed, uncommitted, summary)
+        gaps = _partition_gaps(load, committed, args.partitions)
+        extra.partition_gap_max_ms = max(
+            (length for found in gaps.values() for _, length in found), default=0
+        )
+        for at_ms, lost in faults:
+            extra.fault_gaps_ms.append(
+                max(
+                    (
+                        length
+                        for p in lost
+                        for start, length in gaps[p]
+                        if start + length >= at_ms and start <= at_ms + 30_000
+                    ),
+                    default=0,
+                )
+            )
         extra.takeovers = sum(len(n.events("became_master")) for n in cluster.all())
         extra.overlapping_terms = _overlaps(cluster, args.partitions)
         if extra.overlapping_terms:

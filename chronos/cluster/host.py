@@ -43,8 +43,12 @@ class ShardHost(LoopWorker):
         standbys: standby replicas per partition (``cluster.standby_replicas``).
         new_shard: builds a partition's replica.
         grace_s: how long a partition must stay unhosted before its replica stops.
+        handover_timeout_s: how long a leaving node waits for its handovers (a master that
+            cannot commit one is stopped anyway: its successor takes over on silence).
         on_fatal: told when a replica failed to start (the node ends: a store it cannot open
             or a topic it may not read will not mend with retries).
+        ready: whether a node's replica of a partition stands (``readiness.py``): a partition
+            this node delivers moves to its new owner only then.
     """
 
     def __init__(
@@ -54,7 +58,9 @@ class ShardHost(LoopWorker):
         standbys: int,
         new_shard: NewShard,
         grace_s: float,
+        handover_timeout_s: float,
         on_fatal: Callable[[str], None],
+        ready: Callable[[str, int], bool] = lambda _node, _partition: True,
     ) -> None:
         super().__init__("cluster-host")
         self._node_id = node_id
@@ -62,7 +68,9 @@ class ShardHost(LoopWorker):
         self._standbys = standbys
         self._new_shard = new_shard
         self._grace_s = grace_s
+        self._handover_timeout_s = handover_timeout_s
         self._on_fatal = on_fatal
+        self._ready = ready
         self._changed = threading.Event()
         self._lock = threading.Lock()
         self._members: frozenset[str] | None = None
@@ -109,12 +117,21 @@ class ShardHost(LoopWorker):
             self._start(partition)
         now = time.monotonic()
         for partition, shard in list(self.shards.items()):
-            shard.lead(placement.owner(partition) == self._node_id)
+            owner = placement.owner(partition)
+            leads = owner == self._node_id
+            if shard.role == "master" and owner is not None and not leads:
+                if self._ready(owner, partition):
+                    # Before it stops leading: a handover, not a silence its successor waits
+                    # out.
+                    shard.hand_over(owner)
+                else:
+                    leads = True  # delivers on until the new owner's replica stands
+            shard.lead(leads)
             if partition in hosted:
                 self._unhosted_since.pop(partition, None)
                 continue
             since = self._unhosted_since.setdefault(partition, now)
-            if now - since >= self._grace_s:
+            if now - since >= self._grace_s and shard.role != "master":
                 del self.shards[partition]
                 self._unhosted_since.pop(partition, None)
                 log.info("shard_stopping", node=self._node_id, partition=partition, role=shard.role)
@@ -133,11 +150,35 @@ class ShardHost(LoopWorker):
         log.info("shard_started", node=self._node_id, partition=partition)
 
     def finish(self) -> None:
-        """Stop every replica; their stores stay (a restarted node gets its partitions back)."""
+        """Hand what this node delivers to the nodes that deliver it once this one left, then
+        stop every replica; their stores stay (a restarted node gets its partitions back)."""
+        self._hand_over_all()
         for partition, shard in sorted(self.shards.items()):
             if not shard.stop():
                 log.warning("shard_stop_incomplete", partition=partition)
         self.shards.clear()
+
+    def _hand_over_all(self) -> None:
+        """All handovers at once, then wait for them: each costs one commit, not a silence."""
+        with self._lock:
+            members = self._members
+        if not members:
+            return
+        after = Placement.of(members - {self._node_id}, self._partitions, self._standbys)
+        handing = []
+        for partition, shard in self.shards.items():
+            successor = after.owner(partition)
+            if shard.role == "master" and successor is not None:
+                shard.hand_over(successor)
+                handing.append(shard)
+        deadline = time.monotonic() + self._handover_timeout_s
+        for shard in handing:
+            if not shard.wait_handed_over(max(0.0, deadline - time.monotonic())):
+                log.warning("handover_incomplete", partition=shard.partition)
+
+    def ready_partitions(self) -> frozenset[int]:
+        """The partitions whose replica on this node stands (said on the readiness board)."""
+        return frozenset(p for p, shard in list(self.shards.items()) if shard.ready)
 
     def fatal_error(self) -> str | None:
         """Why one of the replicas cannot go on, or None."""

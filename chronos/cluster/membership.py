@@ -45,6 +45,7 @@ class Membership(LoopWorker):
     """Keeps this node in its cluster's consumer group and knows the other members.
 
     Parameters:
+        node_id: this member's name (its ``client.id``).
         topic: the cluster's one-partition membership topic.
         group: the cluster's consumer group.
         options: the consumer's session timeout and heartbeat.
@@ -57,6 +58,7 @@ class Membership(LoopWorker):
 
     def __init__(
         self,
+        node_id: str,
         topic: str,
         group: str,
         options: Mapping[str, KafkaValue],
@@ -67,6 +69,7 @@ class Membership(LoopWorker):
         on_change: Callable[[frozenset[str]], None],
     ) -> None:
         super().__init__("membership")
+        self._node_id = node_id
         self._topic = topic
         self._group = group
         self._options = {
@@ -115,6 +118,21 @@ class Membership(LoopWorker):
         if changed:
             log.info("cluster_members", members=sorted(members))
             self._on_change(members)
+
+    def wait_seen_gone(self, timeout_s: float) -> bool:
+        """After a stop: wait until Kafka no longer lists this member, then one interval more,
+        in which every other member asks again and sees it gone. False if Kafka kept listing
+        it for ``timeout_s`` (or did not answer)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if self._node_id not in self._describe():
+                    time.sleep(self._interval_s)
+                    return True
+            except KafkaException:
+                pass
+            time.sleep(min(0.05, self._interval_s))
+        return False
 
     def finish(self) -> None:
         consumer, self._consumer = self._consumer, None

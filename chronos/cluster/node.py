@@ -10,12 +10,13 @@ import structlog
 from chronos.clock import Clock, SystemClock
 from chronos.cluster.host import ShardHost
 from chronos.cluster.membership import Membership
+from chronos.cluster.readiness import ReadinessBoard
 from chronos.cluster.shard import Shard
 from chronos.errors import ConfigError
 from chronos.kafka.admin import ensure_topics, partition_count
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.topic_config import check_inner_topic
-from chronos.lifecycle import Fatal
+from chronos.lifecycle import Component, Fatal
 from chronos.runtime.foreground import run_foreground
 from chronos.settings import ChronosSettings
 
@@ -23,6 +24,14 @@ log = structlog.get_logger(__name__)
 
 #: How long a description of the group may take before the last member list stands.
 _DESCRIBE_TIMEOUT_S = 5.0
+#: How often a node says its ready partitions when nothing changed, and how long another
+#: node's word counts (a few intervals: a killed node is ready for nothing soon).
+_BOARD_INTERVAL_S = 1.0
+_BOARD_STALE_S = 3.5
+
+
+def _ignored(error: object, message: object) -> None:
+    """A board record's outcome: the next one replaces a lost one."""
 
 
 class ClusterNode:
@@ -48,6 +57,7 @@ class ClusterNode:
             self._fatal.report,
         )
         self._membership: Membership | None = None
+        self._workers: list[Component] = []
         self.host: ShardHost | None = None
         self._stopped = threading.Event()
         self._stop_requested = threading.Event()
@@ -67,7 +77,26 @@ class ClusterNode:
             s.cluster.standby_replicas,
             lambda p: Shard(s, p, self._clock),
             grace_s=s.group.suspect_after_ms / 1000.0,
+            handover_timeout_s=s.group.transaction_timeout_ms / 1000.0,
             on_fatal=self._fatal.report,
+            ready=lambda node, partition: board.ready(node, partition),
+        )
+        status = self._clients.idempotent("cluster-status", stop_flush_s=2.0)
+        board = ReadinessBoard(
+            s.node.node_id,
+            names.cluster_status(self._name),
+            self._clients.consumer(
+                names.progress_reader_group(s.node.node_id, "cluster-status"),
+                self._clients.errors("readiness"),
+                {"enable.auto.commit": False},
+            ),
+            self._clients.errors("readiness"),
+            lambda key, value: status.publish(
+                names.cluster_status(self._name), key, value, [], _ignored
+            ),
+            host.ready_partitions,
+            _BOARD_INTERVAL_S,
+            _BOARD_STALE_S,
         )
         admin = self._clients.admin()
         group = names.cluster_group(self._name)
@@ -77,6 +106,7 @@ class ClusterNode:
             return frozenset(member.client_id for member in described.members)
 
         membership = Membership(
+            s.node.node_id,
             names.cluster(self._name),
             group,
             {
@@ -90,26 +120,35 @@ class ClusterNode:
             host.members_changed,
         )
         self.host, self._membership = host, membership
-        host.start()
-        membership.start()
+        self._workers = [status, board, host, membership]
+        for worker in self._workers:
+            worker.start()
         log.info(
             "cluster_node_started", node=s.node.node_id, cluster=self._name, partitions=partitions
         )
 
     def stop(self) -> bool:
-        """Stop the partitions' replicas (their standbys take over), then leave the group."""
+        """Leave the group, let the others see it, hand every partition this node delivers to
+        its next owner, then stop the replicas.
+
+        Leaving first: a successor whose member list still names this node would hand the
+        partition straight back. Delivery goes on meanwhile; the gap is the handover alone."""
         if self._stopped.is_set():
             return True
         self._stopped.set()
         timeout_s = self.settings.node.shutdown_timeout_s
         clean = True
+        if self._membership is not None:
+            self._membership.stop()
+            self._membership.join(10.0)
+            self._membership.wait_seen_gone(timeout_s)
         if self.host is not None:
             self.host.stop()
             self.host.join(timeout_s * max(1, len(self.host.shards)))
             clean = not self.host.is_alive()
-        if self._membership is not None:
-            self._membership.stop()
-            self._membership.join(10.0)
+        for worker in reversed(self._workers[:2]):  # the board, then its publisher
+            worker.stop()
+            worker.join(5.0)
         log.info("cluster_node_stopped", node=self.settings.node.node_id, clean=clean)
         return clean
 

@@ -34,7 +34,8 @@ def shard_settings(settings: ChronosSettings, partition: int) -> ChronosSettings
         raise ValueError("shard settings need cluster.name")
     node = settings.node.model_copy(
         update={
-            # The replica's name in its partition's group (announcements, client ids).
+            # The replica's name in its partition's group (announcements, client ids,
+            # handovers: ``Shard.hand_over``).
             "node_id": f"{settings.node.node_id}.p{partition}",
             "data_dir": shard_dir(settings.node.data_dir, partition),
             "owned_partitions": [partition],
@@ -121,6 +122,24 @@ class Shard:
         self._owner = owner
         for election in self._elections:
             election.set(owner)
+
+    def hand_over(self, successor: str) -> None:
+        """Hand the delivery of this partition to node ``successor`` (its replica there
+        takes over on reading the last commit, ``group/replica.py``)."""
+        replica = self.node.replica
+        if replica is not None:
+            replica.hand_over(f"{successor}.p{self.partition}")
+
+    def wait_handed_over(self, timeout_s: float) -> bool:
+        """True once this replica no longer delivers after ``hand_over``."""
+        replica = self.node.replica
+        return replica is None or replica.handed_over.wait(timeout_s)
+
+    @property
+    def ready(self) -> bool:
+        """Whether its replica stands: caught up, store complete (it may deliver)."""
+        replica = self.node.replica
+        return replica is not None and replica.standing
 
     @property
     def role(self) -> str:

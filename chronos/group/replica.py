@@ -82,6 +82,10 @@ class MasterLoop(Component, Protocol):
     term: int
     #: Why it stopped delivering for good, else None.
     fenced: str | None
+    #: Set once it committed its last record, handing the delivery over (``release``).
+    released: threading.Event
+
+    def release(self, successor: str) -> None: ...
 
     def close(self) -> None: ...
 
@@ -150,6 +154,10 @@ class Replica(LoopWorker):
         #: lost meanwhile) or a suspicion's (it never held the partition).
         self._promoting_by_election = True
         self._deferred_logged = False
+        #: The replica to hand the delivery to (``hand_over``), until that is done.
+        self._handover_to: str | None = None
+        #: Set once this replica is not delivering and no handover is pending.
+        self.handed_over = threading.Event()
         self._spec = spec
         self._partitions = partitions
         self._store = store
@@ -211,6 +219,15 @@ class Replica(LoopWorker):
         super().stop()
         self._changed.set()
 
+    def hand_over(self, successor: str) -> None:
+        """Stop delivering, handing over to ``successor`` (another replica's node id) with a
+        last commit that names it (a graceful leave, or a cluster moving the partition):
+        it takes over on reading that commit instead of after ``suspect_after_ms`` of
+        silence. ``handed_over`` is set once this replica no longer delivers."""
+        self._handover_to = successor
+        self.handed_over.clear()
+        self._changed.set()
+
     def step(self) -> None:
         self._changed.wait(_TICK_S)
         self._changed.clear()
@@ -223,13 +240,30 @@ class Replica(LoopWorker):
             self._by_election = self._by_election or elected
             if master.fenced is not None:
                 self._demote(f"fenced: {master.fenced}")
+            elif master.released.is_set():
+                self._demote(f"handed over to {self._handover_to}")
+            elif self._handover_to is not None:
+                master.release(self._handover_to)
             elif not elected and self._by_election:
                 self._demote("election lost")
+            if self._master is None:
+                self._handover_to = None
+                self.handed_over.set()
             return
+        if self._handover_to is not None:
+            self._handover_to = None
+            self.handed_over.set()
         watch = self._watch
         if watch is not None:
             watch.observe()
         if time.monotonic() < self._retry_at or self._cannot_lead():
+            return
+        latest = self._follower.latest
+        if latest is not None and latest.released_to == self._spec.node_id:
+            # The last master handed the delivery to this replica: nobody delivers until it
+            # takes over, and nobody else will.
+            log.info("takeover_on_handover", node=self._spec.node_id, previous=latest.node)
+            self._try_promote(by_election=False)
             return
         if elected:
             if self._elected_may_lead(watch):

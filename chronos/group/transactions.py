@@ -20,6 +20,7 @@ authorization failure ends the node.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -165,14 +166,26 @@ class TransactionLoop(LoopWorker):
         self.fenced: str | None = None
         #: Monotonic time of the first committed transaction (failover measurements).
         self.first_commit_at: float | None = None
+        #: The replica to hand the delivery to with the next commit (``release``).
+        self._release_to: str | None = None
+        #: Set once a commit handed the delivery over: this loop delivers no more.
+        self.released = threading.Event()
 
     def stop(self) -> None:
         super().stop()
         self._frontier.stop()
         self._publisher.interrupt()
 
+    def release(self, successor: str) -> None:
+        """Hand the delivery to ``successor`` (a replica's node id): the next transaction
+        delivers what is due, commits a cut naming it, and is this loop's last
+        (``released``). The successor takes over on reading it, without waiting for the
+        progress topic to stand still: a handover's gap is one commit and one takeover."""
+        self._release_to = successor
+        self._frontier.notify(0)  # wake a wait for the next due message
+
     def step(self) -> None:
-        if self.fenced is not None:
+        if self.fenced is not None or self.released.is_set():
             self._stop.wait(0.1)
             return
         try:
@@ -217,7 +230,8 @@ class TransactionLoop(LoopWorker):
         # After the cut: every reschedule whose write the cut covers is among these; the rest
         # wait for a cut that covers them (``Move``).
         moves = self._ledger.moves(covered)
-        if not rows and not moves and since < self._heartbeat_s:
+        releasing = self._release_to
+        if not rows and not moves and since < self._heartbeat_s and releasing is None:
             upcoming = self._store.first_key_from(keys.slot_bound(upto + 1))
             wake = None if upcoming is None else keys.slot_of(upcoming)
             wait_s = min(_MAX_WAIT_S, self._heartbeat_s - since)
@@ -255,6 +269,15 @@ class TransactionLoop(LoopWorker):
             raise
         if committed:
             self._failures = 0
+            if releasing is not None:
+                self.released.set()
+                log.info(
+                    "master_released",
+                    node=self._spec.node_id,
+                    term=self.term,
+                    successor=releasing,
+                    seek_ms=upto,
+                )
         else:
             self._failures += 1
             backoff = min(self._backoff_ms << min(self._failures - 1, 10), self._backoff_max_ms)
@@ -334,6 +357,7 @@ class TransactionLoop(LoopWorker):
             self._spec.node_id,
             self._clock.now_ms(),
             self._state.floor.current,
+            released_to=self._release_to,
         )
         topic = self._spec.progress_topic
         for state in (*moved, *states):
@@ -356,9 +380,7 @@ class TransactionLoop(LoopWorker):
         now = self._clock.now_ms()
         if self.first_commit_at is None:
             self.first_commit_at = time.monotonic()
-            log.info(
-                "master_first_commit", node=self._spec.node_id, term=self.term, seek_ms=upto
-            )
+            log.info("master_first_commit", node=self._spec.node_id, term=self.term, seek_ms=upto)
         self._last_commit = time.monotonic()
         # Not the moves: this store made them (and may have moved a message again since).
         self._replica.apply_cut(upto, states, covered)

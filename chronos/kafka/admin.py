@@ -83,7 +83,10 @@ def ensure_topics(
         # the inner topic has, whoever created it.
         inner = existing.get(names.inner)
         count = settings.topics.inner_partitions if inner is None else len(inner.partitions)
-        wanted.append(NewTopic(names.cluster(cluster), 1, replication))
+        wanted += [
+            NewTopic(names.cluster(cluster), 1, replication),
+            NewTopic(names.cluster_status(cluster), 1, replication, config=compacted),
+        ]
         for partition in range(count):
             shard = names.shard_group(cluster, partition)
             wanted += [

@@ -50,6 +50,9 @@ class Cut:
         committed_at_ms: the master's clock when it wrote the record.
         floor: the rebuild floor as of this record, None before any refresh pass completed
             (``chronos/schedule/floor.py``).
+        released_to: the replica this master handed the delivery to with this, its last
+            record (a graceful leave or a move, ``chronos/cluster/``): that one takes over at
+            once instead of waiting for the progress topic to stand still. None otherwise.
     """
 
     term: int
@@ -58,6 +61,7 @@ class Cut:
     node: str
     committed_at_ms: EpochMs
     floor: Floor | None = None
+    released_to: str | None = None
 
 
 def encode_cut(cut: Cut) -> tuple[bytes, bytes]:
@@ -74,6 +78,9 @@ def encode_cut(cut: Cut) -> tuple[bytes, bytes]:
         # Readers of an earlier release ignore a key they do not know.
         body["floor"] = {str(p): o for p, o in sorted(cut.floor.offsets.items())}
         body["floor_at_ms"] = cut.floor.at_ms
+    if cut.released_to is not None:
+        # An earlier release's replica ignores it and takes over once the topic is quiet.
+        body["released_to"] = cut.released_to
     return CUT_KEY, json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -106,6 +113,7 @@ def decode(key: bytes | None, value: bytes | None) -> Cut | RepeatState:
                 node=str(body["node"]),
                 committed_at_ms=int(body["at_ms"]),
                 floor=_floor(body),
+                released_to=None if body.get("released_to") is None else str(body["released_to"]),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DecodeError(f"undecodable cut record: {exc}") from exc

@@ -36,7 +36,7 @@ from chronos.schedule.floor import Floor, RebuildFloor
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.schedule.origin import StoreOrigin
-from chronos.schedule.progress_record import Cut, RepeatState
+from chronos.schedule.progress_record import CUT_KEY, Cut, RepeatState
 from chronos.schedule.progress_record import decode as decode_progress
 from chronos.settings import (
     ChronosSettings,
@@ -552,3 +552,51 @@ def test_an_elected_replica_leads_at_once_in_a_new_group_or_when_the_watch_is_bl
     watch.blind_s = world.spec.settings.session_timeout_ms / 1000.0
     world.replica.step()
     assert world.replica.role == "master"
+
+
+def test_a_cut_released_to_this_replica_is_taken_over_at_once_and_others_wait(
+    world: World,
+) -> None:
+    """A graceful handover: the last master's final cut names its successor, which takes over
+    without waiting for the progress topic to stand still; a replica it does not name waits.
+    Mutants caught: the release ignored (a silence waited out); any replica taking over on a
+    release naming another."""
+    watch = ScriptedWatch()
+    world.replica._watch = watch  # type: ignore[assignment]
+    other = Cut(3, T0 - 100, {0: 0}, "a", T0 - 100, released_to="c")
+    world.progress.records.append(other)
+    world.replica._follower.take([other])
+    world.replica.step()
+    assert world.replica.role == "backup"
+    mine = Cut(4, T0 - 50, {0: 0}, "c", T0 - 50, released_to="b")
+    world.progress.records.append(mine)
+    world.replica._follower.take([mine])
+    world.replica.step()
+    assert world.replica.role == "master" and world.replica.term == 5
+
+
+def test_a_master_asked_to_hand_over_commits_a_last_cut_naming_its_successor_then_follows(
+    world: World,
+) -> None:
+    """Mutants caught: the handover cut not naming the successor (it would wait out a silence);
+    the master delivering on after it; ``handed_over`` never set (a leaving node waits for its
+    whole timeout)."""
+    world.add("due", T0 - 10)
+    world.election.win()
+    world.replica.step()
+    assert world.replica.role == "master"
+    world.until(lambda: world.delivered() == ["due"], "the master delivered")
+    world.replica.hand_over("c")
+    world.until(lambda: (world.replica.step(), world.replica.role)[1] == "backup", "it handed over")
+    assert world.replica.handed_over.is_set()
+    cuts = [
+        r
+        for p in world.publishers
+        for r in p.visible_on(world.spec.progress_topic)
+        if r.key == CUT_KEY
+    ]
+    last = decode_progress(cuts[-1].key, cuts[-1].value)
+    assert isinstance(last, Cut) and last.released_to == "c" and last.term == 1
+    world.add("after", T0 - 5)
+    world.replica.step()
+    assert "after" not in world.delivered()
