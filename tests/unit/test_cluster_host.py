@@ -70,7 +70,7 @@ class Host:
         return self.host.placement
 
     def shard(self, partition: int) -> FakeShard:
-        return cast(Any, self.host.shards[partition])
+        return cast(FakeShard, cast(Any, self.host.shards[partition]))
 
 
 def test_a_node_runs_a_replica_of_what_it_hosts_and_leads_what_it_owns() -> None:

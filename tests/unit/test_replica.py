@@ -587,7 +587,12 @@ def test_a_master_asked_to_hand_over_commits_a_last_cut_naming_its_successor_the
     assert world.replica.role == "master"
     world.until(lambda: world.delivered() == ["due"], "the master delivered")
     world.replica.hand_over("c")
-    world.until(lambda: (world.replica.step(), world.replica.role)[1] == "backup", "it handed over")
+
+    def handed_over() -> bool:
+        world.replica.step()
+        return world.replica.role == "backup"
+
+    world.until(handed_over, "it handed over")
     assert world.replica.handed_over.is_set()
     cuts = [
         r
