@@ -15,6 +15,7 @@ from chronos.cluster.shard import Shard
 from chronos.errors import ConfigError
 from chronos.kafka.admin import ensure_topics, partition_count
 from chronos.kafka.clients import KafkaClients
+from chronos.kafka.shared_ends import Ends, EndsFor, SharedEnds
 from chronos.kafka.topic_config import check_inner_topic
 from chronos.lifecycle import Component, Fatal
 from chronos.runtime.foreground import run_foreground
@@ -28,6 +29,8 @@ _DESCRIBE_TIMEOUT_S = 5.0
 #: node's word counts (a few intervals: a killed node is ready for nothing soon).
 _BOARD_INTERVAL_S = 1.0
 _BOARD_STALE_S = 3.5
+#: How old the master watches' shared answer may be (each watch asks every 90 ms).
+_WATCH_AGE_S = 0.08
 
 
 def _ignored(error: object, message: object) -> None:
@@ -71,11 +74,12 @@ class ClusterNode:
             check_inner_topic(s)
         names = s.topics.names
         partitions = partition_count(s, names.inner)
+        ends_for = self._shared_ends()
         host = ShardHost(
             s.node.node_id,
             partitions,
             s.cluster.standby_replicas,
-            lambda p: Shard(s, p, self._clock),
+            lambda p: Shard(s, p, self._clock, ends_for),
             grace_s=s.group.suspect_after_ms / 1000.0,
             handover_timeout_s=s.group.transaction_timeout_ms / 1000.0,
             on_fatal=self._fatal.report,
@@ -126,6 +130,24 @@ class ClusterNode:
         log.info(
             "cluster_node_started", node=s.node.node_id, cluster=self._name, partitions=partitions
         )
+
+    def _shared_ends(self) -> EndsFor:
+        """One question about partition ends for all replicas of this node, per interval: the
+        cancel gates' (stable offsets, as often as ``node.watermark_interval_ms``) and the
+        master watches' (high watermarks, about ten a second)."""
+        watermark_s = self.settings.node.watermark_interval_ms / 1000.0
+        stable = SharedEnds(
+            self._clients.admin,
+            min(30.0, max(1.0, 20 * watermark_s)),
+            committed=True,
+            max_age_s=0.8 * watermark_s,
+        )
+        high = SharedEnds(self._clients.admin, 0.5, committed=False, max_age_s=_WATCH_AGE_S)
+
+        def ends_for(topic: str, partitions: list[int], committed: bool) -> Ends:
+            return (stable if committed else high).asker(topic, partitions)
+
+        return ends_for
 
     def stop(self) -> bool:
         """Leave the group, let the others see it, hand every partition this node delivers to

@@ -20,6 +20,7 @@ from pathlib import Path
 import structlog
 
 from chronos.clock import Clock
+from chronos.kafka.shared_ends import EndsFor
 from chronos.names import TopicNames
 from chronos.runtime.node import Node
 from chronos.settings import ChronosSettings
@@ -101,14 +102,21 @@ class Shard:
         settings: the cluster node's settings.
         partition: the inner partition.
         clock: time source.
+        ends_for: the node's shared questions about partition ends.
     """
 
-    def __init__(self, settings: ChronosSettings, partition: int, clock: Clock) -> None:
+    def __init__(
+        self, settings: ChronosSettings, partition: int, clock: Clock, ends_for: EndsFor
+    ) -> None:
         self.partition = partition
         self._elections: list[ShardElection] = []
         self._owner = False
         self.node = Node(
-            shard_settings(settings, partition), clock, "replica", open_election=self._election
+            shard_settings(settings, partition),
+            clock,
+            "replica",
+            open_election=self._election,
+            ends_for=ends_for,
         )
 
     def _election(self, on_change: Callable[[bool], None]) -> ShardElection:

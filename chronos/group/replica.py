@@ -259,9 +259,15 @@ class Replica(LoopWorker):
         if time.monotonic() < self._retry_at or self._cannot_lead():
             return
         latest = self._follower.latest
-        if latest is not None and latest.released_to == self._spec.node_id:
+        if (
+            latest is not None
+            and latest.released_to == self._spec.node_id
+            and self._follower.read_to_end
+        ):
             # The last master handed the delivery to this replica: nobody delivers until it
-            # takes over, and nobody else will.
+            # takes over, and nobody else will. Only once the topic was read to its end: a
+            # replica restarted reads old handovers to it on the way (measured: one fenced a
+            # live master).
             log.info("takeover_on_handover", node=self._spec.node_id, previous=latest.node)
             self._try_promote(by_election=False)
             return

@@ -15,6 +15,7 @@ from chronos.group.spec import GroupSpec
 from chronos.kafka.admin import partition_count
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.publishers.idempotent import IdempotentPublisher
+from chronos.kafka.shared_ends import EndsFor
 from chronos.lifecycle import Fatal
 from chronos.metrics import CountingMetrics
 from chronos.node.partitions import owned_partitions
@@ -51,6 +52,8 @@ class NodeContext:
         watermark: how far ingest has applied what Kafka acknowledged (the cancel gate).
         open_election: what tells a replica whether it should lead; None: its group's own
             election (a cluster's partition is told by the cluster's placement instead).
+        ends_for: where the questions about partition ends go (a cluster node's replicas share
+            one request, ``kafka/shared_ends.py``); None: each asks on its own.
     """
 
     settings: ChronosSettings
@@ -73,6 +76,7 @@ class NodeContext:
     published: Published = field(default_factory=lambda: Published(None, {}))
     watermark: IngestWatermark = field(default_factory=lambda: IngestWatermark({}, 0))
     open_election: OpenElection | None = None
+    ends_for: EndsFor | None = None
 
 
 def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:

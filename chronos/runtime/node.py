@@ -12,6 +12,7 @@ from chronos.clock import Clock, SystemClock
 from chronos.errors import ConfigError
 from chronos.group.replica import OpenElection, Replica
 from chronos.kafka.admin import ensure_topics
+from chronos.kafka.shared_ends import EndsFor
 from chronos.kafka.topic_config import check_inner_topic
 from chronos.lifecycle import Component
 from chronos.node.ingest import IngestWorker
@@ -37,6 +38,8 @@ class Node:
         role: a key of ``ROLES``; by default what the settings ask for (``role_of``).
         open_election: for a replica, what tells it whether to lead instead of its group's
             election (a cluster's partitions, ``cluster/host.py``).
+        ends_for: where its questions about partition ends go (a cluster node's replicas
+            share them, ``kafka/shared_ends.py``); None: asked on its own.
     """
 
     def __init__(
@@ -45,6 +48,7 @@ class Node:
         clock: Clock | None = None,
         role: str | None = None,
         open_election: OpenElection | None = None,
+        ends_for: EndsFor | None = None,
     ) -> None:
         role = role or role_of(settings)
         if role not in ROLES:
@@ -53,6 +57,7 @@ class Node:
         self._clock = clock or SystemClock()
         self._role = role
         self._open_election = open_election
+        self._ends_for = ends_for
         self._components: list[Component] = []
         self.context: NodeContext | None = None
         self._stopped = threading.Event()
@@ -70,6 +75,7 @@ class Node:
             check_inner_topic(self.settings)
         self.context = build_context(self.settings, self._clock)
         self.context.open_election = self._open_election
+        self.context.ends_for = self._ends_for
         self._components = ROLES[self._role](self.context)
         if self.settings.admin.enabled:
             # Before the components: a port it cannot take ends the start with nothing running.

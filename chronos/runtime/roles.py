@@ -103,12 +103,13 @@ def _watermark_probe(ctx: NodeContext) -> WatermarkProbe:
     interval_ms = s.node.watermark_interval_ms
     # Kafka takes a request timeout of at most an hour; a probe waits far less.
     timeout_s = min(30.0, max(1.0, 20 * interval_ms / 1000.0))
-    return WatermarkProbe(
-        ctx.watermark,
-        StableEnds(ctx.clients.admin, s.topics.names.inner, ctx.owned, timeout_s),
-        ctx.clock,
-        interval_ms,
+    inner = s.topics.names.inner
+    ends = (
+        StableEnds(ctx.clients.admin, inner, ctx.owned, timeout_s)
+        if ctx.ends_for is None
+        else ctx.ends_for(inner, ctx.owned, True)
     )
+    return WatermarkProbe(ctx.watermark, ends, ctx.clock, interval_ms)
 
 
 def _source(spec: ReaderSpec, decoder: DecoderPlace, ctx: NodeContext, name: str) -> BatchSource:
@@ -352,7 +353,11 @@ def _ignored(error: object, message: object) -> None:
 
 def _master_watch(ctx: NodeContext, spec: GroupSpec) -> MasterWatch:
     """The backup's failure detector: the progress topic's end (high watermark) moving."""
-    ends = StableEnds(ctx.clients.admin, spec.progress_topic, [0], 0.5, committed=False)
+    ends = (
+        StableEnds(ctx.clients.admin, spec.progress_topic, [0], 0.5, committed=False)
+        if ctx.ends_for is None
+        else ctx.ends_for(spec.progress_topic, [0], False)
+    )
     return MasterWatch(lambda: ends()[0], spec.settings.suspect_after_ms / 1000.0)
 
 

@@ -1,7 +1,8 @@
 """Dependencies point one way: the package layout is checked, not only described.
 
 ``node/`` (a node's components and the at-least-once engine) and ``group/`` (replica groups)
-never import each other; ``runtime/`` is the only package that knows both. The layers below
+never import each other; ``runtime/`` is the only package that knows both, and ``cluster/``
+(partitions placed over nodes) builds on it and on ``group/``. The layers below
 them (``schedule/``, ``delivery/``, ``kafka/``, ``store/``) import neither, nor does ``admin/``
 (the HTTP surface, which reads a node through a Protocol). And every Kafka
 client of the runtime is built in ``chronos/kafka/``.
@@ -19,14 +20,27 @@ CHRONOS = ROOT / "chronos"
 
 #: package -> chronos packages it must never import (lazy imports inside functions count).
 FORBIDDEN: dict[str, set[str]] = {
-    "node": {"group", "runtime", "cli", "bench", "devstack"},
-    "group": {"node", "runtime", "cli", "bench", "devstack"},
-    "schedule": {"node", "group", "runtime", "delivery", "kafka", "cli"},
-    "delivery": {"node", "group", "runtime", "cli"},
-    "kafka": {"node", "group", "runtime", "schedule", "delivery", "cli"},
-    "store": {"node", "group", "runtime", "schedule", "delivery", "kafka", "cli"},
+    "node": {"group", "runtime", "cluster", "cli", "bench", "devstack"},
+    "group": {"node", "runtime", "cluster", "cli", "bench", "devstack"},
+    # A cluster runs replica nodes (runtime/) and knows nothing of a node's components.
+    "cluster": {"node", "cli", "bench", "devstack"},
+    "runtime": {"cluster", "cli", "bench"},
+    "schedule": {"node", "group", "runtime", "cluster", "delivery", "kafka", "cli"},
+    "delivery": {"node", "group", "runtime", "cluster", "cli"},
+    "kafka": {"node", "group", "runtime", "cluster", "schedule", "delivery", "cli"},
+    "store": {"node", "group", "runtime", "cluster", "schedule", "delivery", "kafka", "cli"},
     # The admin API reads a node through a Protocol (admin/view.py); runtime/ answers it.
-    "admin": {"node", "group", "runtime", "schedule", "delivery", "kafka", "store", "cli"},
+    "admin": {
+        "node",
+        "group",
+        "runtime",
+        "cluster",
+        "schedule",
+        "delivery",
+        "kafka",
+        "store",
+        "cli",
+    },
 }
 
 #: Where confluent-kafka clients may be constructed: the one factory, and the local tools

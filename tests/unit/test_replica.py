@@ -560,7 +560,8 @@ def test_a_cut_released_to_this_replica_is_taken_over_at_once_and_others_wait(
     """A graceful handover: the last master's final cut names its successor, which takes over
     without waiting for the progress topic to stand still; a replica it does not name waits.
     Mutants caught: the release ignored (a silence waited out); any replica taking over on a
-    release naming another."""
+    release naming another; one acted on before the topic was read to its end (a restarted
+    replica passing an old handover to it fenced a live master)."""
     watch = ScriptedWatch()
     world.replica._watch = watch  # type: ignore[assignment]
     other = Cut(3, T0 - 100, {0: 0}, "a", T0 - 100, released_to="c")
@@ -571,6 +572,9 @@ def test_a_cut_released_to_this_replica_is_taken_over_at_once_and_others_wait(
     mine = Cut(4, T0 - 50, {0: 0}, "c", T0 - 50, released_to="b")
     world.progress.records.append(mine)
     world.replica._follower.take([mine])
+    world.replica.step()
+    assert world.replica.role == "backup", "acted on a handover before reading to the end"
+    world.replica._follower.take([], end_reached=True)
     world.replica.step()
     assert world.replica.role == "master" and world.replica.term == 5
 
