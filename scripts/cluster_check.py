@@ -276,6 +276,26 @@ def _partition_gaps(load: Load, seen: Seen, partitions: int) -> dict[int, list[t
     return gaps
 
 
+def _write_deliveries(path: Path, seen: Seen, partitions: int) -> None:
+    """Every visible delivery, one JSON line each, for a look after the run (duplicates, which
+    inner partition was late when)."""
+    with seen.lock, path.open("w") as out:
+        for message_id, deliveries in seen.by_id.items():
+            inner = partition_of(message_id.encode(), partitions)
+            for d in deliveries:
+                row = {
+                    "id": message_id,
+                    "inner": inner,
+                    "occurrence": d.occurrence,
+                    "due_ms": d.due_ms,
+                    "produced_ms": d.produced_ms,
+                    "received_ms": d.received_ms,
+                    "target": d.partition,
+                    "offset": d.offset,
+                }
+                out.write(json.dumps(row) + "\n")
+
+
 def _churn_kind(cluster: Cluster, rng: random.Random, most: int) -> str:
     kinds = ["kill", "leave", "freeze"]
     if len(cluster.nodes) < most:
@@ -372,6 +392,7 @@ def main() -> int:
         for watcher in watchers:
             watcher.stop()
         verify(load, committed, uncommitted, summary)
+        _write_deliveries(workdir / "deliveries.jsonl", committed, args.partitions)
         gaps = _partition_gaps(load, committed, args.partitions)
         extra.partition_gap_max_ms = max(
             (length for found in gaps.values() for _, length in found), default=0

@@ -83,7 +83,7 @@ class ClusterNode:
             grace_s=s.group.suspect_after_ms / 1000.0,
             handover_timeout_s=s.group.transaction_timeout_ms / 1000.0,
             on_fatal=self._fatal.report,
-            ready=lambda node, partition: board.ready(node, partition),
+            ready=lambda node, partition, since: board.ready(node, partition, since),
         )
         status = self._clients.idempotent("cluster-status", stop_flush_s=2.0)
         board = ReadinessBoard(

@@ -19,6 +19,7 @@ never makes two nodes deliver one partition (fencing decides that).
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -94,8 +95,9 @@ class ReadinessBoard(LoopWorker):
         self._said_at = 0.0
         self._assigned = False
 
-    def ready(self, node: str, partition: int) -> bool:
-        """Whether ``node`` said recently that its replica of ``partition`` stands."""
+    def ready(self, node: str, partition: int, since: float = -math.inf) -> bool:
+        """Whether ``node`` said recently, and after ``since`` (monotonic), that its replica of
+        ``partition`` stands."""
         if node == self._node_id:
             return partition in self._ready_now()
         with self._lock:
@@ -103,7 +105,9 @@ class ReadinessBoard(LoopWorker):
         if heard is None:
             return False
         partitions, at = heard
-        return partition in partitions and time.monotonic() - at <= self._stale_after_s
+        return (
+            partition in partitions and since < at and time.monotonic() - at <= self._stale_after_s
+        )
 
     def step(self) -> None:
         if not self._assigned:

@@ -244,7 +244,7 @@ class TransactionLoop(LoopWorker):
             return
         jobs = jobs_for(rows, now, self._ledger, self._catch_up_ms)
         try:
-            committed = self._transact(jobs, upto, covered, moves)
+            committed = self._transact(jobs, upto, covered, moves, releasing)
         except TransactionAborted:
             committed = False
         except _TopicNotYet as exc:
@@ -316,13 +316,16 @@ class TransactionLoop(LoopWorker):
         upto: EpochMs,
         covered: dict[int, int],
         moves: Mapping[str, Move],
+        released_to: str | None = None,
     ) -> bool:
         """One transaction; True once committed. Raises Fenced, NotAuthorized,
         TransactionAborted.
 
         ``moves`` (reschedules applied since the last commit) go out as repeat states before
         the delivered repeats' next occurrences, which are always later ones: followers and a
-        store rebuilt from Kafka move the message where this store has it."""
+        store rebuilt from Kafka move the message where this store has it. ``released_to``:
+        this commit hands the delivery over (``release``), as read once before the
+        transaction, so the loop stops after exactly the commit that says so."""
         publisher = self._publisher
         failures: dict[int, KafkaError] = {}
         self._placed = {}
@@ -357,7 +360,7 @@ class TransactionLoop(LoopWorker):
             self._spec.node_id,
             self._clock.now_ms(),
             self._state.floor.current,
-            released_to=self._release_to,
+            released_to=released_to,
         )
         topic = self._spec.progress_topic
         for state in (*moved, *states):

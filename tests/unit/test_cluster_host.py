@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
 from chronos.cluster.host import ShardHost
@@ -44,9 +45,10 @@ class FakeShard:
 class Host:
     """A host of node ``a`` over 4 partitions with 1 standby, and what it built."""
 
-    def __init__(self, ready: dict[tuple[str, int], bool] | None = None) -> None:
+    def __init__(self) -> None:
         self.built: dict[int, FakeShard] = {}
-        self.ready = ready if ready is not None else {}
+        #: When each (node, partition) last said its replica stands (monotonic).
+        self.heard: dict[tuple[str, int], float] = {}
         self.host = ShardHost(
             "a",
             4,
@@ -55,7 +57,7 @@ class Host:
             grace_s=0.0,
             handover_timeout_s=1.0,
             on_fatal=lambda reason: None,
-            ready=lambda node, p: self.ready.get((node, p), False),
+            ready=lambda node, p, since: self.heard.get((node, p), -1.0) > since,
         )
 
     def _new(self, partition: int) -> Shard:
@@ -89,9 +91,24 @@ def test_a_partition_moved_away_is_handed_over_only_once_its_new_owner_stands() 
     h.members("a", "b")
     shard = h.shard(moving)
     assert shard.handed_to == [] and shard.leads is True, "handed to a node still restoring"
-    h.ready[("b", moving)] = True
+    h.heard[("b", moving)] = time.monotonic()
     h.host.step()
     assert shard.handed_to == ["b"] and shard.leads is False
+
+
+def test_a_partition_taken_over_is_not_handed_back_on_the_old_owner_s_last_word() -> None:
+    """A standby took over from a node killed a moment ago, which the member list still names
+    owner and whose last word said ready: handing back would leave nobody delivering."""
+    h = Host()
+    placement = h.members("a", "b")
+    taken = next(p for p in range(4) if placement.owner(p) == "b")
+    h.heard[("b", taken)] = time.monotonic()
+    h.shard(taken).role = "master"  # took over on suspicion
+    h.host.step()
+    assert h.shard(taken).handed_to == [] and h.shard(taken).leads is True
+    h.heard[("b", taken)] = time.monotonic() + 1  # b is back and says so
+    h.host.step()
+    assert h.shard(taken).handed_to == ["b"]
 
 
 def test_a_replica_no_longer_hosted_is_discarded_once_it_does_not_deliver() -> None:
@@ -100,8 +117,9 @@ def test_a_replica_no_longer_hosted_is_discarded_once_it_does_not_deliver() -> N
     chains = Placement.of({"a", "b", "c", "d"}, 4, 1).hosts
     gone = next(p for p, chain in chains.items() if "a" not in chain)
     h.shard(gone).role = "master"
-    h.ready[(chains[gone][0], gone)] = True
     h.members("a", "b", "c", "d")
+    h.heard[(chains[gone][0], gone)] = time.monotonic()
+    h.host.step()
     shard = h.built[gone]
     assert not shard.discarded, "a replica that delivers was stopped before its handover"
     shard.role = "backup"
