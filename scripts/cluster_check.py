@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from failover_check import REPEAT, Load, Seen, Summary, _epoch_ms, verify
+from failover_check import REPEAT, Load, Seen, Summary, _epoch_ms, log_events, verify
 
 from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
 from chronos.devstack.process import NodeProcess
@@ -114,19 +114,7 @@ format = "json"
         self.process = NodeProcess(config, self.log_path, ready_event="cluster_node_started")
 
     def events(self, *names: str) -> list[dict[str, Any]]:
-        if not self.log_path.exists():
-            return []
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if not line.startswith("{"):
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") in names:
-                out.append(event)
-        return out
+        return log_events(self.log_path, *names)
 
     def delivering(self) -> dict[int, int]:
         """Partition -> term of the partitions this run masters now (its last role event)."""

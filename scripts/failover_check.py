@@ -268,19 +268,7 @@ format = "json"
 
     def events(self, *names: str) -> list[dict[str, Any]]:
         """This node's log events with these names, oldest first."""
-        if not self.log_path.exists():
-            return []
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if not line.startswith("{"):
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") in names:
-                out.append(event)
-        return out
+        return log_events(self.log_path, *names)
 
     def is_master(self) -> bool:
         """Its last role event says master (and it runs)."""
@@ -290,6 +278,23 @@ format = "json"
     def term(self) -> int:
         terms = [int(e.get("term", 0)) for e in self.events("became_master")]
         return max(terms, default=0)
+
+
+def log_events(path: Path, *names: str) -> list[dict[str, Any]]:
+    """A node's JSON log events with these names, oldest first (none before it wrote any)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") in names:
+            out.append(event)
+    return out
 
 
 def _epoch_ms(event: dict[str, Any]) -> int:
