@@ -63,7 +63,7 @@ class ShardHost(LoopWorker):
         grace_s: float,
         handover_timeout_s: float,
         on_fatal: Callable[[str], None],
-        ready: Callable[[str, int, float], bool] = lambda _node, _partition, _since: True,
+        ready: Callable[[str, int, float], bool],
     ) -> None:
         super().__init__("cluster-host")
         self._node_id = node_id
@@ -78,10 +78,13 @@ class ShardHost(LoopWorker):
         self._lock = threading.Lock()
         self._members: frozenset[str] | None = None
         self._unhosted_since: dict[int, float] = {}
-        #: When this host first saw each of its replicas deliver (monotonic).
+        #: When this host first saw a replica deliver a partition the placement gives another
+        #: node (monotonic): that node's word must be later for a handover.
         self._master_since: dict[int, float] = {}
         self.shards: dict[int, Shard] = {}
         self.placement: Placement | None = None
+        #: The member list ``placement`` was computed from.
+        self._placed_for: frozenset[str] | None = None
 
     def members_changed(self, members: frozenset[str]) -> None:
         """The membership's callback: recompute at the next tick."""
@@ -102,7 +105,11 @@ class ShardHost(LoopWorker):
             members = self._members
         if members is None:
             return
-        placement = Placement.of(members, self._partitions, self._standbys)
+        placement = self.placement
+        if members != self._placed_for or placement is None:
+            # Computed when the member list changed, not every tick.
+            placement = Placement.of(members, self._partitions, self._standbys)
+            self._placed_for = members
         if placement != self.placement:
             log.info(
                 "cluster_placement",
