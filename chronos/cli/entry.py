@@ -40,11 +40,20 @@ def hand_back(keep: bool) -> None:
 def _stopped_line(name: str) -> str:
     """The line saying so: one JSON record when the command had set up JSON logs (a log
     pipeline reads nothing else), else plain text."""
-    import structlog  # here: the early part of start-up imports only signal and sys
-
     text = f"chronos: stopped by {name} during start-up; nothing had started"
-    processors = structlog.get_config()["processors"] if structlog.is_configured() else []
-    if not processors or not isinstance(processors[-1], structlog.processors.JSONRenderer):
+    # Nothing is imported here: the signal may have interrupted an import (asyncio's, seen in
+    # CI), and importing structlog again then failed on the half-made package (exit 1).
+    # Logs configured as JSON mean structlog was imported whole before.
+    structlog = sys.modules.get("structlog")
+    if structlog is None:
+        return text
+    try:
+        if not structlog.is_configured():
+            return text
+        last = structlog.get_config()["processors"][-1]
+        if not isinstance(last, structlog.processors.JSONRenderer):
+            return text
+    except (AttributeError, IndexError):  # its own import was the one interrupted
         return text
     import json
     from datetime import UTC, datetime
