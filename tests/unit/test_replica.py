@@ -335,7 +335,7 @@ def test_a_fenced_master_turns_into_a_backup_that_follows_and_tries_again_later(
     world.progress.records.append(Cut(9, T0 + 50, {0: 1}, "a", T0))
     world.until(lambda: world.ledger.seek_ms == T0 + 50, "the backup applied the new cut")
     world.replica.step()
-    assert len(world.publishers) == 1, "took over again before the retry pause"
+    assert world.events.count("init") == 1, "took over again before the retry pause"
     time.sleep(RETRY_S)
     world.replica.step()
     assert world.replica.role == "master" and world.replica.term == 10
@@ -378,7 +378,7 @@ def test_refused_credentials_at_takeover_end_the_node_without_retrying(world: Wo
     assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in world.fatal.reason
     time.sleep(RETRY_S)
     world.replica.step()
-    assert len(world.publishers) == 1 and world.replica.role == "backup"
+    assert world.events.count("init") == 1 and world.replica.role == "backup"
 
 
 @pytest.mark.parametrize("origin", [StoreOrigin({0: 5})])
@@ -525,7 +525,7 @@ def test_holding_the_partition_is_no_reason_to_fence_a_committing_master(world: 
     world.election.win()
     world.replica.step()
     world.replica.step()
-    assert world.replica.role == "backup" and not world.publishers
+    assert world.replica.role == "backup" and "init" not in world.events
     watch.silent = True  # that master died, or a takeover was killed before its first commit
     world.replica.step()
     assert world.replica.role == "master" and world.replica.term == 4
@@ -609,3 +609,50 @@ def test_a_master_asked_to_hand_over_commits_a_last_cut_naming_its_successor_the
     world.add("after", T0 - 5)
     world.replica.step()
     assert "after" not in world.delivered()
+
+
+def test_a_backup_keeps_its_next_producer_connected_and_takes_over_with_it(world: World) -> None:
+    """A producer made at the takeover waits for its connection inside ``init_transactions``
+    (measured 60-520 ms against 5-20 ms warm): a standing backup makes it beforehand and has
+    it ask Kafka something, without fencing anyone. Mutant caught: the takeover opening a
+    new producer instead."""
+    watch = ScriptedWatch()
+    world.replica._watch = watch  # type: ignore[assignment]
+    _a_master_committed(world, 3)
+    world.replica.step()
+    assert world.replica.role == "backup" and "init" not in world.events
+    assert len(world.publishers) == 1
+    spare = world.publishers[0]
+    assert spare.asked == [world.spec.progress_topic] and spare.calls == []
+    watch.suspicious = True  # the master fell silent
+    world.replica.step()
+    assert world.replica.role == "master" and world.replica.term == 4
+    assert spare.calls[:1] == ["init"] and len(world.publishers) == 1
+
+
+def test_a_stopped_backup_closes_its_spare_producer(world: World) -> None:
+    """Mutant caught: the spare left open when the replica stops (its threads and
+    connections live on in a node that stopped the partition, e.g. a cluster moving it)."""
+    _a_master_committed(world, 3)
+    world.replica.start()
+    world.until(lambda: len(world.publishers) == 1, "the backup made its spare")
+    world.replica.stop()
+    world.replica.join(5.0)
+    assert world.publishers[0].closed and world.publishers[0].calls == ["close"]
+
+
+def test_a_takeover_whose_fencing_failed_follows_the_group_again(world: World) -> None:
+    """The follow worker is told to stop before the fencing and waited for after it. Mutant
+    caught: a failed ``init_transactions`` leaving the stopped worker in place, so the backup
+    never follows again (its store misses every later cut and it could never stand)."""
+    world.init_errors.append(KafkaException(KafkaError(KafkaError._TIMED_OUT)))
+    world.replica.start()
+    world.election.win()
+    world.until(lambda: world.events.count("init") == 1, "the takeover tried to fence")
+    world.election.lose()  # no second takeover: only following moves the store now
+    world.until(lambda: world.replica._retry_at > 0, "the takeover failed")
+    world.progress.records.append(Cut(9, T0 + 50, {}, "a", T0))
+    world.until(lambda: world.ledger.seek_ms == T0 + 50, "the backup follows the group again")
+    assert world.events.count("init") == 1 and world.replica.role == "backup"
+    world.replica.stop()
+    world.replica.join(5.0)

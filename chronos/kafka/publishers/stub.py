@@ -65,6 +65,8 @@ class StubPublisher:
     #: Records a flush leaves unanswered (as if Kafka never answered in time).
     hold: Callable[[StubRecord], bool] = lambda _record: False
     noted: list[KafkaError] = field(default_factory=list)
+    #: The topics ``topic_exists`` was asked about, in order.
+    asked: list[str] = field(default_factory=list)
     name: str = "stub"
     #: "started" while between ``start`` and ``stop`` (as a component), else "stopped".
     state: str = "stopped"
@@ -166,6 +168,7 @@ class StubPublisher:
         self.noted.append(error)
 
     def topic_exists(self, topic: str, timeout_s: float) -> bool:
+        self.asked.append(topic)
         return self.topics is None or topic in self.topics
 
     # -- TransactionalPublisher --------------------------------------------------------------
