@@ -37,7 +37,8 @@ _POLL_S = 0.1
 
 #: Builds the membership's consumer: (group id, its error handler, options) -> consumer.
 OpenConsumer = Callable[[str, ClientErrors, Mapping[str, KafkaValue]], ElectionConsumer]
-#: The client ids of the group's members now (raises when Kafka does not answer).
+#: The client ids of the group's members now (raises KafkaException or TimeoutError when
+#: Kafka does not answer).
 DescribeMembers = Callable[[], frozenset[str]]
 
 
@@ -109,7 +110,7 @@ class Membership(LoopWorker):
         self._asked_at = now
         try:
             members = self._describe()
-        except KafkaException as exc:
+        except (KafkaException, TimeoutError) as exc:  # the last list stands
             log.debug("membership_not_described", error=str(exc))
             return
         with self._lock:
@@ -129,7 +130,7 @@ class Membership(LoopWorker):
                 if self._node_id not in self._describe():
                     time.sleep(self._interval_s)
                     return True
-            except KafkaException:
+            except (KafkaException, TimeoutError):
                 pass
             time.sleep(min(0.05, self._interval_s))
         return False

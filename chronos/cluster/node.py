@@ -4,6 +4,7 @@ placement gives it, each as a replica of its own (``shard.py``)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import structlog
 
@@ -161,9 +162,18 @@ class ClusterNode:
         timeout_s = self.settings.node.shutdown_timeout_s
         clean = True
         if self._membership is not None:
+            began = time.monotonic()
             self._membership.stop()
             self._membership.join(10.0)
-            self._membership.wait_seen_gone(timeout_s)
+            left = time.monotonic()
+            seen = self._membership.wait_seen_gone(timeout_s)
+            log.info(
+                "cluster_left",
+                node=self.settings.node.node_id,
+                leave_ms=round((left - began) * 1000),
+                seen_gone_ms=round((time.monotonic() - left) * 1000),
+                seen_gone=seen,
+            )
         if self.host is not None:
             self.host.stop()
             self.host.join(timeout_s * max(1, len(self.host.shards)))

@@ -28,6 +28,8 @@ class GroupSpec:
         node_group: this replica's ingest consumer group (advisory offsets, lag).
         settings: the group's timings.
         names: the installation's names (for the few built per use).
+        partitions: the inner partitions the group delivers (``node.owned_partitions``; a
+            cluster's partition is a group of one); empty: all of them.
     """
 
     name: str
@@ -42,6 +44,7 @@ class GroupSpec:
     node_group: str
     settings: GroupSettings
     names: TopicNames
+    partitions: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, settings: ChronosSettings) -> GroupSpec | None:
@@ -64,6 +67,7 @@ class GroupSpec:
             node_group=names.node_group(node),
             settings=settings.group,
             names=names,
+            partitions=tuple(settings.node.owned_partitions or ()),
         )
 
     def progress_reader_group(self, reader: str) -> str:

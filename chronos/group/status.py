@@ -164,12 +164,11 @@ def build_status(
         start == 0 or (floor is not None and start <= floor.offsets.get(p, 0))
         for p, start in facts.starts.items()
     )
+    ends = {p: end for p, end in facts.ends.items() if not spec.partitions or p in spec.partitions}
     for member in status.members:
         committed = facts.committed.get(member.node)
-        if committed is not None and facts.ends:
-            member.ingest_lag = sum(
-                end - max(committed.get(p, 0), 0) for p, end in facts.ends.items()
-            )
+        if committed is not None and ends:
+            member.ingest_lag = sum(end - max(committed.get(p, 0), 0) for p, end in ends.items())
     status.members.sort(key=lambda m: (not m.master, not m.elected, m.node))
     return status
 
@@ -185,18 +184,29 @@ def _live_announcements(
     }
 
 
+#: The inner topic's first and end offsets per partition (``inner_watermarks``).
+Watermarks = tuple[dict[int, int], dict[int, int]]
+
+
 def group_status(
     spec: GroupSpec,
     clients: KafkaClients,
     timeout_s: float = 10.0,
     silent_after_ms: int = SILENT_AFTER_MS,
+    watermarks: Watermarks | None = None,
 ) -> GroupStatus:
-    """Ask Kafka about ``spec``'s group and build its view."""
-    facts = ask_kafka(spec, clients, timeout_s)
+    """Ask Kafka about ``spec``'s group and build its view (``watermarks``: the inner topic's,
+    when the caller asked once for many groups)."""
+    facts = ask_kafka(spec, clients, timeout_s, watermarks)
     return build_status(spec, facts, int(time.time() * 1000), silent_after_ms)
 
 
-def ask_kafka(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> GroupFacts:
+def ask_kafka(
+    spec: GroupSpec,
+    clients: KafkaClients,
+    timeout_s: float,
+    watermarks: Watermarks | None = None,
+) -> GroupFacts:
     """The election group's description, the last cut, and each member's ingest offsets."""
     admin = clients.admin()
     election = spec.election_group
@@ -214,7 +224,7 @@ def ask_kafka(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Group
         )
         for member in described.members
     )
-    starts, ends = _watermarks(spec, clients, timeout_s)
+    starts, ends = watermarks or inner_watermarks(spec, clients, timeout_s)
     announced = _announcements(spec, clients, timeout_s)
     # Only replicas listed get their offsets read: a compacted members topic keeps the last
     # word of every node that ever ran, long gone ones included.
@@ -285,9 +295,7 @@ def _last_cut(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Cut |
         log.close()
 
 
-def _watermarks(
-    spec: GroupSpec, clients: KafkaClients, timeout_s: float
-) -> tuple[dict[int, int], dict[int, int]]:
+def inner_watermarks(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -> Watermarks:
     """The inner topic's first and end offsets per partition."""
     inner = spec.inner_topic
     consumer = clients.consumer(spec.progress_reader_group("status"), clients.errors("status"))

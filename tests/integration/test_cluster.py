@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
+from chronos.cli.cluster import lines
 from chronos.cluster.node import ClusterNode
+from chronos.cluster.status import ClusterStatus, PartitionView, cluster_status
+from chronos.kafka.clients import KafkaClients
 from chronos.kafka.partitioner import partition_of
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
@@ -120,6 +123,34 @@ def _exactly_once_after_markers(
     assert not early, f"delivered early: {early[:5]}"
 
 
+def _status_shows_what_runs(cluster: Cluster, settings: ChronosSettings) -> None:
+    """``chronos cluster`` names, per partition, the node that delivers it (the nodes' own
+    view, ``Cluster.masters``), its owner and standby, and the replicas' states (announced
+    every few seconds: asked again until they are in)."""
+    clients = KafkaClients(settings.kafka, "test-cluster-status")
+    masters = {p: names[0] for p, names in cluster.masters().items()}
+    seen: list[ClusterStatus] = []
+
+    def shows_them() -> bool:
+        status = cluster_status(settings, clients)
+        seen[:] = [status]
+        return status.members == ["a", "b"] and all(
+            view.delivering == masters[view.partition] == view.owner
+            and view.standbys == [n for n in ("a", "b") if n != view.owner]
+            and {r.node: r.state for r in view.replicas}
+            == {view.owner: "master", view.standbys[0]: "eligible"}
+            for view in view_list(status)
+        )
+
+    wait_until(shows_them, 30, "the status shows owners, standbys and states")
+    assert lines(seen[0])[-1] == f"every partition is delivered ({_PARTITIONS})"
+
+
+def view_list(status: ClusterStatus) -> list[PartitionView]:
+    assert [v.partition for v in status.partitions] == list(range(_PARTITIONS))
+    return status.partitions
+
+
 def test_nodes_of_a_cluster_share_the_partitions_and_a_leaving_node_hands_them_over(
     cluster: Cluster, namespace: str
 ) -> None:
@@ -129,6 +160,7 @@ def test_nodes_of_a_cluster_share_the_partitions_and_a_leaving_node_hands_them_o
     wait_until(lambda: cluster.settled({"a": 2, "b": 2}), 60, "a and b deliver two each")
     topic = f"{namespace}-target"
     settings = cluster.nodes["a"].settings
+    _status_shows_what_runs(cluster, settings)
     with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
         shared = _send(client, topic, _spread("shared-", 10), 0.5)
         _exactly_once_after_markers(inbox, client, topic, shared, "m1-")

@@ -212,3 +212,23 @@ def test_chronos_group_prints_what_a_member_not_eligible_waits_for() -> None:
     restoring = Member("d", "", False, state="restoring", detail={"waits_for": "ingest"})
     assert "restoring" in _member_line(restoring) and "waits for ingest" in _member_line(restoring)
     assert _member_line(Member("a", "h", True, True)).split()[:2] == ["a", "master"]
+
+
+def test_the_lag_of_a_group_of_some_partitions_counts_only_those() -> None:
+    """A cluster's partition is a group of one partition: its replicas store nothing of the
+    others. Mutant caught: the lag summed over every inner partition (each standby looked
+    thousands of records behind)."""
+    settings = ChronosSettings.model_validate(
+        {"topics": {"namespace": "ns"}, "group": {"name": "g"}, "node": {"owned_partitions": [1]}}
+    )
+    spec = GroupSpec.of(settings)
+    assert spec is not None and spec.partitions == (1,)
+    facts = GroupFacts(
+        state="empty",
+        members=(MemberFacts("a", "/10.0.0.1", ()),),
+        cut=None,
+        committed={"a": {1: 40}},
+        ends={0: 5_000, 1: 42, 2: 7_000},
+    )
+    (member,) = build_status(spec, facts, now_ms=T0).members
+    assert member.ingest_lag == 2

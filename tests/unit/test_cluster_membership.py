@@ -1,0 +1,71 @@
+"""The membership worker: Kafka's member list read back, and kept when Kafka does not answer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from chronos.cluster.membership import Membership
+from chronos.kafka.clients import ClientErrors
+from chronos.settings import KafkaValue
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.subscribed: list[str] = []
+        self.closed = False
+
+    def subscribe(self, topics: list[str]) -> None:
+        self.subscribed = topics
+
+    def poll(self, timeout: float) -> Any:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_description_kafka_does_not_answer_keeps_the_last_member_list() -> None:
+    """An unanswered describe (a TimeoutError from the admin future, or a KafkaException)
+    changes nothing: placement does not flap on a slow coordinator. Mutant caught: only
+    KafkaException caught (the timeout escaped the step, and with it every later ask of that
+    step's tick)."""
+    answers: list[frozenset[str] | BaseException] = [
+        frozenset({"a", "b"}),
+        TimeoutError(),
+        KafkaException(KafkaError(KafkaError._TRANSPORT)),
+        frozenset({"a"}),
+    ]
+    consumer = _Consumer()
+    changes: list[frozenset[str]] = []
+
+    def describe() -> frozenset[str]:
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def open_consumer(group: str, errors: ClientErrors, options: Mapping[str, KafkaValue]) -> Any:
+        assert options["partition.assignment.strategy"] == "cooperative-sticky"
+        return consumer
+
+    membership = Membership(
+        "a",
+        "topic",
+        "group",
+        {},
+        open_consumer,
+        ClientErrors("test"),
+        describe,
+        0.0,
+        changes.append,
+    )
+    for _ in range(4):
+        membership.step()
+    assert consumer.subscribed == ["topic"]
+    assert changes == [frozenset({"a", "b"}), frozenset({"a"})]
+    assert membership.members == frozenset({"a"})
+    membership.finish()
+    assert consumer.closed
