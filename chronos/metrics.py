@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -146,3 +147,43 @@ class CountingMetrics:
             for name, histogram in dict(shard.histograms).items():
                 merged.setdefault(name, _Histogram()).merge(histogram)
         return merged
+
+
+class MetricsReader(Protocol):
+    """What the admin API reads of a node's metrics: ``CountingMetrics``, or ``MergedMetrics``
+    over a cluster node's partitions."""
+
+    def totals(self) -> dict[str, int]: ...
+    def histograms(self) -> dict[str, HistogramSnapshot]: ...
+
+
+class MergedMetrics:
+    """Several readers' metrics as one (a cluster node: one ``CountingMetrics`` per partition
+    it hosts, read when asked).
+
+    Parameters:
+        readers: the readers to merge, asked at each read (partitions come and go).
+    """
+
+    def __init__(self, readers: Callable[[], list[MetricsReader]]) -> None:
+        self._readers = readers
+
+    def totals(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for reader in self._readers():
+            for name, count in reader.totals().items():
+                totals[name] = totals.get(name, 0) + count
+        return totals
+
+    def histograms(self) -> dict[str, HistogramSnapshot]:
+        merged: dict[str, HistogramSnapshot] = {}
+        for reader in self._readers():
+            for name, snapshot in reader.histograms().items():
+                have = merged.get(name)
+                merged[name] = snapshot if have is None else _sum(have, snapshot)
+        return merged
+
+
+def _sum(a: HistogramSnapshot, b: HistogramSnapshot) -> HistogramSnapshot:
+    buckets = tuple(x + y for x, y in zip(a.buckets, b.buckets, strict=True))
+    return HistogramSnapshot(buckets, a.sum_ms + b.sum_ms, max(a.max_ms, b.max_ms))

@@ -568,6 +568,21 @@ class ClusterSettings(_Section):
             "before that (group.suspect_after_ms)."
         ),
     )
+    admin_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^/\s]+$",
+        description=(
+            "Where the other nodes reach this node's admin API (status by id routed to the "
+            "id's owner, listing and forecast across the cluster), e.g. http://10.0.0.5:9400. "
+            "Unset: http://<admin.host>:<its port>, with this machine's host name when "
+            "admin.host listens on every address."
+        ),
+    )
+    peer_token: SecretStr | None = Field(
+        None,
+        description="Bearer token (with the admin operation) this node presents to the other "
+        "nodes' admin APIs when they require one (security.tokens_file).",
+    )
 
 
 #: ``delete`` defaults in compact mode. There a delivered id the store remembers is live state

@@ -13,6 +13,9 @@ Scenarios (``--scenario``):
   term, then restart it on its store. Failover: the kill to each partition's first commit.
 * ``leave``: the same with SIGTERM (a graceful leave). Gap: the stop to each partition's first
   commit in a newer term.
+* ``broker`` (Apache Kafka only): ``--faults`` times, kill -9 the broker, keep it down 5 s,
+  start it again on its data. Per crash: from the broker answering again to each partition's
+  first visible delivery after that (``broker_again_ms``, the slowest partition).
 * ``churn``: a fault every ``--interval`` s drawn from: kill -9 a node, SIGTERM a node, start
   a new node on an empty disk, remove a node for good, SIGSTOP a node for 10 s; the node
   count stays between 2 and ``--nodes`` + 2.
@@ -23,6 +26,7 @@ term's first and last commit, from the logs).
 
     python scripts/cluster_check.py                             # kill x10, 3 nodes, 8 partitions
     python scripts/cluster_check.py --scenario leave --faults 5
+    python scripts/cluster_check.py --scenario broker --faults 3 --rate 1500
     python scripts/cluster_check.py --scenario churn --nodes 4 --partitions 16 --seconds 600
 
 The last line of output is the JSON summary. Exit code 0 when every check holds, 1 otherwise.
@@ -45,6 +49,7 @@ from typing import Any
 from failover_check import REPEAT, Load, Seen, Summary, _epoch_ms, log_events, verify
 
 from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
+from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.process import NodeProcess
 from chronos.devstack.watch import DeliveryWatcher
 from chronos.kafka.admin import create_topic
@@ -73,6 +78,9 @@ class ClusterSummary:
     #: partitions it took from their owner, from the fault on.
     partition_gap_max_ms: int = 0
     fault_gaps_ms: list[int] = field(default_factory=list)
+    #: Per broker crash: from the broker answering again until every partition delivered
+    #: visibly again (the slowest partition).
+    broker_again_ms: list[int] = field(default_factory=list)
 
 
 class ClusterNodeProcess:
@@ -246,6 +254,37 @@ def _fault(
     return now_ms, sorted(lost)
 
 
+#: How long the broker scenario keeps the broker dead.
+_BROKER_DOWN_S = 5.0
+
+
+def _broker_crash(broker: LocalBroker, summary: ClusterSummary) -> int:
+    """kill -9 the broker, restart it on its data; returns when it answered (epoch ms)."""
+    if not isinstance(broker, KafkaBroker):
+        raise SystemExit("--scenario broker needs --broker kafka")
+    broker.crash()
+    summary.faults.append("broker")
+    time.sleep(_BROKER_DOWN_S)
+    broker.restart(timeout_s=120)
+    answered_ms = int(time.time() * 1000)
+    print(f"broker crashed, answering again at {answered_ms}")
+    return answered_ms
+
+
+def _again_after(answered_ms: int, seen: Seen, partitions: int) -> int:
+    """ms from ``answered_ms`` until every partition had a visible delivery after it."""
+    first: dict[int, int] = {}
+    with seen.lock:
+        for message_id, deliveries in seen.by_id.items():
+            partition = partition_of(message_id.encode(), partitions)
+            for d in deliveries:
+                if d.received_ms >= answered_ms:
+                    first[partition] = min(first.get(partition, d.received_ms), d.received_ms)
+    if len(first) < partitions:
+        return -1  # a partition never delivered again: reported as a problem
+    return max(first.values()) - answered_ms
+
+
 def _partition_gaps(load: Load, seen: Seen, partitions: int) -> dict[int, list[tuple[int, int]]]:
     """Per inner partition, (start epoch ms, length ms) of each gap between two visible
     deliveries of its messages while the load ran, from a second after its longest delay."""
@@ -314,7 +353,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--scenario", choices=["kill", "leave", "churn"], default="kill")
+    parser.add_argument("--scenario", choices=["kill", "leave", "broker", "churn"], default="kill")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--standbys", type=int, default=1)
@@ -336,6 +375,7 @@ def main() -> int:
     cluster = Cluster(workdir, broker.bootstrap, namespace, args.partitions, args.standbys)
     rng = random.Random(args.seed)
     faults: list[tuple[int, list[int]]] = []
+    broker_answers: list[int] = []
     try:
         first = cluster.add()
         first.process.wait_ready(120)
@@ -367,7 +407,10 @@ def main() -> int:
                     else:
                         kind = args.scenario
                     time.sleep(args.interval)
-                    faults.append(_fault(kind, cluster, extra, turn))
+                    if kind == "broker":
+                        broker_answers.append(_broker_crash(broker, extra))
+                    else:
+                        faults.append(_fault(kind, cluster, extra, turn))
                     turn += 1
                 time.sleep(args.interval)
             finally:
@@ -397,6 +440,11 @@ def main() -> int:
                     default=0,
                 )
             )
+        extra.broker_again_ms = [
+            _again_after(at, committed, args.partitions) for at in broker_answers
+        ]
+        if any(ms < 0 for ms in extra.broker_again_ms):
+            summary.problems.append("a partition delivered nothing after a broker crash")
         extra.takeovers = sum(len(n.events("became_master")) for n in cluster.all())
         extra.overlapping_terms = _overlaps(cluster)
         if extra.overlapping_terms:

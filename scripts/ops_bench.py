@@ -47,6 +47,7 @@ class BenchNode:
     def __init__(self, store: RocksStore, ledger: Ledger) -> None:
         self.metrics = CountingMetrics()
         self.lookup = Lookup(store, ledger)
+        self.local_lookup = self.lookup
         self._store, self._ledger = store, ledger
 
     def health(self) -> Report:

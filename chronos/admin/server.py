@@ -18,20 +18,20 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib.resources import files
 from typing import cast
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.registry import Collector, CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from chronos.admin.prometheus import ChronosCollector
-from chronos.admin.view import ListState, NodeView, Report
+from chronos.admin.view import ListState, NodeView, Report, ScheduleReader
 from chronos.errors import NotReady
 from chronos.metrics import BOUNDS_MS
 from chronos.serving import ThreadedServer
@@ -41,10 +41,13 @@ from chronos.web.tokens import Operation
 log = structlog.get_logger(__name__)
 
 
-def create_app(view: NodeView) -> Starlette:
-    """The admin application over ``view``."""
+def create_app(view: NodeView, collectors: Sequence[Collector] = ()) -> Starlette:
+    """The admin application over ``view``; ``collectors``: more series for ``/metrics`` (a
+    cluster node's per partition)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ChronosCollector(view))
+    for collector in collectors:
+        registry.register(collector)
 
     def answer(report: Report) -> JSONResponse:
         return JSONResponse(report.as_json(), status_code=200 if report.ok else 503)
@@ -58,8 +61,16 @@ def create_app(view: NodeView) -> Starlette:
     async def metrics(_request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    def lookup_of(request: Request) -> ScheduleReader:
+        """``?scope=local``: this node's stores only (another cluster node asking)."""
+        return view.local_lookup if request.query_params.get("scope") == "local" else view.lookup
+
     def message(request: Request) -> JSONResponse:
-        return JSONResponse(view.lookup.status(request.path_params["id"]).as_json())
+        try:
+            answer = lookup_of(request).status(request.path_params["id"])
+        except NotReady as exc:
+            return JSONResponse({"error": str(exc)}, status_code=503)
+        return JSONResponse(answer.as_json())
 
     def messages(request: Request) -> JSONResponse:
         q = request.query_params
@@ -70,7 +81,7 @@ def create_app(view: NodeView) -> Starlette:
             cursor = q.get("cursor")
             if cursor is not None:
                 bytes.fromhex(cursor)
-            page = view.lookup.page(
+            page = lookup_of(request).page(
                 from_ms=_int(q, "from_ms", 0, hi=_FAR),
                 to_ms=_int(q, "to_ms", _FAR, hi=_FAR),
                 topic=q.get("topic"),
@@ -91,7 +102,7 @@ def create_app(view: NodeView) -> Starlette:
                 raise ValueError(
                     f"horizon_s must be 60..{_MAX_HORIZON_S} with at most {_MAX_BUCKETS} buckets"
                 )
-            answer = view.lookup.forecast(view.gauges().now_ms, horizon, bucket)
+            answer = lookup_of(request).forecast(view.gauges().now_ms, horizon, bucket)
         except ValueError as exc:
             return _bad(str(exc))
         except NotReady as exc:
@@ -218,9 +229,16 @@ class AdminServer(ThreadedServer):
         host: listen address.
         port: listen port (0: any free one; ``port`` says which once started).
         security: tokens, TLS and request bounds (``chronos/web/``); None: none (tests).
+        collectors: more series for ``/metrics``.
     """
 
     def __init__(
-        self, view: NodeView, host: str, port: int, security: SecuritySettings | None = None
+        self,
+        view: NodeView,
+        host: str,
+        port: int,
+        security: SecuritySettings | None = None,
+        collectors: Sequence[Collector] = (),
     ) -> None:
-        super().__init__("admin", create_app(view), host, port, security, admin_operation)
+        app = create_app(view, collectors)
+        super().__init__("admin", app, host, port, security, admin_operation)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from chronos.metrics import CountingMetrics
+from chronos.metrics import MetricsReader
 
 ListState = Literal["pending", "delivered", "dead_lettered", "any"]
 
@@ -98,11 +98,18 @@ class NodeView(Protocol):
     """What the admin API reads (``runtime.probes.NodeProbes``, or a test's)."""
 
     @property
-    def metrics(self) -> CountingMetrics: ...
+    def metrics(self) -> MetricsReader: ...
 
     @property
     def lookup(self) -> ScheduleReader:
-        """Status, listing and forecast over the node's store."""
+        """Status, listing and forecast over what the node answers for (a cluster node: the
+        whole cluster, asking the other nodes)."""
+        ...
+
+    @property
+    def local_lookup(self) -> ScheduleReader:
+        """The same over this node's own stores only (``?scope=local``: what a cluster node
+        asks the others)."""
         ...
 
     def health(self) -> Report: ...

@@ -86,6 +86,11 @@ class ShardHost(LoopWorker):
         #: The member list ``placement`` was computed from.
         self._placed_for: frozenset[str] | None = None
 
+    @property
+    def partitions(self) -> int:
+        """How many partitions the inner topic has."""
+        return self._partitions
+
     def members_changed(self, members: frozenset[str]) -> None:
         """The membership's callback: recompute at the next tick."""
         with self._lock:

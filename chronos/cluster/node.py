@@ -3,8 +3,10 @@ placement gives it, each as a replica of its own (``shard.py``)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -22,6 +24,9 @@ from chronos.lifecycle import Component, Fatal
 from chronos.runtime.foreground import run_foreground
 from chronos.settings import ChronosSettings
 
+if TYPE_CHECKING:
+    from chronos.admin.server import AdminServer
+
 log = structlog.get_logger(__name__)
 
 #: How long a description of the group may take before the last member list stands.
@@ -32,6 +37,18 @@ _BOARD_INTERVAL_S = 1.0
 _BOARD_STALE_S = 3.5
 #: How old the master watches' shared answer may be (each watch asks every 90 ms).
 _WATCH_AGE_S = 0.08
+
+
+def _admin_url(settings: ChronosSettings, port: int) -> str:
+    """Where the other nodes reach this node's admin API when ``cluster.admin_url`` is unset:
+    its listen address, or this machine's name when it listens on every address."""
+    host = settings.admin.host
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    scheme = "https" if settings.security.tls_certfile is not None else "http"
+    return f"{scheme}://{host}:{port}"
 
 
 def _ignored(error: object, message: object) -> None:
@@ -61,8 +78,10 @@ class ClusterNode:
             self._fatal.report,
         )
         self._membership: Membership | None = None
+        self._board: ReadinessBoard | None = None
         self._workers: list[Component] = []
         self.host: ShardHost | None = None
+        self._admin: AdminServer | None = None
         self._stopped = threading.Event()
         self._stop_requested = threading.Event()
 
@@ -87,6 +106,7 @@ class ClusterNode:
             ready=lambda node, partition, since: board.ready(node, partition, since),
         )
         status = self._clients.idempotent("cluster-status", stop_flush_s=2.0)
+        admin_url = self._start_admin(host) if s.admin.enabled else None
         board = ReadinessBoard(
             s.node.node_id,
             names.cluster_status(self._name),
@@ -102,7 +122,9 @@ class ClusterNode:
             host.ready_partitions,
             _BOARD_INTERVAL_S,
             _BOARD_STALE_S,
+            admin_url,
         )
+        self._board = board
         admin = self._clients.admin()
         group = names.cluster_group(self._name)
 
@@ -131,6 +153,47 @@ class ClusterNode:
         log.info(
             "cluster_node_started", node=s.node.node_id, cluster=self._name, partitions=partitions
         )
+
+    def _start_admin(self, host: ShardHost) -> str:
+        """The admin API over this node's partitions and, through the other nodes', the
+        cluster; returns where the other nodes reach it. A port it cannot take ends the start
+        with nothing running."""
+        # Only when served (a web stack and Prometheus' client).
+        from chronos.admin.server import AdminServer
+        from chronos.cluster.partition_metrics import PartitionCollector
+        from chronos.cluster.peers import Peers
+        from chronos.cluster.view import ClusterView
+
+        s = self.settings
+        token = s.cluster.peer_token
+        peers = Peers(
+            lambda node: None if self._board is None else self._board.admin_url(node),
+            None if token is None else token.get_secret_value(),
+        )
+        view = ClusterView(
+            s.node.node_id,
+            host,
+            lambda: None if self._membership is None else self._membership.members,
+            self.fatal_error,
+            peers,
+        )
+        admin = AdminServer(
+            view, s.admin.host, s.admin.port, s.security, [PartitionCollector(view)]
+        )
+        admin.start()
+        if not admin.wait_started(10.0):
+            raise ConfigError(
+                f"the admin API could not listen on {s.admin.host}:{s.admin.port} "
+                "(is admin.port taken? 0 picks a free one)"
+            )
+        self._admin = admin
+        log.info("admin_listening", host=s.admin.host, port=admin.port)
+        return s.cluster.admin_url or _admin_url(s, admin.port)
+
+    @property
+    def admin_port(self) -> int | None:
+        """Where the admin API listens, None when it does not run."""
+        return None if self._admin is None else self._admin.port
 
     def _shared_ends(self) -> EndsFor:
         """One question about partition ends for all replicas of this node, per interval: the
@@ -181,6 +244,9 @@ class ClusterNode:
         for worker in reversed(self._workers[:2]):  # the board, then its publisher
             worker.stop()
             worker.join(5.0)
+        if self._admin is not None:
+            self._admin.stop()
+            self._admin.join(5.0)
         log.info("cluster_node_stopped", node=self.settings.node.node_id, clean=clean)
         return clean
 

@@ -39,9 +39,13 @@ _POLL_S = 0.1
 Produce = Callable[[bytes, bytes], None]
 
 
-def encode(partitions: frozenset[int]) -> bytes:
-    """A node's record: the partitions whose replica stands."""
-    return json.dumps({"ready": sorted(partitions)}, separators=(",", ":")).encode()
+def encode(partitions: frozenset[int], admin_url: str | None = None) -> bytes:
+    """A node's record: the partitions whose replica stands, and where its admin API answers
+    other nodes (``cluster.admin_url``; absent: it serves none)."""
+    body: dict[str, object] = {"ready": sorted(partitions)}
+    if admin_url is not None:
+        body["admin"] = admin_url
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def decode(value: bytes | None) -> frozenset[int] | None:
@@ -52,6 +56,15 @@ def decode(value: bytes | None) -> frozenset[int] | None:
         return frozenset(int(p) for p in json.loads(value)["ready"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def decode_admin(value: bytes | None) -> str | None:
+    """A record's admin API address, None without one."""
+    try:
+        url = json.loads(value or b"{}").get("admin")
+    except (ValueError, AttributeError):
+        return None
+    return url if isinstance(url, str) else None
 
 
 class ReadinessBoard(LoopWorker):
@@ -66,6 +79,7 @@ class ReadinessBoard(LoopWorker):
         ready_now: this node's ready partitions now.
         interval_s: how often it says them when nothing changed.
         stale_after_s: how long another node's word counts.
+        admin_url: this node's admin API for the other nodes, None when it serves none.
     """
 
     def __init__(
@@ -78,6 +92,7 @@ class ReadinessBoard(LoopWorker):
         ready_now: Callable[[], frozenset[int]],
         interval_s: float,
         stale_after_s: float,
+        admin_url: str | None = None,
     ) -> None:
         super().__init__("readiness")
         self._node_id = node_id
@@ -88,6 +103,9 @@ class ReadinessBoard(LoopWorker):
         self._ready_now = ready_now
         self._interval_s = interval_s
         self._stale_after_s = stale_after_s
+        self._admin_url = admin_url
+        #: node -> its admin API, as it last said.
+        self._admin: dict[str, str] = {}
         self._lock = threading.Lock()
         #: node -> (its ready partitions, monotonic time heard).
         self._heard: dict[str, tuple[frozenset[int], float]] = {}
@@ -123,12 +141,18 @@ class ReadinessBoard(LoopWorker):
             key = message.key()
             if key is None:
                 continue
-            partitions = decode(message.value())
+            node, value = key.decode(), message.value()
+            partitions = decode(value)
+            admin = decode_admin(value)
             with self._lock:
                 if partitions is None:
-                    self._heard.pop(key.decode(), None)
+                    self._heard.pop(node, None)
                 else:
-                    self._heard[key.decode()] = (partitions, time.monotonic())
+                    self._heard[node] = (partitions, time.monotonic())
+                if admin is None:
+                    self._admin.pop(node, None)
+                else:
+                    self._admin[node] = admin
 
     def _say(self) -> None:
         now = time.monotonic()
@@ -136,9 +160,16 @@ class ReadinessBoard(LoopWorker):
         if ready == self._said and now - self._said_at < self._interval_s:
             return
         self._said, self._said_at = ready, now
-        self._produce(self._node_id.encode(), encode(ready))
+        self._produce(self._node_id.encode(), encode(ready, self._admin_url))
+
+    def admin_url(self, node: str) -> str | None:
+        """Where ``node``'s admin API answers, as it last said (None: not said)."""
+        if node == self._node_id:
+            return self._admin_url
+        with self._lock:
+            return self._admin.get(node)
 
     def finish(self) -> None:
         # Ready for nothing: a node that stops must not be handed partitions.
-        self._produce(self._node_id.encode(), encode(frozenset()))
+        self._produce(self._node_id.encode(), encode(frozenset(), self._admin_url))
         self._consumer.close()

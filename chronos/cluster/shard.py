@@ -49,10 +49,10 @@ def shard_settings(settings: ChronosSettings, partition: int) -> ChronosSettings
                 update={"name": TopicNames.shard_group(cluster, partition)}
             ),
             "cluster": settings.cluster.model_copy(update={"name": None}),
-            # The cluster node created and checked the topics, and serves the admin API.
+            # The cluster node created and checked the topics (and serves the admin API:
+            # ``Shard`` says so to its node, so outcomes are kept as the admin settings say).
             "topics": settings.topics.model_copy(update={"create": False}),
             "rebuild": settings.rebuild.model_copy(update={"check_inner_topic": False}),
-            "admin": settings.admin.model_copy(update={"enabled": False}),
         }
     )
 
@@ -117,6 +117,7 @@ class Shard:
             "replica",
             open_election=self._election,
             ends_for=ends_for,
+            serves_admin=False,
         )
 
     def _election(self, on_change: Callable[[bool], None]) -> ShardElection:

@@ -40,6 +40,8 @@ class Node:
             election (a cluster's partitions, ``cluster/host.py``).
         ends_for: where its questions about partition ends go (a cluster node's replicas
             share them, ``kafka/shared_ends.py``); None: asked on its own.
+        serves_admin: whether it serves its own admin API when ``admin.enabled`` (a cluster's
+            partition does not: its node serves one over all of them, ``cluster/view.py``).
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class Node:
         role: str | None = None,
         open_election: OpenElection | None = None,
         ends_for: EndsFor | None = None,
+        serves_admin: bool = True,
     ) -> None:
         role = role or role_of(settings)
         if role not in ROLES:
@@ -58,6 +61,7 @@ class Node:
         self._role = role
         self._open_election = open_election
         self._ends_for = ends_for
+        self._serves_admin = serves_admin
         self._components: list[Component] = []
         self.context: NodeContext | None = None
         self._stopped = threading.Event()
@@ -77,7 +81,7 @@ class Node:
         self.context.open_election = self._open_election
         self.context.ends_for = self._ends_for
         self._components = ROLES[self._role](self.context)
-        if self.settings.admin.enabled:
+        if self.settings.admin.enabled and self._serves_admin:
             # Before the components: a port it cannot take ends the start with nothing running.
             self._start_admin(self.context)
         for component in self._components:

@@ -58,6 +58,11 @@ class NodeProbes:
     def lookup(self) -> Lookup:
         return self._lookup
 
+    @property
+    def local_lookup(self) -> Lookup:
+        """A node's store is all it answers for."""
+        return self._lookup
+
     def replicas(self) -> list[dict[str, object]]:
         role, term = self._role_and_term()
         ctx = self._context

@@ -54,6 +54,10 @@ class StubNode:
     def replicas(self) -> list[dict[str, object]]:
         return [{"node": "n1", "role": self.role, "term": 3}]
 
+    @property
+    def local_lookup(self) -> Lookup:
+        return self.lookup
+
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[StubNode]:
