@@ -2,10 +2,10 @@
 
 A message's status lives in the nodes' stores, not in Kafka, so the proxy and the client ask a
 node's admin API (``GET /v1/messages/{id}``). Which node: the first of ``proxy.status_nodes``
-that is ready (ingest caught up, and for a replica a complete store) and delivering (alone or
-master), else the first one ready: a backup knows every state too, only not the partition and
-offset of a delivery. A node that does not answer is skipped; none ready is an error, never a
-guess.
+that is ready (ingest caught up, and for a replica a complete store) and delivering (alone,
+master, or a cluster node, which asks the id's owner), else the first one ready: a backup knows
+every state too, only not the partition and offset of a delivery. A node that does not answer
+is skipped; none ready is an error, never a guess.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any
 
 from chronos.errors import ChronosError
 
-_DELIVERING = ("alone", "master")
+#: Roles that answer from the delivering store (a cluster node asks the id's owner).
+_DELIVERING = ("alone", "master", "cluster")
 
 
 class StatusUnavailable(ChronosError):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
@@ -37,6 +38,14 @@ _POLL_S = 0.1
 
 #: Builds the membership's consumer: (group id, its error handler, options) -> consumer.
 OpenConsumer = Callable[[str, ClientErrors, Mapping[str, KafkaValue]], ElectionConsumer]
+
+
+class AdminLike(Protocol):
+    """What ``GroupDescriber`` asks of an admin client (confluent's ``AdminClient``)."""
+
+    def describe_consumer_groups(self, group_ids: list[str]) -> dict[str, Any]: ...
+
+
 #: The client ids of the group's members now (raises KafkaException or TimeoutError when
 #: Kafka does not answer).
 DescribeMembers = Callable[[], frozenset[str]]
@@ -140,3 +149,41 @@ class Membership(LoopWorker):
         if consumer is not None:
             # Leaving the group drops this member at once, not after a session timeout.
             consumer.close()
+
+
+class GroupDescriber:
+    """The member list of ``group`` (``describe_consumer_groups``), from an admin client that is
+    replaced after any failed or unanswered description.
+
+    Why replaced: librdkafka (2.16, issue confluentinc/librdkafka#4605, open) aborts the whole
+    process with ``rd_kafka_enq_once_del_source_return: Assertion 'eonce->refcnt > 0'`` when a
+    coordinator request of an admin client was pending across a broker restart. Measured here:
+    describing every 500 ms, the process died on the second kill -9 and restart of the broker;
+    dropping the client after each failure survived every restart (and took two cluster nodes
+    of three down in ``cluster_check.py --scenario broker`` before).
+
+    Parameters:
+        new_admin: builds an admin client.
+        group: the consumer group.
+        timeout_s: how long one description may take.
+    """
+
+    def __init__(self, new_admin: Callable[[], AdminLike], group: str, timeout_s: float) -> None:
+        self._new_admin = new_admin
+        self._group = group
+        self._timeout_s = timeout_s
+        self._admin: AdminLike | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> frozenset[str]:
+        with self._lock:  # the membership's thread, and a leaving node's
+            if self._admin is None:
+                self._admin = self._new_admin()
+            admin = self._admin
+            try:
+                futures = admin.describe_consumer_groups([self._group])
+                described = futures[self._group].result(self._timeout_s)
+            except BaseException:
+                self._admin = None  # its pending requests go with it
+                raise
+            return frozenset(member.client_id for member in described.members)

@@ -9,10 +9,13 @@ import time
 from typing import TYPE_CHECKING
 
 import structlog
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 from chronos.clock import Clock, SystemClock
 from chronos.cluster.host import ShardHost
-from chronos.cluster.membership import Membership
+from chronos.cluster.membership import GroupDescriber, Membership
+from chronos.cluster.partitions import PartitionWatch, check_unchanged
 from chronos.cluster.readiness import ReadinessBoard
 from chronos.cluster.shard import Shard
 from chronos.errors import ConfigError
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+#: How often a running node asks the inner topic's partition count (``partitions.py``).
+_PARTITION_CHECK_S = 30.0
 #: How long a description of the group may take before the last member list stands.
 _DESCRIBE_TIMEOUT_S = 5.0
 #: How often a node says its ready partitions when nothing changed, and how long another
@@ -79,6 +84,8 @@ class ClusterNode:
         )
         self._membership: Membership | None = None
         self._board: ReadinessBoard | None = None
+        self._partition_watch: PartitionWatch | None = None
+        self._watch_admin: AdminClient | None = None
         self._workers: list[Component] = []
         self.host: ShardHost | None = None
         self._admin: AdminServer | None = None
@@ -88,12 +95,16 @@ class ClusterNode:
     def start(self) -> None:
         """Create and check the topics, join the cluster, host what the placement says."""
         s = self.settings
+        names = s.topics.names
+        self._check_partition_count()
         if s.topics.create:
             ensure_topics(s, stopped=self._stop_requested.is_set)
         if s.rebuild.check_inner_topic:
             check_inner_topic(s)
-        names = s.topics.names
         partitions = partition_count(s, names.inner)
+        self._partition_watch = PartitionWatch(
+            partitions, self._inner_partitions, _PARTITION_CHECK_S
+        )
         ends_for = self._shared_ends()
         host = ShardHost(
             s.node.node_id,
@@ -125,12 +136,9 @@ class ClusterNode:
             admin_url,
         )
         self._board = board
-        admin = self._clients.admin()
         group = names.cluster_group(self._name)
 
-        def describe() -> frozenset[str]:
-            described = admin.describe_consumer_groups([group])[group].result(_DESCRIBE_TIMEOUT_S)
-            return frozenset(member.client_id for member in described.members)
+        describe = GroupDescriber(self._clients.admin, group, _DESCRIBE_TIMEOUT_S)
 
         membership = Membership(
             s.node.node_id,
@@ -147,12 +155,33 @@ class ClusterNode:
             host.members_changed,
         )
         self.host, self._membership = host, membership
-        self._workers = [status, board, host, membership]
+        self._workers = [status, board, host, membership, self._partition_watch]
         for worker in self._workers:
             worker.start()
         log.info(
             "cluster_node_started", node=s.node.node_id, cluster=self._name, partitions=partitions
         )
+
+    def _check_partition_count(self) -> None:
+        """Before any topic is made: refuse an inner topic whose partition count is not the
+        one this cluster was created with (``partitions.py``)."""
+        names = self.settings.topics.names
+        admin = self._clients.admin()
+        try:
+            topics = admin.list_topics(timeout=_DESCRIBE_TIMEOUT_S).topics
+        except KafkaException:
+            return  # ensure_topics or partition_count says what is wrong with Kafka
+        inner = topics.get(names.inner)
+        if inner is not None and inner.error is None:
+            check_unchanged(len(inner.partitions), topics, names, self._name)
+
+    def _inner_partitions(self) -> int:
+        """The inner topic's partition count now (the partition watch's question)."""
+        if self._watch_admin is None:
+            self._watch_admin = self._clients.admin()
+        inner = self.settings.topics.names.inner
+        metadata = self._watch_admin.list_topics(inner, timeout=_DESCRIBE_TIMEOUT_S)
+        return len(metadata.topics[inner].partitions)
 
     def _start_admin(self, host: ShardHost) -> str:
         """The admin API over this node's partitions and, through the other nodes', the
@@ -176,6 +205,7 @@ class ClusterNode:
             lambda: None if self._membership is None else self._membership.members,
             self.fatal_error,
             peers,
+            lambda: None if self._partition_watch is None else self._partition_watch.problem(),
         )
         admin = AdminServer(
             view, s.admin.host, s.admin.port, s.security, [PartitionCollector(view)]

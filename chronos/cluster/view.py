@@ -33,6 +33,8 @@ class ClusterView:
         members: the cluster's members as last read (None before the first answer).
         fatal: why the node cannot go on, or None.
         peers: the other nodes' admin APIs.
+        partitions_problem: why the inner topic's partition count is not the one placed for,
+            or None (``partitions.py``).
     """
 
     def __init__(
@@ -42,11 +44,13 @@ class ClusterView:
         members: Callable[[], frozenset[str] | None],
         fatal: Callable[[], str | None],
         peers: Peers,
+        partitions_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._node_id = node_id
         self._host = host
         self._members = members
         self._fatal = fatal
+        self._partitions_problem = partitions_problem
         self._lock = threading.Lock()
         #: Each hosted replica's probes, built once its node runs (keyed by the shard object:
         #: a partition stopped and hosted again is a new replica with new counters).
@@ -134,6 +138,7 @@ class ClusterView:
         hosted = self.hosted()
         missing = sorted(wanted - set(hosted))
         restoring = sorted(p for p, (shard, _) in hosted.items() if p in wanted and not shard.ready)
+        changed = self._partitions_problem()
         checks = [
             Check("healthy", self.health().ok, "see /healthz"),
             Check("member", member, "in the cluster's group" if member else "not a member yet"),
@@ -149,6 +154,7 @@ class ClusterView:
                 if restoring
                 else "every hosted replica caught up and complete",
             ),
+            Check("inner_partitions", changed is None, changed or "as placed"),
         ]
         return Report(checks, self._facts())
 

@@ -15,10 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
+from confluent_kafka.cimpl import NewPartitions
 
 from chronos.cli.cluster import lines
 from chronos.cluster.node import ClusterNode
 from chronos.cluster.status import ClusterStatus, PartitionView, cluster_status
+from chronos.errors import ConfigError
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.partitioner import partition_of
 from chronos.settings import ChronosSettings
@@ -214,3 +216,29 @@ def test_a_node_added_under_load_takes_its_share_without_delivering_the_past_aga
         cluster.start("b")
         wait_until(lambda: cluster.settled({"a": 2, "b": 2}), 60, "b took its share")
         _exactly_once_after_markers(inbox, client, topic, past | later, "m-")
+
+
+def test_a_node_refuses_to_start_once_partitions_were_added_to_its_clusters_topic(
+    cluster: Cluster,
+) -> None:
+    """Adding partitions sends a later cancel of an id elsewhere than its add; Kafka cannot
+    refuse an operator's ``--alter``, so the next node of the cluster does, naming both
+    counts (today's hand split starts and mis-delivers)."""
+    cluster.start("a")
+    wait_until(lambda: cluster.settled({"a": _PARTITIONS}), 60, "a delivers every partition")
+    cluster.stop("a")
+    settings = cluster.settings("b")
+    admin = KafkaClients(settings.kafka, "test-alter").admin()
+    inner = settings.topics.names.inner
+    admin.create_partitions([NewPartitions(inner, _PARTITIONS + 2)])[inner].result(30)
+    wait_until(
+        lambda: (
+            len(admin.list_topics(inner, timeout=10).topics[inner].partitions) == _PARTITIONS + 2
+        ),
+        30,
+        "the broker lists the added partitions",
+    )
+    node = ClusterNode(settings)
+    with pytest.raises(ConfigError, match=f"has {_PARTITIONS + 2} partitions, but cluster c"):
+        node.start()
+    node.stop()
