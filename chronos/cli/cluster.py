@@ -21,6 +21,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_config(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=main)
+    actions = parser.add_subparsers(dest="action")
+    migrate = actions.add_parser(
+        "migrate",
+        help="make a stopped node alone or replica group's progress this cluster's "
+        "(once, before the cluster's first start)",
+    )
+    add_config(migrate)
+    source = migrate.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-node", metavar="NODE_ID", help="a node alone's node.node_id")
+    source.add_argument("--from-group", metavar="NAME", help="a replica group's group.name")
+    migrate.set_defaults(func=migrate_main)
+
+
+def migrate_main(args: argparse.Namespace) -> int:
+    """Exit 0 once every partition's share was written."""
+    from chronos.cluster.migrate import migrate
+
+    settings = settings_from(args)
+    update: dict[str, object] = {"cluster": settings.cluster.model_copy(update={"name": None})}
+    if args.from_group:
+        update["group"] = settings.group.model_copy(update={"name": args.from_group})
+    else:
+        update["group"] = settings.group.model_copy(update={"name": None})
+        update["node"] = settings.node.model_copy(update={"node_id": args.from_node})
+    done = migrate(settings.model_copy(update=update), settings)
+    seek = "no cut (it delivered nothing)" if done.seek_ms is None else f"seek {done.seek_ms}"
+    print(
+        f"migrated {done.source} into cluster {settings.cluster.name}: {done.partitions} "
+        f"partitions, {seek}, {done.repeats} repeat states; start the cluster's nodes now"
+    )
+    return 0
 
 
 def main(args: argparse.Namespace) -> int:

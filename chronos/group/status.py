@@ -259,7 +259,7 @@ def _announcements(
         if meta is None or meta.error is not None or not meta.partitions:
             return announced
         deadline = time.monotonic() + timeout_s
-        low, high = _watermark(consumer, TopicPartition(topic, 0), deadline)
+        low, high = watermark(consumer, TopicPartition(topic, 0), deadline)
         if high <= low:
             return announced
         consumer.assign([TopicPartition(topic, 0, low)])
@@ -305,7 +305,7 @@ def inner_watermarks(spec: GroupSpec, clients: KafkaClients, timeout_s: float) -
         ends: dict[int, int] = {}
         deadline = time.monotonic() + timeout_s
         for p in sorted(meta.partitions if meta is not None else ()):
-            starts[p], ends[p] = _watermark(consumer, TopicPartition(inner, p), deadline)
+            starts[p], ends[p] = watermark(consumer, TopicPartition(inner, p), deadline)
         return starts, ends
     finally:
         consumer.close()
@@ -320,7 +320,7 @@ _LEADER_MOVING = {
 }
 
 
-def _watermark(consumer: Any, partition: TopicPartition, deadline: float) -> tuple[int, int]:
+def watermark(consumer: Any, partition: TopicPartition, deadline: float) -> tuple[int, int]:
     """A partition's first and end offsets, asked again while its leader is moving."""
     while True:
         try:

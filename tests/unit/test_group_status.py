@@ -14,7 +14,7 @@ from chronos.clock import FakeClock
 from chronos.group import announcement
 from chronos.group.announcement import Announcement, Announcer
 from chronos.group.spec import GroupSpec
-from chronos.group.status import GroupFacts, GroupStatus, MemberFacts, _watermark, build_status
+from chronos.group.status import GroupFacts, GroupStatus, MemberFacts, build_status, watermark
 from chronos.schedule.floor import Floor
 from chronos.schedule.progress_record import Cut
 from chronos.settings import ChronosSettings
@@ -140,15 +140,15 @@ def test_watermarks_are_asked_again_while_the_leader_moves() -> None:
     instead of answering a moment later. Mutant caught: no second ask."""
     moving = _MovingLeader(KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
     partition = TopicPartition("inner", 0)
-    assert _watermark(moving, partition, time.monotonic() + 30) == (3, 17)
+    assert watermark(moving, partition, time.monotonic() + 30) == (3, 17)
     assert moving.asked == 3
     refused = _MovingLeader(KafkaError.TOPIC_AUTHORIZATION_FAILED)
     with pytest.raises(KafkaException):  # not a moving leader: said at once
-        _watermark(refused, partition, time.monotonic() + 30)
+        watermark(refused, partition, time.monotonic() + 30)
     assert refused.asked == 1
     stuck = _MovingLeader(*[KafkaError.NOT_LEADER_FOR_PARTITION] * 1000)
     with pytest.raises(KafkaException):  # past the deadline: said
-        _watermark(stuck, partition, time.monotonic())
+        watermark(stuck, partition, time.monotonic())
 
 
 def test_a_replica_not_in_the_election_is_listed_with_what_it_said_of_itself() -> None:
