@@ -26,6 +26,7 @@ from chronos.admin.view import ListState, ScheduleReader
 from chronos.cluster.peers import Peers, PeerUnavailable
 from chronos.errors import NotReady
 from chronos.kafka.partitioner import partition_of
+from chronos.schedule.lookup import Forecast
 from chronos.store import keys
 
 
@@ -107,15 +108,8 @@ class MergedForecast:
     missing: list[int]
 
     def as_json(self) -> dict[str, object]:
-        return {
-            "from_ms": self.from_ms,
-            "bucket_s": self.bucket_s,
-            "counts": self.counts,
-            "total": sum(self.counts),
-            "overdue": self.overdue,
-            "partitions": self.partitions,
-            "missing": self.missing,
-        }
+        counts = Forecast(self.from_ms, self.bucket_s, self.counts, self.overdue).as_json()
+        return counts | {"partitions": self.partitions, "missing": self.missing}
 
 
 def merge_forecasts(parts: Sequence[dict[str, Any]], partitions: int) -> MergedForecast:
