@@ -9,13 +9,15 @@ On every change of the member list the node computes the placement (``placement.
   progress topic moving waits for it to stand still (``group/master_watch.py``), so it never
   fences a live master on its way out;
 * stops a replica whose partition it no longer hosts, once that lasted ``grace_s`` (member
-  lists seen mid-rebalance), and removes its store.
+  lists seen mid-rebalance) and every node now placed for it says its replica stands (until
+  then the old replica, warm, can still take over), and removes its store.
 
 A node that is not in the member list yet (its join is under way) hosts nothing.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -153,11 +155,26 @@ class ShardHost(LoopWorker):
                 self._unhosted_since.pop(partition, None)
                 continue
             unhosted = self._unhosted_since.setdefault(partition, now)
-            if now - unhosted >= self._grace_s and shard.role != "master":
+            if (
+                now - unhosted >= self._grace_s
+                and shard.role != "master"
+                and self._placed_replicas_stand(placement, partition)
+            ):
                 del self.shards[partition]
                 self._unhosted_since.pop(partition, None)
                 log.info("shard_stopping", node=self._node_id, partition=partition, role=shard.role)
                 shard.discard()
+
+    def _placed_replicas_stand(self, placement: Placement, partition: int) -> bool:
+        """Whether every node the placement puts ``partition`` on says its replica stands.
+
+        Until then a replica this node no longer hosts is kept, warm: it still takes over a
+        silent owner (its master watch), where the new standby could not before its restore
+        ends. Measured without it: an owner frozen while its partition's new standby restored
+        and the old one was already dropped left the partition undelivered for 25 s (10-minute
+        churn, ``cluster_check.py``)."""
+        chain = placement.hosts.get(partition, ())
+        return all(self._ready(node, partition, -math.inf) for node in chain)
 
     def _start(self, partitions: list[int]) -> None:
         """Start a replica of each of ``partitions``, in parallel."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, cast
 
@@ -57,7 +58,7 @@ class Host:
             grace_s=0.0,
             handover_timeout_s=1.0,
             on_fatal=lambda reason: None,
-            ready=lambda node, p, since: self.heard.get((node, p), -1.0) > since,
+            ready=lambda node, p, since: self.heard.get((node, p), -math.inf) > since,
         )
 
     def _new(self, partition: int) -> Shard:
@@ -112,6 +113,9 @@ def test_a_partition_taken_over_is_not_handed_back_on_the_old_owner_s_last_word(
 
 
 def test_a_replica_no_longer_hosted_is_discarded_once_it_does_not_deliver() -> None:
+    """... and once every node now placed for its partition stands: until then it is the
+    partition's only warm replica besides the owner. Mutant caught: dropped at once (the
+    churn run's 25 s without delivery when the owner froze)."""
     h = Host()
     h.members("a")
     chains = Placement.of({"a", "b", "c", "d"}, 4, 1).hosts
@@ -123,6 +127,9 @@ def test_a_replica_no_longer_hosted_is_discarded_once_it_does_not_deliver() -> N
     shard = h.built[gone]
     assert not shard.discarded, "a replica that delivers was stopped before its handover"
     shard.role = "backup"
+    h.host.step()
+    assert not shard.discarded, "dropped while the partition's new standby still restores"
+    h.heard[(chains[gone][1], gone)] = time.monotonic()
     h.host.step()
     assert shard.discarded and gone not in h.host.shards
 
