@@ -163,6 +163,16 @@ def test_producer_config_is_durable() -> None:
     assert config["partitioner"] == "murmur2_random"
 
 
+def test_every_client_reconnects_within_a_second_unless_configured(tmp_path: Path) -> None:
+    """librdkafka's 10 s reconnect backoff brought clients back up to 15 s after a broker
+    restart; the user's ``client_config`` still decides."""
+    kafka = KafkaSettings()
+    for config in (kafka.admin(), kafka.producer(), kafka.consumer("g")):
+        assert config["reconnect.backoff.max.ms"] == 1000
+    path = _toml(tmp_path, '[kafka.client_config]\n"reconnect.backoff.max.ms" = 2000\n')
+    assert load_settings(path).kafka.consumer("g")["reconnect.backoff.max.ms"] == 2000
+
+
 #: librdkafka options passed as keyword overrides: their names are not Python identifiers.
 ProducerOverrides = TypedDict("ProducerOverrides", {"linger.ms": int, "transactional.id": str})
 
