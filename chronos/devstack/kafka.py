@@ -302,7 +302,29 @@ class KafkaBroker(BrokerProcess):
         if self._workdir is None:
             raise ConfigError("restart() needs a broker that was started and crashed")
         self._launch()
+        deadline = time.monotonic() + timeout_s
         self._wait_ready(timeout_s)
+        self._wait_leaders(max(1.0, deadline - time.monotonic()))
+
+    def _wait_leaders(self, timeout_s: float) -> None:
+        """Until every partition has its leader again: a restarted broker lists itself
+        before it leads its partitions (measured once: 45 s without leaders after a restart,
+        every client refused), and what a crash check measures from "answering" must be the
+        broker serving them, not its metadata alone."""
+        deadline = time.monotonic() + timeout_s
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        while time.monotonic() < deadline:
+            try:
+                topics = admin.list_topics(timeout=1.0).topics.values()
+            except Exception:  # between two states: ask again
+                topics = None
+            if topics is not None and all(
+                topic.error is None and all(p.leader >= 0 for p in topic.partitions.values())
+                for topic in topics
+            ):
+                return
+            time.sleep(0.1)
+        raise ConfigError(f"Apache Kafka on {self.bootstrap} led no partitions {timeout_s} s on")
 
     def _wait_ready(self, timeout_s: float) -> None:
         """Until the broker lists its metadata with itself in it (registered and unfenced)."""
