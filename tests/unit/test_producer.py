@@ -8,11 +8,12 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from chronos.devstack.tansu import free_port
-from chronos.kafka.errors import ErrorKind, classify
+from chronos.kafka.errors import ErrorKind, Fenced, classify
 from chronos.kafka.publishers.idempotent import IdempotentPublisher
+from chronos.kafka.publishers.transactional import TransactionalProducer
 
 
 def test_a_fenced_producer_is_replaced_and_its_records_purged_for_retry() -> None:
@@ -72,3 +73,40 @@ def test_an_authorization_error_librdkafka_marks_fatal_is_still_authorization() 
     error = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal=True)
     assert classify(error) is ErrorKind.AUTHORIZATION
     assert classify(KafkaError(KafkaError._FATAL, fatal=True)) is ErrorKind.FENCED
+
+
+class _BrokenFlush:
+    """A producer whose flush serves a delivery callback with a fatal error still set, as
+    confluent-kafka does for a producer that just failed fatally."""
+
+    def __init__(self, cause: BaseException) -> None:
+        self._cause = cause
+
+    def flush(self, _timeout_s: float) -> int:
+        raise SystemError("<function _noted> returned a result with an exception set") from (
+            self._cause
+        )
+
+
+@pytest.mark.parametrize(
+    ("cause", "reason"),
+    [
+        (
+            KafkaException(KafkaError(KafkaError.INVALID_TXN_STATE, "broke", fatal=True)),
+            "INVALID_TXN_STATE: broke",
+        ),
+        (RuntimeError("not a Kafka error"), "the producer failed fatally while flushing"),
+    ],
+)
+def test_a_fatal_flush_names_its_cause(cause: BaseException, reason: str) -> None:
+    """The fencing's reason is the error that was set, not the callback it reached (the logs
+    said "failed fatally while flushing" for a broker restart and a fencing alike)."""
+    publisher = TransactionalProducer(
+        {"bootstrap.servers": f"127.0.0.1:{free_port()}", "transactional.id": "t"}, "t", 1.0
+    )
+    try:
+        publisher._producer = _BrokenFlush(cause)  # type: ignore[assignment]
+        with pytest.raises(Fenced, match=reason):
+            publisher.flush(0.1)
+    finally:
+        publisher._producer = None

@@ -108,8 +108,13 @@ class TransactionalProducer:
             # The producer keeps the error: without its traceback it cannot keep the caller's
             # frames (and through them the producer itself) alive.
             # What it says ("<function ...> returned a result with an exception set") names
-            # a callback, not the cause: the fatal error itself went to the error callback.
+            # a callback, not the cause: the exception that was set is its ``__cause__``.
+            cause = exc.__cause__
             exc.__traceback__ = None
+            exc.__cause__ = None
+            if isinstance(cause, KafkaException) and isinstance(cause.args[0], KafkaError):
+                cause.__traceback__ = None
+                raise Fenced(describe(cause.args[0])) from None
             raise Fenced("the producer failed fatally while flushing (fenced)") from None
 
     def commit(self) -> None:
