@@ -34,6 +34,8 @@ _COUNTER_HELP = {
     "fenced": "Times this node's transactional producer was fenced.",
     "promotions": "Times this node became its group's master (failovers it took).",
     "demotions": "Times this node stopped being master.",
+    "retakes": "Times this node's master took over again at once after its producer broke "
+    "without another taking over (a broker restart).",
     "transactions": "Delivery transactions committed.",
     "transactions_aborted": "Delivery transactions aborted.",
 }

@@ -27,6 +27,7 @@ class ProgressConsumer(Protocol):
     """What the progress reader needs of a consumer (confluent-kafka's, or a test's)."""
 
     def assign(self, partitions: list[TopicPartition]) -> None: ...
+    def seek(self, partition: TopicPartition) -> None: ...
     def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Message]: ...
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float = ..., cached: bool = ...
@@ -47,6 +48,7 @@ class ProgressReader(Protocol):
     position: int
 
     def read(self, timeout_s: float) -> list[Cut | RepeatState]: ...
+    def skip_to(self, offset: int) -> None: ...
     def end_offset(self, timeout_s: float, topic: str | None = None, partition: int = 0) -> int: ...
     def close(self) -> None: ...
 
@@ -100,6 +102,13 @@ class ProgressLog:
             except DecodeError as exc:
                 log.error("progress_record_undecodable", offset=message.offset(), reason=str(exc))
         return out
+
+    def skip_to(self, offset: int) -> None:
+        """Read on from ``offset`` (a master's own last committed cut: what lies before it
+        this replica wrote itself, and applied)."""
+        if offset > self.position:
+            self._consumer.seek(TopicPartition(self.topic, 0, offset))
+            self.position = offset
 
     def end_offset(self, timeout_s: float, topic: str | None = None, partition: int = 0) -> int:
         """The end of the progress topic now (after a fencing ``init``: its committed end), or

@@ -164,6 +164,8 @@ class TransactionLoop(LoopWorker):
         self._failures = 0
         #: Why this loop stopped delivering for good (fenced, or not authorized), else None.
         self.fenced: str | None = None
+        #: The progress topic offset of this term's last committed cut (None before one).
+        self.cut_offset: int | None = None
         #: Monotonic time of the first committed transaction (failover measurements).
         self.first_commit_at: float | None = None
         #: The replica to hand the delivery to with the next commit (``release``).
@@ -367,7 +369,8 @@ class TransactionLoop(LoopWorker):
             key, value = encode_repeat(state)
             self._publish(topic, key, value, [], _PROGRESS, failures)
         key, value = encode_cut(cut)
-        self._publish(topic, key, value, [], _PROGRESS, failures)
+        cut_at: list[int] = []
+        publisher.publish(topic, key, value, [], partial(_cut_noted, failures, cut_at))
         produced_at = time.monotonic()
         left = publisher.flush(self._timeout_s)
         if failures or left:
@@ -376,6 +379,8 @@ class TransactionLoop(LoopWorker):
         flushed_at = time.monotonic()
         publisher.commit()
         committed_at = time.monotonic()
+        if cut_at:
+            self.cut_offset = cut_at[0]
         # Where a transaction's time goes (node_stats): producing, acknowledgements, commit.
         self._metrics.observe("transaction_produce_ms", round((produced_at - began) * 1000))
         self._metrics.observe("transaction_flush_ms", round((flushed_at - produced_at) * 1000))
@@ -552,6 +557,16 @@ def _placed(
             placed[n] = (msg.partition(), msg.offset())
     else:
         failures.setdefault(n, error)
+
+
+def _cut_noted(
+    failures: dict[int, KafkaError], cut_at: list[int], error: KafkaError | None, msg: Any
+) -> None:
+    """The cut record's outcome: its offset (where a retake reads from), or its failure."""
+    if error is not None:
+        failures.setdefault(_PROGRESS, error)
+    elif msg is not None and msg.offset() is not None:
+        cut_at.append(msg.offset())
 
 
 def _noted(n: int, failures: dict[int, KafkaError], error: KafkaError | None, _msg: Any) -> None:

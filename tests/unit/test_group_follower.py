@@ -85,6 +85,9 @@ class _OpenTransactionLog:
         self.position += len(out) + (1 if out else 0)  # offsets 0-2 read: position 3
         return out
 
+    def skip_to(self, offset: int) -> None:
+        self.position = max(self.position, offset)
+
     def end_offset(self, timeout_s: float, topic: str | None = None, partition: int = 0) -> int:
         return 3  # an open transaction's record lies past the stable offset
 

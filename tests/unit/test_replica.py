@@ -100,6 +100,9 @@ class StubProgress:
             time.sleep(min(timeout_s, 0.01))
         return out
 
+    def skip_to(self, offset: int) -> None:
+        self.events.append(f"skip to {offset}")
+
     def end_offset(self, timeout_s: float, topic: str | None = None, partition: int = 0) -> int:
         return self.inner_ends.get(partition, 0) if topic else len(self.records)
 
@@ -197,7 +200,9 @@ def world(tmp_path: Path, origin: StoreOrigin) -> Iterator[World]:
         return elections[-1]
 
     def open_publisher() -> TransactionalPublisher:
-        publisher = StubPublisher(topics={TARGET, spec.dead_letter_topic, spec.progress_topic})
+        publisher = StubPublisher(
+            topics={TARGET, spec.dead_letter_topic, spec.progress_topic}, placed=True
+        )
         if init_errors:
             publisher.fail_next("init", init_errors.pop(0))
         original_init = publisher.init
@@ -325,6 +330,7 @@ def test_a_fenced_master_turns_into_a_backup_that_follows_and_tries_again_later(
     world.replica.step()
     assert world.replica.role == "master"
     first = world.publishers[0]
+    world.progress.records.append(Cut(8, T0 - 20, {}, "a", T0))  # the new master committed
     first.fail_next("begin", Fenced("PRODUCER_FENCED: a new master"))
     world.add("m", T0 - 10)
     world.until(lambda: world.metrics.totals().get("fenced", 0) == 1, "the loop saw the fencing")
@@ -339,6 +345,78 @@ def test_a_fenced_master_turns_into_a_backup_that_follows_and_tries_again_later(
     time.sleep(RETRY_S)
     world.replica.step()
     assert world.replica.role == "master" and world.replica.term == 10
+
+
+def test_an_elected_master_whose_producer_broke_alone_takes_over_again_at_once(
+    world: World,
+) -> None:
+    """A broker restart breaks every master's transaction (``INVALID_TXN_STATE``): nobody
+    fenced them. Mutant caught: the usual demotion (a ``RETRY_S`` pause, then a silence),
+    which left the partition undelivered for seconds after the broker was back."""
+    world.election.win()
+    world.replica.step()
+    first = world.publishers[0]
+    first.fail_next("begin", Fenced("INVALID_TXN_STATE: broke"))
+    world.add("m", T0 - 10)
+    world.until(lambda: world.metrics.totals().get("fenced", 0) == 1, "the loop saw it break")
+    world.replica.step()
+    assert world.replica.role == "master" and first.closed
+    assert world.events.count("init") == 2
+    assert world.metrics.totals()["retakes"] == 1
+    # It read the progress topic from its own last committed cut on, not from its start.
+    progress = [r for r in first.published if r.topic == world.spec.progress_topic]
+    cut_offsets = [n for n, r in enumerate(progress) if r.key == CUT_KEY and r.transaction]
+    assert f"skip to {max(o for o in cut_offsets if progress[o].answered)}" in world.events
+    world.until(lambda: "commit" in world.publishers[1].calls, "the new term commits")
+
+
+def test_a_master_retakes_once_only_not_when_superseded_nor_when_not_elected(
+    world: World,
+) -> None:
+    """Mutants caught: retaking again and again (a producer that keeps breaking must let a
+    standby lead), and retaking after a fencing by another producer (a back and forth)."""
+    world.election.win()
+    world.replica.step()
+
+    def break_master(error: Fenced) -> None:
+        fenced = world.metrics.totals().get("fenced", 0)
+        world.publishers[-1].fail_next("begin", error)
+        world.add(f"m{fenced}", T0 - 10)
+        world.until(lambda: world.metrics.totals().get("fenced", 0) == fenced + 1, "broken")
+        world.replica.step()
+
+    break_master(Fenced("INVALID_TXN_STATE: broke"))
+    assert world.replica.role == "master" and world.events.count("init") == 2
+    break_master(Fenced("PRODUCER_FENCED: broke again"))
+    assert world.replica.role == "backup", "retook twice within RETAKE_EVERY_S"
+    assert world.events.count("init") == 2
+
+
+def test_a_master_fenced_by_another_does_not_retake(world: World) -> None:
+    """Mutant caught: retaking when the progress topic shows another master committed (a
+    thawed zombie fencing its live successor)."""
+    world.election.win()
+    world.replica.step()
+    world.add("a", T0 - 10)
+    world.progress.records.append(Cut(7, T0 - 20, {0: 1}, "a", T0))
+    world.publishers[0].fail_next("begin", Fenced("PRODUCER_FENCED: a new master"))
+    world.until(lambda: world.metrics.totals().get("fenced", 0) == 1, "fenced")
+    world.replica.step()
+    assert world.replica.role == "backup" and world.events.count("init") == 1
+    assert "retakes" not in world.metrics.totals()
+
+
+def test_a_master_of_the_election_that_lost_it_does_not_retake(world: World) -> None:
+    """Mutant caught: retaking without checking the election (the new owner leads)."""
+    world.election.win()
+    world.replica.step()
+    world.election.elected = False  # lost, and the replica not told yet
+    world.publishers[0].fail_next("begin", Fenced("INVALID_TXN_STATE: broke"))
+    world.add("b", T0 - 5)
+    world.until(lambda: world.metrics.totals().get("fenced", 0) == 1, "broken")
+    world.replica.step()
+    assert world.replica.role == "backup" and world.events.count("init") == 1
+    assert "retakes" not in world.metrics.totals()
 
 
 def test_a_demotion_completes_when_closing_the_fenced_producer_raises(world: World) -> None:

@@ -114,6 +114,24 @@ def test_deliveries_and_the_progress_that_covers_them_commit_together(master: Ma
     assert master.ledger.seek_ms == T0  # the store's seek is a cache of the committed cut
 
 
+def test_a_term_knows_where_its_last_committed_cut_lies(master: Master) -> None:
+    """What a master whose producer broke reads the progress topic from, to learn whether
+    another master committed since (``Replica._retakes``). Mutant caught: the offset of a
+    cut whose transaction aborted."""
+    master.publisher.placed = True
+    master.add("m", T0 - 10)
+    master.loop.step()
+    progress = [r for r in master.publisher.published if r.topic == master.spec.progress_topic]
+    assert master.loop.cut_offset == len(progress) - 1
+    committed = master.loop.cut_offset
+    master.publisher.fail_next("commit", TransactionAborted("refused"))
+    master.clock.advance(100)
+    master.add("n", T0 + 50)
+    master.loop.step()
+    assert master.metrics.totals()["transactions_aborted"] == 1
+    assert master.loop.cut_offset == committed
+
+
 def test_a_commit_kafka_refuses_moves_nothing_and_the_range_is_tried_again(
     master: Master,
 ) -> None:

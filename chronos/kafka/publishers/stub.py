@@ -40,6 +40,20 @@ class StubRecord:
         return next((v for n, v in self.headers if n == name), None)
 
 
+@dataclass(frozen=True)
+class StubPlace:
+    """Where Kafka placed an acknowledged record, as its delivery report's message says."""
+
+    at_partition: int
+    at_offset: int
+
+    def partition(self) -> int:
+        return self.at_partition
+
+    def offset(self) -> int:
+        return self.at_offset
+
+
 @dataclass
 class StubPublisher:
     """Records in memory; outcomes come from ``outcome`` (None: acknowledged).
@@ -50,12 +64,15 @@ class StubPublisher:
         auto: answer each record as it is published (else at ``flush`` or ``answer``).
         at_once: the error ``produce()`` itself would refuse a record with (librdkafka does
             for some, e.g. too large): answered inside ``publish``, never part of a transaction.
+        placed: acknowledge with a place (partition 0, the record's index among its topic's
+            records) instead of no message.
     """
 
     outcome: Callable[[StubRecord], KafkaError | None] = lambda _record: None
     topics: set[str] | None = None
     auto: bool = False
     at_once: Callable[[StubRecord], KafkaError | None] = lambda _record: None
+    placed: bool = False
     #: Every record published, in order.
     published: list[StubRecord] = field(default_factory=list)
     #: Records of committed transactions (and acknowledged ones outside transactions).
@@ -146,7 +163,11 @@ class StubPublisher:
             r.answered, r.error = True, outcome
             if outcome is None and not r.transaction:
                 self.visible.append(r)
-            r.on_done(outcome, None)
+            r.on_done(outcome, self._place(r) if outcome is None and self.placed else None)
+
+    def _place(self, record: StubRecord) -> StubPlace:
+        same_topic = [r for r in self.published if r.topic == record.topic]
+        return StubPlace(0, same_topic.index(record))
 
     def unanswered(self) -> list[StubRecord]:
         return [r for r in self.published if not r.answered]
