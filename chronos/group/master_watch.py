@@ -32,8 +32,17 @@ Failure cases:
   fenced and it becomes a backup, and it does not take the role back while its successor
   commits, even holding the election partition;
 * master cut off from Kafka: as frozen, from Kafka's side;
-* broker frozen or down: no answers, no suspicion; after it returns the chain starts again
-  and the master, alive, commits within ``progress_interval_ms``;
+* broker frozen or down: no answers, no suspicion; after it returns the chain starts again.
+  A restarted broker has ended every master's open transaction, and each master takes over
+  again at once (``Replica._retakes``); but the masters learn of it only once the
+  transaction coordinator answers, up to 4 s after the partitions do (measured, 3 nodes under
+  load), and a retake's first commit came later than a standby's suspicion, which fenced it
+  and took 1-1.5 s more. So after Kafka did not answer for ``suspect_after_s`` or more, the
+  watch forgets the commits it saw, as after a reset: a standby suspects again only once it
+  saw a commit and then a silence (not after a starved replica's gap: nothing broke the
+  masters' transactions then). A master that died while the broker was away is left to the
+  election (a cluster: the placement, once Kafka expires the dead member), which waits for
+  an ordinary silence;
 * a master that cannot commit for ``suspect_after_ms`` (transactions aborting): suspected; its
   successor meets the same trouble, but a demoted replica's watch must see a commit again
   before it suspects (the elected one excepted), so the role moves at most twice;
@@ -90,6 +99,9 @@ class MasterWatch:
         self._asked_at: float | None = None
         #: The last answer at all, or when watching began (what ``blind_s`` counts from).
         self._answered_at = now()
+        #: Whether a question went unanswered since the last answer (Kafka, not this
+        #: replica's starved CPU, was away).
+        self._unanswered = False
 
     def observe(self) -> None:
         """Ask (at most every ``_ASK_EVERY_S``); extend, restart or break the chain."""
@@ -103,15 +115,19 @@ class MasterWatch:
             end = self._read_end()
         except Exception:
             self._still_since = self._last_answer = None
+            self._unanswered = True
             return
         now = self._now()
         if self._last_answer is None or now - self._last_answer > _MAX_GAP_S:
             self._still_since = now  # a new chain: what happened meanwhile is unknown
+            if self._unanswered and now - self._answered_at >= self.suspect_after_s:
+                self.moved_at, self._fresh = None, False  # Kafka was away: see a commit first
         elif end != self._end:
             if self._end is not None:
                 self.moved_at = now
             self._still_since = now
         self._end = end
+        self._unanswered = False
         self._last_answer = self._answered_at = now
 
     @property
