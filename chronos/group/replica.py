@@ -332,11 +332,11 @@ class Replica(LoopWorker):
             self._check_still_elected()
             if cut_offset is not None:
                 self._log.skip_to(cut_offset)
-            cut = self._read_committed_progress(self._spec.settings.transaction_timeout_ms / 1000)
+            cut = self._read_until_another_cut(term)
         except (_TakeoverAborted, KafkaException) as exc:
             log.info("retake_not_checked", node=self._spec.node_id, reason=str(exc))
             return False
-        own = cut is None or (cut.node == self._spec.node_id and cut.term == term)
+        own = cut is None or self._own(cut, term)
         log.info(
             "retake_checked",
             node=self._spec.node_id,
@@ -345,6 +345,25 @@ class Replica(LoopWorker):
             check_ms=round((time.monotonic() - began) * 1000),
         )
         return own
+
+    def _own(self, cut: Cut, term: int) -> bool:
+        return cut.node == self._spec.node_id and cut.term == term
+
+    def _read_until_another_cut(self, term: int) -> Cut | None:
+        """The progress topic's last committed cut, read to its end, or the first one of
+        another master than this term's (the answer is known then: a zombie thawed under a
+        busy successor spent up to 10 s reading all of the successor's records)."""
+        end = self._log.end_offset(self._spec.settings.transaction_timeout_ms / 1000)
+        while self._log.end_reached < end:
+            self._check_still_elected()
+            records = self._log.read(0.1)
+            self._follower.take(records)
+            another = next(
+                (r for r in records if isinstance(r, Cut) and not self._own(r, term)), None
+            )
+            if another is not None:
+                return another
+        return self._follower.latest
 
     def _retake(self) -> None:
         self._retook_at = time.monotonic()
