@@ -240,6 +240,8 @@ class KafkaBroker(BrokerProcess):
         if port_in_use(self.host, self.port):
             raise ConfigError(f"port {self.port} on {self.host} is already in use")
         controller_port = free_port(self.host)
+        while controller_port == self.port:  # neither is bound yet: the OS may hand it out twice
+            controller_port = free_port(self.host)
         self._workdir = Path(tempfile.mkdtemp(prefix="chronos-kafka-"))
         if self._log_path is None:
             self._log_path = self._workdir / "broker.log"
