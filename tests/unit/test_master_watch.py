@@ -35,6 +35,13 @@ def _tick(watch: MasterWatch, answers: Answers, seconds: float, moving: bool) ->
         watch.observe()
 
 
+def _away(watch: MasterWatch, answers: Answers, seconds: float) -> None:
+    """Kafka does not answer for ``seconds``, then answers again."""
+    answers.down = True
+    _tick(watch, answers, seconds, moving=False)
+    answers.down = False
+
+
 def test_a_master_that_stops_committing_is_suspected_after_the_silence() -> None:
     answers = Answers()
     watch = _watch(answers)
@@ -93,9 +100,7 @@ def test_a_break_in_the_answers_starts_the_chain_again() -> None:
     watch = _watch(answers)
     _tick(watch, answers, 0.5, moving=True)
     _tick(watch, answers, 1.0, moving=False)
-    answers.down = True
-    _tick(watch, answers, 1.0, moving=False)
-    answers.down = False
+    _away(watch, answers, 1.0)
     _tick(watch, answers, 1.0, moving=False)
     assert not watch.suspects()  # 1.0 s watched since the break
     answers.now += 2.0  # the backup was starved: a gap between two answers
@@ -136,9 +141,7 @@ def test_after_kafka_was_away_a_standby_suspects_only_after_seeing_a_commit_agai
     answers = Answers()
     watch = _watch(answers)
     _tick(watch, answers, 0.5, moving=True)
-    answers.down = True
-    _tick(watch, answers, 2.0, moving=False)
-    answers.down = False
+    _away(watch, answers, 2.0)
     _tick(watch, answers, 5.0, moving=False)
     assert watch.quiet() and not watch.suspects(), "the elected replica may still lead"
     _tick(watch, answers, 0.3, moving=True)
@@ -150,8 +153,6 @@ def test_a_short_outage_leaves_the_silence_as_it_is() -> None:
     answers = Answers()
     watch = _watch(answers)
     _tick(watch, answers, 0.5, moving=True)
-    answers.down = True
-    _tick(watch, answers, 1.0, moving=False)
-    answers.down = False
+    _away(watch, answers, 1.0)
     _tick(watch, answers, 1.7, moving=False)
     assert watch.suspects()
