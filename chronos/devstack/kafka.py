@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._metadata import ClusterMetadata
 
 from chronos.devstack.broker_process import BrokerProcess
 from chronos.devstack.tansu import free_port, port_in_use
@@ -304,32 +305,14 @@ class KafkaBroker(BrokerProcess):
         if self._workdir is None:
             raise ConfigError("restart() needs a broker that was started and crashed")
         self._launch()
-        deadline = time.monotonic() + timeout_s
-        self._wait_ready(timeout_s)
-        self._wait_leaders(max(1.0, deadline - time.monotonic()))
+        self._wait_ready(timeout_s, led=True)
 
-    def _wait_leaders(self, timeout_s: float) -> None:
-        """Until every partition has its leader again: a restarted broker lists itself
-        before it leads its partitions (measured once: 45 s without leaders after a restart,
-        every client refused), and what a crash check measures from "answering" must be the
-        broker serving them, not its metadata alone."""
-        deadline = time.monotonic() + timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-        while time.monotonic() < deadline:
-            try:
-                topics = admin.list_topics(timeout=1.0).topics.values()
-            except Exception:  # between two states: ask again
-                topics = None
-            if topics is not None and all(
-                topic.error is None and all(p.leader >= 0 for p in topic.partitions.values())
-                for topic in topics
-            ):
-                return
-            time.sleep(0.1)
-        raise ConfigError(f"Apache Kafka on {self.bootstrap} led no partitions {timeout_s} s on")
-
-    def _wait_ready(self, timeout_s: float) -> None:
-        """Until the broker lists its metadata with itself in it (registered and unfenced)."""
+    def _wait_ready(self, timeout_s: float, *, led: bool = False) -> None:
+        """Until the broker lists itself in its metadata (registered and unfenced) and, with
+        ``led``, every partition has its leader again: a restarted broker lists itself before
+        it leads its partitions (measured once: 45 s without leaders after a restart, every
+        client refused), and what a crash check measures from "answering" must be the broker
+        serving them, not its metadata alone."""
         assert self._process is not None
         deadline = time.monotonic() + timeout_s
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
@@ -342,13 +325,15 @@ class KafkaBroker(BrokerProcess):
                 self.stop()
                 raise ConfigError(f"Apache Kafka exited with code {code}:\n{output}")
             try:
-                if admin.list_topics(timeout=1.0).brokers:
-                    return
-            except Exception:  # not listening yet
-                pass
+                metadata = admin.list_topics(timeout=1.0)
+            except Exception:  # not listening yet, or between two states: ask again
+                metadata = None
+            if metadata is not None and metadata.brokers and (not led or _all_led(metadata)):
+                return
             time.sleep(0.1)
         self.stop()
-        raise ConfigError(f"Apache Kafka did not answer on {self.bootstrap} within {timeout_s} s")
+        what = "led no partitions" if led else "did not answer"
+        raise ConfigError(f"Apache Kafka on {self.bootstrap} {what} within {timeout_s} s")
 
     def stop(self) -> None:
         """Terminate the broker and remove its data (and its log, unless placed elsewhere)."""
@@ -356,6 +341,14 @@ class KafkaBroker(BrokerProcess):
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
+
+
+def _all_led(metadata: ClusterMetadata) -> bool:
+    """Whether every partition of every topic in ``metadata`` has a leader."""
+    return all(
+        topic.error is None and all(p.leader >= 0 for p in topic.partitions.values())
+        for topic in metadata.topics.values()
+    )
 
 
 def main(argv: list[str]) -> int:
