@@ -28,6 +28,7 @@ import structlog
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from chronos.group.follower import ProgressConsumer
+from chronos.kafka.batches import read_ready
 from chronos.kafka.clients import ClientErrors
 from chronos.lifecycle import LoopWorker
 
@@ -132,7 +133,7 @@ class ReadinessBoard(LoopWorker):
             self._consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
             self._assigned = True
         self._say()
-        for message in self._consumer.consume(100, _POLL_S):
+        for message in read_ready(self._consumer, 100, _POLL_S):
             error = message.error()
             if error is not None:
                 if error.code() != KafkaError._PARTITION_EOF:

@@ -11,6 +11,7 @@ import structlog
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
 from chronos.errors import DecodeError
+from chronos.kafka.batches import read_ready
 from chronos.kafka.clients import ClientErrors
 from chronos.lifecycle import LoopWorker
 from chronos.schedule.progress_record import Cut, RepeatState, decode
@@ -19,7 +20,9 @@ from chronos.types import EpochMs
 
 log = structlog.get_logger(__name__)
 
-_POLL_S = 0.1
+#: How long a backup's read waits for a record: also how long a takeover waits for the
+#: follow worker to stop (its last read ends), a step of every handover.
+_POLL_S = 0.05
 _BATCH = 1000
 
 
@@ -28,6 +31,7 @@ class ProgressConsumer(Protocol):
 
     def assign(self, partitions: list[TopicPartition]) -> None: ...
     def seek(self, partition: TopicPartition) -> None: ...
+    def poll(self, timeout: float = ...) -> Message | None: ...
     def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Message]: ...
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float = ..., cached: bool = ...
@@ -88,7 +92,7 @@ class ProgressLog:
     def read(self, timeout_s: float) -> list[Cut | RepeatState]:
         """The records that arrived, in order (at most a batch)."""
         out: list[Cut | RepeatState] = []
-        for message in self._consumer.consume(_BATCH, timeout_s):
+        for message in read_ready(self._consumer, _BATCH, timeout_s):
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:

@@ -36,8 +36,11 @@ class FakeConsumer:
     def assign(self, partitions: list[TopicPartition]) -> None:
         self.assigned = partitions
 
+    def poll(self, timeout: float = -1) -> Any:
+        return self.pending.pop(0) if self.pending else None
+
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
-        out, self.pending = self.pending, []
+        out, self.pending = self.pending[:num_messages], self.pending[num_messages:]
         return out
 
     def close(self) -> None:
