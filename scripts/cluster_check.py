@@ -20,7 +20,9 @@ Scenarios (``--scenario``):
   a new node on an empty disk, remove a node for good, SIGSTOP a node for 10 s; the node
   count stays between 2 and ``--nodes`` + 2.
 
-Every run reports the longest time no delivery became visible (``longest_gap_ms``), takeovers
+Every run reports the longest time no delivery became visible (``longest_gap_ms``), per fault
+the longest gap of the partitions it moved within 30 s (``fault_gaps_ms``; for a node started
+again, split at its restart: ``leave_gaps_ms`` and ``return_gaps_ms``), takeovers
 per partition, and whether two owners of one partition committed in overlapping terms (each
 term's first and last commit, from the logs).
 
@@ -78,6 +80,10 @@ class ClusterSummary:
     #: partitions it took from their owner, from the fault on.
     partition_gap_max_ms: int = 0
     fault_gaps_ms: list[int] = field(default_factory=list)
+    #: Per fault whose node was started again (kill, leave): that gap split at the restart,
+    #: the partitions leaving the node (fault to restart) and coming back to it (restart on).
+    leave_gaps_ms: list[int] = field(default_factory=list)
+    return_gaps_ms: list[int] = field(default_factory=list)
     #: Per broker crash: from the broker answering again until every partition delivered
     #: visibly again (the slowest partition).
     broker_again_ms: list[int] = field(default_factory=list)
@@ -218,18 +224,25 @@ def _delivering_node(cluster: Cluster, turn: int) -> ClusterNodeProcess:
     return owners[turn % len(owners)]
 
 
-def _fault(
-    kind: str, cluster: Cluster, summary: ClusterSummary, turn: int
-) -> tuple[int, list[int]]:
-    """One fault; waits until the partitions it took from an owner deliver again. Returns
-    when it happened (epoch ms) and those partitions."""
+@dataclass
+class Fault:
+    """One fault: when (epoch ms), the partitions it took from an owner, and when their node
+    was started again (None: it was not)."""
+
+    at_ms: int
+    lost: list[int]
+    restarted_ms: int | None = None
+
+
+def _fault(kind: str, cluster: Cluster, summary: ClusterSummary, turn: int) -> Fault:
+    """One fault; waits until the partitions it took from an owner deliver again."""
     now_ms = int(time.time() * 1000)
     if kind == "add":
         node = cluster.add()
         summary.nodes_started += 1
         summary.faults.append(f"add {node.name}")
         print(f"started {node.name} on an empty disk")
-        return now_ms, []
+        return Fault(now_ms, [])
     node = _delivering_node(cluster, turn)
     lost = node.delivering()
     summary.faults.append(f"{kind} {node.name} {sorted(lost)}")
@@ -250,10 +263,29 @@ def _fault(
         del cluster.nodes[node.name]
         cluster.retired.append(node)
     else:
+        restarted_ms = int(time.time() * 1000)
         node.process.start()
-    return now_ms, sorted(lost)
+        return Fault(now_ms, sorted(lost), restarted_ms)
+    return Fault(now_ms, sorted(lost))
 
 
+def _worst_gap(
+    gaps: dict[int, list[tuple[int, int]]], partitions: list[int], from_ms: int, to_ms: int
+) -> int:
+    """The longest gap of ``partitions`` that overlaps ``from_ms``..``to_ms``."""
+    return max(
+        (
+            length
+            for p in partitions
+            for start, length in gaps[p]
+            if start + length >= from_ms and start <= to_ms
+        ),
+        default=0,
+    )
+
+
+#: How long after a fault its partitions' gaps count as its own.
+_FAULT_WINDOW_MS = 30_000
 #: How long the broker scenario keeps the broker dead.
 _BROKER_DOWN_S = 5.0
 
@@ -374,7 +406,7 @@ def main() -> int:
     namespace = f"cl{uuid.uuid4().hex[:8]}"
     cluster = Cluster(workdir, broker.bootstrap, namespace, args.partitions, args.standbys)
     rng = random.Random(args.seed)
-    faults: list[tuple[int, list[int]]] = []
+    faults: list[Fault] = []
     broker_answers: list[int] = []
     try:
         first = cluster.add()
@@ -428,18 +460,16 @@ def main() -> int:
         extra.partition_gap_max_ms = max(
             (length for found in gaps.values() for _, length in found), default=0
         )
-        for at_ms, lost in faults:
+        for fault in faults:
             extra.fault_gaps_ms.append(
-                max(
-                    (
-                        length
-                        for p in lost
-                        for start, length in gaps[p]
-                        if start + length >= at_ms and start <= at_ms + 30_000
-                    ),
-                    default=0,
-                )
+                _worst_gap(gaps, fault.lost, fault.at_ms, fault.at_ms + _FAULT_WINDOW_MS)
             )
+            if fault.restarted_ms is not None:
+                back = fault.restarted_ms
+                extra.leave_gaps_ms.append(_worst_gap(gaps, fault.lost, fault.at_ms, back))
+                extra.return_gaps_ms.append(
+                    _worst_gap(gaps, fault.lost, back, fault.at_ms + _FAULT_WINDOW_MS)
+                )
         extra.broker_again_ms = [
             _again_after(at, committed, args.partitions) for at in broker_answers
         ]
