@@ -598,8 +598,9 @@ def test_a_backup_takes_over_on_suspicion_without_the_election(world: World) -> 
 def test_holding_the_partition_is_no_reason_to_fence_a_committing_master(world: World) -> None:
     """A thawed zombie, or a node just started, holds the election partition while another
     node commits: it must not take the role (a needless handover) until the progress topic
-    stood still, seen or not seen moving before. Mutant caught: the elected path ignoring the
-    watch."""
+    stood still, seen or not seen moving before, and it read the progress topic to its end.
+    Mutants caught: the elected path ignoring the watch; acting on a silence while still
+    reading (a restarted node let a handover to it pass and waited out the silence after it)."""
     watch = ScriptedWatch()
     world.replica._watch = watch  # type: ignore[assignment]
     _a_master_committed(world, 3)
@@ -608,6 +609,9 @@ def test_holding_the_partition_is_no_reason_to_fence_a_committing_master(world: 
     world.replica.step()
     assert world.replica.role == "backup" and "init" not in world.events
     watch.silent = True  # that master died, or a takeover was killed before its first commit
+    world.replica.step()
+    assert world.replica.role == "backup", "led before reading the progress topic to its end"
+    world.replica._follower.take([], end_reached=True)
     world.replica.step()
     assert world.replica.role == "master" and world.replica.term == 4
 
