@@ -25,7 +25,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from failover_check import REPEAT, Group, Load, Seen, Summary, _flowing_again, verify
+from failover_check import REPEAT, Group, Load, Seen, Summary, _flowing_again, drain, verify
 
 from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.watch import DeliveryWatcher
@@ -87,13 +87,7 @@ def main() -> int:
                 time.sleep(args.interval)
             finally:
                 load.stop()
-        last_due = max((e.due_ms for e in load.expected.values()), default=0)
-        last_due += (repeat.times - 1) * repeat.interval_ms
-        while time.time() * 1000 < last_due + 10_000:
-            time.sleep(0.5)
-        time.sleep(3.0)
-        for watcher in watchers:
-            watcher.stop()
+        drain(load, watchers, straggle_ms=10_000)
         summary.masters_at_end = sum(r.is_master() for r in group.replicas)
         if summary.masters_at_end != 1:
             summary.problems.append(f"{summary.masters_at_end} masters at the end")

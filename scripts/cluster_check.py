@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from failover_check import REPEAT, Load, Seen, Summary, _epoch_ms, log_events, verify
+from failover_check import Load, Seen, Summary, _epoch_ms, drain, log_events, verify
 
 from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
 from chronos.devstack.kafka import KafkaBroker
@@ -447,13 +447,7 @@ def main() -> int:
                 time.sleep(args.interval)
             finally:
                 load.stop()
-        last_due = max((e.due_ms for e in load.expected.values()), default=0)
-        last_due += (REPEAT.times - 1) * REPEAT.interval_ms
-        while time.time() * 1000 < last_due + 5000:
-            time.sleep(0.5)
-        time.sleep(3.0)
-        for watcher in watchers:
-            watcher.stop()
+        drain(load, watchers)
         verify(load, committed, uncommitted, summary)
         _write_deliveries(workdir / "deliveries.jsonl", committed, args.partitions)
         gaps = _partition_gaps(load, committed, args.partitions)

@@ -736,6 +736,18 @@ def _longest_gap(load: Load, seen: Seen) -> tuple[int, float]:
     return gap, round((at - load.started_ms) / 1000, 1)
 
 
+def drain(load: Load, watchers: list[DeliveryWatcher], straggle_ms: int = 5000) -> None:
+    """After ``load.stop()``: wait until everything it scheduled was due (repeats' last
+    occurrences included) and ``straggle_ms`` more, let the consumers read 3 s on, stop them."""
+    last_due = max((e.due_ms for e in load.expected.values()), default=0)
+    last_due += (load.repeat.times - 1) * load.repeat.interval_ms
+    while time.time() * 1000 < last_due + straggle_ms:
+        time.sleep(0.5)
+    time.sleep(3.0)
+    for watcher in watchers:
+        watcher.stop()
+
+
 def verify(load: Load, committed: Seen, uncommitted: Seen, summary: Summary) -> None:
     lateness: list[int] = []
     for message_id, exp in load.expected.items():
@@ -876,14 +888,7 @@ def main() -> int:
                 run_scenario(args, group, summary, broker, committed)
             finally:
                 load.stop()
-        # Everything due, repeats' last occurrences included, then stragglers.
-        last_due = max((e.due_ms for e in load.expected.values()), default=0)
-        last_due += (REPEAT.times - 1) * REPEAT.interval_ms
-        while time.time() * 1000 < last_due + 5000:
-            time.sleep(0.5)
-        time.sleep(3.0)
-        for watcher in watchers:
-            watcher.stop()
+        drain(load, watchers)
         summary.masters_at_end = sum(r.is_master() for r in group.replicas)
         if summary.masters_at_end != 1:
             summary.problems.append(f"{summary.masters_at_end} masters at the end")

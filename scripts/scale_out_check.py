@@ -45,7 +45,7 @@ from cluster_check import Cluster
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # not re-exported explicitly
-from failover_check import REPEAT, Load, Seen, Summary, _epoch_ms, verify
+from failover_check import Load, Seen, Summary, _epoch_ms, drain, verify
 
 from chronos.bench.load import LoadSpec, generate
 from chronos.cluster.placement import Placement
@@ -356,13 +356,7 @@ def main() -> int:
                     time.sleep(args.settle)
             finally:
                 load.stop()
-        last_due = max((e.due_ms for e in load.expected.values()), default=0)
-        last_due += (REPEAT.times - 1) * REPEAT.interval_ms
-        while time.time() * 1000 < last_due + 5000:
-            time.sleep(0.5)
-        time.sleep(3.0)
-        for watcher in watchers:
-            watcher.stop()
+        drain(load, watchers)
         verify(load, committed, uncommitted, summary)
         for step in extra.steps:
             for name, pending in step.cold_pending.items():
