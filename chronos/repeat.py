@@ -1,4 +1,6 @@
-"""Repeat schedules: fixed interval N times, or exponential backoff capped at a maximum gap.
+"""Repeat schedules: fixed interval N times, exponential backoff capped at a maximum gap, or
+a cron expression in a time zone (``chronos/cron.py``), up to N times and optionally until a
+time.
 
 Occurrences are numbered from 1; occurrence 1 is due at the message's first due time.
 A fixed repeat is due at ``first + (k-1)*interval``. An exponential repeat waits
@@ -11,6 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from chronos import cron
 from chronos.types import EpochMs
 
 
@@ -34,6 +37,7 @@ class RepeatKind(enum.IntEnum):
 
     FIXED = 1
     EXPONENTIAL = 2
+    CRON = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +45,15 @@ class Repeat:
     """A repeat schedule.
 
     Parameters:
-        kind: fixed or exponential spacing.
-        interval_ms: the (first) gap between occurrences.
+        kind: fixed, exponential or calendar (cron) spacing.
+        interval_ms: the (first) gap between occurrences (0 for cron).
         times: total number of occurrences, the first one included.
         multiplier: growth factor of the gap (exponential only; 1 for fixed).
         max_interval_ms: cap of the gap (exponential only).
         catch_up: what happens to overdue occurrences (see ``CatchUp``).
+        cron: the expression (cron only): a message's first due time is one of its fires.
+        zone: the IANA time zone the expression is read in (cron only).
+        until_ms: no occurrence after this instant (cron only; 0: bounded by ``times`` alone).
     """
 
     kind: RepeatKind
@@ -55,9 +62,65 @@ class Repeat:
     multiplier: int = 1
     max_interval_ms: int = 0
     catch_up: CatchUp = CatchUp.ALL
+    cron: str = ""
+    zone: str = "UTC"
+    until_ms: EpochMs = 0
+
+    @classmethod
+    def calendar(
+        cls,
+        expression: str,
+        zone: str = "UTC",
+        *,
+        times: int,
+        until_ms: EpochMs = 0,
+        catch_up: CatchUp = CatchUp.ALL,
+    ) -> Repeat:
+        """A cron repeat: ``Repeat.calendar("0 9 * * 1-5", "Europe/Berlin", times=260)``; it
+        starts at the first fire at or after the request's due time."""
+        return cls(
+            RepeatKind.CRON, 0, times, catch_up=catch_up, cron=expression, zone=zone,
+            until_ms=until_ms,
+        )  # fmt: skip
+
+    def first_due(self, start: EpochMs) -> EpochMs:
+        """Occurrence 1's due time for a request due at ``start``: a cron repeat's first fire
+        at or after it, ``start`` itself otherwise."""
+        if self.kind is RepeatKind.CRON:
+            return cron.schedule_of(self.cron, self.zone).at_or_after(start)
+        return start
+
+    def is_last(self, first_due: EpochMs, occurrence: int) -> bool:
+        """Whether no occurrence follows ``occurrence``: ``times`` reached or, for a cron
+        repeat with ``until_ms``, the next fire past it."""
+        if occurrence >= self.times:
+            return True
+        if self.until_ms:
+            return self.due_of(first_due, occurrence + 1) > self.until_ms
+        return False
+
+    def following(self, first_due: EpochMs, occurrence: int, count: int) -> list[EpochMs]:
+        """Due times of up to ``count`` occurrences after ``occurrence`` (status shows them)."""
+        dues: list[EpochMs] = []
+        while len(dues) < count and not self.is_last(first_due, occurrence):
+            occurrence += 1
+            dues.append(self.due_of(first_due, occurrence))
+        return dues
+
+    def last_due(self, first_due: EpochMs) -> EpochMs:
+        """Due time of the last occurrence (cron: O(times) the first time it is asked)."""
+        if not self.until_ms:
+            return self.due_of(first_due, self.times)
+        occurrence = 1
+        while not self.is_last(first_due, occurrence):
+            occurrence += 1
+        return self.due_of(first_due, occurrence)
 
     def gap_after(self, occurrence: int) -> int:
-        """Milliseconds between ``occurrence`` and the next one."""
+        """Milliseconds between ``occurrence`` and the next one (fixed and exponential: a
+        cron repeat's gaps depend on its first due, see ``due_of``)."""
+        if self.kind is RepeatKind.CRON:
+            raise ValueError("a cron repeat's gaps depend on its first due: use due_of")
         if self.kind is RepeatKind.FIXED:
             return self.interval_ms
         # Stop multiplying once the cap is reached, so huge exponents never build huge ints.
@@ -68,10 +131,19 @@ class Repeat:
             gap *= self.multiplier
         return min(gap, self.max_interval_ms)
 
+    def next_due(self, first_due: EpochMs, occurrence: int, due: EpochMs) -> EpochMs:
+        """Due time of the occurrence after ``occurrence``, which is due at ``due``: one step,
+        where ``due_of`` would count from the first."""
+        if self.kind is RepeatKind.CRON:
+            return self.due_of(first_due, occurrence + 1)  # cron.due_of keeps its position
+        return due + self.gap_after(occurrence)
+
     def due_of(self, first_due: EpochMs, occurrence: int) -> EpochMs:
         """Due time of ``occurrence`` (1-based)."""
         if self.kind is RepeatKind.FIXED:
             return first_due + (occurrence - 1) * self.interval_ms
+        if self.kind is RepeatKind.CRON:
+            return cron.due_of(self.cron, self.zone, first_due, occurrence)
         due = first_due
         for k in range(1, occurrence):
             due += self.gap_after(k)
@@ -89,8 +161,8 @@ class Repeat:
                 return occurrence, due
             steps = min((now - due) // self.interval_ms, self.times - occurrence)
             return occurrence + steps, due + steps * self.interval_ms
-        while occurrence < self.times:
-            nxt = due + self.gap_after(occurrence)
+        while not self.is_last(first_due, occurrence):
+            nxt = self.next_due(first_due, occurrence, due)
             if nxt > now:
                 break
             occurrence, due = occurrence + 1, nxt

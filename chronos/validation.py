@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import re
 
+from chronos import cron
 from chronos.errors import ValidationError
 from chronos.model import DelayMessage
 from chronos.names import HEADER_PREFIX, TopicNames
@@ -95,10 +96,29 @@ def validate_reschedule(
         raise ValidationError("deliver_at", f"more than {limits.max_delay_s} s ahead")
 
 
+def first_due_for(repeat: Repeat | None, start: EpochMs) -> EpochMs:
+    """Occurrence 1's due time for a request that may start at ``start``: a cron repeat's
+    first fire at or after it (an unreadable expression is the caller's error)."""
+    if repeat is None or repeat.kind is not RepeatKind.CRON:
+        return start
+    try:
+        return repeat.first_due(start)
+    except cron.CronError as exc:
+        raise ValidationError("repeat.cron", str(exc)) from exc
+
+
 def validate_repeat(repeat: Repeat, limits: LimitSettings) -> None:
     """Bounds that keep a repeat from flooding a topic or living forever."""
     if not 1 <= repeat.times <= limits.repeat_max_times:
         raise ValidationError("repeat.times", f"must be 1..{limits.repeat_max_times}")
+    if repeat.kind is RepeatKind.CRON:
+        try:
+            cron.schedule_of(repeat.cron, repeat.zone)
+        except cron.CronError as exc:
+            raise ValidationError("repeat.cron", str(exc)) from exc
+        if repeat.until_ms < 0:
+            raise ValidationError("repeat.until", "must not be before 1970-01-01")
+        return
     lo, hi = limits.repeat_min_interval_ms, limits.repeat_max_interval_ms
     if not lo <= repeat.interval_ms <= hi:
         raise ValidationError("repeat.interval_ms", f"must be {lo}..{hi} ms")
@@ -109,6 +129,24 @@ def validate_repeat(repeat: Repeat, limits: LimitSettings) -> None:
             raise ValidationError(
                 "repeat.max_interval_ms", f"must be between interval_ms and {hi} ms"
             )
+
+
+def _cron_last_due(repeat: Repeat, first: EpochMs, limits: LimitSettings, horizon: int) -> int:
+    """Walk a cron repeat's occurrences (at most ``times``, the count the node will walk too):
+    none closer than the shortest repeat interval, the last one's due time (or the first past
+    the horizon)."""
+    if repeat.until_ms and repeat.until_ms < first:
+        raise ValidationError("repeat.until", "is before the first occurrence")
+    occurrence, due = 1, first
+    while due <= horizon and not repeat.is_last(first, occurrence):
+        occurrence += 1
+        previous, due = due, repeat.due_of(first, occurrence)
+        if due - previous < limits.repeat_min_interval_ms:
+            raise ValidationError(
+                "repeat.cron",
+                f"fires {due - previous} ms apart, less than {limits.repeat_min_interval_ms} ms",
+            )
+    return due
 
 
 def validate_message(
@@ -145,7 +183,10 @@ def validate_message(
     horizon = now_ms + limits.max_delay_s * 1000
     if message.repeat is not None:
         validate_repeat(message.repeat, limits)
-        last_due = message.repeat.due_of(due, message.repeat.times)
+        if message.repeat.kind is RepeatKind.CRON:
+            last_due = _cron_last_due(message.repeat, due, limits, horizon)
+        else:
+            last_due = message.repeat.due_of(due, message.repeat.times)
         if last_due > horizon:
             raise ValidationError(
                 "repeat", f"last occurrence is more than {limits.max_delay_s} s ahead"

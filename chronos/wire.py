@@ -17,14 +17,19 @@ A delay request is one Kafka record on the inner topic:
   chronos-due-ms                          add,      due time, epoch milliseconds (decimal);
                                           resched.  a reschedule's new due time
   chronos-key                             no        target record key (raw bytes); absent=null
-  chronos-repeat                          no        ``fixed`` or ``exponential``
-  chronos-repeat-interval-ms              repeat    gap between occurrences (first gap)
+  chronos-repeat                          no        ``fixed``, ``exponential`` or ``cron``
+  chronos-repeat-interval-ms              fixed,    gap between occurrences (first gap)
+                                          expo.
   chronos-repeat-times                    repeat    total occurrences
   chronos-repeat-multiplier               expo.     gap growth factor (integer >= 2)
   chronos-repeat-max-interval-ms          expo.     cap of the gap
   chronos-repeat-catch-up                 no        ``all`` (default) or ``latest``: overdue
                                                     occurrences each delivered, or only the
                                                     latest (see ``chronos.repeat.CatchUp``)
+  chronos-repeat-cron                     cron      5 fields, or 6 with seconds first
+  chronos-repeat-zone                     no        IANA time zone of the cron expression
+                                                    (default ``UTC``)
+  chronos-repeat-until-ms                 no        cron: no occurrence after this instant
   chronos-slot-ms                         refresh   the slot the delivering node stored it at
   chronos-occurrence                      refresh   the pending occurrence (1-based)
   chronos-cancelled-ms                    no        a restated cancel: when it was first
@@ -40,6 +45,12 @@ the cancel whose tombstone expired. Only chronos writes it; a node
 holding the id otherwise (a newer add or cancel) restates it, any other node ignores it.
 Restated cancels and refreshes in compact mode always carry a non-null (empty) value, so the
 cleaner keeps them.
+
+A *cron* repeat (added in release 0.25, wire version still 1: nodes of earlier releases
+refuse ``chronos-repeat: cron`` as an unknown repeat and dead-letter the record, so upgrade
+every node before a producer sends one) fires at the times its expression matches in its zone
+(``chronos/cron.py`` has the daylight-saving rules). Its ``chronos-due-ms`` is when it may
+start: occurrence 1 is the first fire at or after it.
 
 A *reschedule* (op added in release 0.24, wire version still 1: nodes of earlier releases
 dead-letter it as an unknown op, so upgrade every node before a producer sends one) carries
@@ -62,6 +73,7 @@ from __future__ import annotations
 
 import re
 
+from chronos import cron
 from chronos.errors import DecodeError
 from chronos.model import (
     CancelRequest,
@@ -91,6 +103,10 @@ H_REPEAT_MAX_INTERVAL = "chronos-repeat-max-interval-ms"
 #: Added in release 0.23 (wire version still 1: optional, and only sent for ``latest``; nodes
 #: of earlier releases refuse records that carry it).
 H_REPEAT_CATCH_UP = "chronos-repeat-catch-up"
+#: Added in release 0.25 with ``chronos-repeat: cron``.
+H_REPEAT_CRON = "chronos-repeat-cron"
+H_REPEAT_ZONE = "chronos-repeat-zone"
+H_REPEAT_UNTIL = "chronos-repeat-until-ms"
 H_OCCURRENCE = "chronos-occurrence"
 H_SKIPPED = "chronos-skipped"
 H_SLOT = "chronos-slot-ms"
@@ -122,6 +138,9 @@ INNER_HEADERS = frozenset(
         H_REPEAT_MULTIPLIER,
         H_REPEAT_MAX_INTERVAL,
         H_REPEAT_CATCH_UP,
+        H_REPEAT_CRON,
+        H_REPEAT_ZONE,
+        H_REPEAT_UNTIL,
         H_SLOT,
         H_OCCURRENCE,
         H_CANCELLED,
@@ -137,7 +156,11 @@ OP_EXPIRE = b"expire"
 #: The value of chronos' own records that must not be tombstones (a restated cancel, a refresh
 #: of a null payload): present, empty.
 KEPT = b""
-_REPEAT_NAMES = {b"fixed": RepeatKind.FIXED, b"exponential": RepeatKind.EXPONENTIAL}
+_REPEAT_NAMES = {
+    b"fixed": RepeatKind.FIXED,
+    b"exponential": RepeatKind.EXPONENTIAL,
+    b"cron": RepeatKind.CRON,
+}
 _REPEAT_WIRE = {kind: name for name, kind in _REPEAT_NAMES.items()}
 _CATCH_UP_NAMES = {b"all": CatchUp.ALL, b"latest": CatchUp.LATEST}
 _CATCH_UP_WIRE = {policy: name for name, policy in _CATCH_UP_NAMES.items()}
@@ -161,11 +184,16 @@ def encode_add(message: DelayMessage) -> tuple[bytes, bytes | None, Headers]:
         headers.append((H_KEY, message.key))
     repeat = message.repeat
     if repeat is not None:
-        headers += [
-            (H_REPEAT, _REPEAT_WIRE[repeat.kind]),
-            (H_REPEAT_INTERVAL, _num(repeat.interval_ms)),
-            (H_REPEAT_TIMES, _num(repeat.times)),
-        ]
+        headers += [(H_REPEAT, _REPEAT_WIRE[repeat.kind]), (H_REPEAT_TIMES, _num(repeat.times))]
+        if repeat.kind is RepeatKind.CRON:
+            headers += [
+                (H_REPEAT_CRON, repeat.cron.encode()),
+                (H_REPEAT_ZONE, repeat.zone.encode()),
+            ]
+            if repeat.until_ms:
+                headers.append((H_REPEAT_UNTIL, _num(repeat.until_ms)))
+        else:
+            headers.append((H_REPEAT_INTERVAL, _num(repeat.interval_ms)))
         if repeat.kind is RepeatKind.EXPONENTIAL:
             headers += [
                 (H_REPEAT_MULTIPLIER, _num(repeat.multiplier)),
@@ -299,14 +327,16 @@ def decode(value: bytes | None, headers: Headers | None, origin: str = "") -> In
     op = fields.get(H_OP)
     message_id = _text(fields, H_ID, origin)
     if op == OP_ADD:
+        repeat = None if H_REPEAT not in fields else _decode_repeat(fields, origin)
+        due = _due(fields.get(H_DUE), origin)
         message = DelayMessage(
             message_id,
             _text(fields, H_TOPIC, origin),
             fields.get(H_KEY),
             value,
             user,
-            _due(fields.get(H_DUE), origin),
-            None if H_REPEAT not in fields else _decode_repeat(fields, origin),
+            due if repeat is None else _first_fire(repeat, due, origin),
+            repeat,
         )
         if H_SLOT not in fields and H_OCCURRENCE not in fields:
             return message
@@ -358,7 +388,6 @@ def _decode_repeat(fields: dict[str, bytes | None], origin: str) -> Repeat | Non
     kind = _REPEAT_NAMES.get(name)
     if kind is None:
         raise DecodeError(f"unknown {H_REPEAT} {name!r}", origin=origin)
-    interval = _int(fields, H_REPEAT_INTERVAL, origin)
     times = _int(fields, H_REPEAT_TIMES, origin)
     raw_catch_up = fields.get(H_REPEAT_CATCH_UP)
     catch_up = CatchUp.ALL if raw_catch_up is None else _CATCH_UP_NAMES.get(raw_catch_up)
@@ -366,6 +395,9 @@ def _decode_repeat(fields: dict[str, bytes | None], origin: str) -> Repeat | Non
         raise DecodeError(
             f"unknown {H_REPEAT_CATCH_UP} {raw_catch_up!r} (all or latest)", origin=origin
         )
+    if kind is RepeatKind.CRON:
+        return _decode_cron(fields, times, catch_up, origin)
+    interval = _int(fields, H_REPEAT_INTERVAL, origin)
     if kind is RepeatKind.FIXED:
         return Repeat(kind, interval, times, catch_up=catch_up)
     return Repeat(
@@ -376,6 +408,35 @@ def _decode_repeat(fields: dict[str, bytes | None], origin: str) -> Repeat | Non
         max_interval_ms=_int(fields, H_REPEAT_MAX_INTERVAL, origin),
         catch_up=catch_up,
     )
+
+
+def _first_fire(repeat: Repeat, due: int, origin: str) -> int:
+    try:
+        return repeat.first_due(due)
+    except cron.CronError as exc:
+        raise DecodeError(str(exc), origin=origin) from exc
+
+
+def _decode_cron(
+    fields: dict[str, bytes | None], times: int, catch_up: CatchUp, origin: str
+) -> Repeat:
+    """A cron repeat; an expression or zone chronos cannot read is a decode error (the
+    record is dead-lettered with the reason)."""
+    zone = fields.get(H_REPEAT_ZONE)
+    repeat = Repeat(
+        RepeatKind.CRON,
+        0,
+        times,
+        catch_up=catch_up,
+        cron=_text(fields, H_REPEAT_CRON, origin),
+        zone="UTC" if zone is None else _text(fields, H_REPEAT_ZONE, origin),
+        until_ms=_int(fields, H_REPEAT_UNTIL, origin) if H_REPEAT_UNTIL in fields else 0,
+    )
+    try:
+        cron.schedule_of(repeat.cron, repeat.zone)
+    except cron.CronError as exc:
+        raise DecodeError(str(exc), origin=origin) from exc
+    return repeat
 
 
 def delivery_headers(message: DelayMessage, due_ms: int, skipped: int) -> Headers:

@@ -23,6 +23,7 @@ from chronos.repeat import Repeat
 from chronos.settings import ChronosSettings
 from chronos.types import EpochMs, Headers
 from chronos.validation import (
+    first_due_for,
     resolve_due,
     validate_id,
     validate_message,
@@ -227,7 +228,7 @@ class DelayClient:
             key=_bytes(request.key),
             value=_bytes(request.value),
             headers=_headers(request.headers),
-            first_due_ms=due,
+            first_due_ms=first_due_for(request.repeat, due),
             repeat=request.repeat,
         )
         validate_message(message, self._settings.limits, self._names, now)

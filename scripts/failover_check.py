@@ -4,7 +4,8 @@
 A steady load (default 2,000 requests/s, delays 0-5 s, 10 % cancelled before due, 2 % repeats,
 2 % of the other one-shots rescheduled sooner or later) runs while a scenario hurts the group;
 afterwards a ``read_committed`` consumer must have seen every expected delivery exactly once
-(repeats: every occurrence once, overdue ones collapsed as documented; a rescheduled one at its
+(repeats: every occurrence once, at the due time its schedule gives, overdue ones collapsed as
+documented; ``--cron-share``: that share of cron repeats in a zone; a rescheduled one at its
 first or its new due time, whichever the master decided), none early and no cancelled one (a
 cancel acknowledged only after its message's due time, the broker being down meanwhile, may
 lose that race: counted apart, not failed on). A ``read_uncommitted`` consumer's duplicates
@@ -18,6 +19,10 @@ Scenarios (``--scenario``):
 * ``zombie``: SIGSTOP the master past the session timeout, let the backup take over, SIGCONT
   the old master: it must log that it was fenced and become a backup.
 * ``both``: kill -9 both replicas at once, restart both.
+* ``stop-all``: stop the whole group (SIGTERM) for ``--down`` s (300) while the load goes on,
+  then start it again: overdue repeat occurrences follow their catch-up policy (with
+  ``--cron-share``: ``cron_all_collapsed`` stays 0 while ``--down`` is within
+  ``delivery.catch_up_window_s``, ``cron_latest_collapsed`` counts the folded ones).
 * ``takeover-kill``: kill -9 the master and restart it at once; kill -9 the backup as soon as
   it starts taking over (``takeover_started``), then restart it: the restarted first node must
   lead. Failover time: the first kill to the first commit of the master that remains.
@@ -78,7 +83,7 @@ from chronos.devstack.process import NodeProcess
 from chronos.devstack.watch import Delivered, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.quantiles import percentile
-from chronos.repeat import Repeat, RepeatKind
+from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.settings import load_settings
 from proxy.client import DelayClient, DelayRequest
 
@@ -87,12 +92,18 @@ NODES = ("a", "b")
 #: Repeats: long enough intervals that a failover never makes an occurrence overdue by more
 #: than one interval, so every occurrence is delivered on its own.
 REPEAT = Repeat(RepeatKind.FIXED, interval_ms=10_000, times=3)
+#: Cron repeats (``--cron-share``): every 10 s of a zone's wall clock, not UTC's.
+CRON = Repeat.calendar("*/10 * * * * *", "Asia/Kolkata", times=3)
+#: Half of them catch up with the latest occurrence only.
+CRON_LATEST = Repeat.calendar("*/10 * * * * *", "Asia/Kolkata", times=3, catch_up=CatchUp.LATEST)
 
 
 @dataclass
 class Expected:
     due_ms: int
     times: int = 1
+    #: The repeat, whose schedule every delivered occurrence's due time must follow.
+    repeat: Repeat | None = None
     cancelled: bool = False
     #: The cancel was acknowledged only after the due time (the broker was down meanwhile):
     #: it may or may not win, and neither outcome is a fault.
@@ -123,6 +134,13 @@ class Summary:
     rescheduled_moved: int = 0
     rescheduled_wrong_due: int = 0
     repeat_occurrences_collapsed: int = 0
+    cron_repeats: int = 0
+    #: Occurrences folded into a later one (``chronos-skipped``), per cron catch-up policy:
+    #: ``all`` folds none that were overdue by less than ``delivery.catch_up_window_s``.
+    cron_all_collapsed: int = 0
+    cron_latest_collapsed: int = 0
+    #: Occurrences delivered with a due time their repeat's schedule does not give.
+    repeat_wrong_due: int = 0
     uncommitted_duplicates: int = 0
     kills: int = 0
     failovers: int = 0
@@ -153,6 +171,7 @@ class Summary:
             or self.early
             or self.cancelled_delivered
             or self.rescheduled_wrong_due
+            or self.repeat_wrong_due
             or self.problems
         )
 
@@ -368,6 +387,7 @@ class Load:
         repeat: Repeat = REPEAT,
         reschedule_share: float = 0.02,
         senders: int = 4,
+        cron_share: float = 0.0,
     ) -> None:
         self._client = client
         self._reschedule_share = reschedule_share
@@ -376,6 +396,7 @@ class Load:
         self._rate = rate
         self._delay_s = delay_s
         self.repeat = repeat
+        self._cron_share = cron_share
         self._stop = threading.Event()
         # Each request waits for Kafka's acknowledgement, and a tick makes several: one sender
         # reached a third of 2,000 requests/s once the broker answered in 30-50 ms.
@@ -419,7 +440,13 @@ class Load:
         while not self._stop.is_set():
             requests = []
             for _ in range(per_tick):
-                repeat = self.repeat if rng.random() < 0.02 else None
+                draw = rng.random()
+                if draw < 0.02:
+                    repeat: Repeat | None = self.repeat
+                elif draw < 0.02 + self._cron_share:
+                    repeat = CRON if draw < 0.02 + self._cron_share / 2 else CRON_LATEST
+                else:
+                    repeat = None
                 requests.append(
                     DelayRequest(
                         self._topic,
@@ -437,7 +464,7 @@ class Load:
             now_ms = int(time.time() * 1000)
             for request, receipt in zip(requests, receipts, strict=True):
                 times = request.repeat.times if request.repeat else 1
-                self.expected[receipt.id] = Expected(receipt.deliver_at_ms, times)
+                self.expected[receipt.id] = Expected(receipt.deliver_at_ms, times, request.repeat)
             ahead = [
                 r.id
                 for r in requests
@@ -660,6 +687,21 @@ def run_scenario(
             else:
                 summary.problems.append(f"zombie {master.name} did not become a backup")
             print(f"zombie {master.name} thawed; {new.name} is master")
+    elif args.scenario == "stop-all":
+        time.sleep(args.interval)
+        term = group.master().term()
+        stopped_ms = int(time.time() * 1000)
+        for replica in group.replicas:
+            code = replica.process.terminate()
+            if code != 0:
+                summary.problems.append(f"{replica.name} exited with {code} on SIGTERM")
+        print(f"stopped the whole group for {args.down} s")
+        time.sleep(args.down)
+        for replica in group.replicas:
+            replica.process.start()
+        new, _ = _failover(group, summary, term, stopped_ms, None)
+        print(f"restarted the group; {new.name} delivers again")
+        time.sleep(args.interval)
     elif args.scenario == "both":
         for _ in range(args.kills):
             time.sleep(args.interval)
@@ -739,8 +781,14 @@ def _longest_gap(load: Load, seen: Seen) -> tuple[int, float]:
 def drain(load: Load, watchers: list[DeliveryWatcher], straggle_ms: int = 5000) -> None:
     """After ``load.stop()``: wait until everything it scheduled was due (repeats' last
     occurrences included) and ``straggle_ms`` more, let the consumers read 3 s on, stop them."""
-    last_due = max((e.due_ms for e in load.expected.values()), default=0)
-    last_due += (load.repeat.times - 1) * load.repeat.interval_ms
+    last_due = (
+        max(
+            (e.due_ms if e.repeat is None else e.repeat.last_due(e.due_ms))
+            for e in load.expected.values()
+        )
+        if load.expected
+        else 0
+    )
     while time.time() * 1000 < last_due + straggle_ms:
         time.sleep(0.5)
     time.sleep(3.0)
@@ -766,6 +814,10 @@ def verify(load: Load, committed: Seen, uncommitted: Seen, summary: Summary) -> 
         summary.duplicates += len(occurrences) - len(distinct)
         covered = sum(1 + d.skipped for d in got if d.occurrence in distinct)
         summary.repeat_occurrences_collapsed += sum(d.skipped for d in got)
+        if exp.repeat is CRON:
+            summary.cron_all_collapsed += sum(d.skipped for d in got)
+        elif exp.repeat is CRON_LATEST:
+            summary.cron_latest_collapsed += sum(d.skipped for d in got)
         summary.delivered += len(distinct)
         summary.lost += max(0, exp.times - covered)
         if exp.rescheduled_to is not None:
@@ -777,6 +829,8 @@ def verify(load: Load, committed: Seen, uncommitted: Seen, summary: Summary) -> 
         for d in got:
             if d.produced_ms < d.due_ms:
                 summary.early += 1
+            if exp.repeat is not None and d.due_ms != exp.repeat.due_of(exp.due_ms, d.occurrence):
+                summary.repeat_wrong_due += 1
             lateness.append(d.received_ms - d.due_ms)
         raw = [d.occurrence for d in uncommitted.by_id.get(message_id, [])]
         summary.uncommitted_duplicates += len(raw) - len(set(raw))
@@ -784,6 +838,7 @@ def verify(load: Load, committed: Seen, uncommitted: Seen, summary: Summary) -> 
     summary.scheduled = len(load.expected)
     summary.requests_per_s = round(load.achieved_rate)
     summary.repeats = sum(e.times > 1 for e in load.expected.values())
+    summary.cron_repeats = sum(e.repeat in (CRON, CRON_LATEST) for e in load.expected.values())
     summary.visible_lateness_p50_ms = percentile(lateness, 0.5)
     summary.visible_lateness_p99_ms = percentile(lateness, 0.99)
     summary.visible_lateness_max_ms = max(lateness, default=0)
@@ -805,6 +860,7 @@ def main() -> int:
             "steady",
             "zombie",
             "both",
+            "stop-all",
             "lagging",
             "broker-freeze",
             "rolling",
@@ -821,7 +877,16 @@ def main() -> int:
     )
     parser.add_argument("--interval", type=float, default=12.0, help="seconds between events")
     parser.add_argument("--rate", type=int, default=2000, help="requests per second")
+    parser.add_argument(
+        "--cron-share",
+        type=float,
+        default=0.0,
+        help="share of requests that are cron repeats (every 10 s in Asia/Kolkata, 3 times)",
+    )
     parser.add_argument("--duration", type=float, default=600.0, help="steady: seconds")
+    parser.add_argument(
+        "--down", type=float, default=300.0, help="stop-all: seconds the whole group is stopped"
+    )
     parser.add_argument("--backup-down", type=float, default=600.0, help="lagging: seconds")
     parser.add_argument("--freeze", type=float, default=60.0, help="broker-freeze: seconds")
     parser.add_argument("--broker", choices=BROKER_KINDS, default="kafka", help="broker to start")
@@ -882,7 +947,14 @@ def main() -> int:
             DeliveryWatcher(bootstrap, [topic], uncommitted, "read_uncommitted").start(),
         ]
         with DelayClient(settings) as client:
-            load = Load(client, topic, args.rate, args.seed, reschedule_share=args.reschedule)
+            load = Load(
+                client,
+                topic,
+                args.rate,
+                args.seed,
+                reschedule_share=args.reschedule,
+                cron_share=args.cron_share,
+            )
             load.start()
             try:
                 run_scenario(args, group, summary, broker, committed)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from chronos.cli.args import add_config, duration_ms, header, repeat, settings_from
 from chronos.cli.waiting import waiting_notice
+from chronos.errors import ValidationError
 from chronos.repeat import CatchUp, Repeat
 
 if TYPE_CHECKING:
@@ -54,6 +55,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="fixed:INTERVAL:TIMES or exponential:INTERVAL:TIMES[:MULT[:CAP]]",
     )
     send.add_argument(
+        "--cron",
+        default=None,
+        metavar="EXPRESSION",
+        help="repeat at the times a cron expression matches (5 fields, or 6 with seconds "
+        "first), from its first fire at or after --delay/--at; needs --times",
+    )
+    send.add_argument(
+        "--zone", default="UTC", help="with --cron: IANA time zone, e.g. Europe/Berlin"
+    )
+    send.add_argument("--times", type=int, default=None, help="with --cron: total occurrences")
+    send.add_argument(
+        "--until", type=int, default=None, help="with --cron: no occurrence after this epoch ms"
+    )
+    send.add_argument(
         "--catch-up",
         choices=["all", "latest"],
         default="all",
@@ -78,12 +93,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     reschedule.set_defaults(func=reschedule_main)
 
 
-def _with_catch_up(repeat: Repeat | None, catch_up: str) -> Repeat | None:
-    if repeat is None:
-        return None
-    return dataclasses.replace(
-        repeat, catch_up=CatchUp.LATEST if catch_up == "latest" else CatchUp.ALL
-    )
+def _repeat_of(args: argparse.Namespace) -> Repeat | None:
+    """``--repeat`` or ``--cron`` (with ``--times``), with ``--catch-up``."""
+    catch_up = CatchUp.LATEST if args.catch_up == "latest" else CatchUp.ALL
+    if args.cron is not None:
+        if args.repeat is not None:
+            raise ValidationError("--cron", "give --repeat or --cron, not both")
+        if args.times is None:
+            raise ValidationError("--cron", "needs --times (total occurrences)")
+        return Repeat.calendar(
+            args.cron, args.zone, times=args.times, until_ms=args.until or 0, catch_up=catch_up
+        )
+    if args.times is not None or args.until is not None:
+        raise ValidationError("--times", "goes with --cron only, as --until does")
+    given: Repeat | None = args.repeat
+    return None if given is None else dataclasses.replace(given, catch_up=catch_up)
 
 
 @contextmanager
@@ -110,7 +134,7 @@ def send_main(args: argparse.Namespace) -> int:
             delay=None if args.delay is None else args.delay / 1000.0,
             deliver_at=args.at,
             id=args.id,
-            repeat=_with_catch_up(args.repeat, args.catch_up),
+            repeat=_repeat_of(args),
         )
     print(
         json.dumps(

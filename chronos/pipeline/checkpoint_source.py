@@ -27,7 +27,11 @@ from chronos.store.checkpoint import CheckpointReader
 
 _ARROW = arrow_schema(CHECKPOINT_COLUMNS)
 _BATCH_ROWS = 20_000
-_REPEAT_NAMES = {RepeatKind.FIXED: "fixed", RepeatKind.EXPONENTIAL: "exponential"}
+_REPEAT_NAMES = {
+    RepeatKind.FIXED: "fixed",
+    RepeatKind.EXPONENTIAL: "exponential",
+    RepeatKind.CRON: "cron",
+}
 
 
 class SlotRange(InputPartition):
@@ -66,6 +70,9 @@ def read_slots(path: Path, start_ms: int, stop_ms: int, payload: bool) -> Iterat
                 None if repeat is None else repeat.times,
                 None if repeat is None else repeat.multiplier,
                 None if repeat is None else repeat.max_interval_ms,
+                repeat.cron if repeat is not None and repeat.cron else None,
+                repeat.zone if repeat is not None and repeat.cron else None,
+                repeat.until_ms if repeat is not None and repeat.until_ms else None,
                 message.key if payload else None,
                 message.value if payload else None,
                 message.headers if payload else None,

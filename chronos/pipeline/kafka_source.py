@@ -337,6 +337,9 @@ def _append_fields(cols: list[list[object]], fields: dict[str, bytes | None]) ->
     cols[16].append(_int32(get(wire.H_REPEAT_TIMES)))
     cols[17].append(_int32(get(wire.H_REPEAT_MULTIPLIER)))
     cols[18].append(_number(get(wire.H_REPEAT_MAX_INTERVAL)))
+    cols[19].append(_text(get(wire.H_REPEAT_CRON)))
+    cols[20].append(_text(get(wire.H_REPEAT_ZONE)))
+    cols[21].append(_number(get(wire.H_REPEAT_UNTIL)))
 
 
 class KafkaReader(DataSourceReader):

@@ -30,6 +30,9 @@ KAFKA_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("chronos_repeat_times", pa.int32(), "int"),
     ("chronos_repeat_multiplier", pa.int32(), "int"),
     ("chronos_repeat_max_interval_ms", pa.int64(), "bigint"),
+    ("chronos_repeat_cron", pa.string(), "string"),
+    ("chronos_repeat_zone", pa.string(), "string"),
+    ("chronos_repeat_until_ms", pa.int64(), "bigint"),
     # Inner topic only: why a node refuses the record (it dead-letters it), null when it
     # accepts it; ``chronos.inner.accept_inner`` decides for both. Null on other topics.
     ("chronos_rejected", pa.string(), "string"),
@@ -48,6 +51,9 @@ CHECKPOINT_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("repeat_times", pa.int32(), "int"),
     ("repeat_multiplier", pa.int32(), "int"),
     ("repeat_max_interval_ms", pa.int64(), "bigint"),
+    ("repeat_cron", pa.string(), "string"),
+    ("repeat_zone", pa.string(), "string"),
+    ("repeat_until_ms", pa.int64(), "bigint"),
     ("key", pa.binary(), "binary"),
     ("value", pa.binary(), "binary"),
     ("headers", HEADER_TYPE, HEADERS_DDL),

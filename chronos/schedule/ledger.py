@@ -917,6 +917,6 @@ def _due_field(request: InnerRequest) -> EpochMs:
 
 def next_occurrence(message: DelayMessage) -> DelayMessage | None:
     """The occurrence after ``message``'s, or None when the repeat is finished."""
-    if message.repeat is None or message.occurrence >= message.repeat.times:
+    if message.repeat is None or message.repeat.is_last(message.first_due_ms, message.occurrence):
         return None
     return replace(message, occurrence=message.occurrence + 1)

@@ -39,6 +39,8 @@ CANCEL_FINDINGS = {
     keys.CANCEL_FOLLOWER: "removed_on_backup",
 }
 MAX_PAGE = 1_000
+#: How many of a repeat's next occurrences status lists.
+UPCOMING = 5
 
 
 @dataclass
@@ -53,6 +55,8 @@ class MessageStatus:
     occurrence: int | None = None
     times: int | None = None
     next_due_ms: EpochMs | None = None
+    #: A repeat's next occurrences after the pending one (up to ``UPCOMING``).
+    upcoming_ms: list[EpochMs] | None = None
     delivered_ms: EpochMs | None = None
     partition: int | None = None
     offset: int | None = None
@@ -148,6 +152,10 @@ class Lookup:
             if message is not None:
                 following = next_occurrence(message)
                 status.next_due_ms = None if following is None else following.due_ms
+                if message.repeat is not None:
+                    status.upcoming_ms = message.repeat.following(
+                        message.first_due_ms, message.occurrence, UPCOMING
+                    )
             if last is not None:
                 status.last_delivery = _outcome_json(last)
             return status

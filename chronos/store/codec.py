@@ -10,6 +10,7 @@ decode is two ``struct`` calls and slices::
     I  occurrence
     H  len(topic)     H  len(id)     I  len(key)     I  len(value)     I  header count
     [repeat] B kind, Q interval_ms, I times, I multiplier, Q max_interval_ms
+    [cron repeat] Q until_ms, H len(expression), H len(zone), expression, zone
     per header: I len(name), i len(value) (-1 = null)
     topic, id, [key], [value], then per header: name, [value]
 
@@ -31,6 +32,7 @@ CODEC_VERSION = 2
 _HEAD = struct.Struct(">BBQIHHIII")
 _HEAD_V1 = struct.Struct(">BBQI")
 _REPEAT = struct.Struct(">BQIIQ")
+_CRON = struct.Struct(">QHH")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
@@ -76,6 +78,9 @@ def encode(message: DelayMessage) -> bytes:
                 repeat.max_interval_ms,
             )
         )
+        if repeat.kind is RepeatKind.CRON:
+            expression, zone = repeat.cron.encode(), repeat.zone.encode()
+            parts += (_CRON.pack(repeat.until_ms, len(expression), len(zone)), expression, zone)
     tail: list[bytes] = []
     if headers:
         lengths: list[int] = []
@@ -137,6 +142,26 @@ def occurrence_of(raw: bytes) -> int:
     return occurrence
 
 
+def _repeat_at(raw: bytes, pos: int, flags: int) -> tuple[Repeat, int]:
+    """The repeat block at ``pos`` and where the next field starts."""
+    kind, interval, times, multiplier, max_interval = _REPEAT.unpack_from(raw, pos)
+    catch_up = CatchUp.LATEST if flags & _F_LATEST else CatchUp.ALL
+    pos += _REPEAT.size
+    if kind != RepeatKind.CRON:
+        return Repeat(RepeatKind(kind), interval, times, multiplier, max_interval, catch_up), pos
+    until, expression_len, zone_len = _CRON.unpack_from(raw, pos)
+    pos += _CRON.size
+    end = pos + expression_len
+    expression = raw[pos:end].decode()
+    pos, end = end, end + zone_len
+    zone = raw[pos:end].decode()
+    repeat = Repeat(
+        RepeatKind.CRON, interval, times, multiplier, max_interval, catch_up, expression, zone,
+        until,
+    )  # fmt: skip
+    return repeat, end
+
+
 def _decode(raw: bytes) -> DelayMessage:
     # Flat code on purpose: this runs for every delivery, and nested helpers cost a call each.
     _, flags, first_due, occurrence, topic_len, id_len, key_len, value_len, count = (
@@ -145,10 +170,7 @@ def _decode(raw: bytes) -> DelayMessage:
     pos = _HEAD.size
     repeat = None
     if flags & _F_REPEAT:
-        kind, interval, times, multiplier, max_interval = _REPEAT.unpack_from(raw, pos)
-        catch_up = CatchUp.LATEST if flags & _F_LATEST else CatchUp.ALL
-        repeat = Repeat(RepeatKind(kind), interval, times, multiplier, max_interval, catch_up)
-        pos += _REPEAT.size
+        repeat, pos = _repeat_at(raw, pos, flags)
     if count:
         if 8 * count > len(raw) - pos:  # before building a struct for a corrupt count
             raise ValueError(f"{count} headers cannot fit in {len(raw)} bytes")
@@ -190,10 +212,7 @@ def _decode_v1(raw: bytes) -> DelayMessage:
     pos = _HEAD_V1.size
     repeat = None
     if flags & _F_REPEAT:
-        kind, interval, times, multiplier, max_interval = _REPEAT.unpack_from(raw, pos)
-        catch_up = CatchUp.LATEST if flags & _F_LATEST else CatchUp.ALL
-        repeat = Repeat(RepeatKind(kind), interval, times, multiplier, max_interval, catch_up)
-        pos += _REPEAT.size
+        repeat, pos = _repeat_at(raw, pos, flags)
     size = len(raw)
     (length,) = _U16.unpack_from(raw, pos)
     end = pos + 2 + length

@@ -131,7 +131,7 @@ def _last_due(request: DelayRequest, receipt: Receipt) -> int:
     """When a scheduled message stops being pending: its (last occurrence's) due time."""
     repeat = request.repeat
     first = receipt.deliver_at_ms
-    return first if repeat is None else repeat.due_of(first, repeat.times)
+    return first if repeat is None else repeat.last_due(first)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ them: whatever the schema calls invalid must be refused.
 
 Rules that depend on the clock (no due time more than ``limits.max_delay_s`` ahead, a repeat's
 last occurrence within it) or on two fields at once (``base64`` payloads, the message's total
-size) cannot be written in JSON Schema; the descriptions state them and the server answers 422
-or 413.
+size), and a cron expression's grammar and its zone's name beyond their shape, cannot be
+written in JSON Schema; the descriptions state them and the server answers 422 or 413.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from chronos.cron import EXPRESSION_SHAPE
 from chronos.names import HEADER_PREFIX
 from chronos.settings import ChronosSettings
 from chronos.validation import ID_CHARS, MAX_MULTIPLIER, TOPIC_CHARS
@@ -76,6 +77,21 @@ def state_rules(spec: JsonObject, settings: ChronosSettings) -> JsonObject:
     _constrain(repeat["times"], minimum=1, maximum=limits.repeat_max_times)
     _constrain(repeat["multiplier"], minimum=2, maximum=MAX_MULTIPLIER)
     _constrain(repeat["max_interval_ms"], minimum=lo, maximum=hi)
+    _constrain(repeat["cron"], pattern=EXPRESSION_SHAPE)
+    _constrain(repeat["until_ms"], minimum=0)
+    schemas["RepeatIn"]["oneOf"] = [
+        {
+            "properties": {
+                "kind": {"enum": ["fixed", "exponential"]},
+                "interval_ms": {"not": {"type": "null"}},
+            },
+            "required": ["interval_ms"],
+        },
+        {
+            "properties": {"kind": {"const": "cron"}, "cron": {"not": {"type": "null"}}},
+            "required": ["cron"],
+        },
+    ]
 
     schemas["BatchIn"]["properties"]["messages"]["maxItems"] = settings.proxy.batch_max
     _state_due(schemas["RescheduleIn"], max_delay_ms)

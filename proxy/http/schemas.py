@@ -62,11 +62,13 @@ class HeaderIn(_Body):
 
 
 class RepeatIn(_Body):
-    """Repeat schedule: fixed interval N times, or exponential backoff capped at a max gap."""
+    """Repeat schedule: fixed interval, exponential backoff, or cron in a time zone."""
 
-    kind: Literal["fixed", "exponential"]
-    interval_ms: JsonInt = Field(
-        description="Gap between occurrences (exponential: the first gap)."
+    kind: Literal["fixed", "exponential", "cron"]
+    interval_ms: JsonInt | None = Field(
+        None,
+        description="Fixed and exponential (required): gap between occurrences (exponential: "
+        "the first gap).",
     )
     times: JsonInt = Field(description="Total occurrences, the first included.")
     multiplier: JsonInt = Field(2, description="Exponential only: growth factor of the gap.")
@@ -80,6 +82,16 @@ class RepeatIn(_Body):
             "delivered once (all, within the node's catch-up window) or only the latest."
         ),
     )
+    cron: str | None = Field(
+        None,
+        description="Cron only (required): 5 fields (minute hour day month weekday) or 6 with "
+        "seconds first, e.g. '0 9 * * 1-5'. A local time skipped by a daylight-saving change "
+        "fires when the clocks jump; one repeated fires once, at its first instant.",
+    )
+    zone: str = Field("UTC", description="Cron only: IANA time zone, e.g. Europe/Berlin.")
+    until_ms: JsonInt | None = Field(
+        None, description="Cron only: no occurrence after this epoch ms."
+    )
 
     def to_repeat(self, limits: LimitSettings) -> Repeat:
         """The repeat; the exponential-only fields are checked for a fixed one too, so that
@@ -90,6 +102,15 @@ class RepeatIn(_Body):
         if self.max_interval_ms is not None and not lo <= self.max_interval_ms <= hi:
             raise ValidationError("repeat.max_interval_ms", f"must be {lo}..{hi} ms")
         catch_up = CatchUp.LATEST if self.catch_up == "latest" else CatchUp.ALL
+        if self.kind == "cron":
+            if self.cron is None:
+                raise ValidationError("repeat.cron", "is required for a cron repeat")
+            return Repeat.calendar(
+                self.cron, self.zone, times=self.times, until_ms=self.until_ms or 0,
+                catch_up=catch_up,
+            )  # fmt: skip
+        if self.interval_ms is None:
+            raise ValidationError("repeat.interval_ms", f"is required for a {self.kind} repeat")
         if self.kind == "fixed":
             return Repeat(RepeatKind.FIXED, self.interval_ms, self.times, catch_up=catch_up)
         return Repeat(

@@ -8,7 +8,10 @@ them:
 * a due time (or a repeat's last occurrence) more than ``limits.max_delay_s`` ahead: a rule of
   the clock (``"deliver_at": "9270-10-11T..."``);
 * rules of two fields at once: a value, key or header value that is not base64 under
-  ``"encoding": "base64"``; a repeat's ``max_interval_ms`` below its ``interval_ms``.
+  ``"encoding": "base64"``; a repeat's ``max_interval_ms`` below its ``interval_ms``;
+* a cron repeat's grammar beyond its shape (fields out of range, a date that never comes, an
+  unknown time zone, fires closer than ``limits.repeat_min_interval_ms``, ``until_ms`` before
+  the first fire).
 
 Only those refusals are dropped, by their 422 and their message; every other rejected valid
 request still fails the run. Each dropped one is written to the file ``CHRONOS_FUZZ_DROPPED``
@@ -23,8 +26,18 @@ from typing import Any
 import schemathesis
 
 #: "more than 31536000 s ahead", "last occurrence is more than ...", "is not valid base64",
-#: "must be between interval_ms and 86400000 ms".
-_UNSTATED_RULES = ("s ahead", "is not valid base64", "must be between interval_ms and")
+#: "must be between interval_ms and 86400000 ms", then the cron rules (``chronos/cron.py``,
+#: ``chronos/validation.py``).
+_UNSTATED_RULES = (
+    "s ahead",
+    "is not valid base64",
+    "must be between interval_ms and",
+    "is not a cron expression",
+    "never matches a date",
+    "is not an IANA time zone",
+    "ms apart, less than",
+    "is before the first occurrence",
+)
 
 
 @schemathesis.hook

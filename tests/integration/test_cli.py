@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
+from datetime import time as dtime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -87,6 +91,21 @@ def test_dev_stack_delivers_a_message_sent_from_the_shell(tmp_path: Path) -> Non
             timeout=60,
         )
         assert bad.returncode == 2 and "topic" in bad.stderr
+        cron = ("send", "--topic", "daily", "--value", "x", "--delay", "0", "--cron", "0 9 * * *")
+        daily = subprocess.run(
+            chronos(*cron, "--zone", "Asia/Kolkata", "--times", "3"),
+            capture_output=True,
+            text=True,
+            env=client_env,
+            timeout=60,
+        )
+        assert daily.returncode == 0, daily.stderr
+        first = datetime.fromisoformat(json.loads(daily.stdout)["deliver_at"])
+        assert first.astimezone(ZoneInfo("Asia/Kolkata")).time() == dtime(9, 0)
+        untimed = subprocess.run(
+            chronos(*cron), capture_output=True, text=True, env=client_env, timeout=60
+        )
+        assert untimed.returncode == 2 and "--times" in untimed.stderr
     finally:
         dev.send_signal(signal.SIGTERM)
         dev.wait(30)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -72,6 +73,22 @@ def test_binary_message_is_delivered_intact_and_not_early(
     assert got.due_ms == receipt["deliver_at_ms"]
     assert got.produced_ms >= receipt["deliver_at_ms"], "delivered before its due time"
     assert got.occurrence == 1
+
+
+def test_a_cron_repeat_is_answered_with_its_first_fire_in_its_zone(
+    stack: tuple[ChronosSettings, httpx.Client], namespace: str
+) -> None:
+    _settings, http = stack
+    repeat = {"kind": "cron", "cron": "0 9 * * 1-5", "zone": "Europe/Berlin", "times": 2}
+    answer = http.post(
+        "/v1/messages",
+        json={"topic": f"{namespace}-daily", "value": "x", "delay_ms": 0, "repeat": repeat},
+    )
+    assert answer.status_code == 201, answer.text
+    receipt = answer.json()
+    local = datetime.fromtimestamp(receipt["deliver_at_ms"] / 1000, ZoneInfo("Europe/Berlin"))
+    assert (local.hour, local.minute, local.second, local.isoweekday() <= 5) == (9, 0, 0, True)
+    assert http.delete(f"/v1/messages/{receipt['id']}").status_code == 202
 
 
 def test_batch_cancel_and_idempotent_resend(
@@ -212,6 +229,26 @@ def test_a_bad_deliver_at_is_refused_saying_why(
                 "delay_ms": 1,
                 "repeat": {"kind": "fixed", "interval_ms": 10, "times": 3},
             },
+            422,
+            "repeat.interval_ms",
+        ),
+        (
+            {"topic": "ok", "value": "x", "delay_ms": 1, "repeat": {"kind": "cron", "times": 3}},
+            422,
+            "repeat.cron",
+        ),
+        (
+            {
+                "topic": "ok",
+                "value": "x",
+                "delay_ms": 1,
+                "repeat": {"kind": "cron", "cron": "0 9 * * *", "zone": "Mars/Base", "times": 3},
+            },
+            422,
+            "repeat.cron",
+        ),
+        (
+            {"topic": "ok", "value": "x", "delay_ms": 1, "repeat": {"kind": "fixed", "times": 3}},
             422,
             "repeat.interval_ms",
         ),

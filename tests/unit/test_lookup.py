@@ -246,3 +246,16 @@ def test_a_block_holds_only_its_own_deliveries() -> None:
     assert found == outcome.Outcome(T0, 1, 1, 2)
     assert outcome.find_in_block(value, keys.message_key(T0, "c")) is None
     assert outcome.find_in_block(outcome.delivered(T0, 1, 2, 1), key) is None  # not a block
+
+
+def test_a_cron_repeat_lists_its_next_occurrences_in_its_zone(env: Env) -> None:
+    _store, _frontier, ledger, lookup = env
+    weekdays = Repeat.calendar("0 9 * * 1-5", "Europe/Berlin", times=4)
+    friday = 1_774_598_400_000  # 2026-03-27 09:00 CET, the Friday before the clocks change
+    ledger.apply([_msg("w", friday, repeat=weekdays)])
+    status = lookup.status("w")
+    hour = 3_600_000
+    # Monday to Wednesday, 09:00 local: CEST from Sunday on, so an hour less after Friday's.
+    assert status.upcoming_ms == [friday + 3 * 24 * hour - hour + k * 24 * hour for k in range(3)]
+    assert status.next_due_ms == status.upcoming_ms[0]
+    assert status.times == 4

@@ -12,7 +12,7 @@ from chronos.errors import ValidationError
 from chronos.pipeline import require_spark
 from chronos.pipeline.checkpoint_source import split_slots
 from chronos.pipeline.jobs.occurrences import INPUT, expand_batches
-from chronos.pipeline.jobs.requests import check_row, content_id, deliver_at_ms
+from chronos.pipeline.jobs.requests import INPUT_COLUMNS, check_row, content_id, deliver_at_ms
 from chronos.pipeline.kafka_source import OffsetRange, split_range
 from chronos.repeat import Repeat, RepeatKind
 from chronos.settings import ChronosSettings
@@ -75,7 +75,7 @@ def _row(**fields: Any) -> tuple[Any, ...]:
         "delay": "5s",
     }
     base.update(fields)
-    return tuple(base[c] for c in ("id", "topic", "key", "value", "headers", "deliver_at", "delay"))
+    return tuple(base.get(c) for c in INPUT_COLUMNS)
 
 
 @pytest.mark.parametrize(
@@ -112,6 +112,55 @@ def test_a_valid_row_becomes_the_message_the_proxy_would_schedule() -> None:
     assert message.headers == [("h", b"\x00")] and message.first_due_ms == NOW + 250
     with pytest.raises(ValidationError, match="exactly one"):
         check_row(_row(deliver_at="1", delay="1s"), SETTINGS.limits, SETTINGS.topics.names, NOW)
+
+
+def test_a_cron_row_becomes_the_cron_repeat_the_proxy_would_schedule() -> None:
+    fields = {"cron": "0 9 * * 1-5", "zone": "Europe/Berlin", "times": "3", "delay": "0s"}
+    message = check_row(_row(**fields), SETTINGS.limits, SETTINGS.topics.names, NOW)
+    weekdays = Repeat.calendar("0 9 * * 1-5", "Europe/Berlin", times=3)
+    assert message.repeat == weekdays
+    assert message.first_due_ms == weekdays.first_due(NOW) == NOW  # NOW: a Friday, 09:00 CET
+    until = check_row(
+        _row(**fields, until=str(message.first_due_ms)),
+        SETTINGS.limits,
+        SETTINGS.topics.names,
+        NOW,
+    )
+    assert until.repeat is not None and until.repeat.until_ms == message.first_due_ms
+    assert until.id != message.id, "rows differing only in their schedule are two messages"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"cron": "0 9 * * 1-5"}, "times"),
+        ({"times": "3"}, "times"),
+        ({"cron": "0 9 * * 1-5", "times": "3", "zone": "Nowhere/City"}, "repeat.cron"),
+        ({"cron": "0 9 * * 1-5", "times": "3", "until": "soon"}, "until"),
+    ],
+)
+def test_a_cron_row_that_cannot_be_scheduled_names_its_field(
+    fields: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        check_row(_row(**fields), SETTINGS.limits, SETTINGS.topics.names, NOW)
+    assert refused.value.field == field
+
+
+def test_a_cron_add_expands_from_its_first_fire_in_its_zone() -> None:
+    start = 1_774_612_800_000  # 2026-03-27 12:00 UTC, a Friday: today's 09:00 has passed
+    row = {
+        "id": "cron", "topic": "t", "occurrence": 1, "due_ms": start, "first_due_ms": start,
+        "repeat": "cron", "repeat_times": 10, "repeat_cron": "0 9 * * 1-5",
+        "repeat_zone": "Europe/Berlin",
+    }  # fmt: skip
+    day, hour = 86_400_000, 3_600_000
+    monday = start + 3 * day - 5 * hour  # 09:00 CEST = 07:00 UTC: the clocks went forward
+    assert [g[1:] for g in _expand([row], until=monday + 2 * day + 1)] == [
+        (1, monday),
+        (2, monday + day),
+        (3, monday + 2 * day),
+    ]
 
 
 def _expand(rows: list[dict[str, Any]], until: int) -> list[tuple[str, int, int]]:

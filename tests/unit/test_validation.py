@@ -10,6 +10,7 @@ from chronos.names import TopicNames
 from chronos.repeat import Repeat, RepeatKind
 from chronos.settings import LimitSettings
 from chronos.validation import (
+    first_due_for,
     resolve_due,
     validate_id,
     validate_message,
@@ -285,3 +286,57 @@ def test_last_exponential_occurrence_beyond_horizon() -> None:
     validate_message(_msg(first_due_ms=start, repeat=repeat), LIMITS, NAMES, NOW)
     err = _field(validate_message, _msg(first_due_ms=start + 1, repeat=repeat), LIMITS, NAMES, NOW)
     assert err.field == "repeat"
+
+
+def _cron(expression: str, times: int = 3, until_ms: int = 0, zone: str = "UTC") -> Repeat:
+    return Repeat.calendar(expression, zone, times=times, until_ms=until_ms)
+
+
+@pytest.mark.parametrize(
+    ("repeat", "problem"),
+    [
+        (_cron("0 9 * * 8"), "not a cron expression"),
+        (_cron("0 9 * * 1", zone="Europe/Nowhere"), "not an IANA time zone"),
+        (_cron("0 0 31 2 *"), "never matches"),
+        (_cron("0 9 * * *", times=11), "must be 1..10"),
+    ],
+)
+def test_cron_repeats_that_cannot_be_scheduled_name_the_reason(
+    repeat: Repeat, problem: str
+) -> None:
+    err = _field(validate_repeat, repeat, LIMITS)
+    assert err.field.startswith("repeat.") and problem in err.message
+
+
+def test_a_cron_repeat_firing_closer_than_the_shortest_interval_is_refused() -> None:
+    start = first_due_for(_cron("*/30 * * * * *"), NOW)
+    validate_message(_msg(first_due_ms=start, repeat=_cron("*/30 * * * * *")), LIMITS, NAMES, NOW)
+    tight = LimitSettings(**{**LIMITS.model_dump(), "repeat_min_interval_ms": 60_000})
+    err = _field(
+        validate_message,
+        _msg(first_due_ms=start, repeat=_cron("*/30 * * * * *")),
+        tight,
+        NAMES,
+        NOW,
+    )
+    assert (err.field, err.message) == ("repeat.cron", "fires 30000 ms apart, less than 60000 ms")
+
+
+def test_a_cron_repeats_last_fire_and_its_until_are_held_to_the_horizon() -> None:
+    hourly = _cron("0 * * * *", times=2)
+    start = first_due_for(hourly, NOW)  # the next whole hour, within the 3600 s horizon
+    err = _field(validate_message, _msg(first_due_ms=start, repeat=hourly), LIMITS, NAMES, NOW)
+    assert err.field == "repeat" and "last occurrence" in err.message
+    # Until the first fire only: one occurrence, within the horizon.
+    once = _cron("0 * * * *", times=2, until_ms=start)
+    validate_message(_msg(first_due_ms=start, repeat=once), LIMITS, NAMES, NOW)
+    early = _cron("0 * * * *", times=2, until_ms=start - 1)
+    err = _field(validate_message, _msg(first_due_ms=start, repeat=early), LIMITS, NAMES, NOW)
+    assert (err.field, err.message) == ("repeat.until", "is before the first occurrence")
+
+
+def test_the_first_due_of_a_cron_repeat_is_its_first_fire_at_or_after_the_start() -> None:
+    assert first_due_for(_cron("0 * * * *"), NOW) == (NOW // 3_600_000 + 1) * 3_600_000
+    assert first_due_for(_cron("0 * * * *"), 3_600_000) == 3_600_000
+    assert first_due_for(_fixed(), NOW + 7) == NOW + 7
+    assert _field(first_due_for, _cron("0 9 * *"), NOW).field == "repeat.cron"

@@ -60,6 +60,50 @@ def test_add_round_trip(message: DelayMessage) -> None:
     assert (decoded.value is None) == (message.value is None)
 
 
+CRONS = st.builds(
+    Repeat.calendar,
+    expression=st.sampled_from(["0 9 * * 1-5", "*/10 * * * * *", "30 2 * * *"]),
+    zone=st.sampled_from(["UTC", "Europe/Berlin", "Australia/Lord_Howe"]),
+    times=NUM,
+    until_ms=st.sampled_from([0, 1, 2**62]),
+    catch_up=st.sampled_from(list(CatchUp)),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(repeat=CRONS, start=st.integers(min_value=0, max_value=4_102_444_800_000))
+def test_a_cron_add_round_trips_and_starts_at_its_first_fire(repeat: Repeat, start: int) -> None:
+    message = DelayMessage("c-1", "orders", None, b"v", first_due_ms=start, repeat=repeat)
+    decoded = wire.decode(*wire.encode_add(message)[1:])
+    assert isinstance(decoded, DelayMessage)
+    assert decoded.repeat == repeat
+    assert decoded.first_due_ms == repeat.first_due(start) >= start  # snapped to a fire
+    again = wire.decode(*wire.encode_add(decoded)[1:])
+    assert again == decoded  # a fire stays where it is
+
+
+@pytest.mark.parametrize(
+    ("header", "value", "problem"),
+    [
+        (wire.H_REPEAT_CRON, b"0 9 * * 8", "not a cron expression"),
+        (wire.H_REPEAT_ZONE, b"Mars/Olympus", "not an IANA time zone"),
+        (wire.H_DUE, b"9223372036854775807", "no fire"),
+    ],
+)
+def test_a_cron_add_nobody_can_schedule_is_a_decode_error(
+    header: str, value: bytes, problem: str
+) -> None:
+    message = DelayMessage(
+        "c-1", "orders", None, b"v", first_due_ms=0, repeat=Repeat.calendar("0 9 * * *", times=3)
+    )
+    _, payload, headers = wire.encode_add(message)
+    headers = [(n, value if n == header else v) for n, v in headers]
+    if header not in dict(headers):
+        headers.append((header, value))
+    with pytest.raises(DecodeError, match=problem):
+        wire.decode(payload, headers)
+
+
 @settings(max_examples=100, deadline=None)
 @given(message_id=TEXT)
 def test_cancel_round_trip(message_id: str) -> None:

@@ -22,12 +22,21 @@ from chronos.names import TopicNames
 from chronos.pipeline.inner_producer import InnerProducer
 from chronos.pipeline.options import settings_from_options
 from chronos.pipeline.schema import HEADER_TYPE
+from chronos.repeat import Repeat
 from chronos.settings import LimitSettings
 from chronos.types import EpochMs, Headers
-from chronos.validation import parse_duration_ms, resolve_due, validate_message
+from chronos.validation import (
+    first_due_for,
+    parse_duration_ms,
+    resolve_due,
+    validate_message,
+)
 
 #: The canonical input columns (``normalize`` casts any supported input to these).
-INPUT_COLUMNS = ("id", "topic", "key", "value", "headers", "deliver_at", "delay")
+INPUT_COLUMNS = (
+    "id", "topic", "key", "value", "headers", "deliver_at", "delay", "cron", "zone", "times",
+    "until",
+)  # fmt: skip
 
 REJECTS = pa.schema(
     [
@@ -38,6 +47,10 @@ REJECTS = pa.schema(
         ("headers", HEADER_TYPE),
         ("deliver_at", pa.string()),
         ("delay", pa.string()),
+        ("cron", pa.string()),
+        ("zone", pa.string()),
+        ("times", pa.string()),
+        ("until", pa.string()),
         ("reason", pa.string()),
         ("field", pa.string()),
         ("produced", pa.int64()),
@@ -46,7 +59,8 @@ REJECTS = pa.schema(
 REJECTS_DDL = (
     "id string, topic string, key binary, value binary, "
     "headers array<struct<name: string, value: binary>>, deliver_at string, "
-    "delay string, reason string, field string, produced bigint"
+    "delay string, cron string, zone string, times string, until string, reason string, "
+    "field string, produced bigint"
 )
 
 
@@ -67,7 +81,7 @@ def content_id(
     return "r-" + digest.hexdigest()
 
 
-def deliver_at_ms(text: str) -> EpochMs:
+def deliver_at_ms(text: str, field: str = "deliver_at") -> EpochMs:
     """Epoch milliseconds, or ISO 8601 with a UTC offset (as the HTTP API takes it)."""
     stripped = text.strip()
     if stripped.lstrip("-").isdigit():
@@ -76,18 +90,36 @@ def deliver_at_ms(text: str) -> EpochMs:
         moment = datetime.fromisoformat(stripped)
     except ValueError as exc:
         raise ValidationError(
-            "deliver_at", f"{text!r} is neither epoch ms nor ISO 8601 with an offset"
+            field, f"{text!r} is neither epoch ms nor ISO 8601 with an offset"
         ) from exc
     if moment.tzinfo is None:
-        raise ValidationError("deliver_at", f"{text!r} has no UTC offset (e.g. +00:00 or Z)")
+        raise ValidationError(field, f"{text!r} has no UTC offset (e.g. +00:00 or Z)")
     return round(moment.timestamp() * 1000)
+
+
+def _cron_of(fields: tuple[object, ...]) -> Repeat | None:
+    """The cron repeat of a row's ``cron``, ``zone``, ``times`` and ``until`` columns (None
+    without a cron expression)."""
+    expression, zone, times_text, until_text = fields
+    if expression is None:
+        if times_text is not None or until_text is not None:
+            raise ValidationError("times", "times and until go with a cron expression")
+        return None
+    if times_text is None or not str(times_text).strip().isdigit():
+        raise ValidationError("times", f"{times_text!r} is not a count of occurrences")
+    return Repeat.calendar(
+        str(expression),
+        "UTC" if zone is None else str(zone),
+        times=int(str(times_text)),
+        until_ms=0 if until_text is None else deliver_at_ms(str(until_text), "until"),
+    )
 
 
 def check_row(
     row: tuple[object, ...], limits: LimitSettings, names: TopicNames, now: EpochMs
 ) -> DelayMessage:
     """The add request of one canonical row (``INPUT_COLUMNS`` order), or ValidationError."""
-    message_id, topic, key, value, raw_headers, at_text, delay_text = row
+    message_id, topic, key, value, raw_headers, at_text, delay_text = row[:7]
     headers = [(h["name"], h["value"]) for h in raw_headers or []]  # type: ignore[attr-defined]
     if topic is None:
         raise ValidationError("topic", "missing")
@@ -96,10 +128,14 @@ def check_row(
         delay_ms=None if delay_text is None else parse_duration_ms(str(delay_text)),
         deliver_at_ms=None if at_text is None else deliver_at_ms(str(at_text)),
     )
+    repeat = _cron_of(row[7:])
     if message_id is None:
         when = f"at:{at_text}" if at_text is not None else f"in:{delay_text}"
+        if repeat is not None:
+            when += f" cron:{repeat.cron} {repeat.zone} {repeat.times} {repeat.until_ms}"
         message_id = content_id(str(topic), key, value, headers, when)  # type: ignore[arg-type]
-    message = DelayMessage(str(message_id), str(topic), key, value, headers, due)  # type: ignore[arg-type]
+    first_due = first_due_for(repeat, due)
+    message = DelayMessage(str(message_id), str(topic), key, value, headers, first_due, repeat)  # type: ignore[arg-type]
     validate_message(message, limits, names, now)
     return message
 

@@ -3,9 +3,12 @@
 Input columns: ``topic``; ``value`` and ``key`` (string or binary; strings are UTF-8);
 ``headers`` (map, array of {name, value}, or a JSON object string in CSV); exactly one of
 ``deliver_at`` (timestamp, epoch ms, or ISO 8601 with offset) and ``delay`` (seconds or a
-duration like ``30s``/``5m``); optional ``id``. Rows without an id get one derived from their
-content, so re-running the same input schedules nothing twice (the node keeps the first add of
-an id for as long as it remembers the id: until ``delete.retention_s`` after delivery).
+duration like ``30s``/``5m``); optional ``id``; optional ``cron`` (an expression, repeating
+the message at its fires from the first at or after the due time) with ``times`` and optional
+``zone`` (IANA, default UTC) and ``until`` (as ``deliver_at``). Rows without an id get one
+derived from their content, so re-running the same input schedules nothing twice (the node
+keeps the first add of an id for as long as it remembers the id: until ``delete.retention_s``
+after delivery).
 """
 
 from __future__ import annotations
@@ -122,6 +125,11 @@ def normalize(df: DataFrame) -> DataFrame:
     out["deliver_at"] = F.lit(None).cast("string") if found is None else _when_text(*found)
     found = col("delay")
     out["delay"] = F.lit(None).cast("string") if found is None else found[0].cast("string")
+    for name in ("cron", "zone", "times"):
+        found = col(name)
+        out[name] = F.lit(None).cast("string") if found is None else found[0].cast("string")
+    found = col("until")
+    out["until"] = F.lit(None).cast("string") if found is None else _when_text(*found)
     if col("deliver_at") is None and col("delay") is None:
         raise ConfigError("input needs a deliver_at or a delay column")
     return df.select(*(out[name].alias(name) for name in INPUT_COLUMNS))
