@@ -393,8 +393,6 @@ class Load:
         self._reschedule_share = reschedule_share
         self.delay_s = delay_s
         self._topic = topic
-        self._rate = rate
-        self._delay_s = delay_s
         self.repeat = repeat
         self._cron_share = cron_share
         self._stop = threading.Event()
@@ -451,7 +449,7 @@ class Load:
                     DelayRequest(
                         self._topic,
                         rng.randbytes(32),
-                        delay=rng.uniform(*self._delay_s),
+                        delay=rng.uniform(*self.delay_s),
                         id=uuid.uuid4().hex,
                         repeat=repeat,
                     )
@@ -501,7 +499,7 @@ class Load:
             if expected.due_ms - now_ms < 1500 or rng.random() >= self._reschedule_share:
                 continue
             try:
-                receipt = self._client.reschedule(message_id, delay=rng.uniform(*self._delay_s))
+                receipt = self._client.reschedule(message_id, delay=rng.uniform(*self.delay_s))
                 expected.rescheduled_to = receipt.deliver_at_ms
             except Exception as exc:
                 self.errors.append(f"reschedule: {exc}")

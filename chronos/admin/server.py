@@ -102,7 +102,8 @@ def create_app(view: NodeView, collectors: Sequence[Collector] = ()) -> Starlett
                 raise ValueError(
                     f"horizon_s must be 60..{_MAX_HORIZON_S} with at most {_MAX_BUCKETS} buckets"
                 )
-            answer = lookup_of(request).forecast(view.gauges().now_ms, horizon, bucket)
+            repeats = _flag(q, "repeats")
+            answer = lookup_of(request).forecast(view.gauges().now_ms, horizon, bucket, repeats)
         except ValueError as exc:
             return _bad(str(exc))
         except NotReady as exc:
@@ -164,6 +165,14 @@ def dashboard_headers(page: str) -> dict[str, str]:
         "x-content-type-options": "nosniff",
         "referrer-policy": "no-referrer",
     }
+
+
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    """``true`` or ``false`` (absent: false); ValueError for anything else."""
+    raw = query.get(name, "false").lower()
+    if raw not in ("true", "false"):
+        raise ValueError(f"{name} must be true or false")
+    return raw == "true"
 
 
 def _int(query: Mapping[str, str], name: str, default: int, lo: int = 0, hi: int = _FAR) -> int:

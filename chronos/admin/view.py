@@ -91,7 +91,9 @@ class ScheduleReader(Protocol):
         limit: int,
     ) -> Answer: ...
 
-    def forecast(self, now_ms: int, horizon_s: int, bucket_s: int) -> Answer: ...
+    def forecast(
+        self, now_ms: int, horizon_s: int, bucket_s: int, repeats: bool = False
+    ) -> Answer: ...
 
 
 class NodeView(Protocol):

@@ -106,9 +106,18 @@ class MergedForecast:
     overdue: int
     partitions: list[int]
     missing: list[int]
+    repeats: int = 0
+    repeats_complete: bool = True
 
     def as_json(self) -> dict[str, object]:
-        counts = Forecast(self.from_ms, self.bucket_s, self.counts, self.overdue).as_json()
+        counts = Forecast(
+            self.from_ms,
+            self.bucket_s,
+            self.counts,
+            self.overdue,
+            self.repeats,
+            self.repeats_complete,
+        ).as_json()
         return counts | {"partitions": self.partitions, "missing": self.missing}
 
 
@@ -129,6 +138,8 @@ def merge_forecasts(parts: Sequence[dict[str, Any]], partitions: int) -> MergedF
         overdue=sum(int(part["overdue"]) for part in parts),
         partitions=covered,
         missing=sorted(set(range(partitions)) - set(covered)),
+        repeats=sum(int(part.get("repeats", 0)) for part in parts),
+        repeats_complete=all(bool(part.get("repeats_complete", True)) for part in parts),
     )
 
 
@@ -196,7 +207,9 @@ class LocalLookup:
         part = self.page_part(from_ms, to_ms, topic, state, cursor, limit)
         return merge_pages([part], limit, self.partitions)
 
-    def forecast_part(self, now_ms: int, horizon_s: int, bucket_s: int) -> dict[str, Any]:
+    def forecast_part(
+        self, now_ms: int, horizon_s: int, bucket_s: int, repeats: bool = False
+    ) -> dict[str, Any]:
         readers = self._delivering()
         if not readers:
             return {
@@ -207,14 +220,18 @@ class LocalLookup:
                 "partitions": [],
             }
         parts = [
-            reader.forecast(now_ms, horizon_s, bucket_s).as_json() | {"partitions": [p]}
+            reader.forecast(now_ms, horizon_s, bucket_s, repeats).as_json() | {"partitions": [p]}
             for p, reader in sorted(readers.items())
         ]
         merged = merge_forecasts(parts, self.partitions)
         return merged.as_json()
 
-    def forecast(self, now_ms: int, horizon_s: int, bucket_s: int) -> MergedForecast:
-        return merge_forecasts([self.forecast_part(now_ms, horizon_s, bucket_s)], self.partitions)
+    def forecast(
+        self, now_ms: int, horizon_s: int, bucket_s: int, repeats: bool = False
+    ) -> MergedForecast:
+        return merge_forecasts(
+            [self.forecast_part(now_ms, horizon_s, bucket_s, repeats)], self.partitions
+        )
 
 
 def _part(body: dict[str, Any], partitions: list[int]) -> PagePart:
@@ -292,9 +309,13 @@ class ClusterLookup:
             parts.append(_part(body, [int(p) for p in body.get("partitions", [])]))
         return merge_pages(parts, limit, self._local.partitions)
 
-    def forecast(self, now_ms: int, horizon_s: int, bucket_s: int) -> MergedForecast:
-        parts = [self._local.forecast_part(now_ms, horizon_s, bucket_s)]
-        params = {"horizon_s": horizon_s, "bucket_s": bucket_s}
+    def forecast(
+        self, now_ms: int, horizon_s: int, bucket_s: int, repeats: bool = False
+    ) -> MergedForecast:
+        parts = [self._local.forecast_part(now_ms, horizon_s, bucket_s, repeats)]
+        params: dict[str, object] = {"horizon_s": horizon_s, "bucket_s": bucket_s}
+        if repeats:
+            params["repeats"] = "true"
         for node in self._others():
             try:
                 parts.append(self._peers.get(node, "/v1/forecast", params))

@@ -86,12 +86,17 @@ class Page:
 
 @dataclass(frozen=True)
 class Forecast:
-    """Pending messages per bucket from ``from_ms`` (a whole minute), and those overdue."""
+    """Deliveries per bucket from ``from_ms`` (a whole minute): pending messages and, when
+    asked for, the later occurrences of repeats in the horizon (``repeats`` of them;
+    ``repeats_complete`` false when more pending messages lay in the horizon than one forecast
+    reads), and those overdue."""
 
     from_ms: EpochMs
     bucket_s: int
     counts: list[int]
     overdue: int
+    repeats: int = 0
+    repeats_complete: bool = True
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -100,6 +105,8 @@ class Forecast:
             "counts": self.counts,
             "total": sum(self.counts),
             "overdue": self.overdue,
+            "repeats": self.repeats,
+            "repeats_complete": self.repeats_complete,
         }
 
 
@@ -255,11 +262,15 @@ class Lookup:
             row.update(topic=message.topic, due_ms=message.due_ms, occurrence=message.occurrence)
         return row
 
-    def forecast(self, now_ms: EpochMs, horizon_s: int, bucket_s: int) -> Forecast:
+    def forecast(
+        self, now_ms: EpochMs, horizon_s: int, bucket_s: int, repeats: bool = False
+    ) -> Forecast:
         """Pending messages per ``bucket_s`` (a multiple of 60) over ``horizon_s`` from the
         minute ``now_ms`` falls in, and how many are overdue (due before that minute, not yet
-        delivered). Raises NotReady while the due counts are being built; ValueError for a
-        bucket that is not whole minutes."""
+        delivered). With ``repeats``, also the later occurrences of repeats in the horizon:
+        that reads the stored messages there (up to ``scan_max``), where the counts alone cost
+        the same at any number of pending messages. Raises NotReady while the due counts are
+        being built; ValueError for a bucket that is not whole minutes."""
         if bucket_s < 60 or bucket_s % 60:
             raise ValueError("bucket_s must be a whole number of minutes (60, 300, 3600, ...)")
         counts = self._store.due_counts
@@ -286,7 +297,37 @@ class Lookup:
             if after_minute < first + len(minutes):
                 minutes[after_minute - first] = self._count(after, (after_minute + 1) * MINUTE_MS)
         grouped = [sum(minutes[i : i + per_bucket]) for i in range(0, len(minutes), per_bucket)]
-        return Forecast(from_ms, bucket_s, grouped, overdue)
+        if not repeats:
+            return Forecast(from_ms, bucket_s, grouped, overdue)
+        end_ms = from_ms + buckets * bucket_s * 1000
+        added, complete = self._add_later_occurrences(grouped, after, from_ms, end_ms, bucket_s)
+        return Forecast(from_ms, bucket_s, grouped, overdue, added, complete)
+
+    def _add_later_occurrences(
+        self, buckets: list[int], after: EpochMs, from_ms: EpochMs, end_ms: EpochMs, bucket_s: int
+    ) -> tuple[int, bool]:
+        """Add the occurrences after the pending one of every repeat pending before
+        ``end_ms`` (only those can have more in the horizon) to their buckets; returns how
+        many, and whether every pending message there was read (``scan_max`` bounds it)."""
+        rows = self._store.scan(keys.slot_bound(after), keys.slot_bound(end_ms), self._scan_max + 1)
+        added = 0
+        for _key, raw in rows[: self._scan_max]:
+            if not codec.has_repeat(raw):
+                continue
+            message = _decoded(raw)
+            if message is None or message.repeat is None:
+                continue
+            repeat, first = message.repeat, message.first_due_ms
+            occurrence, due = message.occurrence, message.due_ms
+            while not repeat.is_last(first, occurrence):
+                due = repeat.next_due(first, occurrence, due)
+                occurrence += 1
+                if due >= end_ms:
+                    break
+                if due >= from_ms:
+                    buckets[(due - from_ms) // (bucket_s * 1000)] += 1
+                    added += 1
+        return added, len(rows) <= self._scan_max
 
     def _count(self, start_ms: EpochMs, end_ms: EpochMs) -> int:
         if end_ms <= start_ms:

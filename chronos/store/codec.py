@@ -120,6 +120,12 @@ def null_payload(raw: bytes) -> bool:
     return not raw[1] & _F_VALUE
 
 
+def has_repeat(raw: bytes) -> bool:
+    """Whether a stored message repeats, without decoding it (both versions keep the flags at
+    the same place)."""
+    return bool(raw[1] & _F_REPEAT)
+
+
 _FIRST_DUE = struct.Struct(">Q")
 
 

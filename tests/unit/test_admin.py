@@ -187,6 +187,14 @@ def test_message_status_listing_and_forecast_over_http(
     for bad_bucket in (45, 0, -60, 10**30):
         answer = client.get("/v1/forecast", params={"bucket_s": bad_bucket})
         assert answer.status_code == 400 and "bucket_s" in answer.json()["error"], answer.text
+    asked = client.get("/v1/forecast", params={"horizon_s": 300, "repeats": "true"}).json()
+    assert (asked["counts"], asked["repeats"], asked["repeats_complete"]) == (
+        [0, 4, 0, 0, 0],
+        0,
+        True,
+    )
+    answer = client.get("/v1/forecast", params={"repeats": "yes"})
+    assert answer.status_code == 400 and "repeats" in answer.json()["error"], answer.text
 
 
 def test_overview_has_role_term_lag_and_replicas(node: StubNode, client: httpx.Client) -> None:

@@ -60,7 +60,9 @@ class _Reader:
         more = len(ahead) > len(read)
         return _Page(read, _key(read[-1]).hex() if more and read else None, len(read))
 
-    def forecast(self, now_ms: int, horizon_s: int, bucket_s: int) -> JsonAnswer:
+    def forecast(
+        self, now_ms: int, horizon_s: int, bucket_s: int, repeats: bool = False
+    ) -> JsonAnswer:
         return JsonAnswer(
             {"from_ms": 60_000, "bucket_s": bucket_s, "counts": [len(self.rows), 1], "overdue": 2}
         )

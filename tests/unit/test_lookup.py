@@ -200,6 +200,33 @@ def test_forecast_counts_per_minute_follow_every_write(env: Env) -> None:
         lookup.forecast(T0, 3_600, 90)
 
 
+def test_forecast_counts_the_later_occurrences_of_repeats_in_its_horizon(
+    tmp_path: Path, env: Env
+) -> None:
+    store, _frontier, ledger, lookup = env
+    store.start_due_counts()
+    every_ten_minutes = Repeat.calendar("*/10 * * * *", "Asia/Kolkata", times=4)  # +05:30
+    first = every_ten_minutes.first_due(T0 + 300_000)
+    fixed = Repeat(RepeatKind.FIXED, 900_000, 100)
+    ledger.apply(
+        [
+            _msg("cron", first, repeat=every_ten_minutes),
+            _msg("fixed", T0 + 60_000, repeat=fixed),
+            _msg("once", T0 + 120_000),
+        ]
+    )
+    assert store.due_counts.wait_ready(10)
+    assert lookup.forecast(T0, 3_600, 600).repeats == 0, "counts alone unless asked for"
+    forecast = lookup.forecast(T0, 3_600, 600, repeats=True)
+    dues = [first + k * 600_000 for k in range(4)]  # Kolkata has no DST: every 600 s
+    dues += [T0 + 60_000 + k * 900_000 for k in range(4)] + [T0 + 120_000]
+    assert forecast.counts == [sum(n * 600_000 <= d - T0 < (n + 1) * 600_000 for d in dues)
+                               for n in range(6)]  # fmt: skip
+    assert (forecast.repeats, forecast.repeats_complete) == (6, True)  # 3 + 3 after pending
+    bounded = Lookup(store, ledger, scan_max=2).forecast(T0, 3_600, 600, repeats=True)
+    assert not bounded.repeats_complete
+
+
 def _delivered_job(key: bytes, partition: int, offset: int) -> DeliveryJob:
     job = DeliveryJob(key, None, keys.slot_of(key), attempts=1, partition=partition, offset=offset)
     job.done = True
