@@ -516,11 +516,16 @@ class Seen:
 
 
 def _failover(
-    group: Group, summary: Summary, term: int, since_ms: int, rejoining: Replica | None
+    group: Group,
+    summary: Summary,
+    term: int,
+    since_ms: int,
+    rejoining: Replica | None,
+    timeout_s: float = 60.0,
 ) -> tuple[Replica, int]:
     """Wait for the first commit in a term above ``term``; record the failover from
     ``since_ms``; restart ``rejoining`` (a killed node) as a backup. Returns (new master, ms)."""
-    new, first_ms = group.first_commit_after(term)
+    new, first_ms = group.first_commit_after(term, timeout_s)
     if rejoining is not None:
         rejoining.process.start()
         rejoining.process.wait_ready(60)
@@ -697,7 +702,8 @@ def run_scenario(
         time.sleep(args.down)
         for replica in group.replicas:
             replica.process.start()
-        new, _ = _failover(group, summary, term, stopped_ms, None)
+        # Both replicas first ingest what the load sent meanwhile: give them as long again.
+        new, _ = _failover(group, summary, term, stopped_ms, None, 60 + args.down)
         print(f"restarted the group; {new.name} delivers again")
         time.sleep(args.interval)
     elif args.scenario == "both":
