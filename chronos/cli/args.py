@@ -1,17 +1,13 @@
-"""Argument parsing helpers shared by subcommands (durations, headers, repeat, settings)."""
+"""Argument types of the subcommands: headers, repeats, signed values (``--config`` and
+durations: ``chronos/arguments.py``)."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from chronos.errors import ValidationError
+from chronos.arguments import duration_ms
 from chronos.repeat import Repeat, RepeatKind
-
-if TYPE_CHECKING:
-    from chronos.settings import ChronosSettings
 
 # Subcommand modules import only argparse and this module at their top: every one of them is
 # imported to build ``chronos --help``, so what they need to run is imported in their main().
@@ -35,20 +31,6 @@ def attach_signed_values(argv: Sequence[str]) -> list[str]:
         out.append(arg)
         index += 1
     return out
-
-
-def duration_ms(text: str) -> int:
-    """``250ms``, ``5s``, ``2m``, ``1h``, ``1d``; a bare number is seconds."""
-    if text.strip().startswith("-"):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: a delay cannot be negative (0 delivers now; --at takes a time in the past)"
-        )
-    from chronos.validation import parse_duration_ms
-
-    try:
-        return parse_duration_ms(text)
-    except ValidationError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from exc
 
 
 def header(text: str) -> tuple[str, str]:
@@ -77,21 +59,3 @@ def repeat(text: str) -> Repeat:
     raise argparse.ArgumentTypeError(
         f"{text!r} is not fixed:INTERVAL:TIMES or exponential:INTERVAL:TIMES[:MULT[:CAP]]"
     )
-
-
-def add_config(parser: argparse.ArgumentParser) -> None:
-    """The ``--config`` option every subcommand shares."""
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        help="TOML settings file (CHRONOS_* environment variables override it)",
-    )
-
-
-def settings_from(args: argparse.Namespace) -> ChronosSettings:
-    """Settings from ``--config`` and the environment."""
-    from chronos.settings import load_settings
-
-    path: Path | None = args.config
-    return load_settings(path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from chronos.cli.args import add_config, settings_from
+from chronos.arguments import add_config, settings_from
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

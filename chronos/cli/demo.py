@@ -10,7 +10,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from chronos.cli.args import add_config, duration_ms, settings_from
+from chronos.arguments import add_config, duration_ms, settings_from
 
 if TYPE_CHECKING:
     from chronos.devstack.watch import Delivered

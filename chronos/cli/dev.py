@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chronos.cli.args import add_config, settings_from
+from chronos.arguments import add_config, settings_from
 
 if TYPE_CHECKING:
     from chronos.settings import ChronosSettings

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from chronos.cli.args import add_config, settings_from
+from chronos.arguments import add_config, settings_from
 
 if TYPE_CHECKING:
     from chronos.group.status import Member

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from chronos.cli.args import add_config, duration_ms, header, repeat, settings_from
+from chronos.arguments import add_config, duration_ms, settings_from
+from chronos.cli.args import header, repeat
 from chronos.cli.waiting import waiting_notice
 from chronos.errors import ValidationError
 from chronos.repeat import CatchUp, Repeat

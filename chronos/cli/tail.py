@@ -6,7 +6,7 @@ import argparse
 import threading
 from typing import TYPE_CHECKING
 
-from chronos.cli.args import add_config, settings_from
+from chronos.arguments import add_config, settings_from
 
 if TYPE_CHECKING:
     from chronos.devstack.watch import Delivered

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from chronos.cli.args import add_config, duration_ms, settings_from
+from chronos.arguments import add_config, duration_ms, settings_from
 
 JOBS = ("schedule", "audit", "backlog")
 

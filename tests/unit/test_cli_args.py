@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from chronos.cli.args import attach_signed_values, duration_ms, header, repeat
+from chronos.arguments import duration_ms
+from chronos.cli.args import attach_signed_values, header, repeat
 from chronos.repeat import Repeat, RepeatKind
 
 

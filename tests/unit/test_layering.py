@@ -29,6 +29,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "delivery": {"node", "group", "runtime", "cluster", "cli"},
     "kafka": {"node", "group", "runtime", "cluster", "schedule", "delivery", "cli"},
     "store": {"node", "group", "runtime", "cluster", "schedule", "delivery", "kafka", "cli"},
+    # Spark jobs build on the settings and the shared model, never on the command line.
+    "pipeline": {"node", "group", "runtime", "cluster", "cli", "bench", "devstack", "admin"},
     # The admin API reads a node through a Protocol (admin/view.py); runtime/ answers it.
     "admin": {
         "node",
