@@ -208,8 +208,11 @@ def test_delivery_resumes_by_itself_once_the_disk_accepts_writes_again(tmp_path:
     worker = ProgressWorker(tracker, ledger, 20)
     real = ledger.commit_progress
     disk_full = True
+    attempts = 0
 
     def commit_progress(*args: Any, **kwargs: Any) -> Any:
+        nonlocal attempts
+        attempts += 1
         if disk_full:
             raise OSError("IO error: No space left on device")
         return real(*args, **kwargs)
@@ -227,9 +230,13 @@ def test_delivery_resumes_by_itself_once_the_disk_accepts_writes_again(tmp_path:
             assert time.monotonic() < deadline, "the failed write was not noticed"
             time.sleep(0.01)
         assert tracker.in_flight() == 0  # collected: nothing left to wake the worker
-        time.sleep(0.3)  # full for a while: retries consume any earlier wake-up
+        failed = attempts
+        deadline = time.monotonic() + 30
+        while attempts < failed + 2:  # full for a while: retries consume any earlier wake-up
+            assert time.monotonic() < deadline, "the worker stopped retrying the write"
+            time.sleep(0.01)
         disk_full = False
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + 30
         while tracker.persist_failing_since is not None:
             assert time.monotonic() < deadline, "delivery stays paused after the disk was freed"
             time.sleep(0.01)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -245,13 +246,16 @@ def test_a_scan_gap_spaces_busy_scans_but_not_the_first_after_a_quiet_spell(
         return False
 
     monkeypatch.setattr(push._stop, "wait", no_wait)
+    elapsed = [100.0]  # the worker's monotonic clock, moved by the test only
+    monkeypatch.setattr(push_module, "time", SimpleNamespace(monotonic=lambda: elapsed[0]))
     for message_id, due in (("a", T0), ("b", T0 + 1), ("c", T0 + 3), ("far", T0 + 10)):
         env.add(message_id, due)
     push.step()  # dispatches a, sleeps to b's slot (1 ms)
     assert pauses == []
     env.clock.advance(1)
-    push.step()  # the previous scan dispatched: this one waits out the gap first
-    assert len(pauses) == 1 and 0.2 < pauses[0] <= 0.3
+    elapsed[0] += 0.05
+    push.step()  # the previous scan dispatched: this one waits out the rest of the gap first
+    assert pauses == [pytest.approx(0.25)]
     assert [j.message.id for j in env.drain() if j.message] == ["a", "b"]
     env.clock.advance(1)
     push.step()  # after the gap again, finds nothing due at T0 + 2: quiet
