@@ -19,50 +19,40 @@ TEXT = st.text(alphabet=st.characters(blacklist_categories=SURROGATES), max_size
 U32 = st.integers(min_value=0, max_value=2**32 - 1)
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
 
+
+def _repeats(
+    kinds: list[RepeatKind], **cron_fields: st.SearchStrategy[object]
+) -> st.SearchStrategy[Repeat]:
+    return st.builds(
+        Repeat,
+        kind=st.sampled_from(kinds),
+        interval_ms=U64,
+        times=U32,
+        multiplier=U32,
+        max_interval_ms=U64,
+        **cron_fields,
+    )
+
+
+def _messages(repeats: st.SearchStrategy[Repeat]) -> st.SearchStrategy[DelayMessage]:
+    return st.builds(
+        DelayMessage,
+        id=TEXT,
+        topic=TEXT,
+        key=st.none() | st.binary(max_size=64),
+        value=st.none() | st.binary(max_size=256),
+        headers=st.lists(st.tuples(TEXT, st.none() | st.binary(max_size=32)), max_size=6),
+        first_due_ms=U64,
+        repeat=st.none() | repeats,
+        occurrence=st.integers(min_value=1, max_value=2**32 - 1),
+    )
+
+
 #: Version 1 (stores of earlier releases) knew no cron repeats.
-REPEATS_V1 = st.builds(
-    Repeat,
-    kind=st.sampled_from([RepeatKind.FIXED, RepeatKind.EXPONENTIAL]),
-    interval_ms=U64,
-    times=U32,
-    multiplier=U32,
-    max_interval_ms=U64,
-)
-REPEATS = REPEATS_V1 | st.builds(
-    Repeat,
-    kind=st.just(RepeatKind.CRON),
-    interval_ms=U64,
-    times=U32,
-    multiplier=U32,
-    max_interval_ms=U64,
-    cron=TEXT,
-    zone=TEXT,
-    until_ms=U64,
-)
-
-MESSAGES = st.builds(
-    DelayMessage,
-    id=TEXT,
-    topic=TEXT,
-    key=st.none() | st.binary(max_size=64),
-    value=st.none() | st.binary(max_size=256),
-    headers=st.lists(st.tuples(TEXT, st.none() | st.binary(max_size=32)), max_size=6),
-    first_due_ms=U64,
-    repeat=st.none() | REPEATS,
-    occurrence=st.integers(min_value=1, max_value=2**32 - 1),
-)
-
-MESSAGES_V1 = st.builds(
-    DelayMessage,
-    id=TEXT,
-    topic=TEXT,
-    key=st.none() | st.binary(max_size=64),
-    value=st.none() | st.binary(max_size=256),
-    headers=st.lists(st.tuples(TEXT, st.none() | st.binary(max_size=32)), max_size=6),
-    first_due_ms=U64,
-    repeat=st.none() | REPEATS_V1,
-    occurrence=st.integers(min_value=1, max_value=2**32 - 1),
-)
+REPEATS_V1 = _repeats([RepeatKind.FIXED, RepeatKind.EXPONENTIAL])
+REPEATS = REPEATS_V1 | _repeats([RepeatKind.CRON], cron=TEXT, zone=TEXT, until_ms=U64)
+MESSAGES = _messages(REPEATS)
+MESSAGES_V1 = _messages(REPEATS_V1)
 
 
 def _sample() -> DelayMessage:
