@@ -102,9 +102,11 @@ class Repeat:
     def following(self, first_due: EpochMs, occurrence: int, count: int) -> list[EpochMs]:
         """Due times of up to ``count`` occurrences after ``occurrence`` (status shows them)."""
         dues: list[EpochMs] = []
+        due = self.due_of(first_due, occurrence)
         while len(dues) < count and not self.is_last(first_due, occurrence):
+            due = self.next_due(first_due, occurrence, due)
             occurrence += 1
-            dues.append(self.due_of(first_due, occurrence))
+            dues.append(due)
         return dues
 
     def last_due(self, first_due: EpochMs) -> EpochMs:

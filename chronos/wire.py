@@ -422,15 +422,12 @@ def _decode_cron(
 ) -> Repeat:
     """A cron repeat; an expression or zone chronos cannot read is a decode error (the
     record is dead-lettered with the reason)."""
-    zone = fields.get(H_REPEAT_ZONE)
-    repeat = Repeat(
-        RepeatKind.CRON,
-        0,
-        times,
-        catch_up=catch_up,
-        cron=_text(fields, H_REPEAT_CRON, origin),
-        zone="UTC" if zone is None else _text(fields, H_REPEAT_ZONE, origin),
+    repeat = Repeat.calendar(
+        _text(fields, H_REPEAT_CRON, origin),
+        _text(fields, H_REPEAT_ZONE, origin) if H_REPEAT_ZONE in fields else "UTC",
+        times=times,
         until_ms=_int(fields, H_REPEAT_UNTIL, origin) if H_REPEAT_UNTIL in fields else 0,
+        catch_up=catch_up,
     )
     try:
         cron.schedule_of(repeat.cron, repeat.zone)

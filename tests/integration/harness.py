@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from chronos.group.replica import Replica
 from chronos.kafka.admin import create_topic
 from chronos.runtime.node import Node
 from chronos.settings import ChronosSettings
+from tests.waiting import wait_until as wait_until  # the integration tests import it here
 
 
 def make_settings(
@@ -58,15 +59,6 @@ def group_settings(
         group={"name": GROUP},
         **sections,
     )
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting until {what}")
 
 
 def role_of(node: Node) -> str:

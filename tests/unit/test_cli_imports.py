@@ -28,7 +28,9 @@ def _loaded(*modules: str) -> set[str]:
     return set(json.loads(out))
 
 
-HEAVY_FOR_HELP = ["pydantic", "confluent_kafka", "rocksdict", "structlog", "fastapi", "pyspark"]
+HEAVY_FOR_HELP = [
+    "pydantic", "confluent_kafka", "rocksdict", "structlog", "fastapi", "pyspark", "croniter",
+]  # fmt: skip
 #: ``chronos.devstack`` itself only names the broker kinds (for ``--broker`` choices); its
 #: modules start brokers.
 NOT_FOR_A_NODE = ["fastapi", "uvicorn", "starlette", "chronos.bench", "chronos.devstack.", "proxy"]

@@ -13,7 +13,7 @@ import socket
 import ssl
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from proxy.http.server import ProxyServer
 from proxy.status import StatusSource, StatusUnavailable
 from tests.unit.test_admin import StubNode
 from tests.unit.test_admin import node as node  # noqa: F401  (fixture)
+from tests.waiting import wait_until
 
 SENDER, READER, SLOW = new_token(), new_token(), new_token()
 MESSAGE = {"topic": "orders.timeout", "value": "x", "delay_ms": 60_000}
@@ -280,13 +281,6 @@ def test_a_body_slower_than_the_timeout_gets_408(proxy: httpx.Client) -> None:
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
 
 
-def _eventually(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.05)
-
-
 def _book_error(server: ProxyServer) -> str | None:
     return None if server.book is None else server.book.error
 
@@ -299,8 +293,9 @@ def test_a_rotated_token_file_applies_without_a_restart(tmp_path: Path) -> None:
         assert h.get("/v1/messages/m1", headers=_auth(READER)).status_code == 503
         rotated = new_token()
         path.write_text(_entry("reader", rotated, [], ["status"]))
-        _eventually(  # the file is re-read about once a second
+        wait_until(  # the file is re-read about once a second
             lambda: h.get("/v1/messages/m1", headers=_auth(READER)).status_code == 401,
+            30,
             "the rotated-out token was refused",
         )
         assert h.get("/v1/messages/m1", headers=_auth(rotated)).status_code == 503
@@ -314,14 +309,15 @@ def test_a_rotated_token_file_applies_without_a_restart(tmp_path: Path) -> None:
 
         with structlog.testing.capture_logs() as logs:
             path.write_text("[[tokens]]\nname = ")
-            _eventually(lambda: kept(rotated) and _book_error(server) is not None, "the edit")
+            wait_until(lambda: kept(rotated) and _book_error(server) is not None, 30, "the edit")
             for _ in range(3):
                 assert h.get("/v1/messages/m1", headers=_auth(rotated)).status_code == 503
             assert server.book is not None and server.book.error is not None
             assert "not TOML" in server.book.error
             path.unlink()
-            _eventually(
+            wait_until(
                 lambda: kept(rotated) and "No such file" in (_book_error(server) or ""),
+                30,
                 "the deletion",
             )
             assert h.get("/v1/messages/m1", headers=_auth(rotated)).status_code == 503

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from chronos.schedule.ledger import Ledger, resume_frontier
 from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store import keys
 from chronos.store.rocks import RocksStore
+from tests.waiting import wait_until
 
 
 def _job(slot: int, message_id: str, followup: bool = False) -> DeliveryJob:
@@ -225,21 +225,13 @@ def test_delivery_resumes_by_itself_once_the_disk_accepts_writes_again(tmp_path:
     job(None)
     worker.start()
     try:
-        deadline = time.monotonic() + 5
-        while tracker.persist_failing_since is None:
-            assert time.monotonic() < deadline, "the failed write was not noticed"
-            time.sleep(0.01)
+        wait_until(lambda: tracker.persist_failing_since is not None, 30, "the failure noticed")
         assert tracker.in_flight() == 0  # collected: nothing left to wake the worker
         failed = attempts
-        deadline = time.monotonic() + 30
-        while attempts < failed + 2:  # full for a while: retries consume any earlier wake-up
-            assert time.monotonic() < deadline, "the worker stopped retrying the write"
-            time.sleep(0.01)
+        # Full for a while: retries consume any earlier wake-up.
+        wait_until(lambda: attempts >= failed + 2, 30, "the worker retried the write twice")
         disk_full = False
-        deadline = time.monotonic() + 30
-        while tracker.persist_failing_since is not None:
-            assert time.monotonic() < deadline, "delivery stays paused after the disk was freed"
-            time.sleep(0.01)
+        wait_until(lambda: tracker.persist_failing_since is None, 30, "delivery resumed")
         assert ledger.seek_ms == 150
     finally:
         worker.stop()
