@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -428,6 +429,53 @@ class NodeSettings(_Section):
     )
 
 
+#: A Kafka topic name (as ``validation.TOPIC_CHARS``, which imports these settings).
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+#: The name under ``delivery.topics`` whose policy covers every topic without one of its own.
+ANY_TOPIC = "*"
+
+
+class TopicPolicy(_Section):
+    """How deliveries to one target topic are retried before they go to the dead-letter topic
+    (``delivery.topics.<name>``, ``"*"`` for every topic without its own).
+
+    With a policy, a refusal that concerns the topic (chronos may not write it, a storage
+    error of its partition) is retried with this backoff until ``max_attempts`` or
+    ``max_age_s`` run out, then dead-lettered with the reason. A record that can never be
+    delivered as it is (too large, invalid) is dead-lettered at once, and an outage (Kafka
+    unreachable) is retried for as long as it lasts, as without one."""
+
+    max_attempts: int | None = Field(
+        None, ge=1, description="Dead-letter after this many failed attempts (unset: no limit)."
+    )
+    max_age_s: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Dead-letter a delivery that fails once it is this far past its due time "
+            "(unset: delivery.give_up_after_s after its first attempt)."
+        ),
+    )
+    backoff_initial_ms: int = Field(100, ge=1, description="First retry delay, ms.")
+    backoff_max_ms: int = Field(10_000, ge=1, description="Longest retry delay, ms.")
+
+    @model_validator(mode="after")
+    def _backoff_ordered(self) -> TopicPolicy:
+        if self.backoff_max_ms < self.backoff_initial_ms:
+            raise ValueError("backoff_max_ms must not be below backoff_initial_ms")
+        return self
+
+    def backoff_ms(self, attempts: int) -> int:
+        """The wait after the ``attempts``-th failed attempt: doubling, capped."""
+        return backoff_ms(self.backoff_initial_ms, self.backoff_max_ms, attempts)
+
+
+def backoff_ms(initial_ms: int, max_ms: int, attempts: int) -> int:
+    """``initial_ms`` doubled per failed attempt after the first, at most ``max_ms``."""
+    doubled: int = initial_ms << min(max(attempts - 1, 0), 20)
+    return min(doubled, max_ms)
+
+
 class DeliverySettings(_Section):
     """Producing to target topics: retries and dead-lettering."""
 
@@ -462,6 +510,32 @@ class DeliverySettings(_Section):
             "30,000 (docs/benchmarks, issue 27)."
         ),
     )
+
+    topics: dict[str, TopicPolicy] = Field(
+        default_factory=dict,
+        description=(
+            'Retry policy per target topic ("*": every topic without its own): attempts, '
+            "backoff and maximum age before the dead-letter topic. A topic without one keeps "
+            "the defaults above: not authorized is dead-lettered at once, other refusals after "
+            "give_up_after_s."
+        ),
+    )
+
+    @field_validator("topics")
+    @classmethod
+    def _topic_names(cls, topics: dict[str, TopicPolicy]) -> dict[str, TopicPolicy]:
+        for name in topics:
+            if name != ANY_TOPIC and not TOPIC_NAME.fullmatch(name):
+                raise ValueError(f"delivery.topics: {name!r} is not a Kafka topic name")
+        return topics
+
+    def policy_of(self, topic: str) -> TopicPolicy | None:
+        """The retry policy of deliveries to ``topic``, None when neither it nor ``"*"`` has
+        one."""
+        topics = self.topics
+        if not topics:
+            return None
+        return topics.get(topic) or topics.get(ANY_TOPIC)
 
 
 class GroupSettings(_Section):

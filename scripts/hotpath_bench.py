@@ -119,10 +119,9 @@ def run(bootstrap: str, count: int, batch: int) -> dict[str, float]:
             RetrySchedule(),
             publisher,
             DeadLetters(publisher, "dlq", metrics),
-            DeadLetterPolicy.of(settings.delivery.give_up_after_s, publisher),
+            DeadLetterPolicy.of(settings.delivery, publisher),
             tracker,
             clock,
-            settings.delivery,
             metrics,
         )
         started = _cpu()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -21,6 +22,7 @@ from chronos.delivery.job import DeliveryJob
 from chronos.kafka.errors import ErrorKind, classify, describe
 from chronos.kafka.publisher import DeliveryCallback, Publisher
 from chronos.metrics import Metrics
+from chronos.settings import DeliverySettings, backoff_ms
 from chronos.types import EpochMs, Headers
 from chronos.wire import (
     H_DLQ_REASON,
@@ -157,25 +159,34 @@ class DeadLetterPolicy:
       :data:`UNKNOWN_TOPIC_RECHECK_S`. Without this check librdkafka would hold the record for
       its whole metadata timeout (30 s): in a transaction the commit too, for a node alone its
       seek.
-    * After an error (``errors.classify``): a ``RECORD`` error, or ``AUTHORIZATION`` on the
-      target topic, at once; ``OUTAGE`` and ``FENCED`` never (they say nothing about the
-      record: retried for as long as they last); ``OTHER`` once ``give_up_after_s`` have passed
-      since the first attempt.
+    * After an error (``errors.classify``): a ``RECORD`` error at once; ``OUTAGE`` and
+      ``FENCED`` never (they say nothing about the record: retried for as long as they last).
+      ``AUTHORIZATION`` on the target topic and ``OTHER`` follow the topic's retry policy
+      (``delivery.topics``): retried with its backoff until its ``max_attempts`` or its
+      ``max_age_s`` past the due time run out. A topic without a policy dead-letters
+      ``AUTHORIZATION`` at once and ``OTHER`` once ``give_up_after_s`` have passed since the
+      first attempt.
 
     Parameters:
-        give_up_after_s: ``delivery.give_up_after_s``.
+        settings: ``delivery`` (``give_up_after_s``, the default backoff, ``topics``).
         topic_exists: asks Kafka whether a topic exists (``Publisher.topic_exists``); may raise
             ``KafkaException`` when Kafka does not answer (then the topic counts as existing).
+        unwritable: asks Kafka which of some topics chronos may not write
+            (``kafka.admin.unwritable_topics``); a master asks it after a transaction came
+            back purged, where the refused topic is not named.
         monotonic: seconds of a monotonic clock (tests pass their own).
     """
 
     def __init__(
         self,
-        give_up_after_s: float,
+        settings: DeliverySettings,
         topic_exists: Callable[[str], bool],
         monotonic: Callable[[], float] = time.monotonic,
+        unwritable: Callable[[Collection[str]], set[str]] | None = None,
     ) -> None:
-        self._give_up_ms = give_up_after_s * 1000
+        self._settings = settings
+        self._unwritable = unwritable
+        self._give_up_ms = settings.give_up_after_s * 1000
         self._topic_exists = topic_exists
         self._now = monotonic
         self._known: set[str] = set()
@@ -185,9 +196,29 @@ class DeadLetterPolicy:
         self._missing: dict[str, float] = {}
 
     @classmethod
-    def of(cls, give_up_after_s: float, publisher: Publisher) -> DeadLetterPolicy:
+    def of(
+        cls,
+        settings: DeliverySettings,
+        publisher: Publisher,
+        unwritable: Callable[[Collection[str]], set[str]] | None = None,
+    ) -> DeadLetterPolicy:
         """The policy, asking ``publisher`` about topics."""
-        return cls(give_up_after_s, lambda t: publisher.topic_exists(t, TOPIC_CHECK_TIMEOUT_S))
+        return cls(
+            settings,
+            lambda t: publisher.topic_exists(t, TOPIC_CHECK_TIMEOUT_S),
+            unwritable=unwritable,
+        )
+
+    def unwritable(self, topics: Collection[str]) -> set[str]:
+        """Which of ``topics`` Kafka says chronos may not write; none when Kafka does not
+        answer (an outage, which the caller retries as one) or nobody can tell."""
+        if self._unwritable is None or not topics:
+            return set()
+        try:
+            return self._unwritable(topics)
+        except KafkaException as exc:
+            log.info("topic_rights_unknown", error=str(exc))
+            return set()
 
     def reason_before(self, job: DeliveryJob) -> str | _NotYet | None:
         """Why ``job`` goes to the dead-letter topic without being tried; None to try it;
@@ -227,17 +258,62 @@ class DeadLetterPolicy:
         self._missing[topic] = now
         return missing
 
-    def reason_after(
-        self, error: KafkaError, first_attempt_ms: EpochMs, attempts: int, now_ms: EpochMs
-    ) -> str | None:
-        """Why a delivery that failed with ``error`` (its ``attempts``-th try, the first at
-        ``first_attempt_ms``) goes to the dead-letter topic now, or None to retry it."""
+    def reason_after(self, error: KafkaError, failure: Failure) -> str | None:
+        """Why a delivery that failed with ``error`` goes to the dead-letter topic now, or None
+        to retry it (after ``retry_delay_ms``)."""
         kind = classify(error)
-        if kind in (ErrorKind.RECORD, ErrorKind.AUTHORIZATION):
+        if kind is ErrorKind.RECORD:
             return describe(error)
-        if kind is ErrorKind.OTHER and now_ms - first_attempt_ms > self._give_up_ms:
+        if kind in (ErrorKind.OUTAGE, ErrorKind.FENCED):
+            return None
+        attempts, now_ms = failure.attempts, failure.now_ms
+        policy = None if failure.topic is None else self._settings.policy_of(failure.topic)
+        if policy is None:
+            if kind is ErrorKind.AUTHORIZATION:
+                return describe(error)
+        elif policy.max_attempts is not None and attempts >= policy.max_attempts:
+            return f"gave up after {attempts} attempts (max_attempts): {describe(error)}"
+        elif policy.max_age_s is not None:
+            age_ms = now_ms - failure.due_ms
+            if age_ms > policy.max_age_s * 1000:
+                return (
+                    f"gave up after {attempts} attempts, {age_ms} ms past its due time "
+                    f"(max_age_s {policy.max_age_s:g}): {describe(error)}"
+                )
+            return None
+        if now_ms - failure.first_attempt_ms > self._give_up_ms:
             return f"gave up after {attempts} attempts: {describe(error)}"
         return None
+
+    def retry_delay_ms(self, topic: str | None, attempts: int) -> int:
+        """How long to wait after the ``attempts``-th failed attempt of a delivery to
+        ``topic``: its policy's backoff, or ``delivery.retry_backoff_*``."""
+        policy = None if topic is None else self._settings.policy_of(topic)
+        if policy is not None:
+            return policy.backoff_ms(attempts)
+        settings = self._settings
+        return backoff_ms(
+            settings.retry_backoff_initial_ms, settings.retry_backoff_max_ms, attempts
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed attempt of a delivery, as the policy weighs it.
+
+    Parameters:
+        topic: the target topic (None: the stored message did not decode).
+        due_ms: the delivered occurrence's due time (``max_age_s`` counts from it).
+        first_attempt_ms: when the first attempt was made (``give_up_after_s`` counts from it).
+        attempts: failed attempts so far, this one included.
+        now_ms: now.
+    """
+
+    topic: str | None
+    due_ms: EpochMs
+    first_attempt_ms: EpochMs
+    attempts: int
+    now_ms: EpochMs
 
 
 class DeadLetters:

@@ -11,8 +11,13 @@ buy little and complicate the cut (see ``chronos/group/__init__.py``).
 
 What goes to the dead-letter topic is the shared policy's call (``delivery/deadletter.py``), as
 for a node alone. A record refused at once is dead-lettered in the same transaction; one refused
-in its acknowledgement aborts the transaction, and the retry dead-letters it, so one bad record
-never abort-loops its batch. An outage aborts and retries the same range after a backoff. A
+in its acknowledgement aborts the transaction, and the redo (at once) dead-letters it, or, when
+its topic's retry policy says to try again later, *defers* it: the redo moves it to the slot of
+its next attempt, as a repeat's next occurrence is moved (a progress state), so one refusing
+topic never holds back the others, nor a takeover forgets it. A topic chronos may not write
+shows inside a transaction only as purged records; Kafka is then asked which of their topics
+it refuses (``kafka.admin.unwritable_topics``). An outage aborts and retries the same range
+after a backoff. A
 fenced producer (another master's ``init``, or Kafka aborting a transaction left open past
 ``transaction_timeout_ms``) ends this loop: the node turns into a backup (``replica.py``). An
 authorization failure ends the node.
@@ -31,11 +36,13 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from chronos.clock import Clock
+from chronos.delivery.attempts import Attempts, AttemptsRecord
 from chronos.delivery.deadletter import (
     NOT_YET,
     UNDECODABLE,
     UNKNOWN_TOPIC_CONFIRM_S,
     DeadLetterPolicy,
+    Failure,
     Refusal,
     dead_letter_headers,
     job_record,
@@ -111,6 +118,7 @@ class TransactionLoop(LoopWorker):
         horizon: the last slot that may be delivered at a given now (the cancel gate,
             ``node/watermark.py``); None: now.
         keep_outcomes: record where each committed delivery went (``store/outcome.py``).
+        attempts: where failed attempts are kept for the status lookup.
     """
 
     def __init__(
@@ -128,8 +136,10 @@ class TransactionLoop(LoopWorker):
         state: MasterState,
         horizon: Callable[[EpochMs], EpochMs] | None = None,
         keep_outcomes: bool = False,
+        attempts: Attempts | None = None,
     ) -> None:
         super().__init__("transactions")
+        self._attempts = attempts
         self._horizon = horizon
         self._keep_outcomes = keep_outcomes
         #: (partition, offset) of each job's record, by its index in the open transaction.
@@ -157,9 +167,15 @@ class TransactionLoop(LoopWorker):
         self._dead: dict[bytes, str] = {}
         #: Keys whose dead letter the dead-letter topic refused whole: send the shrunk form.
         self._shrink: set[bytes] = set()
-        #: When a key's delivery first failed, and how often (the policy gives up after a
-        #: while).
-        self._failed: dict[bytes, tuple[EpochMs, int]] = {}
+        #: When a message's delivery first failed, and how often, by id (the policy gives up
+        #: after a while; a deferred message changes its key, not its id).
+        self._failed: dict[str, tuple[EpochMs, int]] = {}
+        #: When each deferred message is tried again, by id: moved to that slot until then.
+        self._retry_at: dict[str, EpochMs] = {}
+        #: Jobs (by index) the policy judged while the open transaction was published.
+        self._judged: set[int] = set()
+        #: The last abort judged every failure (no outage): the redo need not wait.
+        self._redo_at_once = False
         self._last_commit = 0.0
         self._failures = 0
         #: Why this loop stopped delivering for good (fenced, or not authorized), else None.
@@ -280,6 +296,10 @@ class TransactionLoop(LoopWorker):
                     successor=releasing,
                     seek_ms=upto,
                 )
+        elif self._redo_at_once:
+            self._redo_at_once = False
+            self._metrics.incr("transactions_aborted")
+            self._metrics.incr("transactions_redone")
         else:
             self._failures += 1
             backoff = min(self._backoff_ms << min(self._failures - 1, 10), self._backoff_max_ms)
@@ -331,6 +351,8 @@ class TransactionLoop(LoopWorker):
         publisher = self._publisher
         failures: dict[int, KafkaError] = {}
         self._placed = {}
+        self._judged = set()
+        retrying = self._retry_at
         targets: list[int] = []
         began = time.monotonic()
         publisher.begin()
@@ -340,6 +362,12 @@ class TransactionLoop(LoopWorker):
         for n, job in enumerate(jobs):
             if job.done:
                 continue  # a repeat occurrence superseded before a crash
+            message = job.message
+            if retrying and message is not None:
+                retry_at = retrying.get(message.id)
+                if retry_at is not None and retry_at > upto:
+                    states.append(RepeatState(message.id, message, retry_at))  # deferred
+                    continue
             if self._publish_job(n, job, failures):
                 targets.append(n)
                 delivered += 1
@@ -398,7 +426,12 @@ class TransactionLoop(LoopWorker):
         for job in jobs:
             self._dead.pop(job.key, None)
             self._shrink.discard(job.key)
-            self._failed.pop(job.key, None)
+            message = job.message
+            ident = job.key.hex() if message is None else message.id
+            retry_at = retrying.get(ident) if retrying else None
+            if retry_at is None or retry_at <= upto:  # tried in it: delivered or dead-lettered
+                self._failed.pop(ident, None)
+                retrying.pop(ident, None)
         if delivered:
             self._metrics.incr("delivered", delivered)
         if oldest is not None:
@@ -452,7 +485,7 @@ class TransactionLoop(LoopWorker):
             if refused is None:
                 return True  # queued: its outcome arrives at the flush
             # Refused at once (too large, ...): never part of the transaction.
-            reason = self._reason_after(job.key, refused)
+            reason = self._judge(n, job, refused)
             if reason is None:
                 return False  # the flush sees the failure and aborts: tried again
             del failures[n]
@@ -497,16 +530,35 @@ class TransactionLoop(LoopWorker):
     ) -> None:
         self._publisher.publish(topic, key, value, headers, partial(_noted, n, failures))
 
-    def _reason_after(self, key: bytes, error: KafkaError) -> str | None:
-        """The policy's verdict on one more failure of ``key``'s delivery."""
+    def _judge(self, n: int, job: DeliveryJob, error: KafkaError) -> str | None:
+        """The policy's verdict on one more failure of ``job``'s delivery: the reason it goes
+        to the dead-letter topic (kept for the redo), or None to try it again, later (deferred,
+        when the error concerns its topic) or in the redo (an outage)."""
+        self._judged.add(n)
         now = self._clock.now_ms()
-        first, attempts = self._failed.get(key, (now, 0))
-        self._failed[key] = (first, attempts + 1)
-        return self._policy.reason_after(error, first, attempts + 1, now)
+        message = job.message
+        ident = job.key.hex() if message is None else message.id
+        first, attempts = self._failed.get(ident, (now, 0))
+        attempts += 1
+        self._failed[ident] = (first, attempts)
+        topic = None if message is None else message.topic
+        reason = self._policy.reason_after(error, Failure(topic, job.due_ms, first, attempts, now))
+        retry_at: EpochMs | None = None
+        if reason is not None:
+            self._dead[job.key] = reason
+        elif message is not None and classify(error) not in _SAYS_NOTHING:
+            retry_at = now + self._policy.retry_delay_ms(topic, attempts)
+            self._retry_at[message.id] = retry_at
+        if self._attempts is not None and message is not None:
+            record = AttemptsRecord(attempts, describe(error), now, retry_at)
+            self._attempts.failed(message.id, record)
+        return reason
 
     def _abort(self, jobs: list[DeliveryJob], failures: dict[int, KafkaError], left: int) -> None:
-        """Abort; remember what the policy dead-letters, so the retry sends it there."""
-        dead_lettered = 0
+        """Abort; judge each failure (dead-letter or defer in the redo), and say whether the
+        redo may follow at once (``_redo_at_once``: every failure was the record's own)."""
+        outage = left > 0
+        purged: list[int] = []
         for n, error in failures.items():
             kind = classify(error)
             if kind is ErrorKind.FENCED:
@@ -515,6 +567,7 @@ class TransactionLoop(LoopWorker):
             if n == _PROGRESS or not 0 <= n < len(jobs):
                 if kind is ErrorKind.AUTHORIZATION:
                     raise NotAuthorized(f"writing {self._spec.progress_topic}", error)
+                outage = True
                 continue
             key = jobs[n].key
             if key in self._dead:  # the dead letter itself was refused
@@ -523,21 +576,66 @@ class TransactionLoop(LoopWorker):
                     raise NotAuthorized(f"writing {self._spec.dead_letter_topic}", error)
                 if refusal is Refusal.SHRINK:
                     self._shrink.add(key)
+                else:
+                    outage = True
                 continue
-            reason = self._reason_after(key, error)
-            if reason is not None:
-                self._dead[key] = reason
-                dead_lettered += 1
+            if n in self._judged:
+                continue
+            if error.code() in _PURGED:
+                purged.append(n)
+            elif kind is ErrorKind.OUTAGE:
+                outage = True
+            else:
+                self._judge(n, jobs[n], error)
+        if purged:
+            outage = self._judge_purged(jobs, purged) or outage
+        self._redo_at_once = not outage
         first = next(iter(failures.values()), None)
         log.warning(
             "transaction_aborted",
             term=self.term,
             records=len(jobs),
-            to_dead_letters=dead_lettered,
+            to_dead_letters=sum(jobs[n].key in self._dead for n in failures if 0 <= n < len(jobs)),
+            deferred=sum(1 for n in failures if 0 <= n < len(jobs) and self._is_deferred(jobs[n])),
             unanswered=left,
             error=describe(first) if first is not None else "flush timed out",
         )
         self._publisher.abort()
+
+    def _judge_purged(self, jobs: list[DeliveryJob], purged: list[int]) -> bool:
+        """Judge records Kafka purged from the transaction: those of a topic chronos may not
+        write failed for that; True when none is (the purge says nothing: retry the range)."""
+        topic_of: dict[int, str] = {}
+        for n in purged:
+            message = jobs[n].message
+            if message is not None:
+                topic_of[n] = message.topic
+        refused = self._policy.unwritable(set(topic_of.values()))
+        if not refused:
+            return True
+        for n, topic in topic_of.items():
+            if topic in refused:
+                self._judge(n, jobs[n], _not_authorized(topic))
+        return False
+
+    def _is_deferred(self, job: DeliveryJob) -> bool:
+        message = job.message
+        return message is not None and message.id in self._retry_at
+
+
+#: Errors that say nothing about one record: never a reason to defer it.
+_SAYS_NOTHING = frozenset({ErrorKind.OUTAGE, ErrorKind.FENCED})
+#: A record librdkafka dropped from an aborted transaction (its own fault or another's).
+_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+
+
+def _not_authorized(topic: str) -> KafkaError:
+    """The error a record of ``topic`` failed with, as Kafka's authorizer told it."""
+    return KafkaError(
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        f"Topic authorization failed: chronos may not write {topic} (from its authorized "
+        "operations)",
+    )
 
 
 class _TopicNotYet(Exception):

@@ -1,13 +1,20 @@
-"""Creating chronos' internal topics."""
+"""Creating chronos' internal topics; what Kafka says about topics and chronos' rights."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import structlog
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._acl import AclOperation  # not re-exported explicitly
 from confluent_kafka.admin._listoffsets import OffsetSpec  # not re-exported explicitly
 
 # Defined in cimpl; confluent_kafka.admin re-exports the same class only implicitly, which
@@ -244,3 +251,36 @@ def partition_count(settings: ChronosSettings, topic: str, timeout_s: float = 30
     if not lists_topic(metadata, topic):
         raise ConfigError(f"topic {topic} does not exist (run with topics.create = true)")
     return len(metadata.topics[topic].partitions)
+
+
+def unwritable_topics(admin: AdminClient, topics: Collection[str], timeout_s: float) -> set[str]:
+    """Which of ``topics`` Kafka's authorizer says chronos may not write.
+
+    Why ask: inside a transaction a refused topic shows only as the transaction's error, and
+    every record of it, of any topic, comes back purged; the topic's description lists what
+    chronos may do with it (KIP-430). A topic Kafka does not describe (missing, or a broker
+    that does not list operations) is not counted: its own errors say what it is. Raises
+    ``KafkaException`` when Kafka does not answer."""
+    if not topics:
+        return set()
+    described = admin.describe_topics(
+        TopicCollection(sorted(topics)),
+        request_timeout=timeout_s,
+        include_authorized_operations=True,
+    )
+    refused: set[str] = set()
+    for topic, future in described.items():
+        try:
+            operations = future.result(timeout_s).authorized_operations
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.code() in _NOT_DESCRIBED:
+                continue
+            raise
+        if operations is not None and AclOperation.WRITE not in operations:
+            refused.add(topic)
+    return refused
+
+
+#: Answers that say nothing about chronos' rights on a topic.
+_NOT_DESCRIBED = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})

@@ -14,11 +14,13 @@ import structlog
 from confluent_kafka import KafkaError
 
 from chronos.clock import Clock
+from chronos.delivery.attempts import Attempts, AttemptsRecord
 from chronos.delivery.deadletter import (
     NOT_YET,
     UNKNOWN_TOPIC_CONFIRM_S,
     DeadLetterPolicy,
     DeadLetters,
+    Failure,
     Refusal,
     job_record,
 )
@@ -29,7 +31,6 @@ from chronos.lifecycle import LoopWorker
 from chronos.logs import Throttle
 from chronos.metrics import Metrics
 from chronos.node.progress import ProgressTracker
-from chronos.settings import DeliverySettings
 from chronos.types import EpochMs
 from chronos.wire import delivery_headers
 
@@ -92,8 +93,8 @@ class Sender(LoopWorker):
         policy: when a job goes to the dead-letter topic (shared with a master's loop).
         tracker: told when a job is acknowledged (on its target or as a dead letter).
         clock: time source.
-        settings: retry backoff.
         metrics: counters and lateness.
+        attempts: where failed attempts are kept for the status lookup.
         drain_timeout_s: longest a stopping sender keeps retrying (half of
             ``node.shutdown_timeout_s``: the producer's flush and the last progress follow).
     """
@@ -108,8 +109,8 @@ class Sender(LoopWorker):
         policy: DeadLetterPolicy,
         tracker: ProgressTracker,
         clock: Clock,
-        settings: DeliverySettings,
         metrics: Metrics,
+        attempts: Attempts | None = None,
         drain_timeout_s: float = 30.0,
     ) -> None:
         super().__init__(f"sender-{index}")
@@ -121,8 +122,8 @@ class Sender(LoopWorker):
         self._policy = policy
         self._tracker = tracker
         self._clock = clock
-        self._settings = settings
         self._metrics = metrics
+        self._attempts = attempts
         self._drain_timeout_s = drain_timeout_s
 
     def step(self) -> None:
@@ -211,30 +212,41 @@ class Sender(LoopWorker):
     def _on_error(self, job: DeliveryJob, error: KafkaError) -> None:
         self._publisher.note_error(error)  # a fenced producer is replaced; the job is retried
         now = self._clock.now_ms()
-        reason = self._policy.reason_after(error, job.first_attempt_ms, job.attempts, now)
+        message = job.message
+        topic = None if message is None else message.topic
+        failure = Failure(topic, job.due_ms, job.first_attempt_ms, job.attempts, now)
+        reason = self._policy.reason_after(error, failure)
         if reason is not None:
+            self._noted(job, error, now, None)
             self._dead_letter_reason(job, reason)
             job.attempts = 0
             self._retries.add(job, now)
             return
         self._metrics.incr("retried")
-        reason = describe(error)
+        retry_at = now + self._policy.retry_delay_ms(topic, job.attempts)
+        self._noted(job, error, now, retry_at)
+        described = describe(error)
         # When the broker goes, every job in flight fails at once (87 lines in one second):
         # one line per error and 10 s, with how many were held back (``retried`` counts all).
-        held = self._retry_log.admit(reason)
+        held = self._retry_log.admit(described)
         if held is not None:
             log.warning(
                 "delivery_retry",
-                id=job.message.id if job.message else None,
-                error=reason,
+                id=None if message is None else message.id,
+                error=described,
                 attempt=job.attempts,
                 repeated=held,
             )
-        self._retries.add(job, now + self._retry_delay_ms(job.attempts))
+        self._retries.add(job, retry_at)
 
-    def _retry_delay_ms(self, attempts: int) -> int:
-        doubled: int = self._settings.retry_backoff_initial_ms << min(max(attempts - 1, 0), 20)
-        return min(doubled, self._settings.retry_backoff_max_ms)
+    def _noted(
+        self, job: DeliveryJob, error: KafkaError, now: EpochMs, retry_at: EpochMs | None
+    ) -> None:
+        """Keep the failed attempt for the status lookup."""
+        message = job.message
+        if self._attempts is not None and message is not None:
+            record = AttemptsRecord(job.attempts, describe(error), now, retry_at)
+            self._attempts.failed(message.id, record)
 
     @staticmethod
     def _dead_letter_reason(job: DeliveryJob, reason: str) -> None:
@@ -275,4 +287,5 @@ class Sender(LoopWorker):
             error=describe(error),
             attempt=job.attempts,
         )
-        self._retries.add(job, self._clock.now_ms() + self._retry_delay_ms(job.attempts))
+        delay = self._policy.retry_delay_ms(None, job.attempts)
+        self._retries.add(job, self._clock.now_ms() + delay)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from chronos.clock import Clock
+from chronos.delivery.attempts import Attempts
 from chronos.delivery.deadletter import DeadLetters
 from chronos.errors import ConfigError
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
@@ -54,6 +55,7 @@ class NodeContext:
             election (a cluster's partition is told by the cluster's placement instead).
         ends_for: where the questions about partition ends go (a cluster node's replicas share
             one request, ``kafka/shared_ends.py``); None: each asks on its own.
+        attempts: failed delivery attempts, for the status lookup.
     """
 
     settings: ChronosSettings
@@ -77,6 +79,7 @@ class NodeContext:
     watermark: IngestWatermark = field(default_factory=lambda: IngestWatermark({}, 0))
     open_election: OpenElection | None = None
     ends_for: EndsFor | None = None
+    attempts: Attempts = field(default_factory=Attempts)
 
 
 def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:

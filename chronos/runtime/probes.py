@@ -50,7 +50,12 @@ class NodeProbes:
     def __init__(self, node: Node, context: NodeContext) -> None:
         self._node = node
         self._context = context
-        self._lookup = Lookup(context.store, context.ledger, context.settings.admin.list_scan_max)
+        self._lookup = Lookup(
+            context.store,
+            context.ledger,
+            context.settings.admin.list_scan_max,
+            attempts_of=context.attempts.json_of,
+        )
         self._replicas_lock = threading.Lock()
         self._replicas: tuple[float, list[dict[str, object]]] | None = None
 

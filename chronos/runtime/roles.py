@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import partial
 
 import structlog
+from confluent_kafka.admin import AdminClient
 
-from chronos.delivery.deadletter import DeadLetterPolicy
+from chronos.delivery.deadletter import TOPIC_CHECK_TIMEOUT_S, DeadLetterPolicy
 from chronos.errors import ConfigError
 from chronos.group import announcement
 from chronos.group.announcement import Announcer
@@ -25,7 +26,7 @@ from chronos.group.placement import ReplicaStore
 from chronos.group.replica import Elector, Replica
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import MasterState, TransactionLoop
-from chronos.kafka.admin import StableEnds
+from chronos.kafka.admin import StableEnds, unwritable_topics
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.lifecycle import Component
 from chronos.node.checkpointer import CheckpointWorker
@@ -136,7 +137,7 @@ def _at_least_once(
     )
     jobs: JobQueue = JobQueue(maxsize=s.node.queue_batches)
     retries = RetrySchedule()
-    policy = DeadLetterPolicy.of(s.delivery.give_up_after_s, ctx.publisher)
+    policy = DeadLetterPolicy.of(s.delivery, ctx.publisher)
 
     def caught_up() -> bool:
         return all(w.caught_up.is_set() for w in ingest)
@@ -152,8 +153,8 @@ def _at_least_once(
             policy,
             tracker,
             ctx.clock,
-            s.delivery,
             ctx.metrics,
+            attempts=ctx.attempts,
             # Senders drain first; the publisher's flush and the last progress follow.
             drain_timeout_s=s.node.shutdown_timeout_s / 2,
         )
@@ -291,8 +292,15 @@ def _replica(
     def open_publisher() -> TransactionalPublisher:
         return clients.transactional(spec.transactional_id, spec.settings.transaction_timeout_ms)
 
+    admins: list[AdminClient] = []  # made at the first question: most terms never ask one
+
+    def unwritable(topics: Collection[str]) -> set[str]:
+        if not admins:
+            admins.append(clients.admin())
+        return unwritable_topics(admins[0], topics, TOPIC_CHECK_TIMEOUT_S)
+
     def new_master(publisher: TransactionalPublisher, state: MasterState) -> TransactionLoop:
-        policy = DeadLetterPolicy.of(s.delivery.give_up_after_s, publisher)
+        policy = DeadLetterPolicy.of(s.delivery, publisher, unwritable=unwritable)
         return TransactionLoop(
             spec,
             publisher,
@@ -307,6 +315,7 @@ def _replica(
             state,
             horizon=ctx.watermark.horizon,
             keep_outcomes=s.admin.keeps_outcomes,
+            attempts=ctx.attempts,
         )
 
     def new_refresher(floor: RebuildFloor) -> Component:

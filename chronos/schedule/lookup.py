@@ -16,6 +16,7 @@ A message's states: ``pending`` (stored, slot not yet passed), ``delivered``, ``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -67,6 +68,9 @@ class MessageStatus:
     #: False for a delivered message whose outcome this node did not record (another replica
     #: delivered it): it may also have gone to the dead-letter topic.
     outcome_recorded: bool | None = None
+    #: Failed delivery attempts as the node that delivers saw them (``delivery/attempts.py``):
+    #: attempts, last_error, failed_at_ms, retry_at_ms (None once dead-lettered).
+    delivery_attempts: dict[str, object] | None = None
 
     def as_json(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -117,9 +121,18 @@ class Lookup:
         store: the node store (its due counts must have been started for ``forecast``).
         ledger: the owner of the seek and cursor.
         scan_max: most stored messages a listing page reads (``admin.list_scan_max``).
+        attempts_of: a message's failed delivery attempts as this node saw them, JSON
+            (``delivery.attempts.Attempts.json_of``), None when it saw none.
     """
 
-    def __init__(self, store: RocksStore, ledger: Ledger, scan_max: int = 100_000) -> None:
+    def __init__(
+        self,
+        store: RocksStore,
+        ledger: Ledger,
+        scan_max: int = 100_000,
+        attempts_of: Callable[[str], dict[str, object] | None] | None = None,
+    ) -> None:
+        self._attempts_of = attempts_of
         self._store = store
         self._ledger = ledger
         self._scan_max = scan_max
@@ -132,7 +145,13 @@ class Lookup:
         return cursor is not None and key <= cursor
 
     def status(self, message_id: str) -> MessageStatus:
-        """Where ``message_id`` is now."""
+        """Where ``message_id`` is now, with its failed delivery attempts if this node saw any."""
+        status = self._status(message_id)
+        if self._attempts_of is not None:
+            status.delivery_attempts = self._attempts_of(message_id)
+        return status
+
+    def _status(self, message_id: str) -> MessageStatus:
         state = self._store.get_index([message_id])[0]
         if state is None:
             return MessageStatus(message_id, "unknown")

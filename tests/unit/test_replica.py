@@ -227,7 +227,7 @@ def world(tmp_path: Path, origin: StoreOrigin) -> Iterator[World]:
             ledger,
             replica_store,
             frontier,
-            DeadLetterPolicy.of(retry.give_up_after_s, publisher),
+            DeadLetterPolicy.of(retry, publisher),
             retry,
             clock,
             metrics,

@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from chronos.clock import FakeClock
+from chronos.delivery.attempts import Attempts, AttemptsRecord
 from chronos.delivery.deadletter import DeadLetterPolicy, DeadLetters
 from chronos.delivery.job import DeliveryJob
 from chronos.kafka.publishers.stub import StubPublisher, StubRecord
@@ -19,7 +20,7 @@ from chronos.model import DelayMessage
 from chronos.node import sender as sender_module
 from chronos.node.progress import ProgressTracker
 from chronos.node.sender import RetrySchedule, Sender
-from chronos.settings import DeliverySettings
+from chronos.settings import DeliverySettings, TopicPolicy
 from chronos.store import keys
 from chronos.wire import H_DLQ_REASON, H_DLQ_TARGET, H_DLQ_TRUNCATED, H_ID
 
@@ -36,6 +37,7 @@ class Env:
     metrics: CountingMetrics
     sender: Sender
     fatal: Fatal
+    attempts: Attempts
 
     @property
     def sent(self) -> list[StubRecord]:
@@ -46,21 +48,28 @@ class Env:
         self.publisher.answer(self.publisher.published[index], error)
 
 
+DEFAULTS = DeliverySettings(
+    retry_backoff_initial_ms=100, retry_backoff_max_ms=1000, give_up_after_s=5
+)
+
+
 @pytest.fixture
 def env() -> Env:
+    return make_env(DEFAULTS)
+
+
+def make_env(settings: DeliverySettings) -> Env:
     clock, publisher, metrics = FakeClock(T0), StubPublisher(), CountingMetrics()
     tracker, retries = ProgressTracker(0, metrics, clock), RetrySchedule()
     jobs: queue.Queue[list[DeliveryJob]] = queue.Queue()
     fatal = Fatal()
     dead = DeadLetters(publisher, "ns.deadletter", metrics, fatal.report)
-    settings = DeliverySettings(
-        retry_backoff_initial_ms=100, retry_backoff_max_ms=1000, give_up_after_s=5
-    )
     policy = DeadLetterPolicy(
-        settings.give_up_after_s,
+        settings,
         lambda topic: publisher.topic_exists(topic, 1.0),
         monotonic=lambda: clock.now_ms() / 1000,
     )
+    attempts = Attempts()
     sender = Sender(
         0,
         jobs,
@@ -70,11 +79,11 @@ def env() -> Env:
         policy,
         tracker,
         clock,
-        settings,
         metrics,
+        attempts=attempts,
         drain_timeout_s=0.2,
     )
-    return Env(clock, publisher, tracker, retries, jobs, metrics, sender, fatal)
+    return Env(clock, publisher, tracker, retries, jobs, metrics, sender, fatal, attempts)
 
 
 def job(message_id: str = "m1") -> DeliveryJob:
@@ -281,3 +290,109 @@ def test_a_dead_letter_topic_chronos_may_not_write_ends_the_node(env: Env) -> No
     env.reply(1, KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
     assert env.fatal.reason is not None and "ns.deadletter" in env.fatal.reason
     assert not doomed.done, "completed without any acknowledgement"
+
+
+def _denied() -> KafkaError:
+    return KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+
+
+def _policy(**policy: object) -> DeliverySettings:
+    return DEFAULTS.model_copy(update={"topics": {"orders": TopicPolicy.model_validate(policy)}})
+
+
+def test_without_a_policy_a_topic_chronos_may_not_write_is_dead_lettered_at_once(
+    env: Env,
+) -> None:
+    doomed = job()
+    env.jobs.put([doomed])
+    env.sender.step()
+    env.reply(0, _denied())
+    env.sender.step()
+    assert env.sent[1].topic == "ns.deadletter"
+    assert b"TOPIC_AUTHORIZATION_FAILED" in (dict(env.sent[1].headers)[H_DLQ_REASON] or b"")
+
+
+def test_a_topic_policy_retries_a_refusal_with_its_backoff_until_its_attempts_run_out() -> None:
+    """Mutants caught: the policy's backoff ignored (the default 100 ms), ``max_attempts``
+    off by one, the attempts not kept for the status lookup."""
+    env = make_env(_policy(max_attempts=3, backoff_initial_ms=400, backoff_max_ms=600))
+    refused = job()
+    env.jobs.put([refused])
+    env.sender.step()
+    env.reply(0, _denied())
+    assert env.attempts.of("m1") == AttemptsRecord(
+        1, "TOPIC_AUTHORIZATION_FAILED: Broker: Topic authorization failed", T0, T0 + 400
+    )
+    env.clock.advance(399)
+    env.sender.step()
+    assert len(env.sent) == 1  # not before its backoff
+    env.clock.advance(1)
+    env.sender.step()
+    env.reply(1, _denied())
+    env.clock.advance(600)  # doubled, capped at backoff_max_ms
+    env.sender.step()
+    assert [r.topic for r in env.sent] == ["orders"] * 3
+    env.reply(2, _denied())
+    env.sender.step()
+    dead = env.sent[3]
+    assert dead.topic == "ns.deadletter"
+    reason = dict(dead.headers)[H_DLQ_REASON] or b""
+    assert reason.startswith(b"gave up after 3 attempts (max_attempts): TOPIC_AUTHORIZATION")
+    record = env.attempts.of("m1")
+    assert record is not None and (record.attempts, record.retry_at_ms) == (3, None)
+
+
+def test_a_topic_policy_delivers_once_the_topic_takes_it() -> None:
+    env = make_env(_policy(backoff_initial_ms=100))
+    refused = job()
+    env.jobs.put([refused])
+    env.sender.step()
+    env.reply(0, _denied())
+    env.clock.advance(100)
+    env.sender.step()
+    env.reply(1)  # allowed now
+    assert refused.done and env.metrics.totals().get("dead_lettered", 0) == 0
+
+
+def test_a_maximum_age_counts_from_the_due_time() -> None:
+    """Mutant caught: the age counted from the first attempt (a message already late when
+    first tried got its whole age again)."""
+    env = make_env(_policy(max_age_s=10, backoff_initial_ms=4_000, backoff_max_ms=4_000))
+    late = job()
+    env.clock.advance(5_000)  # first tried 5 s after its due time
+    env.jobs.put([late])
+    env.sender.step()
+    env.reply(0, _denied())
+    env.clock.advance(4_000)
+    env.sender.step()
+    env.reply(1, _denied())  # 9 s past due: tried again
+    env.clock.advance(4_000)
+    env.sender.step()
+    assert [r.topic for r in env.sent] == ["orders"] * 3
+    env.reply(2, _denied())  # 13 s past due
+    env.sender.step()
+    reason = dict(env.sent[3].headers)[H_DLQ_REASON] or b""
+    assert b"13000 ms past its due time (max_age_s 10)" in reason
+
+
+def test_the_policy_of_every_topic_covers_a_topic_without_its_own() -> None:
+    everyone = TopicPolicy(max_attempts=2)
+    env = make_env(DEFAULTS.model_copy(update={"topics": {"*": everyone}}))
+    refused = job()
+    env.jobs.put([refused])
+    env.sender.step()
+    env.reply(0, _denied())
+    env.clock.advance(100)
+    env.sender.step()
+    assert env.sent[1].topic == "orders"  # retried, not dead-lettered at once
+
+
+def test_an_outage_is_never_a_reason_to_give_up_whatever_the_policy() -> None:
+    env = make_env(_policy(max_attempts=1, max_age_s=1))
+    waiting = job()
+    env.jobs.put([waiting])
+    env.sender.step()
+    env.reply(0, KafkaError(KafkaError._MSG_TIMED_OUT))
+    env.clock.advance(10_000)
+    env.sender.step()
+    assert [r.topic for r in env.sent] == ["orders", "orders"]

@@ -6,7 +6,7 @@ undone).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from chronos.clock import FakeClock
+from chronos.delivery.attempts import Attempts
 from chronos.delivery.deadletter import DeadLetterPolicy
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.group.spec import GroupSpec
@@ -24,14 +25,22 @@ from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
-from chronos.schedule.progress_record import Cut, decode
-from chronos.settings import ChronosSettings, DeleteSettings, DeliverySettings, StoreSettings
-from chronos.store import codec
+from chronos.schedule.progress_record import Cut, RepeatState, decode
+from chronos.settings import (
+    ChronosSettings,
+    DeleteSettings,
+    DeliverySettings,
+    StoreSettings,
+    TopicPolicy,
+)
+from chronos.store import codec, keys
 from chronos.store.rocks import RocksStore
 from chronos.wire import H_DLQ_REASON, H_ID
 
 T0 = 1_700_000_000_000
 TARGET = "orders"
+#: A topic chronos may not write while a test says so.
+DENIED = "audit"
 
 
 @dataclass
@@ -47,6 +56,7 @@ class Master:
     loop: TransactionLoop
     fenced: list[str] = field(default_factory=list)
     fatal: list[str] = field(default_factory=list)
+    attempts: Attempts = field(default_factory=Attempts)
     offset: int = 0
 
     def add(self, message_id: str, due_ms: int, topic: str = TARGET) -> None:
@@ -64,8 +74,24 @@ class Master:
         return [c for c in (decode(r.key, r.value) for r in records) if isinstance(c, Cut)]
 
 
+#: Retry settings of most tests: no wait between transactions.
+RETRY = DeliverySettings(retry_backoff_initial_ms=1, retry_backoff_max_ms=1, give_up_after_s=5)
+
+
 @pytest.fixture
 def master(tmp_path: Path) -> Iterator[Master]:
+    made = make_master(tmp_path)
+    yield made
+    made.store.close()
+
+
+def make_master(
+    tmp_path: Path,
+    retry: DeliverySettings = RETRY,
+    unwritable: Callable[[Collection[str]], set[str]] | None = None,
+) -> Master:
+    """A master of term 7 leading from ``T0 - 1000``; ``unwritable`` answers which topics
+    chronos may not write, as Kafka's authorizer would."""
     settings = ChronosSettings.model_validate(
         {
             "topics": {"namespace": "ns"},
@@ -81,10 +107,10 @@ def master(tmp_path: Path) -> Iterator[Master]:
     ledger = Ledger(store, frontier, clock, DeleteSettings(), placement)
     replica = ReplicaStore(store, frontier, ledger, placement)
     replica.lead(T0 - 1000, [0])
-    publisher = StubPublisher(topics={TARGET, spec.dead_letter_topic, spec.progress_topic})
-    retry = DeliverySettings(retry_backoff_initial_ms=1, retry_backoff_max_ms=1, give_up_after_s=5)
+    publisher = StubPublisher(topics={TARGET, DENIED, spec.dead_letter_topic, spec.progress_topic})
     fenced: list[str] = []
     fatal: list[str] = []
+    attempts = Attempts()
     loop = TransactionLoop(
         spec,
         publisher,
@@ -92,14 +118,14 @@ def master(tmp_path: Path) -> Iterator[Master]:
         ledger,
         replica,
         frontier,
-        DeadLetterPolicy.of(retry.give_up_after_s, publisher),
+        DeadLetterPolicy.of(retry, publisher, unwritable=unwritable),
         retry,
         clock,
         metrics,
         MasterState(7, fenced.append, fatal.append),
+        attempts=attempts,
     )
-    yield Master(store, ledger, publisher, clock, metrics, spec, loop, fenced, fatal)
-    store.close()
+    return Master(store, ledger, publisher, clock, metrics, spec, loop, fenced, fatal, attempts)
 
 
 def test_deliveries_and_the_progress_that_covers_them_commit_together(master: Master) -> None:
@@ -298,3 +324,137 @@ def test_a_progress_topic_chronos_may_not_write_ends_the_node(master: Master) ->
     master.loop.step()
     assert len(master.fatal) == 1 and progress in master.fatal[0]
     assert master.delivered() == []
+
+
+class Authorizer:
+    """Which topics chronos may not write, as Kafka's authorizer answers; a transaction with a
+    record to one of them comes back with that record purged and names no topic."""
+
+    def __init__(self, master: Master) -> None:
+        self.denied: set[str] = {DENIED}
+        self.asked: list[set[str]] = []
+        master.publisher.outcome = lambda r: (
+            KafkaError(KafkaError._PURGE_QUEUE) if r.topic in self.denied else None
+        )
+
+    def __call__(self, topics: Collection[str]) -> set[str]:
+        self.asked.append(set(topics))
+        return self.denied & set(topics)
+
+
+def _master_with(tmp_path: Path, **policy: object) -> tuple[Master, Authorizer]:
+    """A master whose ``DENIED`` topic is refused, with ``policy`` for it (none if empty)."""
+    topics = {DENIED: TopicPolicy.model_validate(policy)} if policy else {}
+    rights: list[Authorizer] = []
+    made = make_master(
+        tmp_path,
+        RETRY.model_copy(update={"topics": topics}),
+        unwritable=lambda topics: rights[0](topics),
+    )
+    rights.append(Authorizer(made))
+    return made, rights[0]
+
+
+def _states(master: Master) -> list[RepeatState]:
+    records = master.publisher.visible_on(master.spec.progress_topic)
+    found = (decode(r.key, r.value) for r in records)
+    return [st for st in found if isinstance(st, RepeatState)]
+
+
+def test_without_a_policy_a_topic_refused_inside_a_transaction_is_dead_lettered(
+    tmp_path: Path,
+) -> None:
+    """Inside a transaction Kafka names no refused topic: the record comes back purged.
+    Before, the purge counted as an outage, and the whole group retried the range for as
+    long as the topic was refused. Mutant caught: the purged records not asked about."""
+    master, rights = _master_with(tmp_path)
+    try:
+        master.add("x", T0 - 10, topic=DENIED)
+        master.add("a", T0 - 9)
+        master.loop.step()
+        master.loop.step()
+        assert master.publisher.calls == ["begin", "abort", "begin", "commit"]
+        assert rights.asked == [{DENIED}]
+        assert master.delivered() == ["a"]
+        (dead,) = master.publisher.visible_on(master.spec.dead_letter_topic)
+        assert dead.header(H_ID) == b"x"
+        assert (dead.header(H_DLQ_REASON) or b"").startswith(b"TOPIC_AUTHORIZATION_FAILED")
+    finally:
+        master.store.close()
+
+
+def test_a_topic_policy_defers_a_refused_message_and_holds_back_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """The redo (at once, not after the transactions' backoff) delivers the others and moves
+    the refused message to its next attempt's slot in the same transaction; once the topic
+    takes it, it is delivered. Mutants caught: the deferred message tried in the redo (an
+    abort loop), its state not published (a backup would deliver it at the old slot), the
+    redo waiting the backoff."""
+    master, rights = _master_with(tmp_path, backoff_initial_ms=500, backoff_max_ms=500)
+    try:
+        master.add("x", T0 - 10, topic=DENIED)
+        master.add("a", T0 - 9)
+        master.loop.step()
+        master.loop.step()
+        assert master.publisher.calls == ["begin", "abort", "begin", "commit"]
+        assert master.metrics.totals()["transactions_redone"] == 1
+        assert master.delivered() == ["a"] and master.delivered(DENIED) == []
+        assert master.publisher.visible_on(master.spec.dead_letter_topic) == []
+        (state,) = _states(master)
+        assert (state.message_id, state.slot_ms) == ("x", T0 + 500)
+        assert state.message is not None and state.message.due_ms == T0 - 10
+        (index,) = master.store.get_index(["x"])
+        assert index is not None and keys.slot_of(index[1:]) == T0 + 500
+        record = master.attempts.of("x")
+        assert record is not None and (record.attempts, record.retry_at_ms) == (1, T0 + 500)
+        master.add("b", T0 + 100)
+        master.clock.advance(100)
+        master.loop.step()
+        assert master.delivered() == ["a", "b"]  # x not tried before its slot
+        rights.denied.clear()
+        master.clock.advance(400)
+        master.loop.step()
+        assert master.delivered(DENIED) == ["x"]
+    finally:
+        master.store.close()
+
+
+def test_a_maximum_age_ends_the_retries_in_the_dead_letter_topic(tmp_path: Path) -> None:
+    master, rights = _master_with(
+        tmp_path, max_age_s=10, backoff_initial_ms=4_000, backoff_max_ms=4_000
+    )
+    try:
+        master.add("x", T0 - 10, topic=DENIED)
+        for _ in range(4):  # attempts at T0, T0+4 s, T0+8 s: deferred; T0+12 s: too old
+            master.loop.step()
+            master.loop.step()
+            master.clock.advance(4_000)
+        (dead,) = master.publisher.visible_on(master.spec.dead_letter_topic)
+        reason = dead.header(H_DLQ_REASON) or b""
+        assert reason.startswith(b"gave up after 4 attempts, 12010 ms past its due time")
+        assert master.delivered(DENIED) == []
+    finally:
+        master.store.close()
+
+
+def test_a_purge_kafka_explains_with_no_refused_topic_is_retried_as_an_outage(
+    tmp_path: Path,
+) -> None:
+    """Mutant caught: every purged record deferred (an outage would move every message of
+    the range to a later slot)."""
+    master, rights = _master_with(tmp_path, backoff_initial_ms=500)
+    try:
+        master.add("x", T0 - 10, topic=DENIED)
+        real = set(rights.denied)
+        rights.denied = set()
+        master.publisher.outcome = lambda r: (
+            KafkaError(KafkaError._PURGE_QUEUE) if r.topic in real else None
+        )
+        master.loop.step()
+        master.loop.step()
+        assert master.publisher.calls == ["begin", "abort", "begin", "abort"]
+        assert _states(master) == [] and master.attempts.of("x") is None
+        assert "transactions_redone" not in master.metrics.totals()
+    finally:
+        master.store.close()
