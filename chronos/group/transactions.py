@@ -176,6 +176,10 @@ class TransactionLoop(LoopWorker):
         self._judged: set[int] = set()
         #: The last abort judged every failure (no outage): the redo need not wait.
         self._redo_at_once = False
+        #: Target topics whose rights Kafka was asked about (``_refused_now``).
+        self._checked: set[str] = set()
+        #: Target topics Kafka said chronos may not write: asked again before each attempt.
+        self._refused: set[str] = set()
         self._last_commit = 0.0
         self._failures = 0
         #: Why this loop stopped delivering for good (fenced, or not authorized), else None.
@@ -353,6 +357,7 @@ class TransactionLoop(LoopWorker):
         self._placed = {}
         self._judged = set()
         retrying = self._retry_at
+        refused = self._refused_now(jobs, upto)
         targets: list[int] = []
         began = time.monotonic()
         publisher.begin()
@@ -363,8 +368,11 @@ class TransactionLoop(LoopWorker):
             if job.done:
                 continue  # a repeat occurrence superseded before a crash
             message = job.message
-            if retrying and message is not None:
+            if message is not None and (retrying or refused):
                 retry_at = retrying.get(message.id)
+                if message.topic in refused and (retry_at is None or retry_at <= upto):
+                    self._judge(n, job, _not_authorized(message.topic))
+                    retry_at = retrying.get(message.id)
                 if retry_at is not None and retry_at > upto:
                     states.append(RepeatState(message.id, message, retry_at))  # deferred
                     continue
@@ -613,10 +621,39 @@ class TransactionLoop(LoopWorker):
         refused = self._policy.unwritable(set(topic_of.values()))
         if not refused:
             return True
+        self._refused |= refused
         for n, topic in topic_of.items():
             if topic in refused:
                 self._judge(n, jobs[n], _not_authorized(topic))
         return False
+
+    def _refused_now(self, jobs: list[DeliveryJob], upto: EpochMs) -> set[str]:
+        """The target topics of this transaction's attempts that chronos may not write.
+
+        Asked of Kafka for a topic not seen before and for one refused before, never inside
+        the transaction: a record to a refused topic fails the transaction as a whole, and
+        when it is the first of it, its abort ends the producer (Apache Kafka 4.1.1 answers
+        ``INVALID_TXN_STATE``: a term's retake each time). So a refused topic costs a
+        question per attempt, not an abort."""
+        checked, refused, retrying = self._checked, self._refused, self._retry_at
+        ask: set[str] = set()
+        for job in jobs:
+            message = job.message
+            if message is None or job.done:
+                continue
+            topic = message.topic
+            if topic in checked and topic not in refused:
+                continue
+            retry_at = retrying.get(message.id) if retrying else None
+            if retry_at is None or retry_at <= upto:
+                ask.add(topic)
+        if not ask:
+            return set()
+        now_refused = self._policy.unwritable(ask)
+        checked |= ask
+        refused -= ask
+        refused |= now_refused
+        return now_refused
 
     def _is_deferred(self, job: DeliveryJob) -> bool:
         message = job.message

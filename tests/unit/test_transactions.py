@@ -361,24 +361,28 @@ def _states(master: Master) -> list[RepeatState]:
     return [st for st in found if isinstance(st, RepeatState)]
 
 
-def test_without_a_policy_a_topic_refused_inside_a_transaction_is_dead_lettered(
+def test_without_a_policy_a_topic_chronos_may_not_write_is_dead_lettered_without_an_abort(
     tmp_path: Path,
 ) -> None:
-    """Inside a transaction Kafka names no refused topic: the record comes back purged.
-    Before, the purge counted as an outage, and the whole group retried the range for as
-    long as the topic was refused. Mutant caught: the purged records not asked about."""
+    """Kafka is asked about a topic's rights at its first sight, outside the transaction:
+    a record to a refused topic would fail the transaction as a whole (and on Apache Kafka
+    4.1.1 its abort ends the producer). Mutant caught: no question before the transaction
+    (an abort, then the same for ever: the purge was taken for an outage)."""
     master, rights = _master_with(tmp_path)
     try:
         master.add("x", T0 - 10, topic=DENIED)
         master.add("a", T0 - 9)
         master.loop.step()
-        master.loop.step()
-        assert master.publisher.calls == ["begin", "abort", "begin", "commit"]
-        assert rights.asked == [{DENIED}]
+        assert master.publisher.calls == ["begin", "commit"]
+        assert rights.asked == [{DENIED, TARGET}]
         assert master.delivered() == ["a"]
         (dead,) = master.publisher.visible_on(master.spec.dead_letter_topic)
         assert dead.header(H_ID) == b"x"
         assert (dead.header(H_DLQ_REASON) or b"").startswith(b"TOPIC_AUTHORIZATION_FAILED")
+        master.add("b", T0 + 100)
+        master.clock.advance(100)
+        master.loop.step()
+        assert rights.asked == [{DENIED, TARGET}], "asked again about a known topic"
     finally:
         master.store.close()
 
@@ -386,19 +390,15 @@ def test_without_a_policy_a_topic_refused_inside_a_transaction_is_dead_lettered(
 def test_a_topic_policy_defers_a_refused_message_and_holds_back_nothing_else(
     tmp_path: Path,
 ) -> None:
-    """The redo (at once, not after the transactions' backoff) delivers the others and moves
-    the refused message to its next attempt's slot in the same transaction; once the topic
-    takes it, it is delivered. Mutants caught: the deferred message tried in the redo (an
-    abort loop), its state not published (a backup would deliver it at the old slot), the
-    redo waiting the backoff."""
+    """The transaction delivers the others and moves the refused message to its next
+    attempt's slot; once the topic takes it, it is delivered. Mutants caught: its state not
+    published (a backup would deliver it at the old slot), tried before its slot."""
     master, rights = _master_with(tmp_path, backoff_initial_ms=500, backoff_max_ms=500)
     try:
         master.add("x", T0 - 10, topic=DENIED)
         master.add("a", T0 - 9)
         master.loop.step()
-        master.loop.step()
-        assert master.publisher.calls == ["begin", "abort", "begin", "commit"]
-        assert master.metrics.totals()["transactions_redone"] == 1
+        assert master.publisher.calls == ["begin", "commit"]
         assert master.delivered() == ["a"] and master.delivered(DENIED) == []
         assert master.publisher.visible_on(master.spec.dead_letter_topic) == []
         (state,) = _states(master)
@@ -411,11 +411,41 @@ def test_a_topic_policy_defers_a_refused_message_and_holds_back_nothing_else(
         master.add("b", T0 + 100)
         master.clock.advance(100)
         master.loop.step()
-        assert master.delivered() == ["a", "b"]  # x not tried before its slot
+        assert master.delivered() == ["a", "b"]
+        assert len(rights.asked) == 1  # x not tried (nor asked about) before its slot
         rights.denied.clear()
         master.clock.advance(400)
         master.loop.step()
+        assert rights.asked[1:] == [{DENIED}]
         assert master.delivered(DENIED) == ["x"]
+    finally:
+        master.store.close()
+
+
+def test_a_topic_refused_after_its_first_sight_aborts_once_and_the_redo_defers_it(
+    tmp_path: Path,
+) -> None:
+    """Inside a transaction Kafka names no refused topic: the records come back purged, and
+    Kafka is asked which of their topics it refuses. Mutants caught: the purge taken for an
+    outage (the range retried for as long as the refusal lasts), the redo waiting the
+    transactions' backoff."""
+    master, rights = _master_with(tmp_path, backoff_initial_ms=500, backoff_max_ms=500)
+    try:
+        rights.denied = set()
+        master.add("first", T0 - 20, topic=DENIED)
+        master.loop.step()
+        assert master.delivered(DENIED) == ["first"]
+        rights.denied = {DENIED}  # the ACL came afterwards
+        master.add("x", T0 - 10, topic=DENIED)
+        master.add("a", T0 - 9)
+        master.clock.advance(1)
+        master.loop.step()
+        master.loop.step()
+        assert master.publisher.calls[2:] == ["begin", "abort", "begin", "commit"]
+        assert master.metrics.totals()["transactions_redone"] == 1
+        assert master.delivered() == ["a"]
+        (state,) = _states(master)
+        assert (state.message_id, state.slot_ms) == ("x", T0 + 501)
     finally:
         master.store.close()
 
@@ -428,8 +458,8 @@ def test_a_maximum_age_ends_the_retries_in_the_dead_letter_topic(tmp_path: Path)
         master.add("x", T0 - 10, topic=DENIED)
         for _ in range(4):  # attempts at T0, T0+4 s, T0+8 s: deferred; T0+12 s: too old
             master.loop.step()
-            master.loop.step()
             master.clock.advance(4_000)
+        assert master.publisher.calls == ["begin", "commit"] * 4
         (dead,) = master.publisher.visible_on(master.spec.dead_letter_topic)
         reason = dead.header(H_DLQ_REASON) or b""
         assert reason.startswith(b"gave up after 4 attempts, 12010 ms past its due time")
