@@ -314,3 +314,34 @@ def test_compact_mode_defaults_yield_to_what_an_operator_set(
     )
     assert in_code.delete.retention_s == 5.0
     assert in_code.delete.interval_s == COMPACT_DELETE_DEFAULTS["interval_s"]
+
+
+def test_a_topic_retry_policy_loads_by_topic_name_with_a_default_for_the_rest(
+    tmp_path: Path,
+) -> None:
+    path = _toml(
+        tmp_path,
+        '[delivery.topics."pay.ments"]\nmax_attempts = 20\nmax_age_s = 600\n'
+        '[delivery.topics."*"]\nbackoff_initial_ms = 500\n',
+    )
+    delivery = load_settings(path).delivery
+    payments, other = delivery.policy_of("pay.ments"), delivery.policy_of("orders")
+    assert payments is not None and (payments.max_attempts, payments.max_age_s) == (20, 600)
+    assert other is not None and other.backoff_initial_ms == 500 and other.max_attempts is None
+    assert load_settings().delivery.policy_of("orders") is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "named"),
+    [
+        ('[delivery.topics."no spaces"]\nmax_attempts = 1\n', "not a Kafka topic name"),
+        ('[delivery.topics."t"]\nbackoff_initial_ms = 500\nbackoff_max_ms = 100\n', "backoff"),
+        ('[delivery.topics."t"]\nmax_attempts = 0\n', r"delivery\.topics\.t\.max_attempts"),
+        ('[delivery.topics."t"]\nmax_tries = 3\n', r"delivery\.topics\.t\.max_tries"),
+    ],
+)
+def test_a_bad_topic_retry_policy_is_refused_with_its_key(
+    tmp_path: Path, policy: str, named: str
+) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_settings(_toml(tmp_path, policy))
