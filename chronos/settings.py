@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -436,8 +437,9 @@ ANY_TOPIC = "*"
 
 
 class TopicPolicy(_Section):
-    """How deliveries to one target topic are retried before they go to the dead-letter topic
-    (``delivery.topics.<name>``, ``"*"`` for every topic without its own).
+    """How fast deliveries to one target topic go out, and how they are retried before they go
+    to the dead-letter topic (``delivery.topics.<name>``, ``"*"`` for every topic without its
+    own).
 
     With a policy, a refusal that concerns the topic (chronos may not write it, a storage
     error of its partition) is retried with this backoff until ``max_attempts`` or
@@ -458,6 +460,27 @@ class TopicPolicy(_Section):
     )
     backoff_initial_ms: int = Field(100, ge=1, description="First retry delay, ms.")
     backoff_max_ms: int = Field(10_000, ge=1, description="Longest retry delay, ms.")
+    rate: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Node alone: most messages a second delivered to the topic; what falls due faster "
+            "waits, in due order, and shows in topic_lateness (unset: no limit)."
+        ),
+    )
+    burst: int | None = Field(
+        None,
+        ge=1,
+        description="Messages the rate lets out at once after a quiet spell (unset: rate / 10).",
+    )
+
+    @property
+    def burst_size(self) -> int:
+        """``burst``, or a tenth of a second's worth: at least what a sender lets out between
+        two looks at the clock, or the rate would not be reached."""
+        if self.burst is not None:
+            return self.burst
+        return max(1, math.ceil((self.rate or 0) / 10))
 
     @model_validator(mode="after")
     def _backoff_ordered(self) -> TopicPolicy:

@@ -38,6 +38,8 @@ _COUNTER_HELP = {
     "without another taking over (a broker restart).",
     "transactions": "Delivery transactions committed.",
     "transactions_aborted": "Delivery transactions aborted.",
+    "transactions_redone": "Aborted delivery transactions done again at once: each failure "
+    "was a record's own (dead-lettered or deferred in the redo).",
 }
 _HISTOGRAM_HELP = {
     "send_lateness": "Due time to Kafka's acknowledgement of a delivery (node alone).",
@@ -49,6 +51,8 @@ _HISTOGRAM_HELP = {
     "transaction_produce": "Producing one transaction's records.",
     "transaction_flush": "Waiting for one transaction's acknowledgements.",
     "transaction_commit": "Committing one transaction.",
+    "topic_lateness": "Due time to the send of a delivery to a topic with a rate (node alone: "
+    "what its rate makes messages wait shows here), by topic.",
 }
 _ROLES = ("alone", "master", "backup")
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
@@ -73,8 +77,15 @@ class ChronosCollector(Collector):
             safe = _UNSAFE.sub("_", name)
             help_text = _COUNTER_HELP.get(name, f"{name} since the node started.")
             yield CounterMetricFamily(f"chronos_{safe}", help_text, value=value)
+        labelled: dict[str, list[tuple[str, HistogramSnapshot]]] = {}
         for name, snapshot in sorted(metrics.histograms().items()):
+            base, colon, topic = name.partition(":")
+            if colon:  # one series of a family labelled by topic (``delivery/pacing.py``)
+                labelled.setdefault(base, []).append((topic, snapshot))
+                continue
             yield _histogram(_UNSAFE.sub("_", name.removesuffix("_ms")), snapshot)
+        for base, series in labelled.items():
+            yield _by_topic(_UNSAFE.sub("_", base.removesuffix("_ms")), series)
         yield from self._gauges()
 
     def _gauges(self) -> Iterator[Metric]:
@@ -103,15 +114,32 @@ class ChronosCollector(Collector):
         yield GaugeMetricFamily("chronos_ready", "1 when /readyz answers 200.", value=g.ready)
 
 
-def _histogram(name: str, snapshot: HistogramSnapshot) -> HistogramMetricFamily:
-    """A millisecond histogram in seconds, with cumulative buckets as Prometheus wants them."""
+def _buckets(snapshot: HistogramSnapshot) -> list[tuple[str, float]]:
+    """Cumulative buckets in seconds, as Prometheus wants them."""
     buckets: list[tuple[str, float]] = []
     seen = 0
     for bound_ms, count in zip(BOUNDS_MS, snapshot.buckets, strict=False):
         seen += count
         buckets.append((repr(bound_ms / 1000.0), float(seen)))
     buckets.append(("+Inf", float(sum(snapshot.buckets))))
+    return buckets
+
+
+def _histogram(name: str, snapshot: HistogramSnapshot) -> HistogramMetricFamily:
+    """A millisecond histogram in seconds."""
     help_text = _HISTOGRAM_HELP.get(name, f"{name}, seconds.")
     return HistogramMetricFamily(
-        f"chronos_{name}_seconds", help_text, buckets=buckets, sum_value=snapshot.sum_ms / 1000.0
+        f"chronos_{name}_seconds",
+        help_text,
+        buckets=_buckets(snapshot),
+        sum_value=snapshot.sum_ms / 1000.0,
     )
+
+
+def _by_topic(name: str, series: list[tuple[str, HistogramSnapshot]]) -> HistogramMetricFamily:
+    """Millisecond histograms of one name, a series per target topic."""
+    help_text = _HISTOGRAM_HELP.get(name, f"{name} by target topic, seconds.")
+    family = HistogramMetricFamily(f"chronos_{name}_seconds", help_text, labels=["topic"])
+    for topic, snapshot in series:
+        family.add_metric([topic], _buckets(snapshot), sum_value=snapshot.sum_ms / 1000.0)
+    return family

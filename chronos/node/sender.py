@@ -25,6 +25,7 @@ from chronos.delivery.deadletter import (
     job_record,
 )
 from chronos.delivery.job import DeliveryJob
+from chronos.delivery.pacing import Pacing
 from chronos.kafka.errors import describe
 from chronos.kafka.publisher import Publisher
 from chronos.lifecycle import LoopWorker
@@ -95,6 +96,8 @@ class Sender(LoopWorker):
         clock: time source.
         metrics: counters and lateness.
         attempts: where failed attempts are kept for the status lookup.
+        pacing: holds messages of topics with a rate (shared by the senders); None: no topic
+            has one.
         drain_timeout_s: longest a stopping sender keeps retrying (half of
             ``node.shutdown_timeout_s``: the producer's flush and the last progress follow).
     """
@@ -111,6 +114,7 @@ class Sender(LoopWorker):
         clock: Clock,
         metrics: Metrics,
         attempts: Attempts | None = None,
+        pacing: Pacing | None = None,
         drain_timeout_s: float = 30.0,
     ) -> None:
         super().__init__(f"sender-{index}")
@@ -124,16 +128,25 @@ class Sender(LoopWorker):
         self._clock = clock
         self._metrics = metrics
         self._attempts = attempts
+        self._pacing = pacing
         self._drain_timeout_s = drain_timeout_s
 
     def step(self) -> None:
         now = self._clock.now_ms()
         for job in self._retries.pop_due(now):
             self.send(job, now)
+        pacing = self._pacing
+        if pacing is not None:
+            for job in pacing.release(now):
+                self.send(job, now, paced=True)
         # Block on the queue until the next retry is due (at most _IDLE_WAIT_S): no busy polling
         # when idle, and a retry never waits long behind an empty queue.
         next_retry = self._retries.next_due_ms()
         timeout = _IDLE_WAIT_S if next_retry is None else (next_retry - now) / 1000.0
+        if pacing is not None:
+            release_in = pacing.next_release_s()
+            if release_in is not None:
+                timeout = min(timeout, release_in)
         try:
             batch = self._jobs.get(timeout=min(max(timeout, 0.001), _IDLE_WAIT_S))
         except queue.Empty:
@@ -164,13 +177,20 @@ class Sender(LoopWorker):
             for job in self._retries.pop_all():
                 self.send(job, now)
                 sent += 1
-            if not sent and not len(self._retries) and self._publisher.in_flight() == 0:
+            held = 0
+            if self._pacing is not None:
+                for job in self._pacing.release(now):
+                    self.send(job, now, paced=True)
+                    sent += 1
+                held = self._pacing.held()
+            if not (sent or held or len(self._retries)) and self._publisher.in_flight() == 0:
                 return
             if time.monotonic() >= deadline:
                 log.error(
                     "sender_drain_incomplete",
                     sender=self.name,
                     retries=len(self._retries),
+                    held_by_rate=held,
                     in_flight=self._publisher.in_flight(),
                     effect="the seek stops at the first of them: they and what follows them "
                     "are delivered again at the next start",
@@ -179,10 +199,16 @@ class Sender(LoopWorker):
             # Let acknowledgements (and failures, which land in the retries) come back.
             time.sleep(_DRAIN_PAUSE_S)
 
-    def send(self, job: DeliveryJob, now_ms: EpochMs) -> None:
-        """Produce one job to its target, or to the dead-letter topic once it has a reason."""
+    def send(self, job: DeliveryJob, now_ms: EpochMs, paced: bool = False) -> None:
+        """Produce one job to its target, or to the dead-letter topic once it has a reason;
+        a first attempt to a topic with a rate may wait for it (``paced``: it did)."""
         if job.done:
             return
+        pacing = self._pacing
+        if pacing is not None and not paced and job.attempts == 0:
+            message = job.message
+            if message is not None and not pacing.admit(job, message.topic, now_ms):
+                return
         if job.dead_reason is None:
             reason = self._policy.reason_before(job)
             if reason is NOT_YET:

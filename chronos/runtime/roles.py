@@ -16,6 +16,7 @@ import structlog
 from confluent_kafka.admin import AdminClient
 
 from chronos.delivery.deadletter import TOPIC_CHECK_TIMEOUT_S, DeadLetterPolicy
+from chronos.delivery.pacing import Pacing
 from chronos.errors import ConfigError
 from chronos.group import announcement
 from chronos.group.announcement import Announcer
@@ -138,6 +139,7 @@ def _at_least_once(
     jobs: JobQueue = JobQueue(maxsize=s.node.queue_batches)
     retries = RetrySchedule()
     policy = DeadLetterPolicy.of(s.delivery, ctx.publisher)
+    pacing = Pacing.of(s.delivery, ctx.metrics)
 
     def caught_up() -> bool:
         return all(w.caught_up.is_set() for w in ingest)
@@ -155,6 +157,7 @@ def _at_least_once(
             ctx.clock,
             ctx.metrics,
             attempts=ctx.attempts,
+            pacing=pacing,
             # Senders drain first; the publisher's flush and the last progress follow.
             drain_timeout_s=s.node.shutdown_timeout_s / 2,
         )

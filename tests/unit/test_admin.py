@@ -104,6 +104,25 @@ def _families(client: httpx.Client) -> dict[str, object]:
     return {f.name: f for f in text_string_to_metric_families(answer.text)}
 
 
+def test_a_topic_lateness_is_one_family_with_a_series_per_topic(
+    node: StubNode, client: httpx.Client
+) -> None:
+    """Mutant caught: each topic's histogram exported as a family of its own (a name per topic,
+    which no dashboard can sum)."""
+    node.metrics.observe("topic_lateness_ms:orders", 3)
+    node.metrics.observe("topic_lateness_ms:orders", 300)
+    node.metrics.observe("topic_lateness_ms:pay.ments", 40)
+    families = _families(client)
+    assert not [name for name in families if "orders" in name or "ments" in name]
+    family = families["chronos_topic_lateness_seconds"]
+    counts = {
+        s.labels["topic"]: s.value
+        for s in family.samples  # type: ignore[attr-defined]
+        if s.name.endswith("_count")
+    }
+    assert counts == {"orders": 2, "pay.ments": 1}
+
+
 def test_metrics_read_back_with_prometheus_parser_match_the_node(
     node: StubNode, client: httpx.Client
 ) -> None:

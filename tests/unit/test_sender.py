@@ -13,6 +13,7 @@ from chronos.clock import FakeClock
 from chronos.delivery.attempts import Attempts, AttemptsRecord
 from chronos.delivery.deadletter import DeadLetterPolicy, DeadLetters
 from chronos.delivery.job import DeliveryJob
+from chronos.delivery.pacing import Pacing
 from chronos.kafka.publishers.stub import StubPublisher, StubRecord
 from chronos.lifecycle import Fatal
 from chronos.metrics import CountingMetrics
@@ -70,6 +71,9 @@ def make_env(settings: DeliverySettings) -> Env:
         monotonic=lambda: clock.now_ms() / 1000,
     )
     attempts = Attempts()
+    pacing = None
+    if Pacing.of(settings, metrics) is not None:
+        pacing = Pacing(settings, metrics, monotonic=lambda: (clock.now_ms() - T0) / 1000)
     sender = Sender(
         0,
         jobs,
@@ -81,6 +85,7 @@ def make_env(settings: DeliverySettings) -> Env:
         clock,
         metrics,
         attempts=attempts,
+        pacing=pacing,
         drain_timeout_s=0.2,
     )
     return Env(clock, publisher, tracker, retries, jobs, metrics, sender, fatal, attempts)
@@ -396,3 +401,24 @@ def test_an_outage_is_never_a_reason_to_give_up_whatever_the_policy() -> None:
     env.clock.advance(10_000)
     env.sender.step()
     assert [r.topic for r in env.sent] == ["orders", "orders"]
+
+
+def test_a_topic_with_a_rate_waits_in_order_and_holds_back_no_other_topic() -> None:
+    """Mutants caught: the held jobs never released by the senders' loop, a retry paced again
+    (behind messages due after it)."""
+    env = make_env(_policy(rate=1000, burst=2, backoff_initial_ms=1, backoff_max_ms=1))
+    limited = [job(f"m{n}") for n in range(5)]
+    other = DeliveryJob(
+        keys.message_key(T0, "o"), DelayMessage("o", "audit", None, b"v", [], T0), T0
+    )
+    env.jobs.put([*limited, other])
+    env.sender.step()
+    assert [dict(r.headers)[H_ID] for r in env.sent] == [b"m0", b"m1", b"o"]
+    env.clock.advance(2)
+    env.sender.step()
+    assert [dict(r.headers)[H_ID] for r in env.sent[3:]] == [b"m2", b"m3"]
+    env.reply(3, KafkaError(KafkaError._MSG_TIMED_OUT))  # m2 fails: retried, not paced again
+    env.clock.advance(1)  # the retry is due, and one token came: m4's
+    env.sender.step()
+    assert sorted(dict(r.headers)[H_ID] for r in env.sent[5:]) == [b"m2", b"m4"]
+    assert "topic_lateness_ms:orders" in env.metrics.histograms()

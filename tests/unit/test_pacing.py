@@ -1,0 +1,88 @@
+"""Rates per target topic: held in due order, released as the bucket refills (a fake clock)."""
+
+from __future__ import annotations
+
+from chronos.delivery.job import DeliveryJob
+from chronos.delivery.pacing import Pacing, TokenBucket
+from chronos.metrics import CountingMetrics
+from chronos.model import DelayMessage
+from chronos.settings import DeliverySettings, TopicPolicy
+from chronos.store import keys
+
+T0 = 1_700_000_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.s = 100.0
+
+    def __call__(self) -> float:
+        return self.s
+
+
+def _job(n: int, topic: str = "slow") -> DeliveryJob:
+    message = DelayMessage(f"m{n}", topic, None, b"v", [], T0)
+    return DeliveryJob(keys.message_key(T0, f"m{n:06d}"), message, T0)
+
+
+def _pacing(clock: Clock, metrics: CountingMetrics | None = None, **policy: object) -> Pacing:
+    settings = DeliverySettings(topics={"slow": TopicPolicy.model_validate(policy)})
+    return Pacing(settings, metrics, monotonic=clock)
+
+
+def test_a_bucket_lets_out_its_burst_then_its_rate() -> None:
+    bucket = TokenBucket(rate=10, burst=3, now_s=0.0)
+    assert [bucket.take(0.0) for _ in range(4)] == [True, True, True, False]
+    assert bucket.wait_s(0.0) == 0.1
+    assert bucket.take(0.1) and not bucket.take(0.1)
+    assert sum(bucket.take(100.0) for _ in range(10)) == 3  # saves no more than its burst
+
+
+def test_held_jobs_go_out_in_the_order_they_came_at_the_rate() -> None:
+    """Mutants caught: a job admitted past the ones held before it (reordered), a release that
+    ignores the bucket."""
+    clock = Clock()
+    pacing = _pacing(clock, rate=1000, burst=2)
+    jobs = [_job(n) for n in range(10)]
+    admitted = [j for j in jobs if pacing.admit(j, "slow", T0)]
+    assert admitted == jobs[:2] and pacing.held() == 8
+    clock.s += 0.001  # one token
+    (first,) = pacing.release(T0 + 1)
+    assert first is jobs[2]
+    clock.s += 0.0025
+    assert pacing.release(T0 + 3) == jobs[3:5]  # 2.5 tokens, capped at the burst of 2
+    assert pacing.admit(_job(99), "slow", T0) is False  # behind the held ones, token or not
+    clock.s += 1.0
+    assert pacing.release(T0 + 1000) == jobs[5:7]
+    assert pacing.held() == 4
+
+
+def test_a_topic_without_a_rate_is_never_held() -> None:
+    pacing = _pacing(Clock(), rate=1, burst=1)
+    assert all(pacing.admit(_job(n, "fast"), "fast", T0) for n in range(100))
+    assert not pacing.limited("fast") and pacing.limited("slow")
+    assert pacing.next_release_s() is None
+
+
+def test_the_wait_is_each_topic_s_lateness() -> None:
+    clock, metrics = Clock(), CountingMetrics()
+    pacing = _pacing(clock, metrics, rate=10, burst=1)
+    assert pacing.admit(_job(0), "slow", T0 + 5)
+    assert not pacing.admit(_job(1), "slow", T0 + 5)
+    assert pacing.next_release_s() == 0.1
+    clock.s += 0.1
+    pacing.release(T0 + 105)
+    summary = metrics.histograms()["topic_lateness_ms:slow"]
+    assert (sum(summary.buckets), summary.sum_ms) == (2, 5 + 105)
+
+
+def test_no_rate_anywhere_means_no_pacing_at_all() -> None:
+    retry_only = DeliverySettings(topics={"slow": TopicPolicy(max_attempts=3)})
+    assert Pacing.of(retry_only, CountingMetrics()) is None
+    assert Pacing.of(DeliverySettings(topics={"*": TopicPolicy(rate=5)}), CountingMetrics())
+
+
+def test_the_default_burst_is_a_tenth_of_a_second() -> None:
+    assert TopicPolicy(rate=5000).burst_size == 500
+    assert TopicPolicy(rate=3).burst_size == 1
+    assert TopicPolicy(rate=5000, burst=7).burst_size == 7
