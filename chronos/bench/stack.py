@@ -55,6 +55,8 @@ class BenchStack:
             started is the master: ``node``; the others are ``backups``).
         node_command: the ``chronos`` command of the nodes (another revision's,
             ``bench/revision.py``); None: this interpreter's.
+        namespace: the topic namespace (a check that names topics in ``node_settings`` picks
+            it); None: a fresh one.
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class BenchStack:
         broker: BrokerKind = "tansu",
         replicas: int = 0,
         node_command: Sequence[str] | None = None,
+        namespace: str | None = None,
     ) -> None:
         self._node_command = node_command
         self._replicas = replicas
@@ -75,7 +78,7 @@ class BenchStack:
         self._node_settings = node_settings
         self.layout = layout or TopicLayout()
         self.workdir = Path(tempfile.mkdtemp(prefix="chronos-bench-"))
-        self.namespace = f"bench{uuid.uuid4().hex[:8]}"
+        self.namespace = namespace or f"bench{uuid.uuid4().hex[:8]}"
         self.target = f"{self.namespace}-target"
 
     @property
