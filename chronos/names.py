@@ -36,6 +36,12 @@ class TopicNames:
         """Where undeliverable and undecodable records go, with the reason in a header."""
         return f"{self.namespace}.deadletter"
 
+    @property
+    def policy(self) -> str:
+        """One-partition compacted topic of the delivery policies set live, a record per target
+        topic (``chronos policy``, ``delivery/policies.py``)."""
+        return f"{self.namespace}.policy"
+
     def node_group(self, node_id: str) -> str:
         """Each node consumes the whole inner topic in a consumer group of its own."""
         return f"{self.namespace}.node.{node_id}"

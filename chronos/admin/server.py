@@ -113,6 +113,9 @@ def create_app(view: NodeView, collectors: Sequence[Collector] = ()) -> Starlett
     def overview(_request: Request) -> JSONResponse:
         return JSONResponse(_overview(view))
 
+    def policies(_request: Request) -> JSONResponse:
+        return JSONResponse(view.policies())
+
     page = files("chronos.admin").joinpath("dashboard.html").read_text(encoding="utf-8")
     page_headers = dashboard_headers(page)
 
@@ -128,6 +131,7 @@ def create_app(view: NodeView, collectors: Sequence[Collector] = ()) -> Starlett
             Route("/v1/messages", messages),
             Route("/v1/forecast", forecast),
             Route("/v1/overview", overview),
+            Route("/v1/policies", policies),
             Route("/dashboard", dashboard),
         ]
     )

@@ -122,3 +122,8 @@ class NodeView(Protocol):
         """Every replica of the node's group as Kafka reports it (role, term, lag), or the
         node alone; JSON values."""
         ...
+
+    def policies(self) -> dict[str, object]:
+        """The delivery policy of each target topic this node delivers with: configured and
+        set live (``delivery/policies.py``); JSON values."""
+        ...

@@ -192,6 +192,7 @@ class ClusterNode:
         from chronos.cluster.partition_metrics import PartitionCollector
         from chronos.cluster.peers import Peers
         from chronos.cluster.view import ClusterView
+        from chronos.delivery.policies import Policies
 
         s = self.settings
         token = s.cluster.peer_token
@@ -206,6 +207,7 @@ class ClusterNode:
             self.fatal_error,
             peers,
             lambda: None if self._partition_watch is None else self._partition_watch.problem(),
+            policies=Policies(s.delivery.topics),
         )
         admin = AdminServer(
             view, s.admin.host, s.admin.port, s.security, [PartitionCollector(view)]

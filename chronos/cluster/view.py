@@ -18,6 +18,7 @@ from chronos.cluster.host import ShardHost
 from chronos.cluster.lookup import ClusterLookup, LocalLookup
 from chronos.cluster.peers import Peers
 from chronos.cluster.shard import Shard
+from chronos.delivery.policies import Policies
 from chronos.metrics import MergedMetrics, MetricsReader
 from chronos.runtime.probes import NodeProbes
 
@@ -45,7 +46,9 @@ class ClusterView:
         fatal: Callable[[], str | None],
         peers: Peers,
         partitions_problem: Callable[[], str | None] = lambda: None,
+        policies: Policies | None = None,
     ) -> None:
+        self._policies = policies or Policies({})
         self._node_id = node_id
         self._host = host
         self._members = members
@@ -174,6 +177,10 @@ class ClusterView:
             ready=self.readiness().ok,
             delivery_lag_ms=max((g.delivery_lag_ms for g in delivering), default=0),
         )
+
+    def policies(self) -> dict[str, object]:
+        """A cluster's partitions deliver with the configured policies (none set live)."""
+        return self._policies.as_json()
 
     def replicas(self) -> list[dict[str, object]]:
         """One row per hosted partition's replica (the dashboard's table)."""

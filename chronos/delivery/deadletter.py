@@ -19,6 +19,7 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from chronos.delivery.job import DeliveryJob
+from chronos.delivery.policies import Policies
 from chronos.kafka.errors import ErrorKind, classify, describe
 from chronos.kafka.publisher import DeliveryCallback, Publisher
 from chronos.metrics import Metrics
@@ -171,6 +172,7 @@ class DeadLetterPolicy:
         settings: ``delivery`` (``give_up_after_s``, the default backoff, ``topics``).
         topic_exists: asks Kafka whether a topic exists (``Publisher.topic_exists``); may raise
             ``KafkaException`` when Kafka does not answer (then the topic counts as existing).
+        policies: each topic's policy now (configured or set live); None: ``settings.topics``.
         unwritable: asks Kafka which of some topics chronos may not write
             (``kafka.admin.unwritable_topics``); a master asks it after a transaction came
             back purged, where the refused topic is not named.
@@ -183,8 +185,10 @@ class DeadLetterPolicy:
         topic_exists: Callable[[str], bool],
         monotonic: Callable[[], float] = time.monotonic,
         unwritable: Callable[[Collection[str]], set[str]] | None = None,
+        policies: Policies | None = None,
     ) -> None:
         self._settings = settings
+        self._policies = policies or Policies(settings.topics)
         self._unwritable = unwritable
         self._give_up_ms = settings.give_up_after_s * 1000
         self._topic_exists = topic_exists
@@ -201,12 +205,14 @@ class DeadLetterPolicy:
         settings: DeliverySettings,
         publisher: Publisher,
         unwritable: Callable[[Collection[str]], set[str]] | None = None,
+        policies: Policies | None = None,
     ) -> DeadLetterPolicy:
         """The policy, asking ``publisher`` about topics."""
         return cls(
             settings,
             lambda t: publisher.topic_exists(t, TOPIC_CHECK_TIMEOUT_S),
             unwritable=unwritable,
+            policies=policies,
         )
 
     def unwritable(self, topics: Collection[str]) -> set[str]:
@@ -267,7 +273,7 @@ class DeadLetterPolicy:
         if kind in (ErrorKind.OUTAGE, ErrorKind.FENCED):
             return None
         attempts, now_ms = failure.attempts, failure.now_ms
-        policy = None if failure.topic is None else self._settings.policy_of(failure.topic)
+        policy = None if failure.topic is None else self._policies.policy_of(failure.topic)
         if policy is None:
             if kind is ErrorKind.AUTHORIZATION:
                 return describe(error)
@@ -288,7 +294,7 @@ class DeadLetterPolicy:
     def retry_delay_ms(self, topic: str | None, attempts: int) -> int:
         """How long to wait after the ``attempts``-th failed attempt of a delivery to
         ``topic``: its policy's backoff, or ``delivery.retry_backoff_*``."""
-        policy = None if topic is None else self._settings.policy_of(topic)
+        policy = None if topic is None else self._policies.policy_of(topic)
         if policy is not None:
             return policy.backoff_ms(attempts)
         settings = self._settings

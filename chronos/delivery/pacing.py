@@ -15,8 +15,8 @@ from collections import deque
 from collections.abc import Callable
 
 from chronos.delivery.job import DeliveryJob
+from chronos.delivery.policies import Policies
 from chronos.metrics import Metrics, NullMetrics
-from chronos.settings import DeliverySettings
 from chronos.types import EpochMs
 
 #: The histogram of a limited topic's lateness as its messages go out: ``<this>:<topic>``
@@ -60,19 +60,23 @@ class TokenBucket:
 class Pacing:
     """Holds jobs of rate-limited topics until their bucket lets them out; shared by senders.
 
+    A rate set or changed live takes effect at the next job of its topic (a bucket of the same
+    rate and burst keeps its tokens); one cleared lets its held jobs go.
+
     Parameters:
-        settings: ``delivery`` (the ``rate`` and ``burst`` of ``topics``).
+        policies: each topic's policy now (its ``rate`` and ``burst``).
         metrics: where each limited topic's lateness goes (:data:`TOPIC_LATENESS`).
         monotonic: seconds of a monotonic clock (tests pass their own).
     """
 
     def __init__(
         self,
-        settings: DeliverySettings,
+        policies: Policies,
         metrics: Metrics | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._settings = settings
+        self._policies = policies
+        self._version = policies.version
         self._metrics = metrics or NullMetrics()
         self._now = monotonic
         self._lock = threading.Lock()
@@ -82,22 +86,33 @@ class Pacing:
         self._held: dict[str, deque[DeliveryJob]] = {}
         self._count = 0
 
-    @classmethod
-    def of(cls, settings: DeliverySettings, metrics: Metrics) -> Pacing | None:
-        """A pacing when some topic has a rate; None costs the senders nothing."""
-        if any(policy.rate is not None for policy in settings.topics.values()):
-            return cls(settings, metrics)
-        return None
+    @property
+    def active(self) -> bool:
+        """Whether any topic has a rate or any job waits (else senders need not ask)."""
+        return self._policies.any_rate or self._count > 0
 
     def _bucket(self, topic: str) -> TokenBucket | None:
+        if self._version != self._policies.version:
+            self._refresh()
         if topic in self._buckets:
             return self._buckets[topic]
-        policy = self._settings.policy_of(topic)
-        bucket = None
-        if policy is not None and policy.rate is not None:
-            bucket = TokenBucket(policy.rate, policy.burst_size, self._now())
+        bucket = self._new_bucket(topic, None)
         self._buckets[topic] = bucket
         return bucket
+
+    def _new_bucket(self, topic: str, old: TokenBucket | None) -> TokenBucket | None:
+        policy = self._policies.policy_of(topic)
+        if policy is None or policy.rate is None:
+            return None
+        burst = policy.burst_size
+        if old is not None and (old.rate, old.burst) == (policy.rate, burst):
+            return old
+        return TokenBucket(policy.rate, burst, self._now())
+
+    def _refresh(self) -> None:
+        """The policies changed: each known topic's bucket again."""
+        self._version = self._policies.version
+        self._buckets = {t: self._new_bucket(t, b) for t, b in self._buckets.items()}
 
     def limited(self, topic: str) -> bool:
         """Whether ``topic`` has a rate."""
@@ -132,9 +147,8 @@ class Pacing:
             now = self._now()
             for topic in list(self._held):
                 waiting = self._held[topic]
-                bucket = self._buckets[topic]
-                assert bucket is not None
-                while waiting and bucket.take(now):
+                bucket = self._bucket(topic)
+                while waiting and (bucket is None or bucket.take(now)):
                     job = waiting.popleft()
                     self._observe(topic, job, now_ms)
                     released.append(job)
@@ -149,12 +163,8 @@ class Pacing:
             return None
         with self._lock:
             now = self._now()
-            waits = [
-                bucket.wait_s(now)
-                for topic in self._held
-                if (bucket := self._buckets[topic]) is not None
-            ]
-        return min(waits, default=None)
+            buckets = [self._bucket(topic) for topic in self._held]
+            return min((0.0 if b is None else b.wait_s(now) for b in buckets), default=None)
 
     def held(self) -> int:
         """How many jobs wait."""

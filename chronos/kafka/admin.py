@@ -84,6 +84,8 @@ def ensure_topics(
     # One cut and one state per live repeat survive compaction.
     compacted = {"cleanup.policy": "compact", "segment.ms": str(3600 * 1000)}
     replication = settings.topics.replication_factor
+    # The last policy set live for each target topic survives compaction.
+    wanted.append(NewTopic(names.policy, 1, replication, config=compacted))
     cluster = settings.cluster.name
     if cluster is not None:
         # Each inner partition is a replica group of its own (cluster/shard.py); as many as

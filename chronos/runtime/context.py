@@ -9,6 +9,7 @@ import structlog
 from chronos.clock import Clock
 from chronos.delivery.attempts import Attempts
 from chronos.delivery.deadletter import DeadLetters
+from chronos.delivery.policies import Policies
 from chronos.errors import ConfigError
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.group.replica import OpenElection
@@ -56,6 +57,7 @@ class NodeContext:
         ends_for: where the questions about partition ends go (a cluster node's replicas share
             one request, ``kafka/shared_ends.py``); None: each asks on its own.
         attempts: failed delivery attempts, for the status lookup.
+        policies: the delivery policy of each target topic, configured or set live.
     """
 
     settings: ChronosSettings
@@ -80,6 +82,7 @@ class NodeContext:
     open_election: OpenElection | None = None
     ends_for: EndsFor | None = None
     attempts: Attempts = field(default_factory=Attempts)
+    policies: Policies = field(default_factory=lambda: Policies({}))
 
 
 def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
@@ -147,6 +150,7 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         origin=origin,
         floor=RebuildFloor(None if published.cut is None else published.cut.floor),
         published=published,
+        policies=Policies(settings.delivery.topics),
         watermark=IngestWatermark(
             ledger.inner_offsets(owned), settings.node.cancel_margin_ms, owned, clock
         ),

@@ -68,6 +68,9 @@ class NodeProbes:
         """A node's store is all it answers for."""
         return self._lookup
 
+    def policies(self) -> dict[str, object]:
+        return self._context.policies.as_json()
+
     def replicas(self) -> list[dict[str, object]]:
         role, term = self._role_and_term()
         ctx = self._context

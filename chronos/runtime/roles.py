@@ -38,6 +38,7 @@ from chronos.node.expiry import ExpiryWriter, id_partition
 from chronos.node.ingest import IngestWorker
 from chronos.node.inner_reader import BatchSource, DecodedBatch, InnerReader, ReaderSpec
 from chronos.node.partitions import thread_shares
+from chronos.node.policy_follower import PolicyFollower
 from chronos.node.progress import ProgressTracker, ProgressWorker
 from chronos.node.push import JobQueue, PushWorker
 from chronos.node.refresh import RefreshWorker
@@ -138,8 +139,8 @@ def _at_least_once(
     )
     jobs: JobQueue = JobQueue(maxsize=s.node.queue_batches)
     retries = RetrySchedule()
-    policy = DeadLetterPolicy.of(s.delivery, ctx.publisher)
-    pacing = Pacing.of(s.delivery, ctx.metrics)
+    policy = DeadLetterPolicy.of(s.delivery, ctx.publisher, policies=ctx.policies)
+    pacing = Pacing(ctx.policies, ctx.metrics)
 
     def caught_up() -> bool:
         return all(w.caught_up.is_set() for w in ingest)
@@ -214,6 +215,8 @@ def alone(ctx: NodeContext) -> list[Component]:
     )
     return [
         MetricsReporter(ctx.metrics, ctx.ledger),
+        # Read to its end before anything delivers.
+        _policy_follower(ctx),
         # Before the progress worker: it stops after it and publishes the final seek.
         published,
         *_at_least_once(ctx, ingest, published),
@@ -225,6 +228,21 @@ def alone(ctx: NodeContext) -> list[Component]:
             ctx.store, ctx.settings.node.data_dir, root=ctx.settings.node.checkpoint_dir
         ),
     ]
+
+
+def _policy_follower(ctx: NodeContext) -> PolicyFollower:
+    """What applies the policies set live (``chronos policy``) to ``ctx.policies``."""
+    node_id = ctx.settings.node.node_id
+    names = ctx.settings.topics.names
+    errors = ctx.clients.errors("policies")
+    return PolicyFollower(
+        names.policy,
+        ctx.clients.consumer(
+            names.progress_reader_group(node_id, "policy"), errors, {"enable.auto.commit": False}
+        ),
+        errors,
+        ctx.policies,
+    )
 
 
 def _deleter(ctx: NodeContext, delivering: Callable[[], bool]) -> list[Component]:
@@ -303,7 +321,9 @@ def _replica(
         return unwritable_topics(admins[0], topics, TOPIC_CHECK_TIMEOUT_S)
 
     def new_master(publisher: TransactionalPublisher, state: MasterState) -> TransactionLoop:
-        policy = DeadLetterPolicy.of(s.delivery, publisher, unwritable=unwritable)
+        policy = DeadLetterPolicy.of(
+            s.delivery, publisher, unwritable=unwritable, policies=ctx.policies
+        )
         return TransactionLoop(
             spec,
             publisher,
@@ -378,11 +398,21 @@ def replica(ctx: NodeContext) -> list[Component]:
     in fenced transactions, and otherwise follows the master's committed progress."""
     if ctx.group is None or ctx.replica_store is None:
         raise ConfigError("a replica needs group.name")
+    paced = sorted(t for t, p in ctx.settings.delivery.topics.items() if p.rate is not None)
+    if paced:
+        log.warning(
+            "topic_rate_ignored",
+            topics=paced,
+            reason="a replica group's master does not limit rates yet (a node alone does)",
+        )
     owned = ctx.owned
     ingest = _ingest(ctx, owned)
     role = _replica(ctx, ctx.group, ctx.replica_store, owned, ingest)
+    # A cluster's partitions are replicas of a node each: they keep the configured policies.
+    follower = [] if ctx.open_election is not None else [_policy_follower(ctx)]
     return [
         MetricsReporter(ctx.metrics, ctx.ledger),
+        *follower,
         ctx.publisher,  # ingest's dead letters and refresh records: every replica has its own
         *ingest,
         _watermark_probe(ctx),

@@ -54,6 +54,9 @@ class StubNode:
     def replicas(self) -> list[dict[str, object]]:
         return [{"node": "n1", "role": self.role, "term": 3}]
 
+    def policies(self) -> dict[str, object]:
+        return {"configured": {}, "live": {"orders": {"rate": 5.0}}}
+
     @property
     def local_lookup(self) -> Lookup:
         return self.lookup
@@ -250,3 +253,9 @@ def test_delivery_lag_is_how_late_the_oldest_message_past_the_seek_is(node: Stub
     assert delivery_lag_ms(node.store, seek, seek + 25_000) == 0  # due in 35 s
     node.ledger.apply([DelayMessage("due", "orders", None, b"v", [], seek + 20_000)])
     assert delivery_lag_ms(node.store, seek, seek + 25_000) == 5_000
+
+
+def test_policies_answer_what_the_node_delivers_with(client: httpx.Client) -> None:
+    answer = client.get("/v1/policies")
+    assert answer.status_code == 200
+    assert answer.json() == {"configured": {}, "live": {"orders": {"rate": 5.0}}}

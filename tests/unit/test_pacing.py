@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from chronos.delivery.job import DeliveryJob
 from chronos.delivery.pacing import Pacing, TokenBucket
+from chronos.delivery.policies import Policies
 from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
-from chronos.settings import DeliverySettings, TopicPolicy
+from chronos.settings import TopicPolicy
 from chronos.store import keys
 
 T0 = 1_700_000_000_000
@@ -26,8 +27,7 @@ def _job(n: int, topic: str = "slow") -> DeliveryJob:
 
 
 def _pacing(clock: Clock, metrics: CountingMetrics | None = None, **policy: object) -> Pacing:
-    settings = DeliverySettings(topics={"slow": TopicPolicy.model_validate(policy)})
-    return Pacing(settings, metrics, monotonic=clock)
+    return Pacing(Policies({"slow": TopicPolicy.model_validate(policy)}), metrics, clock)
 
 
 def test_a_bucket_lets_out_its_burst_then_its_rate() -> None:
@@ -76,10 +76,30 @@ def test_the_wait_is_each_topic_s_lateness() -> None:
     assert (sum(summary.buckets), summary.sum_ms) == (2, 5 + 105)
 
 
-def test_no_rate_anywhere_means_no_pacing_at_all() -> None:
-    retry_only = DeliverySettings(topics={"slow": TopicPolicy(max_attempts=3)})
-    assert Pacing.of(retry_only, CountingMetrics()) is None
-    assert Pacing.of(DeliverySettings(topics={"*": TopicPolicy(rate=5)}), CountingMetrics())
+def test_no_rate_anywhere_means_the_senders_need_not_ask() -> None:
+    policies = Policies({"slow": TopicPolicy(max_attempts=3)})
+    pacing = Pacing(policies, CountingMetrics(), Clock())
+    assert not pacing.active
+    policies.set("*", TopicPolicy(rate=5))
+    assert pacing.active
+
+
+def test_a_rate_set_live_holds_the_next_jobs_and_one_cleared_lets_them_go() -> None:
+    """Mutants caught: buckets never rebuilt after a change (the new rate ignored), held jobs
+    kept once their topic lost its rate."""
+    clock = Clock()
+    policies = Policies({})
+    pacing = Pacing(policies, CountingMetrics(), clock)
+    assert pacing.admit(_job(0), "slow", T0)  # no rate yet: known as unlimited
+    policies.set("slow", TopicPolicy(rate=1, burst=1))
+    assert pacing.admit(_job(1), "slow", T0)
+    assert not pacing.admit(_job(2), "slow", T0)
+    assert not pacing.admit(_job(3), "slow", T0)
+    policies.set("slow", TopicPolicy(rate=1, burst=1))  # the same: nothing changes
+    assert pacing.release(T0) == []
+    policies.set("slow", None)
+    assert [j.message.id for j in pacing.release(T0) if j.message] == ["m2", "m3"]
+    assert pacing.held() == 0
 
 
 def test_the_default_burst_is_a_tenth_of_a_second() -> None:

@@ -14,6 +14,7 @@ from chronos.delivery.attempts import Attempts, AttemptsRecord
 from chronos.delivery.deadletter import DeadLetterPolicy, DeadLetters
 from chronos.delivery.job import DeliveryJob
 from chronos.delivery.pacing import Pacing
+from chronos.delivery.policies import Policies
 from chronos.kafka.publishers.stub import StubPublisher, StubRecord
 from chronos.lifecycle import Fatal
 from chronos.metrics import CountingMetrics
@@ -71,9 +72,7 @@ def make_env(settings: DeliverySettings) -> Env:
         monotonic=lambda: clock.now_ms() / 1000,
     )
     attempts = Attempts()
-    pacing = None
-    if Pacing.of(settings, metrics) is not None:
-        pacing = Pacing(settings, metrics, monotonic=lambda: (clock.now_ms() - T0) / 1000)
+    pacing = Pacing(Policies(settings.topics), metrics, lambda: (clock.now_ms() - T0) / 1000)
     sender = Sender(
         0,
         jobs,

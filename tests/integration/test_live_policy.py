@@ -1,0 +1,54 @@
+"""A delivery policy set live (``chronos policy``): every node follows the policy topic and
+delivers with it from then on; cleared, the configured one is back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from chronos.cli.main import main as chronos
+from proxy.client import DelayClient
+from tests.integration.harness import Inbox, make_settings, running_node, wait_until
+
+
+def _live(port: int) -> dict[str, Any]:
+    answer = httpx.get(f"http://127.0.0.1:{port}/v1/policies", timeout=10)
+    answer.raise_for_status()
+    live: dict[str, Any] = answer.json()["live"]
+    return live
+
+
+def test_a_rate_set_live_paces_the_topic_and_clearing_it_lifts_it(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Mutants caught: the follower not applying records (the node kept the configured,
+    unlimited policy), the pacing not seeing a rate set after its start."""
+    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store", admin={"port": 0})
+    config = tmp_path / "chronos.toml"
+    config.write_text(
+        f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\n'
+        f'[topics]\nnamespace = "{namespace}"\ninner_partitions = 4\n'
+    )
+    topic = f"{namespace}-paced"
+    with running_node(settings) as node, Inbox(settings, [topic], partitions=1) as inbox:
+        port = node.admin_port
+        assert port is not None
+        args = ["policy", "set", topic, "--rate", "4", "--burst", "1", "--config", str(config)]
+        assert chronos(args) == 0
+        assert json.loads(capsys.readouterr().out)["policy"]["rate"] == 4.0
+        wait_until(lambda: topic in _live(port), 30, "the node read the policy")
+        with DelayClient(settings) as client:
+            for n in range(5):
+                client.send_delay(topic, b"v", delay=0.5, id=f"p{n}")
+        assert inbox.wait_for({f"p{n}" for n in range(5)}, 30)
+        sent = sorted(inbox.first(f"p{n}").produced_ms for n in range(5))
+        # One at once (the burst), four more a quarter of a second apart at the least.
+        assert sent[-1] - sent[0] >= 4 * 250 - 5, sent
+        assert chronos(["policy", "list", "--config", str(config)]) == 0
+        assert topic in json.loads(capsys.readouterr().out)["live"]
+        assert chronos(["policy", "clear", topic, "--config", str(config)]) == 0
+        wait_until(lambda: topic not in _live(port), 30, "the node read the clearing")

@@ -1,0 +1,72 @@
+"""Delivery policies: configured, replaced live by the policy topic's records, cleared back."""
+
+from __future__ import annotations
+
+import pytest
+
+from chronos.delivery.policies import Policies, check_topic, decode, encode
+from chronos.settings import TopicPolicy
+
+CONFIGURED = {"orders": TopicPolicy(max_attempts=3), "*": TopicPolicy(max_age_s=60)}
+
+
+def test_a_live_policy_replaces_the_configured_one_whole_and_clearing_brings_it_back() -> None:
+    """Mutant caught: a live record merged into the configured policy (a field the operator
+    left out kept its configured value)."""
+    policies = Policies(CONFIGURED)
+    assert policies.policy_of("orders") == TopicPolicy(max_attempts=3)
+    assert policies.set("orders", TopicPolicy(rate=50))
+    assert policies.policy_of("orders") == TopicPolicy(rate=50)
+    assert policies.set("orders", None)
+    assert policies.policy_of("orders") == TopicPolicy(max_attempts=3)
+
+
+def test_every_topic_without_its_own_takes_the_star_live_or_configured() -> None:
+    policies = Policies(CONFIGURED)
+    assert policies.policy_of("audit") == TopicPolicy(max_age_s=60)
+    policies.set("*", TopicPolicy(rate=1))
+    assert policies.policy_of("audit") == TopicPolicy(rate=1)
+    assert policies.policy_of("orders") == TopicPolicy(max_attempts=3)  # its own wins
+    assert Policies({}).policy_of("audit") is None
+
+
+def test_a_change_bumps_the_version_and_an_unchanged_record_does_not() -> None:
+    policies = Policies({})
+    assert not policies.any_rate
+    assert policies.set("orders", TopicPolicy(rate=5))
+    assert (policies.version, policies.any_rate) == (1, True)
+    assert not policies.set("orders", TopicPolicy(rate=5))
+    assert policies.version == 1
+    policies.set("orders", None)
+    assert (policies.version, policies.any_rate) == (2, False)
+
+
+def test_records_round_trip_and_bad_ones_name_their_field() -> None:
+    policy = TopicPolicy(rate=2.5, burst=3, max_age_s=10)
+    assert decode(encode(policy)) == policy
+    assert (
+        encode(policy)
+        == b'{"max_age_s":10.0,"backoff_initial_ms":100,"backoff_max_ms":10000,"rate":2.5,"burst":3}'
+    )
+    with pytest.raises(ValueError, match="max_attempts"):
+        decode(b'{"max_attempts": 0}')
+    with pytest.raises(ValueError, match="max_tries"):
+        decode(b'{"max_tries": 3}')
+    with pytest.raises(ValueError):
+        decode(b"not json")
+
+
+def test_only_topic_names_and_star_may_have_a_policy() -> None:
+    assert check_topic("pay.ments") == "pay.ments" and check_topic("*") == "*"
+    with pytest.raises(ValueError, match="not a Kafka topic name"):
+        check_topic("two words")
+
+
+def test_the_admin_view_shows_both() -> None:
+    policies = Policies(CONFIGURED)
+    policies.set("audit", TopicPolicy(rate=5))
+    shown = policies.as_json()
+    assert shown["live"] == {
+        "audit": {"rate": 5.0, "backoff_initial_ms": 100, "backoff_max_ms": 10000}
+    }
+    assert set(shown["configured"]) == {"*", "orders"}  # type: ignore[arg-type]
