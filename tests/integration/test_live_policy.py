@@ -22,6 +22,16 @@ def _live(port: int) -> dict[str, Any]:
     return live
 
 
+def _printed(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """What the command printed: its JSON object, the last one starting a line (the node's
+    log lines share the test's stdout)."""
+    out = "\n" + capsys.readouterr().out
+    start = out.rindex("\n{") + 1
+    printed, _end = json.JSONDecoder().raw_decode(out[start:])
+    assert isinstance(printed, dict)
+    return printed
+
+
 def test_a_rate_set_live_paces_the_topic_and_clearing_it_lifts_it(
     kafka_bootstrap: str, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -39,7 +49,7 @@ def test_a_rate_set_live_paces_the_topic_and_clearing_it_lifts_it(
         assert port is not None
         args = ["policy", "set", topic, "--rate", "4", "--burst", "1", "--config", str(config)]
         assert chronos(args) == 0
-        assert json.loads(capsys.readouterr().out)["policy"]["rate"] == 4.0
+        assert _printed(capsys)["policy"]["rate"] == 4.0
         wait_until(lambda: topic in _live(port), 30, "the node read the policy")
         with DelayClient(settings) as client:
             for n in range(5):
@@ -49,6 +59,6 @@ def test_a_rate_set_live_paces_the_topic_and_clearing_it_lifts_it(
         # One at once (the burst), four more a quarter of a second apart at the least.
         assert sent[-1] - sent[0] >= 4 * 250 - 5, sent
         assert chronos(["policy", "list", "--config", str(config)]) == 0
-        assert topic in json.loads(capsys.readouterr().out)["live"]
+        assert topic in _printed(capsys)["live"]
         assert chronos(["policy", "clear", topic, "--config", str(config)]) == 0
         wait_until(lambda: topic not in _live(port), 30, "the node read the clearing")
