@@ -91,14 +91,17 @@ def clear_main(args: argparse.Namespace) -> int:
 
 def _write(args: argparse.Namespace, topic: str, value: bytes | None) -> None:
     """One record of the policy topic, acknowledged by Kafka (the topic made when missing)."""
-    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka import KafkaError
 
     from chronos.errors import NotAcknowledged
     from chronos.kafka.admin import ensure_topics
+    from chronos.kafka.clients import KafkaClients
+    from chronos.kafka.clients import producer as new_producer
 
     settings = settings_from(args)
     ensure_topics(settings, _TIMEOUT_S)
-    producer = Producer(settings.kafka.producer())
+    clients = KafkaClients(settings.kafka, settings.node.node_id)
+    producer = new_producer(settings.kafka.producer(), clients.errors("policy"))
     outcome: list[KafkaError | None] = []
     producer.produce(
         settings.topics.names.policy,
@@ -113,16 +116,20 @@ def _write(args: argparse.Namespace, topic: str, value: bytes | None) -> None:
 
 
 def list_main(args: argparse.Namespace) -> int:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
     from chronos.delivery.policies import Policies, check_topic, decode
     from chronos.kafka.admin import ensure_topics
+    from chronos.kafka.clients import KafkaClients
 
     settings = settings_from(args)
     ensure_topics(settings, _TIMEOUT_S)
     policies = Policies(settings.delivery.topics)
     topic = settings.topics.names.policy
-    consumer = Consumer(settings.kafka.consumer(f"{topic}.list", **{"enable.auto.commit": False}))
+    clients = KafkaClients(settings.kafka, settings.node.node_id)
+    consumer = clients.consumer(
+        f"{topic}.list", clients.errors("policy"), {"enable.auto.commit": False}
+    )
     try:
         _low, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), _TIMEOUT_S)
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])

@@ -12,10 +12,16 @@ from __future__ import annotations
 import time
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from chronos.delivery.policies import Policies, check_topic, decode
-from chronos.group.follower import ProgressConsumer
 from chronos.kafka.batches import read_ready
 from chronos.kafka.clients import ClientErrors
 from chronos.lifecycle import LoopWorker
@@ -39,7 +45,7 @@ class PolicyFollower(LoopWorker):
     def __init__(
         self,
         topic: str,
-        consumer: ProgressConsumer,
+        consumer: Consumer,
         errors: ClientErrors,
         policies: Policies,
         catch_up_s: float = 10.0,
