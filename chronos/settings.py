@@ -475,6 +475,12 @@ class TopicPolicy(_Section):
     )
 
     @property
+    def retries(self) -> bool:
+        """Whether the policy says how to retry (a field of it set): a policy of a rate alone
+        leaves the retries as without one."""
+        return bool(self.model_fields_set & _RETRY_FIELDS)
+
+    @property
     def burst_size(self) -> int:
         """``burst``, or a tenth of a second's worth: at least what a sender lets out between
         two looks at the clock, or the rate would not be reached."""
@@ -491,6 +497,10 @@ class TopicPolicy(_Section):
     def backoff_ms(self, attempts: int) -> int:
         """The wait after the ``attempts``-th failed attempt: doubling, capped."""
         return backoff_ms(self.backoff_initial_ms, self.backoff_max_ms, attempts)
+
+
+#: The fields of a policy that say how to retry.
+_RETRY_FIELDS = frozenset({"max_attempts", "max_age_s", "backoff_initial_ms", "backoff_max_ms"})
 
 
 def backoff_ms(initial_ms: int, max_ms: int, attempts: int) -> int:

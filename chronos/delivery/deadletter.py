@@ -215,16 +215,16 @@ class DeadLetterPolicy:
             policies=policies,
         )
 
-    def unwritable(self, topics: Collection[str]) -> set[str]:
-        """Which of ``topics`` Kafka says chronos may not write; none when Kafka does not
-        answer (an outage, which the caller retries as one) or nobody can tell."""
+    def unwritable(self, topics: Collection[str]) -> set[str] | None:
+        """Which of ``topics`` Kafka says chronos may not write; None when Kafka did not
+        answer (an outage, which the caller retries as one), none when nobody can tell."""
         if self._unwritable is None or not topics:
             return set()
         try:
             return self._unwritable(topics)
         except KafkaException as exc:
             log.info("topic_rights_unknown", error=str(exc))
-            return set()
+            return None
 
     def reason_before(self, job: DeliveryJob) -> str | _NotYet | None:
         """Why ``job`` goes to the dead-letter topic without being tried; None to try it;
@@ -274,7 +274,7 @@ class DeadLetterPolicy:
             return None
         attempts, now_ms = failure.attempts, failure.now_ms
         policy = None if failure.topic is None else self._policies.policy_of(failure.topic)
-        if policy is None:
+        if policy is None or not policy.retries:
             if kind is ErrorKind.AUTHORIZATION:
                 return describe(error)
         elif policy.max_attempts is not None and attempts >= policy.max_attempts:
@@ -295,7 +295,7 @@ class DeadLetterPolicy:
         """How long to wait after the ``attempts``-th failed attempt of a delivery to
         ``topic``: its policy's backoff, or ``delivery.retry_backoff_*``."""
         policy = None if topic is None else self._policies.policy_of(topic)
-        if policy is not None:
+        if policy is not None and policy.retries:
             return policy.backoff_ms(attempts)
         settings = self._settings
         return backoff_ms(

@@ -72,8 +72,8 @@ class Policies:
 
 
 def encode(policy: TopicPolicy) -> bytes:
-    """A policy record's value."""
-    return policy.model_dump_json(exclude_none=True).encode()
+    """A policy record's value: the fields set (a default sent along would read as set)."""
+    return policy.model_dump_json(exclude_unset=True).encode()
 
 
 def decode(value: bytes) -> TopicPolicy:

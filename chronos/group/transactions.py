@@ -178,8 +178,9 @@ class TransactionLoop(LoopWorker):
         self._redo_at_once = False
         #: Target topics whose rights Kafka was asked about (``_refused_now``).
         self._checked: set[str] = set()
-        #: Target topics Kafka said chronos may not write: asked again before each attempt.
-        self._refused: set[str] = set()
+        #: Target topics Kafka said chronos may not write, and when it said so: asked again
+        #: before an attempt once ``_REFUSAL_HOLDS_MS`` passed.
+        self._refused: dict[str, EpochMs] = {}
         self._last_commit = 0.0
         self._failures = 0
         #: Why this loop stopped delivering for good (fenced, or not authorized), else None.
@@ -492,6 +493,8 @@ class TransactionLoop(LoopWorker):
             refused = failures.get(n)
             if refused is None:
                 return True  # queued: its outcome arrives at the flush
+            if refused.code() in _PURGED:
+                return False  # the transaction went bad before it: ``_abort`` asks why
             # Refused at once (too large, ...): never part of the transaction.
             reason = self._judge(n, job, refused)
             if reason is None:
@@ -557,7 +560,7 @@ class TransactionLoop(LoopWorker):
         elif message is not None and classify(error) not in _SAYS_NOTHING:
             retry_at = now + self._policy.retry_delay_ms(topic, attempts)
             self._retry_at[message.id] = retry_at
-        if self._attempts is not None and message is not None:
+        if self._attempts is not None and message is not None and (reason or retry_at):
             record = AttemptsRecord(attempts, describe(error), now, retry_at)
             self._attempts.failed(message.id, record)
         return reason
@@ -621,7 +624,7 @@ class TransactionLoop(LoopWorker):
         refused = self._policy.unwritable(set(topic_of.values()))
         if not refused:
             return True
-        self._refused |= refused
+        self._refused.update(dict.fromkeys(refused, self._clock.now_ms()))
         for n, topic in topic_of.items():
             if topic in refused:
                 self._judge(n, jobs[n], _not_authorized(topic))
@@ -636,7 +639,9 @@ class TransactionLoop(LoopWorker):
         ``INVALID_TXN_STATE``: a term's retake each time). So a refused topic costs a
         question per attempt, not an abort."""
         checked, refused, retrying = self._checked, self._refused, self._retry_at
+        now = self._clock.now_ms()
         ask: set[str] = set()
+        held: set[str] = set()
         for job in jobs:
             message = job.message
             if message is None or job.done:
@@ -645,15 +650,25 @@ class TransactionLoop(LoopWorker):
             if topic in checked and topic not in refused:
                 continue
             retry_at = retrying.get(message.id) if retrying else None
-            if retry_at is None or retry_at <= upto:
+            if retry_at is not None and retry_at > upto:
+                continue  # deferred, not tried in this transaction
+            asked = refused.get(topic)
+            if asked is not None and now - asked < _REFUSAL_HOLDS_MS:
+                held.add(topic)  # asked a moment ago: a question per transaction cost too much
+            else:
                 ask.add(topic)
         if not ask:
-            return set()
-        now_refused = self._policy.unwritable(ask)
+            return held
+        answer = self._policy.unwritable(ask)
+        if answer is None:
+            return held  # Kafka did not answer: asked again at the next sight
         checked |= ask
-        refused -= ask
-        refused |= now_refused
-        return now_refused
+        for topic in ask:
+            if topic in answer:
+                refused[topic] = now
+            else:
+                refused.pop(topic, None)
+        return held | answer
 
     def _is_deferred(self, job: DeliveryJob) -> bool:
         message = job.message
@@ -662,8 +677,12 @@ class TransactionLoop(LoopWorker):
 
 #: Errors that say nothing about one record: never a reason to defer it.
 _SAYS_NOTHING = frozenset({ErrorKind.OUTAGE, ErrorKind.FENCED})
-#: A record librdkafka dropped from an aborted transaction (its own fault or another's).
-_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+#: A record librdkafka dropped from a transaction gone bad, or refused to take into one
+#: (``_STATE``): its own fault or another record's, which only Kafka's answer about the
+#: topics tells (``_judge_purged``).
+_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT, KafkaError._STATE})
+#: How long a topic Kafka refused counts as refused without asking again, ms.
+_REFUSAL_HOLDS_MS = 1_000
 
 
 def _not_authorized(topic: str) -> KafkaError:

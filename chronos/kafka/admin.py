@@ -260,9 +260,10 @@ def unwritable_topics(admin: AdminClient, topics: Collection[str], timeout_s: fl
 
     Why ask: inside a transaction a refused topic shows only as the transaction's error, and
     every record of it, of any topic, comes back purged; the topic's description lists what
-    chronos may do with it (KIP-430). A topic Kafka does not describe (missing, or a broker
-    that does not list operations) is not counted: its own errors say what it is. Raises
-    ``KafkaException`` when Kafka does not answer."""
+    chronos may do with it (KIP-430). A topic chronos may not even describe is refused too
+    (writing implies describing, so a topic without any ACL for chronos answers that). A topic
+    Kafka does not know, or a broker that does not list operations, is not counted: its own
+    errors say what it is. Raises ``KafkaException`` when Kafka does not answer."""
     if not topics:
         return set()
     described = admin.describe_topics(
@@ -276,7 +277,11 @@ def unwritable_topics(admin: AdminClient, topics: Collection[str], timeout_s: fl
             operations = future.result(timeout_s).authorized_operations
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and error.code() in _NOT_DESCRIBED:
+            code = error.code() if isinstance(error, KafkaError) else None
+            if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                refused.add(topic)
+                continue
+            if code in _NOT_DESCRIBED:
                 continue
             raise
         if operations is not None and AclOperation.WRITE not in operations:

@@ -209,7 +209,13 @@ class Sender(LoopWorker):
         if job.done:
             return
         pacing = self._pacing
-        if pacing is not None and not paced and job.attempts == 0 and pacing.active:
+        if (
+            pacing is not None
+            and not paced
+            and job.first_attempt_ms == 0  # a retry or a dead letter is not paced again
+            and job.dead_reason is None
+            and pacing.active
+        ):
             message = job.message
             if message is not None and not pacing.admit(job, message.topic, now_ms):
                 return

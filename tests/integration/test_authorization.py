@@ -30,6 +30,7 @@ from confluent_kafka.admin._acl import (
 from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
 from chronos.devstack.kafka import KafkaBroker
+from chronos.kafka.admin import create_topic
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
 from tests.integration.harness import Inbox, make_settings, role_of, running_node, wait_until
@@ -187,17 +188,24 @@ def test_a_target_topic_refused_for_a_while_is_delivered_once_allowed(
         assert inbox.count("x") == 1 and inbox.count("a") == 1
 
 
-@pytest.mark.parametrize("mode", ["alone", "group"])
+@pytest.mark.parametrize(
+    ("mode", "refused"),
+    [("alone", AclOperation.WRITE), ("group", AclOperation.WRITE), ("group", AclOperation.ALL)],
+)
 def test_a_maximum_age_dead_letters_a_refused_topic_with_the_reason(
-    secured: str, tmp_path: Path, mode: str
+    secured: str, tmp_path: Path, mode: str, refused: AclOperation
 ) -> None:
-    namespace = f"acl-age-{mode}"
+    """``ALL``: chronos may not even describe the topic, as without any ACL granting it (the
+    rights question itself is refused). Mutant caught: that refusal taken for Kafka not
+    answering (the group retried the range as an outage for as long as it lasted)."""
+    namespace = f"acl-age-{mode}-{refused.name.lower()}"
     denied, other = f"{namespace}-denied", f"{namespace}-other"
     policy = {"max_age_s": 1, "backoff_initial_ms": 200, "backoff_max_ms": 500}
     settings = _policy_settings(secured, namespace, tmp_path, mode, policy)
     dead = settings.topics.names.dead_letter
-    with Inbox(settings, [denied, other], partitions=1) as inbox:
-        _deny(secured, ResourceType.TOPIC, denied, AclOperation.WRITE)
+    create_topic(settings, denied, 1)
+    with Inbox(settings, [other], partitions=1) as inbox:
+        _deny(secured, ResourceType.TOPIC, denied, refused)
         with running_node(settings) as node, DelayClient(settings) as client:
             if mode == "group":
                 wait_until(lambda: role_of(node) == "master", 30, "the replica leads")
@@ -210,4 +218,6 @@ def test_a_maximum_age_dead_letters_a_refused_topic_with_the_reason(
                 reason = (headers.get("chronos-dlq-reason") or b"").decode()
                 assert "(max_age_s 1): TOPIC_AUTHORIZATION_FAILED" in reason, reason
                 assert headers.get("chronos-dlq-target") == denied.encode()
-        assert inbox.count("x") == 0
+                client.send_delay(other, b"v", delay=0.2, id="b")
+                assert inbox.wait_for({"b"}, 30)
+                assert dlq.count("x") == 1

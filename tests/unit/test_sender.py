@@ -379,6 +379,18 @@ def test_a_maximum_age_counts_from_the_due_time() -> None:
     assert b"13000 ms past its due time (max_age_s 10)" in reason
 
 
+def test_a_policy_of_a_rate_alone_leaves_the_retries_as_without_one() -> None:
+    """Mutant caught: any policy turning retries on (a rate for every topic made each
+    refusal retry for give_up_after_s instead of going to the dead-letter topic)."""
+    env = make_env(_policy(rate=1000))
+    refused = job()
+    env.jobs.put([refused])
+    env.sender.step()
+    env.reply(0, _denied())
+    env.sender.step()
+    assert env.sent[1].topic == "ns.deadletter"
+
+
 def test_the_policy_of_every_topic_covers_a_topic_without_its_own() -> None:
     everyone = TopicPolicy(max_attempts=2)
     env = make_env(DEFAULTS.model_copy(update={"topics": {"*": everyone}}))

@@ -414,7 +414,7 @@ def test_a_topic_policy_defers_a_refused_message_and_holds_back_nothing_else(
         assert master.delivered() == ["a", "b"]
         assert len(rights.asked) == 1  # x not tried (nor asked about) before its slot
         rights.denied.clear()
-        master.clock.advance(400)
+        master.clock.advance(1_000)  # its slot, and the refusal's hold, passed
         master.loop.step()
         assert rights.asked[1:] == [{DENIED}]
         assert master.delivered(DENIED) == ["x"]
@@ -446,6 +446,31 @@ def test_a_topic_refused_after_its_first_sight_aborts_once_and_the_redo_defers_i
         assert master.delivered() == ["a"]
         (state,) = _states(master)
         assert (state.message_id, state.slot_ms) == ("x", T0 + 501)
+    finally:
+        master.store.close()
+
+
+def test_records_refused_after_the_transaction_went_bad_are_not_judged(
+    tmp_path: Path,
+) -> None:
+    """Once a transaction is in error librdkafka refuses every further produce with
+    ``_STATE``: that says nothing about the record. Mutant caught: ``_STATE`` judged as the
+    record's own (healthy messages deferred, their attempts counted)."""
+    master, rights = _master_with(tmp_path, backoff_initial_ms=500, max_attempts=1)
+    try:
+        rights.denied = set()
+        master.publisher.outcome = lambda r: None
+        master.publisher.at_once = lambda r: (
+            KafkaError(KafkaError._STATE) if r.topic == TARGET else None
+        )
+        master.add("a", T0 - 10)
+        master.loop.step()
+        assert master.publisher.calls == ["begin", "abort"]
+        assert master.attempts.of("a") is None and _states(master) == []
+        assert "transactions_redone" not in master.metrics.totals()
+        master.publisher.at_once = lambda r: None
+        master.loop.step()
+        assert master.delivered() == ["a"]
     finally:
         master.store.close()
 
