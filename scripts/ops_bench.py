@@ -63,6 +63,9 @@ class BenchNode:
     def replicas(self) -> list[dict[str, object]]:
         return []
 
+    def policies(self) -> dict[str, object]:
+        return {"configured": {}, "live": {}}
+
 
 def message_id(n: int) -> str:
     """The id of message ``n``: made again when asked for, not kept (a list of 10 M ids in this

@@ -23,22 +23,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import threading
 import time
 import uuid
 from collections import defaultdict
-from typing import Any, cast
+from typing import Any
 
-from confluent_kafka import Producer
-
-from chronos import wire
-from chronos.bench.load import LoadSpec, generate
+from chronos.bench.load import LoadSpec, generate, steady_beside
 from chronos.bench.stack import BenchStack
-from chronos.devstack.watch import Delivered, DeliveryWatcher
+from chronos.devstack.watch import (
+    Collected,
+    Delivered,
+    DeliveryWatcher,
+    lateness_summary,
+    waited,
+)
 from chronos.kafka.admin import create_topic
-from chronos.model import DelayMessage
 from chronos.quantiles import percentile
 
 #: Delay of the other topic's messages.
@@ -47,85 +47,12 @@ DELAY_MS = 1_000
 SPAN_TOLERANCE = 0.05
 
 
-def schedule_burst(
-    bootstrap: str, inner: str, topic: str, count: int, due_ms: int, spread_ms: int
-) -> None:
-    """``count`` requests to ``topic``, due from ``due_ms`` over ``spread_ms``, as fast as Kafka
-    takes them (ids ``l-<n>``, due times in id order)."""
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 1_000_000,
-        }
-    )
-    payload = os.urandom(100)
-    for n in range(count):
-        due = due_ms + (n * spread_ms) // max(count, 1)
-        message = DelayMessage(f"l-{n}", topic, None, payload, [], due)
-        key, value, headers = wire.encode_add(message)
-        while True:
-            try:
-                producer.produce(
-                    inner,
-                    value=value,
-                    key=key,
-                    headers=cast("list[tuple[str, str | bytes | None]]", headers),
-                )
-                break
-            except BufferError:
-                producer.poll(0.01)
-    producer.flush(120)
-
-
-class Seen:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.by_topic: dict[str, list[Delivered]] = defaultdict(list)
-
-    def add(self, delivered: Delivered) -> None:
-        with self.lock:
-            self.by_topic[delivered.topic].append(delivered)
-
-    def of(self, topic: str) -> list[Delivered]:
-        with self.lock:
-            return list(self.by_topic[topic])
-
-
-def _wait(condition: Any, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def _lateness(delivered: list[Delivered]) -> dict[str, Any]:
-    if not delivered:
-        return {"count": 0}
-    late = [d.lateness_ms for d in delivered]
-    by_second: dict[int, list[int]] = defaultdict(list)
-    for d in delivered:
-        by_second[d.due_ms // 1000].append(d.lateness_ms)
-    return {
-        "count": len(late),
-        "p50_ms": percentile(late, 0.5),
-        "p99_ms": percentile(late, 0.99),
-        "max_ms": max(late),
-        "worst_second_p99_ms": max(percentile(v, 0.99) for v in by_second.values()),
-        "early": sum(1 for x in late if x < 0),
-    }
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     namespace = f"rate{uuid.uuid4().hex[:8]}"
     limited = f"{namespace}-limited"
     policy = f'[delivery.topics."{limited}"]\nrate = {args.limit}\n' if args.limit else ""
     stack = BenchStack(None, node_settings=policy, broker="kafka", namespace=namespace)
-    seen = Seen()
+    seen = Collected()
     with stack:
         create_topic(stack.settings, limited, 1)
         stack.start_node()
@@ -134,34 +61,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         watcher.start()
         expected_span_s = args.burst / args.limit if args.limit else 0.0
         run_s = args.lead + expected_span_s + 15
-        load = LoadSpec(
-            bootstrap,
-            stack.inner_topic,
-            stack.target,
-            count=int(args.rate * run_s),
-            rate=args.rate,
-            delay_min_ms=DELAY_MS,
-            delay_max_ms=DELAY_MS,
-            prefix="o",
+        load, loader = steady_beside(
+            bootstrap, stack.inner_topic, stack.target, args.rate, run_s, DELAY_MS
         )
-        loader = threading.Thread(target=generate, args=(load,), daemon=True)
-        loader.start()
         due_ms = int(time.time() * 1000) + int(args.lead * 1000)
         started = time.monotonic()
-        schedule_burst(bootstrap, stack.inner_topic, limited, args.burst, due_ms, args.spread_ms)
+        burst = LoadSpec(
+            bootstrap,
+            stack.inner_topic,
+            limited,
+            count=args.burst,
+            rate=0,
+            due_at_ms=due_ms,
+            due_spread_ms=args.spread_ms,
+            payload_bytes=100,
+            prefix="l",
+        )
+        generate(burst)
         scheduled_s = time.monotonic() - started
-        _wait(lambda: len(seen.of(limited)) >= args.burst, args.lead + expected_span_s * 2 + 60)
+        waited(lambda: len(seen.of(limited)) >= args.burst, args.lead + expected_span_s * 2 + 60)
         loader.join(run_s + 120)
-        _wait(lambda: len(seen.of(stack.target)) >= load.count, 60)
+        waited(lambda: len(seen.of(stack.target)) >= load.count, 60)
         time.sleep(2)  # stragglers: duplicates would arrive now
         watcher.stop()
-    burst = seen.of(limited)
-    ids = {d.id for d in burst}
-    in_order = sorted(burst, key=lambda d: d.offset)
+    copies = seen.of(limited)
+    ids = {d.id for d in copies}
+    in_order = sorted(copies, key=lambda d: d.offset)
     out_of_order = sum(
         1 for a, b in zip(in_order, in_order[1:], strict=False) if b.due_ms < a.due_ms
     )
-    sent = sorted(d.produced_ms for d in burst)
+    sent = sorted(d.produced_ms for d in copies)
     span_s = (sent[-1] - sent[0]) / 1000 if sent else 0.0
     other = seen.of(stack.target)
     backlog = [d for d in other if sent and sent[0] <= d.due_ms <= sent[-1]]
@@ -174,19 +103,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "limited": {
             "delivered": len(ids),
             "lost": args.burst - len(ids & {f"l-{n}" for n in range(args.burst)}),
-            "duplicates": len(burst) - len(ids),
-            "early": sum(1 for d in burst if d.lateness_ms < 0),
+            "duplicates": len(copies) - len(ids),
+            "early": sum(1 for d in copies if d.lateness_ms < 0),
             "out_of_order": out_of_order,
             "span_s": round(span_s, 2),
             "expected_span_s": round(expected_span_s, 2),
             "first_late_ms": sent[0] - due_ms if sent else None,
         },
-        "other": _lateness(other)
+        "other": dict(lateness_summary(other))
         | {
             "lost": load.count - len({d.id for d in other}),
             "duplicates": len(other) - len({d.id for d in other}),
         },
-        "other_during_backlog": _lateness(backlog),
+        "other_during_backlog": lateness_summary(backlog),
         # The other topic's seconds over 10 ms at p99, by due second from the burst's.
         "other_late_seconds": _late_seconds(other, due_ms),
     }

@@ -28,93 +28,27 @@ import argparse
 import json
 import socket
 import sys
-import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any
 
 import httpx
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._acl import AclOperation  # not re-exported explicitly
+from confluent_kafka.admin._resource import ResourceType
 
-# Defined in private modules; confluent_kafka.admin re-exports them only implicitly.
-from confluent_kafka.admin._acl import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-)
-from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
-
-from chronos.bench.load import LoadSpec, generate
+from chronos.bench.load import LoadSpec, generate, steady_beside
 from chronos.bench.stack import BenchStack
+from chronos.devstack.acls import AUTHORIZER, allow_again, deny
 from chronos.devstack.kafka import KafkaBroker
-from chronos.devstack.watch import Delivered, DeliveryWatcher
+from chronos.devstack.watch import Collected, DeliveryWatcher, lateness_summary, waited
 from chronos.kafka.admin import create_topic
-from chronos.quantiles import percentile
 
-AUTHORIZER = {
-    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-    "allow.everyone.if.no.acl.found": "true",
-}
 #: What the refused topic's policy retries with (scenario retry; age adds max_age_s).
 BACKOFF = {"backoff_initial_ms": 500, "backoff_max_ms": 5_000}
 #: Seconds of load before the refused messages are sent, and after the last check.
 LEAD_S, TAIL_S = 5.0, 10.0
 #: Delay of every message.
 DELAY_MS = 1_000
-
-
-def _acl(topic: str, permission: AclPermissionType) -> AclBinding:
-    return AclBinding(
-        ResourceType.TOPIC,
-        topic,
-        ResourcePatternType.LITERAL,
-        "User:ANONYMOUS",
-        "*",
-        AclOperation.WRITE if permission is AclPermissionType.DENY else AclOperation.ALL,
-        permission,
-    )
-
-
-def deny(admin: AdminClient, topic: str) -> None:
-    """Refuse chronos' writes to ``topic`` and allow the rest (a DENY wins over an ALLOW)."""
-    acls = [_acl(topic, AclPermissionType.ALLOW), _acl(topic, AclPermissionType.DENY)]
-    for future in admin.create_acls(acls).values():
-        future.result(30)
-
-
-def allow(admin: AdminClient, topic: str) -> None:
-    refused = AclBindingFilter(
-        ResourceType.TOPIC,
-        topic,
-        ResourcePatternType.LITERAL,
-        "User:ANONYMOUS",
-        "*",
-        AclOperation.WRITE,
-        AclPermissionType.DENY,
-    )
-    for future in admin.delete_acls([refused]).values():
-        future.result(30)
-
-
-class Seen:
-    """Everything delivered, by topic and id."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.by_topic: dict[str, dict[str, list[Delivered]]] = defaultdict(dict)
-
-    def add(self, delivered: Delivered) -> None:
-        with self.lock:
-            self.by_topic[delivered.topic].setdefault(delivered.id, []).append(delivered)
-
-    def ids(self, topic: str) -> set[str]:
-        with self.lock:
-            return set(self.by_topic[topic])
-
-    def all(self, topic: str) -> list[Delivered]:
-        with self.lock:
-            return [d for copies in self.by_topic[topic].values() for d in copies]
 
 
 def _free_port() -> int:
@@ -133,33 +67,6 @@ def _policy_toml(scenario: str, max_age_s: float, admin_port: int) -> str:
     return f'[admin]\nport = {admin_port}\n[delivery.topics."*"]\n' + "\n".join(lines)
 
 
-def _wait(condition: Any, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def _lateness(delivered: list[Delivered]) -> dict[str, Any]:
-    if not delivered:
-        return {"count": 0}
-    late = sorted(d.lateness_ms for d in delivered)
-    by_second: dict[int, list[int]] = defaultdict(list)
-    for d in delivered:
-        by_second[d.due_ms // 1000].append(d.lateness_ms)
-    worst = max(percentile(v, 0.99) for v in by_second.values() if len(v) >= 10)
-    return {
-        "count": len(late),
-        "p50_ms": percentile(late, 0.5),
-        "p99_ms": percentile(late, 0.99),
-        "max_ms": late[-1],
-        "worst_second_p99_ms": worst,
-        "early": sum(1 for x in late if x < 0),
-    }
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     broker = KafkaBroker(properties=AUTHORIZER).start()
     try:
@@ -169,7 +76,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_on(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
     admin_port = _free_port()
     stack = BenchStack(
         bootstrap,
@@ -177,27 +83,18 @@ def _run_on(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
         replicas=1 if args.mode == "group" else 0,
     )
     refused = f"{stack.namespace}-refused"
-    seen = Seen()
+    seen = Collected()
     with stack:
         create_topic(stack.settings, refused, 1)
-        deny(admin, refused)
+        deny(bootstrap, ResourceType.TOPIC, refused, AclOperation.WRITE)
         stack.start_node()
         dead = stack.settings.topics.names.dead_letter
         watcher = DeliveryWatcher(bootstrap, [stack.target, refused, dead], seen.add)
         watcher.start()
         run_s = LEAD_S + (args.deny if args.scenario == "retry" else args.max_age) + 20 + TAIL_S
-        load = LoadSpec(
-            bootstrap,
-            stack.inner_topic,
-            stack.target,
-            count=int(args.rate * run_s),
-            rate=args.rate,
-            delay_min_ms=DELAY_MS,
-            delay_max_ms=DELAY_MS,
-            prefix="o",
+        load, loader = steady_beside(
+            bootstrap, stack.inner_topic, stack.target, args.rate, run_s, DELAY_MS
         )
-        loader = threading.Thread(target=generate, args=(load,), daemon=True)
-        loader.start()
         time.sleep(LEAD_S)
         sent_at = time.time()
         generate(
@@ -225,9 +122,9 @@ def _run_on(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
             status = httpx.get(f"http://127.0.0.1:{admin_port}/v1/messages/r-0", timeout=10)
             result["status_before_allow"] = status.json().get("delivery_attempts")
             allowed_at = time.time()
-            allow(admin, refused)
-            _wait(lambda: expected <= seen.ids(refused), 60)
-            copies = seen.all(refused)
+            allow_again(bootstrap, refused, AclOperation.WRITE)
+            waited(lambda: expected <= seen.ids(refused), 60)
+            copies = seen.of(refused)
             result["refused_delivered"] = len({d.id for d in copies} & expected)
             result["refused_duplicates"] = len(copies) - len({d.id for d in copies})
             after = sorted(d.produced_ms / 1000 - allowed_at for d in copies)
@@ -237,8 +134,8 @@ def _run_on(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
             status = httpx.get(f"http://127.0.0.1:{admin_port}/v1/messages/r-0", timeout=10)
             result["status_after"] = status.json()
         else:
-            _wait(lambda: expected <= seen.ids(dead), args.max_age + 60)
-            letters = [d for d in seen.all(dead) if d.id in expected]
+            waited(lambda: expected <= seen.ids(dead), args.max_age + 60)
+            letters = [d for d in seen.of(dead) if d.id in expected]
             result["dead_lettered"] = len({d.id for d in letters})
             result["dead_letter_duplicates"] = len(letters) - len({d.id for d in letters})
             ages = sorted(d.produced_ms - d.due_ms for d in letters)
@@ -258,10 +155,10 @@ def _run_on(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
             result["refused_delivered"] = len(seen.ids(refused))
         loader.join(run_s + 120)
         other = {f"o-{n}" for n in range(load.count)}
-        _wait(lambda: other <= seen.ids(stack.target), 60)
+        waited(lambda: other <= seen.ids(stack.target), 60)
         watcher.stop()
-        delivered = seen.all(stack.target)
-        result["other"] = _lateness(delivered)
+        delivered = seen.of(stack.target)
+        result["other"] = dict(lateness_summary(delivered))
         result["other"]["lost"] = len(other - {d.id for d in delivered})
         result["other"]["duplicates"] = len(delivered) - len({d.id for d in delivered})
     return result

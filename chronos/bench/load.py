@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import cast
@@ -30,6 +31,8 @@ class LoadSpec:
         rate: messages per second (0: as fast as possible).
         delay_min_ms, delay_max_ms: delays spread uniformly (by index) over this range.
         due_at_ms: when set, every message is due at this instant instead (a burst).
+        due_spread_ms: with ``due_at_ms``, the burst's due times spread over this many ms, in
+            id order (0: all at the instant).
         payload_bytes: value size.
         prefix: id prefix, unique per run.
     """
@@ -42,8 +45,30 @@ class LoadSpec:
     delay_min_ms: int = 1000
     delay_max_ms: int = 10_000
     due_at_ms: int | None = None
+    due_spread_ms: int = 0
     payload_bytes: int = 200
     prefix: str = "b"
+
+
+def steady_beside(
+    bootstrap: str, inner: str, target: str, rate: float, seconds: float, delay_ms: int
+) -> tuple[LoadSpec, threading.Thread]:
+    """A steady load of ``rate``/s to ``target`` for ``seconds``, every message due
+    ``delay_ms`` after it is sent (ids ``o-<n>``), produced by a started daemon thread: the
+    other topic a check watches beside what it hurts."""
+    spec = LoadSpec(
+        bootstrap,
+        inner,
+        target,
+        count=int(rate * seconds),
+        rate=rate,
+        delay_min_ms=delay_ms,
+        delay_max_ms=delay_ms,
+        prefix="o",
+    )
+    thread = threading.Thread(target=generate, args=(spec,), daemon=True, name="steady-load")
+    thread.start()
+    return spec, thread
 
 
 def generate(spec: LoadSpec) -> dict[str, float]:
@@ -73,7 +98,7 @@ def generate(spec: LoadSpec) -> dict[str, float]:
         now_ms = time.time_ns() // 1_000_000
         while sent < target_sent:
             due = (
-                spec.due_at_ms
+                spec.due_at_ms + (sent * spec.due_spread_ms) // spec.count
                 if spec.due_at_ms is not None
                 else (now_ms + spec.delay_min_ms + (sent * 7919) % span)
             )

@@ -148,3 +148,55 @@ class DeliveryWatcher:
 
 def _or_unknown(number: int | None) -> int:
     return -1 if number is None else number
+
+
+class Collected:
+    """Every delivery a watcher saw, by topic (its ``on_delivered``), for checks to count."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_topic: dict[str, list[Delivered]] = {}
+
+    def add(self, delivered: Delivered) -> None:
+        with self._lock:
+            self._by_topic.setdefault(delivered.topic, []).append(delivered)
+
+    def of(self, topic: str) -> list[Delivered]:
+        """Every copy delivered to ``topic``, in arrival order."""
+        with self._lock:
+            return list(self._by_topic.get(topic, ()))
+
+    def ids(self, topic: str) -> set[str]:
+        return {d.id for d in self.of(topic)}
+
+
+def waited(condition: Callable[[], bool], timeout_s: float, pause_s: float = 0.1) -> bool:
+    """Whether ``condition`` came true within ``timeout_s`` (a check's patience)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(pause_s)
+    return False
+
+
+def lateness_summary(delivered: list[Delivered]) -> dict[str, int]:
+    """Record timestamp minus due time: count, p50, p99, max, the worst second's p99 (by due
+    second, seconds with at least 10 deliveries) and how many were early."""
+    from chronos.quantiles import percentile
+
+    if not delivered:
+        return {"count": 0}
+    late = [d.lateness_ms for d in delivered]
+    by_second: dict[int, list[int]] = {}
+    for d in delivered:
+        by_second.setdefault(d.due_ms // 1000, []).append(d.lateness_ms)
+    busy = [percentile(v, 0.99) for v in by_second.values() if len(v) >= 10]
+    return {
+        "count": len(late),
+        "p50_ms": percentile(late, 0.5),
+        "p99_ms": percentile(late, 0.99),
+        "max_ms": max(late),
+        "worst_second_p99_ms": max(busy, default=0),
+        "early": sum(1 for x in late if x < 0),
+    }

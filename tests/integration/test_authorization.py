@@ -17,18 +17,15 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka.admin import AdminClient
 
 # Defined in private modules; confluent_kafka.admin re-exports them only implicitly, which
 # strict mypy (no_implicit_reexport) rejects.
 from confluent_kafka.admin._acl import (
-    AclBinding,
-    AclBindingFilter,
     AclOperation,
-    AclPermissionType,
 )
-from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
+from confluent_kafka.admin._resource import ResourceType
 
+from chronos.devstack.acls import AUTHORIZER, allow_again, deny
 from chronos.devstack.kafka import KafkaBroker
 from chronos.kafka.admin import create_topic
 from chronos.settings import ChronosSettings
@@ -37,11 +34,6 @@ from tests.integration.harness import Inbox, make_settings, role_of, running_nod
 
 pytestmark = pytest.mark.kafka_only(reason="ACLs need Apache Kafka's authorizer")
 
-AUTHORIZER = {
-    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-    # Only what an ACL denies is refused: the broker's own requests and the rest of the test.
-    "allow.everyone.if.no.acl.found": "true",
-}
 #: From start to the refusal: topic creation, the election's join, one init_transactions.
 RUN_TIMEOUT_S = 90
 
@@ -53,29 +45,6 @@ def secured() -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.stop()
-
-
-def _deny(bootstrap: str, kind: ResourceType, name: str, operation: AclOperation) -> None:
-    """Refuse ``operation`` on one resource, and allow the rest of it: with an ACL on it, a
-    resource is no longer covered by ``allow.everyone.if.no.acl.found``."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    acls = [
-        AclBinding(
-            kind,
-            name,
-            ResourcePatternType.LITERAL,
-            "User:ANONYMOUS",
-            "*",
-            op,
-            permission,
-        )
-        for op, permission in (
-            (AclOperation.ALL, AclPermissionType.ALLOW),
-            (operation, AclPermissionType.DENY),  # a DENY wins over any ALLOW
-        )
-    ]
-    for future in admin.create_acls(acls).values():
-        future.result(30)
 
 
 def _run(bootstrap: str, tmp_path: Path, namespace: str, group: str | None) -> str:
@@ -98,36 +67,24 @@ def _run(bootstrap: str, tmp_path: Path, namespace: str, group: str | None) -> s
 
 
 def test_a_refused_transactional_id_ends_the_replica(secured: str, tmp_path: Path) -> None:
-    _deny(secured, ResourceType.TRANSACTIONAL_ID, "acl1.delivery.g", AclOperation.ALL)
+    deny(secured, ResourceType.TRANSACTIONAL_ID, "acl1.delivery.g", AclOperation.ALL)
     stderr = _run(secured, tmp_path, "acl1", "g")
     assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in stderr
     assert stderr.count("takeover_started") == 1, "the takeover was retried"
 
 
 def test_a_refused_election_group_ends_the_replica(secured: str, tmp_path: Path) -> None:
-    _deny(secured, ResourceType.GROUP, "acl2.election.g", AclOperation.ALL)
+    deny(secured, ResourceType.GROUP, "acl2.election.g", AclOperation.ALL)
     assert "GROUP_AUTHORIZATION_FAILED" in _run(secured, tmp_path, "acl2", "g")
 
 
 def test_a_refused_inner_topic_ends_a_node_alone(secured: str, tmp_path: Path) -> None:
-    _deny(secured, ResourceType.TOPIC, "acl3.inner", AclOperation.READ)
+    deny(secured, ResourceType.TOPIC, "acl3.inner", AclOperation.READ)
     assert "TOPIC_AUTHORIZATION_FAILED" in _run(secured, tmp_path, "acl3", None)
 
 
 def _allow(bootstrap: str, topic: str) -> None:
-    """Take back what ``_deny`` refused on ``topic``."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    refused = AclBindingFilter(
-        ResourceType.TOPIC,
-        topic,
-        ResourcePatternType.LITERAL,
-        "User:ANONYMOUS",
-        "*",
-        AclOperation.WRITE,
-        AclPermissionType.DENY,
-    )
-    for future in admin.delete_acls([refused]).values():
-        assert future.result(30), f"no ACL refused writing {topic}"
+    assert allow_again(bootstrap, topic, AclOperation.WRITE), f"no ACL refused writing {topic}"
 
 
 def _status(port: int, message_id: str) -> dict[str, Any]:
@@ -163,7 +120,7 @@ def test_a_target_topic_refused_for_a_while_is_delivered_once_allowed(
     policy = {"backoff_initial_ms": 200, "backoff_max_ms": 500}
     settings = _policy_settings(secured, namespace, tmp_path, mode, policy)
     with Inbox(settings, [denied, other], partitions=1) as inbox:
-        _deny(secured, ResourceType.TOPIC, denied, AclOperation.WRITE)
+        deny(secured, ResourceType.TOPIC, denied, AclOperation.WRITE)
         with running_node(settings) as node, DelayClient(settings) as client:
             if mode == "group":
                 wait_until(lambda: role_of(node) == "master", 30, "the replica leads")
@@ -205,7 +162,7 @@ def test_a_maximum_age_dead_letters_a_refused_topic_with_the_reason(
     dead = settings.topics.names.dead_letter
     create_topic(settings, denied, 1)
     with Inbox(settings, [other], partitions=1) as inbox:
-        _deny(secured, ResourceType.TOPIC, denied, refused)
+        deny(secured, ResourceType.TOPIC, denied, refused)
         with running_node(settings) as node, DelayClient(settings) as client:
             if mode == "group":
                 wait_until(lambda: role_of(node) == "master", 30, "the replica leads")
