@@ -432,6 +432,15 @@ class NodeSettings(_Section):
 
 #: A Kafka topic name (as ``validation.TOPIC_CHARS``, which imports these settings).
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def check_policy_topic(topic: str) -> str:
+    """``topic`` when it may have a policy (a topic name, or ``"*"``); ``ValueError`` else."""
+    if topic != ANY_TOPIC and not TOPIC_NAME.fullmatch(topic):
+        raise ValueError(f"{topic!r} is not a Kafka topic name (or '*')")
+    return topic
+
+
 #: The name under ``delivery.topics`` whose policy covers every topic without one of its own.
 ANY_TOPIC = "*"
 
@@ -558,17 +567,8 @@ class DeliverySettings(_Section):
     @classmethod
     def _topic_names(cls, topics: dict[str, TopicPolicy]) -> dict[str, TopicPolicy]:
         for name in topics:
-            if name != ANY_TOPIC and not TOPIC_NAME.fullmatch(name):
-                raise ValueError(f"delivery.topics: {name!r} is not a Kafka topic name")
+            check_policy_topic(name)
         return topics
-
-    def policy_of(self, topic: str) -> TopicPolicy | None:
-        """The retry policy of deliveries to ``topic``, None when neither it nor ``"*"`` has
-        one."""
-        topics = self.topics
-        if not topics:
-            return None
-        return topics.get(topic) or topics.get(ANY_TOPIC)
 
 
 class GroupSettings(_Section):

@@ -59,12 +59,12 @@ def _policy_of(args: argparse.Namespace) -> dict[str, Any]:
 def set_main(args: argparse.Namespace) -> int:
     from pydantic import ValidationError as PydanticError
 
-    from chronos.delivery.policies import check_topic, encode
+    from chronos.delivery.policies import encode
     from chronos.errors import ValidationError
-    from chronos.settings import TopicPolicy
+    from chronos.settings import TopicPolicy, check_policy_topic
 
     try:
-        topic = check_topic(args.topic)
+        topic = check_policy_topic(args.topic)
         policy = TopicPolicy.model_validate(_policy_of(args))
     except PydanticError as exc:
         first = exc.errors()[0]
@@ -77,11 +77,11 @@ def set_main(args: argparse.Namespace) -> int:
 
 
 def clear_main(args: argparse.Namespace) -> int:
-    from chronos.delivery.policies import check_topic
     from chronos.errors import ValidationError
+    from chronos.settings import check_policy_topic
 
     try:
-        topic = check_topic(args.topic)
+        topic = check_policy_topic(args.topic)
     except ValueError as exc:
         raise ValidationError("topic", str(exc)) from exc
     _write(args, topic, None)
@@ -118,9 +118,10 @@ def _write(args: argparse.Namespace, topic: str, value: bytes | None) -> None:
 def list_main(args: argparse.Namespace) -> int:
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-    from chronos.delivery.policies import Policies, check_topic, decode
+    from chronos.delivery.policies import Policies, decode
     from chronos.kafka.admin import ensure_topics
     from chronos.kafka.clients import KafkaClients
+    from chronos.settings import check_policy_topic
 
     settings = settings_from(args)
     ensure_topics(settings, _TIMEOUT_S)
@@ -144,7 +145,7 @@ def list_main(args: argparse.Namespace) -> int:
             position = offset + 1
             value = message.value()
             try:
-                name = check_topic((message.key() or b"").decode())
+                name = check_policy_topic((message.key() or b"").decode())
                 policies.set(name, None if value is None else decode(value))
             except (UnicodeDecodeError, ValueError):
                 continue  # the nodes ignore it too (policy_record_ignored)

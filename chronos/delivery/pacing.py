@@ -114,11 +114,6 @@ class Pacing:
         self._version = self._policies.version
         self._buckets = {t: self._new_bucket(t, b) for t, b in self._buckets.items()}
 
-    def limited(self, topic: str) -> bool:
-        """Whether ``topic`` has a rate."""
-        with self._lock:
-            return self._bucket(topic) is not None
-
     def admit(self, job: DeliveryJob, topic: str, now_ms: EpochMs) -> bool:
         """True to send ``job`` now; False when it waits (behind its topic's earlier ones)."""
         with self._lock:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from pydantic import ValidationError
 
-from chronos.settings import ANY_TOPIC, TOPIC_NAME, TopicPolicy
+from chronos.settings import ANY_TOPIC, TopicPolicy
 
 
 class Policies:
@@ -84,10 +84,3 @@ def decode(value: bytes) -> TopicPolicy:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "policy"
         raise ValueError(f"{where}: {first['msg']}") from exc
-
-
-def check_topic(topic: str) -> str:
-    """``topic`` when it may have a policy (a topic name, or ``"*"``); ``ValueError`` else."""
-    if topic != ANY_TOPIC and not TOPIC_NAME.fullmatch(topic):
-        raise ValueError(f"{topic!r} is not a Kafka topic name (or '*')")
-    return topic

@@ -21,10 +21,11 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from chronos.delivery.policies import Policies, check_topic, decode
+from chronos.delivery.policies import Policies, decode
 from chronos.kafka.batches import read_ready
 from chronos.kafka.clients import ClientErrors
 from chronos.lifecycle import LoopWorker
+from chronos.settings import check_policy_topic
 
 log = structlog.get_logger(__name__)
 
@@ -97,7 +98,7 @@ class PolicyFollower(LoopWorker):
         offset: int | None = message.offset()
         key, value = message.key(), message.value()
         try:
-            topic = check_topic((key or b"").decode())
+            topic = check_policy_topic((key or b"").decode())
             policy = None if value is None else decode(value)
         except (UnicodeDecodeError, ValueError) as exc:
             log.error("policy_record_ignored", offset=offset, reason=str(exc))

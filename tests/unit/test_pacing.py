@@ -60,8 +60,10 @@ def test_held_jobs_go_out_in_the_order_they_came_at_the_rate() -> None:
 def test_a_topic_without_a_rate_is_never_held() -> None:
     pacing = _pacing(Clock(), rate=1, burst=1)
     assert all(pacing.admit(_job(n, "fast"), "fast", T0) for n in range(100))
-    assert not pacing.limited("fast") and pacing.limited("slow")
     assert pacing.next_release_s() is None
+    assert pacing.admit(_job(0, "slow"), "slow", T0)
+    assert not pacing.admit(_job(1, "slow"), "slow", T0)  # the limited one is
+    assert pacing.next_release_s() == 1.0
 
 
 def test_the_wait_is_each_topic_s_lateness() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from chronos.delivery.policies import Policies, check_topic, decode, encode
-from chronos.settings import TopicPolicy
+from chronos.delivery.policies import Policies, decode, encode
+from chronos.settings import TopicPolicy, check_policy_topic
 
 CONFIGURED = {"orders": TopicPolicy(max_attempts=3), "*": TopicPolicy(max_age_s=60)}
 
@@ -62,9 +62,9 @@ def test_a_record_carries_only_the_fields_set() -> None:
 
 
 def test_only_topic_names_and_star_may_have_a_policy() -> None:
-    assert check_topic("pay.ments") == "pay.ments" and check_topic("*") == "*"
+    assert check_policy_topic("pay.ments") == "pay.ments" and check_policy_topic("*") == "*"
     with pytest.raises(ValueError, match="not a Kafka topic name"):
-        check_topic("two words")
+        check_policy_topic("two words")
 
 
 def test_the_admin_view_shows_both() -> None:

@@ -10,6 +10,7 @@ from typing import TypedDict
 import pytest
 from pydantic import ValidationError as PydanticValidationError
 
+from chronos.delivery.policies import Policies
 from chronos.errors import ConfigError
 from chronos.settings import (
     COMPACT_DELETE_DEFAULTS,
@@ -324,11 +325,11 @@ def test_a_topic_retry_policy_loads_by_topic_name_with_a_default_for_the_rest(
         '[delivery.topics."pay.ments"]\nmax_attempts = 20\nmax_age_s = 600\n'
         '[delivery.topics."*"]\nbackoff_initial_ms = 500\n',
     )
-    delivery = load_settings(path).delivery
-    payments, other = delivery.policy_of("pay.ments"), delivery.policy_of("orders")
+    policies = Policies(load_settings(path).delivery.topics)
+    payments, other = policies.policy_of("pay.ments"), policies.policy_of("orders")
     assert payments is not None and (payments.max_attempts, payments.max_age_s) == (20, 600)
     assert other is not None and other.backoff_initial_ms == 500 and other.max_attempts is None
-    assert load_settings().delivery.policy_of("orders") is None
+    assert Policies(load_settings().delivery.topics).policy_of("orders") is None
 
 
 @pytest.mark.parametrize(
