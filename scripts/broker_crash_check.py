@@ -25,10 +25,10 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from failover_check import REPEAT, Group, Load, Seen, Summary, _flowing_again, drain, verify
+from failover_check import REPEAT, Group, Load, Summary, _flowing_again, drain, verify
 
 from chronos.devstack.kafka import KafkaBroker
-from chronos.devstack.watch import DeliveryWatcher
+from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.repeat import Repeat, RepeatKind
 from chronos.settings import load_settings
@@ -63,10 +63,10 @@ def main() -> int:
         settings = load_settings(group.replicas[0].config)
         topic = f"{namespace}-target"
         create_topic(settings, topic, partitions=4)
-        committed, uncommitted = Seen(), Seen()
+        committed, uncommitted = Collected(), Collected()
         watchers = [
-            DeliveryWatcher(broker.bootstrap, [topic], committed).start(),
-            DeliveryWatcher(broker.bootstrap, [topic], uncommitted, "read_uncommitted").start(),
+            DeliveryWatcher(broker.bootstrap, [topic], committed.add).start(),
+            DeliveryWatcher(broker.bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
         ]
         with DelayClient(settings) as client:
             load = Load(client, topic, args.rate, args.seed, repeat=repeat)

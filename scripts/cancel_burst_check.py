@@ -35,10 +35,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from failover_check import Group, Replica, Seen
+from failover_check import Group, Replica
 
 from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
-from chronos.devstack.watch import DeliveryWatcher
+from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.quantiles import percentile
 from chronos.settings import NodeSettings, load_settings
@@ -112,8 +112,8 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path, summary: Summar
         settings = load_settings(replicas[0].config)
         topic = f"{namespace}-target"
         create_topic(settings, topic, partitions=4)
-        seen = Seen()
-        watcher = DeliveryWatcher(bootstrap, [topic], seen).start()
+        seen = Collected()
+        watcher = DeliveryWatcher(bootstrap, [topic], seen.add).start()
         time.sleep(2.0)
         rng = random.Random(args.seed)
         start = time.time()
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path, summary: Summar
         watcher.stop()
         lateness = []
         for message_id, due_ms in due.items():
-            got = seen.by_id.get(message_id, [])
+            got = seen.copies(message_id)
             if message_id in in_time:
                 summary.cancelled_delivered += bool(got)
                 continue

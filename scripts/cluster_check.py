@@ -48,12 +48,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from failover_check import Load, Seen, Summary, _epoch_ms, drain, log_events, verify
+from failover_check import Load, Summary, _epoch_ms, drain, log_events, verify
 
 from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
 from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.process import NodeProcess
-from chronos.devstack.watch import DeliveryWatcher
+from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.kafka.partitioner import partition_of
 from chronos.quantiles import percentile
@@ -303,31 +303,31 @@ def _broker_crash(broker: LocalBroker, summary: ClusterSummary) -> int:
     return answered_ms
 
 
-def _again_after(answered_ms: int, seen: Seen, partitions: int) -> int:
+def _again_after(answered_ms: int, seen: Collected, partitions: int) -> int:
     """ms from ``answered_ms`` until every partition had a visible delivery after it."""
     first: dict[int, int] = {}
-    with seen.lock:
-        for message_id, deliveries in seen.by_id.items():
-            partition = partition_of(message_id.encode(), partitions)
-            for d in deliveries:
-                if d.received_ms >= answered_ms:
-                    first[partition] = min(first.get(partition, d.received_ms), d.received_ms)
+    for message_id, deliveries in seen.by_id().items():
+        partition = partition_of(message_id.encode(), partitions)
+        for d in deliveries:
+            if d.received_ms >= answered_ms:
+                first[partition] = min(first.get(partition, d.received_ms), d.received_ms)
     if len(first) < partitions:
         return -1  # a partition never delivered again: reported as a problem
     return max(first.values()) - answered_ms
 
 
-def _partition_gaps(load: Load, seen: Seen, partitions: int) -> dict[int, list[tuple[int, int]]]:
+def _partition_gaps(
+    load: Load, seen: Collected, partitions: int
+) -> dict[int, list[tuple[int, int]]]:
     """Per inner partition, (start epoch ms, length ms) of each gap between two visible
     deliveries of its messages while the load ran, from a second after its longest delay."""
     begin = load.started_ms + int(load.delay_s[1] * 1000) + 1000
     times: dict[int, list[int]] = {p: [begin, load.stopped_ms] for p in range(partitions)}
-    with seen.lock:
-        for message_id, deliveries in seen.by_id.items():
-            partition = partition_of(message_id.encode(), partitions)
-            times[partition] += [
-                d.received_ms for d in deliveries if begin <= d.received_ms <= load.stopped_ms
-            ]
+    for message_id, deliveries in seen.by_id().items():
+        partition = partition_of(message_id.encode(), partitions)
+        times[partition] += [
+            d.received_ms for d in deliveries if begin <= d.received_ms <= load.stopped_ms
+        ]
     gaps: dict[int, list[tuple[int, int]]] = {}
     for partition, points in times.items():
         points.sort()
@@ -335,11 +335,11 @@ def _partition_gaps(load: Load, seen: Seen, partitions: int) -> dict[int, list[t
     return gaps
 
 
-def _write_deliveries(path: Path, seen: Seen, partitions: int) -> None:
+def _write_deliveries(path: Path, seen: Collected, partitions: int) -> None:
     """Every visible delivery, one JSON line each, for a look after the run (duplicates, which
     inner partition was late when)."""
-    with seen.lock, path.open("w") as out:
-        for message_id, deliveries in seen.by_id.items():
+    with path.open("w") as out:
+        for message_id, deliveries in seen.by_id().items():
             inner = partition_of(message_id.encode(), partitions)
             for d in deliveries:
                 row = {
@@ -418,10 +418,10 @@ def main() -> int:
         settings = load_settings(first.config)
         topic = f"{namespace}-target"
         create_topic(settings, topic, partitions=4)
-        committed, uncommitted = Seen(), Seen()
+        committed, uncommitted = Collected(), Collected()
         watchers = [
-            DeliveryWatcher(broker.bootstrap, [topic], committed).start(),
-            DeliveryWatcher(broker.bootstrap, [topic], uncommitted, "read_uncommitted").start(),
+            DeliveryWatcher(broker.bootstrap, [topic], committed.add).start(),
+            DeliveryWatcher(broker.bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
         ]
         with DelayClient(settings) as client:
             load = Load(client, topic, args.rate, args.seed)

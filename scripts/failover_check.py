@@ -80,7 +80,7 @@ from typing import Any
 from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
 from chronos.devstack.container import DATA_PATH, ContainerNode
 from chronos.devstack.process import NodeProcess
-from chronos.devstack.watch import Delivered, DeliveryWatcher
+from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.quantiles import percentile
 from chronos.repeat import CatchUp, Repeat, RepeatKind
@@ -505,16 +505,6 @@ class Load:
                 self.errors.append(f"reschedule: {exc}")
 
 
-class Seen:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.by_id: dict[str, list[Delivered]] = {}
-
-    def __call__(self, delivered: Delivered) -> None:
-        with self.lock:
-            self.by_id.setdefault(delivered.id, []).append(delivered)
-
-
 def _failover(
     group: Group,
     summary: Summary,
@@ -646,7 +636,7 @@ def _mixed_versions(group: Group, summary: Summary, interval_s: float) -> None:
 
 
 def run_scenario(
-    args: argparse.Namespace, group: Group, summary: Summary, broker: Any, seen: Seen
+    args: argparse.Namespace, group: Group, summary: Summary, broker: Any, seen: Collected
 ) -> None:
     if args.scenario == "kill":
         for _ in range(args.kills):
@@ -744,37 +734,22 @@ def run_scenario(
     time.sleep(args.interval)
 
 
-def _flowing_again(since_ms: int, seen: Seen, timeout_s: float = 120.0) -> int | None:
+def _flowing_again(since_ms: int, seen: Collected, timeout_s: float = 120.0) -> int | None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        with seen.lock:
-            first = min(
-                (
-                    d.received_ms
-                    for ds in seen.by_id.values()
-                    for d in ds
-                    if d.received_ms > since_ms
-                ),
-                default=None,
-            )
+        first = min((d.received_ms for d in seen.every() if d.received_ms > since_ms), default=None)
         if first is not None:
             return first - since_ms
         time.sleep(0.1)
     return None
 
 
-def _longest_gap(load: Load, seen: Seen) -> tuple[int, float]:
+def _longest_gap(load: Load, seen: Collected) -> tuple[int, float]:
     """The longest time without a delivery becoming visible while the load ran, from a second
     after its longest delay (when deliveries flow) to its end, the window's edges included;
     and when it began (seconds into the load)."""
     begin = load.started_ms + int(load.delay_s[1] * 1000) + 1000
-    with seen.lock:
-        times = sorted(
-            d.received_ms
-            for ds in seen.by_id.values()
-            for d in ds
-            if begin <= d.received_ms <= load.stopped_ms
-        )
+    times = sorted(d.received_ms for d in seen.every() if begin <= d.received_ms <= load.stopped_ms)
     if load.stopped_ms <= begin:
         return 0, 0.0
     points = [begin, *times, load.stopped_ms]
@@ -800,10 +775,11 @@ def drain(load: Load, watchers: list[DeliveryWatcher], straggle_ms: int = 5000) 
         watcher.stop()
 
 
-def verify(load: Load, committed: Seen, uncommitted: Seen, summary: Summary) -> None:
+def verify(load: Load, committed: Collected, uncommitted: Collected, summary: Summary) -> None:
     lateness: list[int] = []
+    committed_by_id, uncommitted_by_id = committed.by_id(), uncommitted.by_id()
     for message_id, exp in load.expected.items():
-        got = committed.by_id.get(message_id, [])
+        got = committed_by_id.get(message_id, [])
         if exp.cancel_late:
             summary.cancels_acknowledged_after_due += 1
             summary.duplicates += max(0, len(got) - 1)
@@ -836,7 +812,7 @@ def verify(load: Load, committed: Seen, uncommitted: Seen, summary: Summary) -> 
             if exp.repeat is not None and d.due_ms != exp.repeat.due_of(exp.due_ms, d.occurrence):
                 summary.repeat_wrong_due += 1
             lateness.append(d.received_ms - d.due_ms)
-        raw = [d.occurrence for d in uncommitted.by_id.get(message_id, [])]
+        raw = [d.occurrence for d in uncommitted_by_id.get(message_id, [])]
         summary.uncommitted_duplicates += len(raw) - len(set(raw))
     summary.longest_gap_ms, summary.longest_gap_at_s = _longest_gap(load, committed)
     summary.scheduled = len(load.expected)
@@ -945,10 +921,10 @@ def main() -> int:
         settings = load_settings(group.replicas[0].config)
         topic = f"{namespace}-target"
         create_topic(settings, topic, partitions=4)
-        committed, uncommitted = Seen(), Seen()
+        committed, uncommitted = Collected(), Collected()
         watchers = [
-            DeliveryWatcher(bootstrap, [topic], committed).start(),
-            DeliveryWatcher(bootstrap, [topic], uncommitted, "read_uncommitted").start(),
+            DeliveryWatcher(bootstrap, [topic], committed.add).start(),
+            DeliveryWatcher(bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
         ]
         with DelayClient(settings) as client:
             load = Load(

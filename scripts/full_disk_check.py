@@ -37,10 +37,10 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from failover_check import Replica, Seen, _epoch_ms
+from failover_check import Replica, _epoch_ms
 
 from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
-from chronos.devstack.watch import DeliveryWatcher
+from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.settings import load_settings
 from proxy.client import DelayClient, DelayRequest
@@ -134,8 +134,8 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path, summary: Summar
         settings = load_settings(node.config)
         topic = f"{namespace}-target"
         create_topic(settings, topic, partitions=4)
-        seen = Seen()
-        watcher = DeliveryWatcher(bootstrap, [topic], seen).start()
+        seen = Collected()
+        watcher = DeliveryWatcher(bootstrap, [topic], seen.add).start()
         with DelayClient(settings) as client:
             load = Load(client, topic, args.rate)
             load.start()
@@ -162,17 +162,16 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path, summary: Summar
         resumed = [e for e in node.events("ingest_resumed") if _epoch_ms(e) >= freed_ms]
         if resumed:
             summary.resumed_after_ms = _epoch_ms(resumed[0]) - freed_ms
-        with seen.lock:
-            after = [d.produced_ms for ds in seen.by_id.values() for d in ds]
-            after = [t for t in after if t >= freed_ms]
-            if after:
-                summary.delivered_after_ms = min(after) - freed_ms
-            summary.scheduled = len(load.due)
-            for message_id, due_ms in load.due.items():
-                got = seen.by_id.get(message_id, [])
-                summary.lost += not got
-                summary.duplicates += max(0, len(got) - 1)
-                summary.early += sum(d.produced_ms < due_ms for d in got)
+        after = [d.produced_ms for ds in seen.by_id().values() for d in ds]
+        after = [t for t in after if t >= freed_ms]
+        if after:
+            summary.delivered_after_ms = min(after) - freed_ms
+        summary.scheduled = len(load.due)
+        for message_id, due_ms in load.due.items():
+            got = seen.copies(message_id)
+            summary.lost += not got
+            summary.duplicates += max(0, len(got) - 1)
+            summary.early += sum(d.produced_ms < due_ms for d in got)
     finally:
         if node.process.running():
             node.process.terminate()

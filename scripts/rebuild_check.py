@@ -48,11 +48,11 @@ from typing import Any
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
-from failover_check import Group, Load, Replica, Seen, Summary, verify
+from failover_check import Group, Load, Replica, Summary, verify
 
 from chronos.devstack.brokers import LocalBroker, start_local_broker
 from chronos.devstack.kafka import KafkaBroker
-from chronos.devstack.watch import DeliveryWatcher
+from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.kafka.clients import KafkaClients
 from chronos.repeat import Repeat, RepeatKind
@@ -264,10 +264,10 @@ def run_group(
             compact_settings(admin, config)
         topic = f"{namespace}-target"
         create_topic(load_settings(config), topic, partitions=4)
-        committed, uncommitted = Seen(), Seen()
+        committed, uncommitted = Collected(), Collected()
         watchers = [
-            DeliveryWatcher(bootstrap, [topic], committed).start(),
-            DeliveryWatcher(bootstrap, [topic], uncommitted, "read_uncommitted").start(),
+            DeliveryWatcher(bootstrap, [topic], committed.add).start(),
+            DeliveryWatcher(bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
         ]
         with DelayClient(load_settings(config)) as client:
             load = Load(client, topic, args.rate, args.seed, (60.0, 150.0), REPEAT)
@@ -329,8 +329,8 @@ def run_alone(
             compact_settings(admin, node.config)
         topic = f"{namespace}-target"
         create_topic(load_settings(node.config), topic, partitions=4)
-        committed, uncommitted = Seen(), Seen()
-        watcher = DeliveryWatcher(bootstrap, [topic], committed).start()
+        committed, uncommitted = Collected(), Collected()
+        watcher = DeliveryWatcher(bootstrap, [topic], committed.add).start()
         with DelayClient(load_settings(node.config)) as client:
             # Some due during the run, so a wiped store has delivered ones not to repeat.
             load = Load(client, topic, args.rate, args.seed, (5.0, 150.0), REPEAT)
@@ -354,7 +354,7 @@ def run_alone(
         verify(load, committed, uncommitted, summary)
         # Duplicates are allowed only of what was first delivered in the crash window.
         outside = 0
-        for deliveries in committed.by_id.values():
+        for deliveries in committed.by_id().values():
             by_occurrence: dict[int, list[int]] = {}
             for d in deliveries:
                 by_occurrence.setdefault(d.occurrence, []).append(d.received_ms)

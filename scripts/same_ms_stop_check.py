@@ -25,10 +25,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from failover_check import Replica, Seen
+from failover_check import Replica
 
 from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
-from chronos.devstack.watch import DeliveryWatcher
+from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.settings import load_settings
 from proxy.client import DelayClient, DelayRequest
@@ -53,9 +53,8 @@ class Summary:
         return clean and not (self.lost or self.duplicates or self.early)
 
 
-def _seen_count(seen: Seen) -> int:
-    with seen.lock:
-        return len(seen.by_id)
+def _seen_count(seen: Collected) -> int:
+    return len(seen.by_id())
 
 
 def run(args: argparse.Namespace, bootstrap: str, workdir: Path, summary: Summary) -> None:
@@ -67,8 +66,8 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path, summary: Summar
     settings = load_settings(node.config)
     topic = f"{namespace}-target"
     create_topic(settings, topic, partitions=4)
-    seen = Seen()
-    watcher = DeliveryWatcher(bootstrap, [topic], seen).start()
+    seen = Collected()
+    watcher = DeliveryWatcher(bootstrap, [topic], seen.add).start()
     try:
         due_ms = int((time.time() + args.lead) * 1000)
         started = time.time()
@@ -101,13 +100,12 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path, summary: Summar
         watcher.stop()
         if node.process.running():
             node.process.terminate()
-    with seen.lock:
-        for message_id in ids:
-            got = seen.by_id.get(message_id, [])
-            if not got:
-                summary.lost += 1
-            summary.duplicates += max(0, len(got) - 1)
-            summary.early += sum(d.produced_ms < due_ms for d in got)
+    for message_id in ids:
+        got = seen.copies(message_id)
+        if not got:
+            summary.lost += 1
+        summary.duplicates += max(0, len(got) - 1)
+        summary.early += sum(d.produced_ms < due_ms for d in got)
 
 
 def main() -> int:

@@ -45,12 +45,12 @@ from cluster_check import Cluster
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # not re-exported explicitly
-from failover_check import Load, Seen, Summary, _epoch_ms, drain, verify
+from failover_check import Load, Summary, _epoch_ms, drain, verify
 
 from chronos.bench.load import LoadSpec, generate
 from chronos.cluster.placement import Placement
 from chronos.devstack.kafka import KafkaBroker
-from chronos.devstack.watch import DeliveryWatcher
+from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.kafka.partitioner import partition_of
 from chronos.names import TopicNames
@@ -167,15 +167,14 @@ def _log_bytes(broker: KafkaBroker, topic: str, partition: int) -> int:
     return sum(f.stat().st_size for f in (data / f"{topic}-{partition}").glob("*.log"))
 
 
-def _lateness(seen: Seen, partitions: int, keep: set[int], from_ms: int, to_ms: int) -> list[int]:
+def _lateness(
+    seen: Collected, partitions: int, keep: set[int], from_ms: int, to_ms: int
+) -> list[int]:
     out = []
-    with seen.lock:
-        for message_id, deliveries in seen.by_id.items():
-            if partition_of(message_id.encode(), partitions) not in keep:
-                continue
-            out += [
-                d.received_ms - d.due_ms for d in deliveries if from_ms <= d.received_ms <= to_ms
-            ]
+    for message_id, deliveries in seen.by_id().items():
+        if partition_of(message_id.encode(), partitions) not in keep:
+            continue
+        out += [d.received_ms - d.due_ms for d in deliveries if from_ms <= d.received_ms <= to_ms]
     return out
 
 
@@ -322,10 +321,10 @@ def main() -> int:
             _wait_ingested(broker, names, node.name, args.partitions)
         extra.ingested_s = round(time.monotonic() - began, 1)
         print(f"{args.pending} pending ingested in {extra.ingested_s} s", flush=True)
-        committed, uncommitted = Seen(), Seen()
+        committed, uncommitted = Collected(), Collected()
         watchers = [
-            DeliveryWatcher(broker.bootstrap, [topic], committed).start(),
-            DeliveryWatcher(broker.bootstrap, [topic], uncommitted, "read_uncommitted").start(),
+            DeliveryWatcher(broker.bootstrap, [topic], committed.add).start(),
+            DeliveryWatcher(broker.bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
         ]
         every = set(range(args.partitions))
         with DelayClient(settings) as client:

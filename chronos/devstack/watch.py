@@ -156,10 +156,12 @@ class Collected:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_topic: dict[str, list[Delivered]] = {}
+        self._by_id: dict[str, list[Delivered]] = {}
 
     def add(self, delivered: Delivered) -> None:
         with self._lock:
             self._by_topic.setdefault(delivered.topic, []).append(delivered)
+            self._by_id.setdefault(delivered.id, []).append(delivered)
 
     def of(self, topic: str) -> list[Delivered]:
         """Every copy delivered to ``topic``, in arrival order."""
@@ -168,6 +170,21 @@ class Collected:
 
     def ids(self, topic: str) -> set[str]:
         return {d.id for d in self.of(topic)}
+
+    def every(self) -> list[Delivered]:
+        """Every copy delivered, of every topic."""
+        with self._lock:
+            return [d for delivered in self._by_topic.values() for d in delivered]
+
+    def by_id(self) -> dict[str, list[Delivered]]:
+        """Every copy delivered, by message id (of every topic)."""
+        with self._lock:
+            return {i: list(delivered) for i, delivered in self._by_id.items()}
+
+    def copies(self, message_id: str) -> list[Delivered]:
+        """Every copy of one message delivered, in arrival order."""
+        with self._lock:
+            return list(self._by_id.get(message_id, ()))
 
 
 def waited(condition: Callable[[], bool], timeout_s: float, pause_s: float = 0.1) -> bool:
