@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """A burst to a topic with a rate, while another topic flows: the rate per topic
-(``delivery.topics.<t>.rate``) of a node alone, on Apache Kafka.
+(``delivery.topics.<t>.rate``) of a node alone or a group's master, on Apache Kafka.
 
-Starts Apache Kafka and a node process whose ``<ns>-limited`` topic (one partition) has
-``rate = --limit`` messages/s (burst: the default, a tenth of a second's worth). Schedules
-``--rate`` messages/s to another topic (due 1 s after sending) for the whole run and
-``--burst`` messages to the limited topic, all due within one second (``--spread-ms``; 0: the
-same millisecond) ``--lead`` seconds ahead. Then checks:
+Starts Apache Kafka and a node process (``--mode group``: the one replica of a group) whose
+``<ns>-limited`` topic (one partition) has ``rate = --limit`` messages/s (burst: the default,
+a tenth of a second's worth). Schedules ``--rate`` messages/s to another topic (due 1 s after
+sending) for the whole run and ``--burst`` messages to the limited topic, all due within one
+second (``--spread-ms``; 0: the same millisecond) ``--lead`` seconds ahead. Then checks:
 
 - the limited topic: every message delivered once, never early, in due order (offsets against
   due times on its one partition), spread over ``burst / limit`` seconds (within 5 %);
@@ -51,7 +51,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     namespace = f"rate{uuid.uuid4().hex[:8]}"
     limited = f"{namespace}-limited"
     policy = f'[delivery.topics."{limited}"]\nrate = {args.limit}\n' if args.limit else ""
-    stack = BenchStack(None, node_settings=policy, broker="kafka", namespace=namespace)
+    stack = BenchStack(
+        None,
+        node_settings=policy,
+        broker="kafka",
+        namespace=namespace,
+        replicas=1 if args.mode == "group" else 0,
+    )
     seen = Collected()
     with stack:
         create_topic(stack.settings, limited, 1)
@@ -95,6 +101,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     other = seen.of(stack.target)
     backlog = [d for d in other if sent and sent[0] <= d.due_ms <= sent[-1]]
     return {
+        "mode": args.mode,
         "burst": args.burst,
         "limit": args.limit,
         "spread_ms": args.spread_ms,
@@ -150,6 +157,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--spread-ms", type=int, default=1_000, help="their due times span")
     parser.add_argument("--rate", type=float, default=2_000.0, help="the other topic, msg/s")
+    parser.add_argument("--mode", choices=("alone", "group"), default="alone")
     parser.add_argument("--lead", type=float, default=20.0, help="seconds until the burst is due")
     args = parser.parse_args(argv)
     result = run(args)

@@ -561,7 +561,14 @@ class Replica(LoopWorker):
         term = (cut.term if cut is not None else 0) + 1
         floor = RebuildFloor(cut.floor if cut is not None else None)
         self._master = self._new_master(
-            publisher, MasterState(term, self._on_fenced, self._fatal.report, floor)
+            publisher,
+            MasterState(
+                term,
+                self._on_fenced,
+                self._fatal.report,
+                floor,
+                paced=cut.paced if cut is not None else {},
+            ),
         )
         self._master.start()
         self._refresher = self._new_refresher(floor)

@@ -50,6 +50,8 @@ from chronos.delivery.deadletter import (
     when_dead_letter_refused,
 )
 from chronos.delivery.job import DeliveryJob, jobs_for
+from chronos.delivery.policies import Policies
+from chronos.delivery.rate_plan import RatePlan
 from chronos.group.placement import ReplicaStore
 from chronos.group.spec import GroupSpec
 from chronos.kafka.errors import (
@@ -98,6 +100,8 @@ class MasterState:
     on_fenced: Callable[[str], None]
     on_fatal: Callable[[str], None]
     floor: RebuildFloor = field(default_factory=RebuildFloor)
+    #: The rate plans of the last committed cut (``Cut.paced``): where this term's start.
+    paced: Mapping[str, float] = field(default_factory=dict)
 
 
 class TransactionLoop(LoopWorker):
@@ -119,6 +123,8 @@ class TransactionLoop(LoopWorker):
             ``node/watermark.py``); None: now.
         keep_outcomes: record where each committed delivery went (``store/outcome.py``).
         attempts: where failed attempts are kept for the status lookup.
+        policies: each target topic's policy, for its rate (``delivery/rate_plan.py``);
+            None: no rates.
     """
 
     def __init__(
@@ -137,9 +143,11 @@ class TransactionLoop(LoopWorker):
         horizon: Callable[[EpochMs], EpochMs] | None = None,
         keep_outcomes: bool = False,
         attempts: Attempts | None = None,
+        policies: Policies | None = None,
     ) -> None:
         super().__init__("transactions")
         self._attempts = attempts
+        self._rates = None if policies is None else RatePlan(policies, state.paced)
         self._horizon = horizon
         self._keep_outcomes = keep_outcomes
         #: (partition, offset) of each job's record, by its index in the open transaction.
@@ -266,6 +274,9 @@ class TransactionLoop(LoopWorker):
             self._frontier.wait(wake, self._clock.now_ms(), wait_s)
             return
         jobs = jobs_for(rows, now, self._ledger, self._catch_up_ms)
+        rates = self._rates
+        if rates is not None and rates.active:
+            _in_due_order(jobs, rates)
         try:
             committed = self._transact(jobs, upto, covered, moves, releasing)
         except TransactionAborted:
@@ -290,6 +301,9 @@ class TransactionLoop(LoopWorker):
             # Whatever broke, no transaction may stay open: the next one could not begin.
             self._quiet_abort()
             raise
+        finally:
+            if rates is not None:
+                rates.aborted()  # nothing after a commit: it settled the plan
         if committed:
             self._failures = 0
             if releasing is not None:
@@ -359,6 +373,8 @@ class TransactionLoop(LoopWorker):
         self._judged = set()
         retrying = self._retry_at
         refused = self._refused_now(jobs, upto)
+        rates = self._rates if self._rates is not None and self._rates.active else None
+        now = self._clock.now_ms()
         targets: list[int] = []
         began = time.monotonic()
         publisher.begin()
@@ -376,6 +392,13 @@ class TransactionLoop(LoopWorker):
                     retry_at = retrying.get(message.id)
                 if retry_at is not None and retry_at > upto:
                     states.append(RepeatState(message.id, message, retry_at))  # deferred
+                    continue
+            if rates is not None and message is not None and message.id not in retrying:
+                slot = rates.slot_for(
+                    message.id, message.topic, keys.slot_of(job.key), job.due_ms, now, upto
+                )
+                if slot is not None:
+                    states.append(RepeatState(message.id, message, slot))  # over the rate
                     continue
             if self._publish_job(n, job, failures):
                 targets.append(n)
@@ -400,6 +423,7 @@ class TransactionLoop(LoopWorker):
             self._clock.now_ms(),
             self._state.floor.current,
             released_to=released_to,
+            paced={} if rates is None else rates.backlog(now),
         )
         topic = self._spec.progress_topic
         for state in (*moved, *states):
@@ -432,15 +456,19 @@ class TransactionLoop(LoopWorker):
         self._ledger.forget_moves(moves)
         if self._keep_outcomes:
             self._ledger.record_outcomes(self._outcomes(jobs, targets, now))
+        tried: list[str] = []
         for job in jobs:
             self._dead.pop(job.key, None)
             self._shrink.discard(job.key)
             message = job.message
             ident = job.key.hex() if message is None else message.id
+            tried.append(ident)
             retry_at = retrying.get(ident) if retrying else None
             if retry_at is None or retry_at <= upto:  # tried in it: delivered or dead-lettered
                 self._failed.pop(ident, None)
                 retrying.pop(ident, None)
+        if rates is not None:
+            rates.committed(tried)
         if delivered:
             self._metrics.incr("delivered", delivered)
         if oldest is not None:
@@ -692,6 +720,21 @@ def _not_authorized(topic: str) -> KafkaError:
         f"Topic authorization failed: chronos may not write {topic} (from its authorized "
         "operations)",
     )
+
+
+def _in_due_order(jobs: list[DeliveryJob], rates: RatePlan) -> None:
+    """Put the jobs of rate-limited topics in due order, in their places among the others:
+    messages planned into one slot are stored in id order, and would go out of due order."""
+    places = [n for n, job in enumerate(jobs) if job.message and rates.limited(job.message.topic)]
+    if len(places) < 2:
+        return
+    ordered = sorted((jobs[n] for n in places), key=_due)
+    for n, job in zip(places, ordered, strict=True):
+        jobs[n] = job
+
+
+def _due(job: DeliveryJob) -> EpochMs:
+    return job.due_ms
 
 
 class _TopicNotYet(Exception):

@@ -339,6 +339,7 @@ def _replica(
             horizon=ctx.watermark.horizon,
             keep_outcomes=s.admin.keeps_outcomes,
             attempts=ctx.attempts,
+            policies=ctx.policies,
         )
 
     def new_refresher(floor: RebuildFloor) -> Component:
@@ -398,13 +399,6 @@ def replica(ctx: NodeContext) -> list[Component]:
     in fenced transactions, and otherwise follows the master's committed progress."""
     if ctx.group is None or ctx.replica_store is None:
         raise ConfigError("a replica needs group.name")
-    paced = sorted(t for t, p in ctx.settings.delivery.topics.items() if p.rate is not None)
-    if paced:
-        log.warning(
-            "topic_rate_ignored",
-            topics=paced,
-            reason="a replica group's master does not limit rates yet (a node alone does)",
-        )
     owned = ctx.owned
     ingest = _ingest(ctx, owned)
     role = _replica(ctx, ctx.group, ctx.replica_store, owned, ingest)

@@ -8,7 +8,8 @@ rebuilt from the inner topic knows what not to deliver again (``chronos/group/__
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from chronos.errors import DecodeError
 from chronos.model import DelayMessage
@@ -53,6 +54,9 @@ class Cut:
         released_to: the replica this master handed the delivery to with this, its last
             record (a graceful leave or a move, ``chronos/cluster/``): that one takes over at
             once instead of waiting for the progress topic to stand still. None otherwise.
+        paced: the rate plan of each target topic with a backlog: the theoretical arrival
+            time (epoch ms) of its next message (``delivery/rate_plan.py``); a successor
+            starts from it.
     """
 
     term: int
@@ -62,6 +66,7 @@ class Cut:
     committed_at_ms: EpochMs
     floor: Floor | None = None
     released_to: str | None = None
+    paced: Mapping[str, float] = field(default_factory=dict)
 
 
 def encode_cut(cut: Cut) -> tuple[bytes, bytes]:
@@ -81,6 +86,9 @@ def encode_cut(cut: Cut) -> tuple[bytes, bytes]:
     if cut.released_to is not None:
         # An earlier release's replica ignores it and takes over once the topic is quiet.
         body["released_to"] = cut.released_to
+    if cut.paced:
+        # An earlier release's master starts without it: a backlog's rate restarts full.
+        body["paced"] = {t: round(tat, 3) for t, tat in sorted(cut.paced.items())}
     return CUT_KEY, json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -114,6 +122,7 @@ def decode(key: bytes | None, value: bytes | None) -> Cut | RepeatState:
                 committed_at_ms=int(body["at_ms"]),
                 floor=_floor(body),
                 released_to=None if body.get("released_to") is None else str(body["released_to"]),
+                paced={str(t): float(tat) for t, tat in body.get("paced", {}).items()},
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DecodeError(f"undecodable cut record: {exc}") from exc

@@ -12,7 +12,7 @@ import pytest
 
 from chronos.cli.main import main as chronos
 from proxy.client import DelayClient
-from tests.integration.harness import Inbox, make_settings, running_node, wait_until
+from tests.integration.harness import Inbox, make_settings, role_of, running_node, wait_until
 
 
 def _live(port: int) -> dict[str, Any]:
@@ -32,12 +32,22 @@ def _printed(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     return printed
 
 
+@pytest.mark.parametrize("mode", ["alone", "group"])
 def test_a_rate_set_live_paces_the_topic_and_clearing_it_lifts_it(
-    kafka_bootstrap: str, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    kafka_bootstrap: str,
+    namespace: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    mode: str,
 ) -> None:
-    """Mutants caught: the follower not applying records (the node kept the configured,
-    unlimited policy), the pacing not seeing a rate set after its start."""
-    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store", admin={"port": 0})
+    """A node alone's senders hold what is over the rate; a group's master plans it into later
+    slots (``delivery/rate_plan.py``). Mutants caught: the follower not applying records (the
+    node kept the configured, unlimited policy), the pacing not seeing a rate set after its
+    start, a master without the plan."""
+    sections: dict[str, dict[str, Any]] = {"admin": {"port": 0}}
+    if mode == "group":
+        sections |= {"group": {"name": "g"}, "node": {"ingest_threads": 1}}
+    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store", **sections)
     config = tmp_path / "chronos.toml"
     config.write_text(
         f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\n'
@@ -45,6 +55,8 @@ def test_a_rate_set_live_paces_the_topic_and_clearing_it_lifts_it(
     )
     topic = f"{namespace}-paced"
     with running_node(settings) as node, Inbox(settings, [topic], partitions=1) as inbox:
+        if mode == "group":
+            wait_until(lambda: role_of(node) == "master", 30, "the replica leads")
         port = node.admin_port
         assert port is not None
         args = ["policy", "set", topic, "--rate", "4", "--burst", "1", "--config", str(config)]
@@ -53,11 +65,13 @@ def test_a_rate_set_live_paces_the_topic_and_clearing_it_lifts_it(
         wait_until(lambda: topic in _live(port), 30, "the node read the policy")
         with DelayClient(settings) as client:
             for n in range(5):
-                client.send_delay(topic, b"v", delay=0.5, id=f"p{n}")
+                client.send_delay(topic, b"v", delay=0.5 + n / 1000, id=f"p{n}")
         assert inbox.wait_for({f"p{n}" for n in range(5)}, 30)
         sent = sorted(inbox.first(f"p{n}").produced_ms for n in range(5))
         # One at once (the burst), four more a quarter of a second apart at the least.
         assert sent[-1] - sent[0] >= 4 * 250 - 5, sent
+        ids = [f"p{n}" for n in range(5)]
+        assert sorted(ids, key=lambda i: inbox.first(i).offset) == ids  # in due order
         assert chronos(["policy", "list", "--config", str(config)]) == 0
         assert topic in _printed(capsys)["live"]
         assert chronos(["policy", "clear", topic, "--config", str(config)]) == 0

@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError, KafkaException
 from chronos.clock import FakeClock
 from chronos.delivery.attempts import Attempts
 from chronos.delivery.deadletter import DeadLetterPolicy
+from chronos.delivery.policies import Policies
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import MasterState, TransactionLoop
@@ -89,9 +90,13 @@ def make_master(
     tmp_path: Path,
     retry: DeliverySettings = RETRY,
     unwritable: Callable[[Collection[str]], set[str]] | None = None,
+    policies: Policies | None = None,
+    paced: dict[str, float] | None = None,
+    store: RocksStore | None = None,
 ) -> Master:
     """A master of term 7 leading from ``T0 - 1000``; ``unwritable`` answers which topics
-    chronos may not write, as Kafka's authorizer would."""
+    chronos may not write, as Kafka's authorizer would; ``policies`` and ``paced`` (the last
+    cut's rate plans) for rates; ``store``: a previous master's (a takeover)."""
     settings = ChronosSettings.model_validate(
         {
             "topics": {"namespace": "ns"},
@@ -100,13 +105,14 @@ def make_master(
     )
     spec = GroupSpec.of(settings)
     assert spec is not None
-    store = RocksStore(tmp_path, StoreSettings(wal_sync_interval_ms=60_000))
+    taken_over = store is not None
+    store = store or RocksStore(tmp_path, StoreSettings(wal_sync_interval_ms=60_000))
     clock, metrics = FakeClock(T0), CountingMetrics()
     frontier = Frontier(0)
     placement = ReplicaPlacement()
     ledger = Ledger(store, frontier, clock, DeleteSettings(), placement)
     replica = ReplicaStore(store, frontier, ledger, placement)
-    replica.lead(T0 - 1000, [0])
+    replica.lead((store.read_seek() or 0) if taken_over else T0 - 1000, [0])
     publisher = StubPublisher(topics={TARGET, DENIED, spec.dead_letter_topic, spec.progress_topic})
     fenced: list[str] = []
     fatal: list[str] = []
@@ -122,8 +128,9 @@ def make_master(
         retry,
         clock,
         metrics,
-        MasterState(7, fenced.append, fatal.append),
+        MasterState(7, fenced.append, fatal.append, paced=paced or {}),
         attempts=attempts,
+        policies=policies,
     )
     return Master(store, ledger, publisher, clock, metrics, spec, loop, fenced, fatal, attempts)
 
@@ -513,3 +520,90 @@ def test_a_purge_kafka_explains_with_no_refused_topic_is_retried_as_an_outage(
         assert "transactions_redone" not in master.metrics.totals()
     finally:
         master.store.close()
+
+
+#: A rate of 10 msg/s with a burst of 2: a token every 100 ms.
+TEN_A_SECOND = Policies({TARGET: TopicPolicy(rate=10, burst=2)})
+
+
+def planned_slots(master: Master) -> dict[str, int]:
+    """Where each message still to deliver lies now (after the seek), by id."""
+    start = keys.slot_bound(master.ledger.seek_ms + 1)
+    rows = master.store.scan(start, keys.slot_bound(T0 + 10**9), 1000)
+    return {codec.decode(raw).id: keys.slot_of(key) for key, raw in rows}
+
+
+def test_a_limited_topic_over_its_rate_waits_in_later_slots_in_due_order(tmp_path: Path) -> None:
+    """Mutants caught: planned messages charged again at their slot (each moved again, never
+    delivered); the plan not moved on by a planned message (two in one slot)."""
+    master = make_master(tmp_path, policies=TEN_A_SECOND)
+    for n in range(5):
+        master.add(f"m{n}", T0 - 50 + n)
+    master.add("other", T0 - 10, topic=DENIED)
+    master.loop.step()
+    assert master.delivered() == ["m0", "m1"]  # the burst
+    assert master.delivered(DENIED) == ["other"]  # another topic is not held back
+    assert planned_slots(master) == {"m2": T0 + 100, "m3": T0 + 200, "m4": T0 + 300}
+    (cut,) = master.cuts()
+    assert cut.paced == {TARGET: T0 + 500}
+    for _ in range(3):
+        master.clock.advance(100)
+        master.loop.step()
+    assert master.delivered() == ["m0", "m1", "m2", "m3", "m4"]
+    assert planned_slots(master) == {}
+    master.add("late", T0 + 300)  # the plan's end passed: the rate lets it out at once
+    master.clock.advance(200)
+    master.loop.step()
+    assert master.delivered()[-1] == "late"
+
+
+def test_messages_planned_into_one_slot_go_in_due_order(tmp_path: Path) -> None:
+    """Stored in id order within a slot, they would not be. Mutant caught: no due-order sort."""
+    policies = Policies({TARGET: TopicPolicy(rate=4000, burst=1)})
+    master = make_master(tmp_path, policies=policies)
+    ids = [f"{chr(ord('z') - n)}{n}" for n in range(9)]  # ids in reverse of due order
+    for n, message_id in enumerate(ids):
+        master.add(message_id, T0 - 20 + n)
+    master.loop.step()
+    assert master.delivered() == ids[:1]
+    assert set(planned_slots(master).values()) == {T0 + 1, T0 + 2}  # four to a slot
+    master.clock.advance(5)
+    master.loop.step()
+    assert master.delivered() == ids
+
+
+def test_an_aborted_transaction_plans_nothing(tmp_path: Path) -> None:
+    """Mutant caught: the plan not rolled back (the redo planned each message a slot later
+    and the rate fell below its setting)."""
+    master = make_master(tmp_path, policies=TEN_A_SECOND)
+    for n in range(4):
+        master.add(f"m{n}", T0 - 50 + n)
+    master.publisher.fail_next("commit", TransactionAborted("CONCURRENT_TRANSACTIONS"))
+    master.loop.step()
+    assert master.delivered() == []
+    master.loop.step()
+    assert master.delivered() == ["m0", "m1"]
+    assert planned_slots(master) == {"m2": T0 + 100, "m3": T0 + 200}
+
+
+def test_a_successor_keeps_the_plan_and_lets_the_backlog_go_at_its_slots(tmp_path: Path) -> None:
+    """A takeover neither lets new messages jump the backlog (a fresh bucket would) nor plans
+    the backlog again. Mutants caught: ``paced`` not carried by the cut; the inherited backlog
+    charged again."""
+    first = make_master(tmp_path, policies=TEN_A_SECOND)
+    for n in range(4):
+        first.add(f"m{n}", T0 - 50 + n)
+    first.loop.step()
+    (cut,) = first.cuts()
+    successor = make_master(
+        tmp_path, policies=TEN_A_SECOND, paced=dict(cut.paced), store=first.store
+    )
+    successor.offset = first.offset
+    successor.add("new", T0 + 50)
+    successor.clock.advance(200)
+    successor.loop.step()
+    assert successor.delivered() == ["m2", "m3"]
+    assert planned_slots(successor) == {"new": T0 + 300}
+    successor.clock.advance(100)
+    successor.loop.step()
+    assert successor.delivered() == ["m2", "m3", "new"]
