@@ -473,8 +473,9 @@ class TopicPolicy(_Section):
         None,
         gt=0,
         description=(
-            "Node alone: most messages a second delivered to the topic; what falls due faster "
-            "waits, in due order, and shows in topic_lateness (unset: no limit)."
+            "Most messages a second delivered to the topic; what falls due faster waits (a "
+            "group's master moves it to a later slot), in due order, and shows in "
+            "topic_lateness (unset: no limit)."
         ),
     )
     burst: int | None = Field(

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "set", help="replace a topic's policy on every node (its configured one included)"
     )
     put.add_argument("topic", help='a target topic, or "*" for every topic without its own')
-    put.add_argument("--rate", type=float, help="messages/s delivered to it (node alone)")
+    put.add_argument("--rate", type=float, help="messages/s delivered to it")
     put.add_argument("--burst", type=int, help="messages let out at once (default rate / 10)")
     put.add_argument("--max-attempts", type=int, help="dead-letter after this many failures")
     put.add_argument("--max-age", type=float, help="dead-letter a failure this long past due, s")

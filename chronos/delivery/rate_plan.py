@@ -57,7 +57,8 @@ class RatePlan:
         #: The end of the inherited backlog per topic: slots up to it were planned before.
         self._inherited_end: dict[str, float] = {}
         self._topics: dict[str, _Topic | None] = {}
-        #: Ids planned and not yet delivered: they go at their slot without a token.
+        #: Ids planned and not yet delivered (they go at their slot without a token), with what
+        #: their lateness counts from: their due time, or the slot they were stored at if later.
         self._planned: dict[str, EpochMs] = {}
         #: What the open transaction changed, undone by ``aborted``.
         self._saved: dict[str, float] = {}
@@ -138,7 +139,7 @@ class RatePlan:
             plan.last_slot if conforms else max(plan.last_slot, math.ceil(tat - plan.tolerance_ms))
         )
         plan.last_slot = slot
-        self._planned[ident] = slot
+        self._planned[ident] = max(due_ms, slot_ms)
         self._new.append(ident)
         return slot
 
@@ -172,6 +173,11 @@ class RatePlan:
         found = {t: p.tat for t, p in self._topics.items() if p is not None and p.tat > now_ms}
         # An inherited plan not used yet (no message of its topic came) is still the plan.
         return {t: tat for t, tat in self._inherited.items() if tat > now_ms} | found
+
+    def lateness_base(self, ident: str) -> EpochMs | None:
+        """What a planned message's lateness counts from (its slot moved); None if not
+        planned by this master."""
+        return self._planned.get(ident)
 
     def planned(self) -> int:
         """How many planned messages are still to go."""

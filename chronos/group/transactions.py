@@ -50,6 +50,7 @@ from chronos.delivery.deadletter import (
     when_dead_letter_refused,
 )
 from chronos.delivery.job import DeliveryJob, jobs_for
+from chronos.delivery.pacing import TOPIC_LATENESS
 from chronos.delivery.policies import Policies
 from chronos.delivery.rate_plan import RatePlan
 from chronos.group.placement import ReplicaStore
@@ -468,6 +469,7 @@ class TransactionLoop(LoopWorker):
                 self._failed.pop(ident, None)
                 retrying.pop(ident, None)
         if rates is not None:
+            self._observe_paced(rates, jobs, targets, now)
             rates.committed(tried)
         if delivered:
             self._metrics.incr("delivered", delivered)
@@ -476,6 +478,18 @@ class TransactionLoop(LoopWorker):
             self._metrics.observe("ack_lateness_ms", now - oldest)
         self._metrics.incr("transactions")
         return True
+
+    def _observe_paced(
+        self, rates: RatePlan, jobs: list[DeliveryJob], targets: list[int], now: EpochMs
+    ) -> None:
+        """Each limited topic's lateness (``chronos_topic_lateness_seconds``), as a node
+        alone's pacing shows it."""
+        for n in targets:
+            job = jobs[n]
+            message = job.message
+            if message is not None and rates.limited(message.topic):
+                base = rates.lateness_base(message.id) or job.lateness_base_ms
+                self._metrics.observe(f"{TOPIC_LATENESS}:{message.topic}", now - base)
 
     def _outcomes(
         self, jobs: list[DeliveryJob], targets: list[int], now: EpochMs

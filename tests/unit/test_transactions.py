@@ -551,6 +551,9 @@ def test_a_limited_topic_over_its_rate_waits_in_later_slots_in_due_order(tmp_pat
         master.loop.step()
     assert master.delivered() == ["m0", "m1", "m2", "m3", "m4"]
     assert planned_slots(master) == {}
+    lateness = master.metrics.histograms()[f"topic_lateness_ms:{TARGET}"]
+    # m0, m1 at T0, m2-m4 at their slots; each due T0 - 50 + n.
+    assert (sum(lateness.buckets), lateness.sum_ms) == (5, 50 + 49 + 148 + 247 + 346)
     master.add("late", T0 + 300)  # the plan's end passed: the rate lets it out at once
     master.clock.advance(200)
     master.loop.step()
