@@ -443,6 +443,12 @@ def check_policy_topic(topic: str) -> str:
 
 #: The name under ``delivery.topics`` whose policy covers every topic without one of its own.
 ANY_TOPIC = "*"
+#: Bounds of a policy's numbers: a slot computed from them stays a millisecond timestamp (a
+#: rate of 1e-300 or a backoff of 1e30 ms would not), and every bound is said in the error.
+MIN_RATE = 0.001
+MAX_RATE = 1_000_000
+MAX_BACKOFF_MS = 86_400_000
+MAX_POLICY_AGE_S = 10 * 365 * 86_400
 
 
 class TopicPolicy(_Section):
@@ -457,21 +463,30 @@ class TopicPolicy(_Section):
     unreachable) is retried for as long as it lasts, as without one."""
 
     max_attempts: int | None = Field(
-        None, ge=1, description="Dead-letter after this many failed attempts (unset: no limit)."
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Dead-letter after this many failed attempts (unset: no limit).",
     )
     max_age_s: float | None = Field(
         None,
         gt=0,
+        le=MAX_POLICY_AGE_S,
         description=(
             "Dead-letter a delivery that fails once it is this far past its due time "
             "(unset: delivery.give_up_after_s after its first attempt)."
         ),
     )
-    backoff_initial_ms: int = Field(100, ge=1, description="First retry delay, ms.")
-    backoff_max_ms: int = Field(10_000, ge=1, description="Longest retry delay, ms.")
+    backoff_initial_ms: int = Field(
+        100, ge=1, le=MAX_BACKOFF_MS, description="First retry delay, ms."
+    )
+    backoff_max_ms: int = Field(
+        10_000, ge=1, le=MAX_BACKOFF_MS, description="Longest retry delay, ms."
+    )
     rate: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_RATE,
+        le=MAX_RATE,
         description=(
             "Most messages a second delivered to the topic; what falls due faster waits (a "
             "group's master moves it to a later slot), in due order, and shows in "
@@ -481,6 +496,7 @@ class TopicPolicy(_Section):
     burst: int | None = Field(
         None,
         ge=1,
+        le=MAX_RATE,
         description="Messages the rate lets out at once after a quiet spell (unset: rate / 10).",
     )
 

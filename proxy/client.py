@@ -20,7 +20,7 @@ from chronos.kafka.errors import describe
 from chronos.kafka.publishers.idempotent import IdempotentPublisher
 from chronos.model import DelayMessage
 from chronos.repeat import Repeat
-from chronos.settings import ChronosSettings
+from chronos.settings import ANY_TOPIC, ChronosSettings, TopicPolicy
 from chronos.types import EpochMs, Headers
 from chronos.validation import (
     first_due_for,
@@ -28,6 +28,7 @@ from chronos.validation import (
     validate_id,
     validate_message,
     validate_reschedule,
+    validate_topic,
 )
 from proxy.status import StatusSource
 
@@ -166,6 +167,8 @@ class DelayClient:
         self._publisher_lock = threading.Lock()
         self._started: IdempotentPublisher | None = None
         self._timeout_s = self._settings.proxy.ack_timeout_s
+        #: Whether the policy topic was made sure of (compacted; ``set_policy``).
+        self._policy_topic_ready = False
 
     def __enter__(self) -> DelayClient:
         return self
@@ -286,6 +289,26 @@ class DelayClient:
             self._publisher.publish(self._names.inner, key, value, headers, acks)
         acks.wait(self._timeout_s)
         return [CancelReceipt(message_id) for message_id in ids]
+
+    def set_policy(self, topic: str, policy: TopicPolicy | None) -> None:
+        """Replace the delivery policy of ``topic`` (``"*"``: every topic without its own) on
+        every node, live; None brings its configured one back. Returns once Kafka acknowledged
+        the record of the policy topic, which each node applies as it reads it
+        (``node/policy_follower.py``)."""
+        from chronos.delivery.policies import encode
+        from chronos.kafka.admin import ensure_topics
+
+        if topic != ANY_TOPIC:
+            validate_topic(topic, self._names)
+        if not self._policy_topic_ready:
+            # Made here when missing, or a broker creating topics on demand would make it
+            # without compaction (and forget policies past its retention).
+            ensure_topics(self._settings, self._timeout_s)
+            self._policy_topic_ready = True
+        acks = _Acks(1, self._publisher.note_error)
+        value = None if policy is None else encode(policy)
+        self._publisher.publish(self._names.policy, topic.encode(), value, [], acks)
+        acks.wait(self._timeout_s)
 
     def reschedule(
         self,

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chronos.arguments import add_config, settings_from
+
+if TYPE_CHECKING:
+    from chronos.settings import TopicPolicy
 
 #: Longest wait for Kafka's acknowledgement, and for reading the policy topic.
 _TIMEOUT_S = 30.0
@@ -59,60 +62,31 @@ def _policy_of(args: argparse.Namespace) -> dict[str, Any]:
 def set_main(args: argparse.Namespace) -> int:
     from pydantic import ValidationError as PydanticError
 
-    from chronos.delivery.policies import encode
     from chronos.errors import ValidationError
-    from chronos.settings import TopicPolicy, check_policy_topic
+    from chronos.settings import TopicPolicy
 
     try:
-        topic = check_policy_topic(args.topic)
         policy = TopicPolicy.model_validate(_policy_of(args))
     except PydanticError as exc:
         first = exc.errors()[0]
         raise ValidationError(".".join(map(str, first["loc"])), first["msg"]) from exc
-    except ValueError as exc:
-        raise ValidationError("topic", str(exc)) from exc
-    _write(args, topic, encode(policy))
-    print(json.dumps({"topic": topic, "policy": policy.model_dump(exclude_none=True)}))
+    _write(args, args.topic, policy)
+    print(json.dumps({"topic": args.topic, "policy": policy.model_dump(exclude_none=True)}))
     return 0
 
 
 def clear_main(args: argparse.Namespace) -> int:
-    from chronos.errors import ValidationError
-    from chronos.settings import check_policy_topic
-
-    try:
-        topic = check_policy_topic(args.topic)
-    except ValueError as exc:
-        raise ValidationError("topic", str(exc)) from exc
-    _write(args, topic, None)
-    print(json.dumps({"topic": topic, "policy": None}))
+    _write(args, args.topic, None)
+    print(json.dumps({"topic": args.topic, "policy": None}))
     return 0
 
 
-def _write(args: argparse.Namespace, topic: str, value: bytes | None) -> None:
+def _write(args: argparse.Namespace, topic: str, policy: TopicPolicy | None) -> None:
     """One record of the policy topic, acknowledged by Kafka (the topic made when missing)."""
-    from confluent_kafka import KafkaError
+    from proxy.client import DelayClient
 
-    from chronos.errors import NotAcknowledged
-    from chronos.kafka.admin import ensure_topics
-    from chronos.kafka.clients import KafkaClients
-    from chronos.kafka.clients import producer as new_producer
-
-    settings = settings_from(args)
-    ensure_topics(settings, _TIMEOUT_S)
-    clients = KafkaClients(settings.kafka, settings.node.node_id)
-    producer = new_producer(settings.kafka.producer(), clients.errors("policy"))
-    outcome: list[KafkaError | None] = []
-    producer.produce(
-        settings.topics.names.policy,
-        value=value,
-        key=topic.encode(),
-        on_delivery=lambda error, _message: outcome.append(error),
-    )
-    producer.flush(_TIMEOUT_S)
-    if not outcome or outcome[0] is not None:
-        reason = "no answer" if not outcome else str(outcome[0])
-        raise NotAcknowledged(f"the policy of {topic} was not written: {reason}")
+    with DelayClient(settings_from(args)) as client:
+        client.set_policy(topic, policy)
 
 
 def list_main(args: argparse.Namespace) -> int:

@@ -30,6 +30,8 @@ from proxy.http.schemas import (
     CancelOut,
     ErrorOut,
     HealthOut,
+    PolicyIn,
+    PolicyOut,
     ReceiptOut,
     RescheduleIn,
     RescheduleOut,
@@ -98,7 +100,7 @@ def proxy_operation(method: str, path: str) -> Operation | None:
     """The operation a request calls, for the guard's token check (``chronos/web/guard.py``)."""
     if path in OPEN_PATHS:
         return None
-    if path == "/metrics":
+    if path == "/metrics" or path.startswith("/v1/policies/"):
         return "admin"
     if method == "POST":
         return "reschedule" if path.endswith("/reschedule") else "send"
@@ -395,6 +397,24 @@ def create_app(
                 "message_id", f"token {token.name!r} may not see messages of {topic!r}", status=403
             )
         return answer
+
+    @app.put("/v1/policies/{topic}", response_model=PolicyOut, responses=_ERRORS)
+    def set_policy(topic: str, body: PolicyIn, request: Request) -> PolicyOut:
+        """Replace the delivery policy of ``topic`` (``*``: every topic without its own) on
+        every node, live: rate, retries, maximum age. The ``admin`` operation with tokens.
+        Answered once Kafka acknowledged it; each node applies it as it reads the policy
+        topic (``GET /v1/policies`` of a node's admin API shows what it applies)."""
+        _check_topics(request, [topic], batch=False)
+        policy = body.to_policy()
+        client.set_policy(topic, policy)
+        return PolicyOut(topic=topic, policy=policy.model_dump(exclude_unset=True))
+
+    @app.delete("/v1/policies/{topic}", response_model=PolicyOut, responses=_ERRORS)
+    def clear_policy(topic: str, request: Request) -> PolicyOut:
+        """Clear the policy set live for ``topic``: its configured one applies again."""
+        _check_topics(request, [topic], batch=False)
+        client.set_policy(topic, None)
+        return PolicyOut(topic=topic, policy=None)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:

@@ -101,6 +101,9 @@ def state_rules(spec: JsonObject, settings: ChronosSettings) -> JsonObject:
             for parameter in operation.get("parameters", []):
                 if parameter["name"] == "message_id":
                     _constrain(parameter["schema"], **identifier)
+                if parameter["name"] == "topic" and path.startswith("/v1/policies/"):
+                    target = topic_pattern(settings.topics.namespace)[1:-1]
+                    _constrain(parameter["schema"], pattern=rf"^(?:\*|{target})$", minLength=1)
             if path == "/healthz":
                 operation["security"] = []
                 continue

@@ -11,7 +11,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from chronos.errors import ValidationError
 from chronos.repeat import CatchUp, Repeat, RepeatKind
-from chronos.settings import LimitSettings
+from chronos.settings import (
+    MAX_BACKOFF_MS,
+    MAX_POLICY_AGE_S,
+    MAX_RATE,
+    MIN_RATE,
+    LimitSettings,
+    TopicPolicy,
+)
 from chronos.validation import MAX_MULTIPLIER
 from proxy.client import DelayRequest
 
@@ -239,6 +246,45 @@ class CancelOut(BaseModel):
 
     id: str
     status: Literal["cancel_accepted"] = "cancel_accepted"
+
+
+class PolicyIn(_Body):
+    """A target topic's delivery policy, replacing its configured one whole on every node
+    (``delivery.topics`` in the configuration reference says what each field does). A field
+    left out keeps the default, and a policy of a rate alone leaves retries as without one."""
+
+    max_attempts: JsonInt | None = Field(
+        None, ge=1, le=1_000_000, description="Dead-letter after this many failed attempts."
+    )
+    max_age_s: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_POLICY_AGE_S,
+        description="Dead-letter a delivery that fails this far past its due time, s.",
+    )
+    backoff_initial_ms: JsonInt | None = Field(
+        None, ge=1, le=MAX_BACKOFF_MS, description="First retry delay, ms (default 100)."
+    )
+    backoff_max_ms: JsonInt | None = Field(
+        None, ge=1, le=MAX_BACKOFF_MS, description="Longest retry delay, ms (default 10000)."
+    )
+    rate: float | None = Field(
+        None, ge=MIN_RATE, le=MAX_RATE, description="Most messages a second delivered to it."
+    )
+    burst: JsonInt | None = Field(
+        None, ge=1, le=MAX_RATE, description="Messages let out at once (default rate / 10)."
+    )
+
+    def to_policy(self) -> TopicPolicy:
+        """The policy, with only the fields given set (a node tells them from defaults)."""
+        return TopicPolicy.model_validate(self.model_dump(exclude_none=True))
+
+
+class PolicyOut(BaseModel):
+    """The policy written for a topic; null once cleared (its configured one applies)."""
+
+    topic: str
+    policy: dict[str, int | float] | None
 
 
 class ErrorOut(BaseModel):

@@ -12,6 +12,7 @@ import pytest
 
 from chronos.cli.main import main as chronos
 from proxy.client import DelayClient
+from proxy.http.server import ProxyServer
 from tests.integration.harness import Inbox, make_settings, role_of, running_node, wait_until
 
 
@@ -76,3 +77,43 @@ def test_a_rate_set_live_paces_the_topic_and_clearing_it_lifts_it(
         assert topic in _printed(capsys)["live"]
         assert chronos(["policy", "clear", topic, "--config", str(config)]) == 0
         wait_until(lambda: topic not in _live(port), 30, "the node read the clearing")
+
+
+def test_a_policy_set_through_the_proxy_reaches_the_node_and_bad_ones_are_refused(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
+    """``PUT``/``DELETE /v1/policies/{topic}`` of the HTTP API, as the CLI writes them.
+    Mutants caught: the policy written with its defaults as set (a rate alone would change the
+    retries), an internal topic accepted."""
+    settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store", admin={"port": 0})
+    topic = f"{namespace}-paced"
+    with running_node(settings) as node:
+        port = node.admin_port
+        assert port is not None
+        server = ProxyServer(settings)
+        server.start()
+        try:
+            assert server.wait_started(10)
+            with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as http:
+                answer = http.put(f"/v1/policies/{topic}", json={"rate": 50, "max_attempts": 3})
+                assert answer.status_code == 200, answer.text
+                assert answer.json() == {
+                    "topic": topic,
+                    "policy": {"rate": 50.0, "max_attempts": 3},
+                }
+                wait_until(lambda: topic in _live(port), 30, "the node read the policy")
+                assert _live(port)[topic] == {
+                    "rate": 50.0,
+                    "max_attempts": 3,
+                    "backoff_initial_ms": 100,
+                    "backoff_max_ms": 10000,
+                }
+                refused = http.put(f"/v1/policies/{namespace}.inner", json={"rate": 5})
+                assert refused.status_code == 422 and refused.json()["field"] == "topic"
+                refused = http.put(f"/v1/policies/{topic}", json={"rate": 0})
+                assert refused.status_code == 422 and refused.json()["field"] == "rate"
+                assert http.delete(f"/v1/policies/{topic}").json()["policy"] is None
+                wait_until(lambda: topic not in _live(port), 30, "the node read the clearing")
+        finally:
+            server.stop()
+            server.join(10)

@@ -25,6 +25,7 @@ def test_committed_spec_matches_the_app() -> None:
         "/v1/messages/batch",
         "/v1/messages/{message_id}",
         "/v1/messages/{message_id}/reschedule",
+        "/v1/policies/{topic}",
         "/healthz",
     }
 
@@ -58,3 +59,10 @@ def test_the_schema_patterns_accept_what_the_server_accepts() -> None:
         assert by_schema == (not _refused(lambda v: validate_topic(v, names), value)), value
         by_schema = bool(re.search(ident["pattern"], value)) and len(value) <= ident["maxLength"]
         assert by_schema == (not _refused(lambda v: validate_id(v, settings.limits), value)), value
+    # A policy's topic: a target topic's rules, or "*".
+    (parameter,) = spec["paths"]["/v1/policies/{topic}"]["put"]["parameters"]
+    policy_topic = parameter["schema"]
+    for value in [*_SAMPLES, "*", "**", "orders*"]:
+        by_schema = bool(re.search(policy_topic["pattern"], value)) and len(value) >= 1
+        server = value == "*" or not _refused(lambda v: validate_topic(v, names), value)
+        assert by_schema == server, value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from chronos.delivery.policies import Policies, decode, encode
@@ -76,3 +78,28 @@ def test_the_admin_view_shows_both() -> None:
     }
     configured = shown["configured"]
     assert isinstance(configured, dict) and set(configured) == {"*", "orders"}
+
+
+def test_the_http_body_of_a_policy_has_the_settings_fields_and_bounds() -> None:
+    """The proxy's ``PolicyIn`` is strict JSON and leaves defaults unset; its fields and bounds
+    must stay those of ``TopicPolicy``, or the API would accept what a node then refuses."""
+    from annotated_types import Ge, Gt, Le
+
+    from proxy.http.schemas import PolicyIn
+
+    def bounds(model: type[Any]) -> dict[str, set[object]]:
+        return {
+            name: {m for m in info.metadata if isinstance(m, Ge | Gt | Le)}
+            for name, info in model.model_fields.items()
+        }
+
+    assert bounds(PolicyIn) == bounds(TopicPolicy)
+    assert PolicyIn(rate=5).to_policy().model_fields_set == {"rate"}
+
+
+def test_a_policy_change_through_the_proxy_is_the_admin_operation() -> None:
+    from proxy.http.app import proxy_operation
+
+    assert proxy_operation("PUT", "/v1/policies/orders") == "admin"
+    assert proxy_operation("DELETE", "/v1/policies/*") == "admin"
+    assert proxy_operation("DELETE", "/v1/messages/m1") == "cancel"
