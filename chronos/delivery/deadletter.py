@@ -129,6 +129,19 @@ class _NotYet:
 NOT_YET = _NotYet()
 
 
+@dataclass(frozen=True, slots=True)
+class TopicMissing:
+    """What ``DeadLetterPolicy.reason_before`` says of a target topic Kafka confirmed missing
+    when the topic's policy retries: a failed attempt (``error``), which ``reason_after``
+    weighs as any other (someone may create the topic within the policy's budget)."""
+
+    error: KafkaError
+
+
+#: Errors that say the target topic does not exist.
+_MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+
+
 class Refusal(Enum):
     """What to do when the dead-letter topic refused a dead letter."""
 
@@ -226,9 +239,10 @@ class DeadLetterPolicy:
             log.info("topic_rights_unknown", error=str(exc))
             return None
 
-    def reason_before(self, job: DeliveryJob) -> str | _NotYet | None:
+    def reason_before(self, job: DeliveryJob) -> str | _NotYet | TopicMissing | None:
         """Why ``job`` goes to the dead-letter topic without being tried; None to try it;
-        :data:`NOT_YET` to try it again after :data:`UNKNOWN_TOPIC_CONFIRM_S`."""
+        :data:`NOT_YET` to try it again after :data:`UNKNOWN_TOPIC_CONFIRM_S`; a
+        :class:`TopicMissing` failure when its topic is missing and its policy retries."""
         if job.dead_reason is not None:
             return job.dead_reason
         message = job.message
@@ -239,12 +253,11 @@ class DeadLetterPolicy:
             return None
         return self._topic_missing(topic)
 
-    def _topic_missing(self, topic: str) -> str | _NotYet | None:
+    def _topic_missing(self, topic: str) -> str | _NotYet | TopicMissing | None:
         now = self._now()
-        missing = f"UNKNOWN_TOPIC_OR_PART: topic {topic} does not exist"
         checked = self._missing.get(topic)
         if checked is not None and now - checked <= UNKNOWN_TOPIC_RECHECK_S:
-            return missing
+            return self._missing_now(topic)
         first = self._unconfirmed.get(topic)
         if first is not None and now - first < UNKNOWN_TOPIC_CONFIRM_S:
             return NOT_YET
@@ -262,13 +275,26 @@ class DeadLetterPolicy:
             return NOT_YET
         self._unconfirmed.pop(topic, None)
         self._missing[topic] = now
+        return self._missing_now(topic)
+
+    def _missing_now(self, topic: str) -> str | TopicMissing:
+        missing = f"UNKNOWN_TOPIC_OR_PART: topic {topic} does not exist"
+        if self._retries(topic):
+            return TopicMissing(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, missing))
         return missing
+
+    def _retries(self, topic: str | None) -> bool:
+        """Whether ``topic``'s policy says how to retry."""
+        policy = None if topic is None else self._policies.policy_of(topic)
+        return policy is not None and policy.retries
 
     def reason_after(self, error: KafkaError, failure: Failure) -> str | None:
         """Why a delivery that failed with ``error`` goes to the dead-letter topic now, or None
         to retry it (after ``retry_delay_ms``)."""
         kind = classify(error)
-        if kind is ErrorKind.RECORD:
+        if kind is ErrorKind.RECORD and not (
+            error.code() in _MISSING and self._retries(failure.topic)
+        ):
             return describe(error)
         if kind in (ErrorKind.OUTAGE, ErrorKind.FENCED):
             return None

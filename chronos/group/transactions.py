@@ -44,6 +44,7 @@ from chronos.delivery.deadletter import (
     DeadLetterPolicy,
     Failure,
     Refusal,
+    TopicMissing,
     dead_letter_headers,
     job_record,
     shrink,
@@ -394,6 +395,8 @@ class TransactionLoop(LoopWorker):
                 if retry_at is not None and retry_at > upto:
                     states.append(RepeatState(message.id, message, retry_at))  # deferred
                     continue
+            if message is not None and self._missing_deferred(n, job, upto, states):
+                continue
             if rates is not None and message is not None and message.id not in retrying:
                 slot = rates.slot_for(
                     message.id, message.topic, keys.slot_of(job.key), job.due_ms, now, upto
@@ -519,6 +522,27 @@ class TransactionLoop(LoopWorker):
                     (job.key[keys.MS_WIDTH :], outcome.dead_lettered(now, occurrence, reason))
                 )
         return found
+
+    def _missing_deferred(
+        self, n: int, job: DeliveryJob, upto: EpochMs, states: list[RepeatState]
+    ) -> bool:
+        """Whether ``job``'s topic is missing and its policy retries it later: then it moves to
+        its next attempt's slot (added to ``states``). A missing topic's last attempt is
+        dead-lettered by ``_publish_job`` (``_judge`` noted the reason)."""
+        if job.key in self._dead:
+            return False
+        known = self._policy.reason_before(job)
+        if not isinstance(known, TopicMissing):
+            return False
+        message = job.message
+        assert message is not None
+        if self._judge(n, job, known.error) is not None:
+            return False
+        retry_at = self._retry_at.get(message.id)
+        if retry_at is None or retry_at <= upto:
+            return False
+        states.append(RepeatState(message.id, message, retry_at))
+        return True
 
     def _publish_job(self, n: int, job: DeliveryJob, failures: dict[int, KafkaError]) -> bool:
         """Publish one job to its target or, when the policy says so, to the dead-letter topic.

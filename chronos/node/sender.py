@@ -22,6 +22,7 @@ from chronos.delivery.deadletter import (
     DeadLetters,
     Failure,
     Refusal,
+    TopicMissing,
     job_record,
 )
 from chronos.delivery.job import DeliveryJob
@@ -223,6 +224,12 @@ class Sender(LoopWorker):
             reason = self._policy.reason_before(job)
             if reason is NOT_YET:
                 self._retries.add(job, now_ms + round(UNKNOWN_TOPIC_CONFIRM_S * 1000))
+                return
+            if isinstance(reason, TopicMissing):  # a failed attempt, as its policy retries
+                if job.first_attempt_ms == 0:
+                    job.first_attempt_ms = now_ms
+                job.attempts += 1
+                self._on_error(job, reason.error)
                 return
             if reason is not None:
                 self._dead_letter_reason(job, str(reason))

@@ -433,3 +433,39 @@ def test_a_topic_with_a_rate_waits_in_order_and_holds_back_no_other_topic() -> N
     env.sender.step()
     assert sorted(dict(r.headers)[H_ID] or b"" for r in env.sent[5:]) == [b"m2", b"m4"]
     assert "topic_lateness_ms:orders" in env.metrics.histograms()
+
+
+def test_a_missing_topic_under_a_retry_policy_is_retried_until_created() -> None:
+    """A topic someone creates within the policy's budget gets its messages; without a policy
+    it would have been dead-lettered at the second look. Mutant caught: ``TopicMissing``
+    dead-lettered (``reason_after`` judging it a record error)."""
+    env = make_env(_policy(max_attempts=5, backoff_initial_ms=400, backoff_max_ms=400))
+    env.publisher.topics = {"elsewhere"}
+    waiting = job()
+    env.jobs.put([waiting])
+    env.sender.step()
+    env.clock.advance(1_000)  # the second look confirms it missing: attempt 1
+    env.sender.step()
+    record = env.attempts.of("m1")
+    assert record is not None and record.attempts == 1 and "UNKNOWN_TOPIC" in record.last_error
+    assert env.sent == [] and waiting.dead_reason is None
+    env.publisher.topics.add("orders")
+    env.clock.advance(1_200)  # past the backoff and the re-check of a missing topic
+    env.sender.step()
+    env.sender.step()
+    (delivered,) = env.sent
+    assert delivered.topic == "orders"
+
+
+def test_a_missing_topic_under_a_retry_policy_is_dead_lettered_when_its_attempts_run_out() -> None:
+    env = make_env(_policy(max_attempts=2, backoff_initial_ms=400, backoff_max_ms=400))
+    env.publisher.topics = {"elsewhere"}
+    env.jobs.put([job()])
+    env.sender.step()
+    for _ in range(3):
+        env.clock.advance(1_000)
+        env.sender.step()
+    (dead,) = env.sent
+    assert dead.topic == "ns.deadletter"
+    reason = dict(dead.headers)[H_DLQ_REASON] or b""
+    assert reason.startswith(b"gave up after 2 attempts (max_attempts): UNKNOWN_TOPIC_OR_PART")

@@ -6,6 +6,7 @@ undone).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,10 +94,12 @@ def make_master(
     policies: Policies | None = None,
     paced: dict[str, float] | None = None,
     store: RocksStore | None = None,
+    fake_monotonic: bool = False,
 ) -> Master:
     """A master of term 7 leading from ``T0 - 1000``; ``unwritable`` answers which topics
     chronos may not write, as Kafka's authorizer would; ``policies`` and ``paced`` (the last
-    cut's rate plans) for rates; ``store``: a previous master's (a takeover)."""
+    cut's rate plans) for rates; ``store``: a previous master's (a takeover);
+    ``fake_monotonic``: the dead-letter policy's clock is the test's."""
     settings = ChronosSettings.model_validate(
         {
             "topics": {"namespace": "ns"},
@@ -124,7 +127,12 @@ def make_master(
         ledger,
         replica,
         frontier,
-        DeadLetterPolicy.of(retry, publisher, unwritable=unwritable),
+        DeadLetterPolicy(
+            retry,
+            lambda t: publisher.topic_exists(t, 1.0),
+            monotonic=(lambda: clock.now_ms() / 1000) if fake_monotonic else time.monotonic,
+            unwritable=unwritable,
+        ),
         retry,
         clock,
         metrics,
@@ -610,3 +618,29 @@ def test_a_successor_keeps_the_plan_and_lets_the_backlog_go_at_its_slots(tmp_pat
     successor.clock.advance(100)
     successor.loop.step()
     assert successor.delivered() == ["m2", "m3", "new"]
+
+
+def test_a_missing_topic_under_a_retry_policy_is_deferred_then_delivered_once_created(
+    tmp_path: Path,
+) -> None:
+    """Mutant caught: ``TopicMissing`` not deferred (the master dead-lettered it, or raised on
+    it as if it were a reason)."""
+    topics = {"nowhere": TopicPolicy(max_attempts=5, backoff_initial_ms=400, backoff_max_ms=400)}
+    retry = RETRY.model_copy(update={"topics": topics})
+    master = make_master(tmp_path, retry=retry, fake_monotonic=True)
+    master.add("waits", T0 - 10, topic="nowhere")
+    master.add("kept", T0 - 9)
+    master.loop.step()  # the first "unknown": asked again a second later
+    master.clock.advance(1_000)
+    master.loop.step()
+    assert master.delivered() == ["kept"]
+    assert planned_slots(master) == {"waits": T0 + 1_400}  # its next attempt's slot
+    record = master.attempts.of("waits")
+    assert record is not None and record.attempts == 1
+    topics_known = master.publisher.topics
+    assert topics_known is not None
+    topics_known.add("nowhere")
+    master.clock.advance(1_400)
+    master.loop.step()
+    assert master.delivered("nowhere") == ["waits"]
+    assert master.publisher.visible_on(master.spec.dead_letter_topic) == []
