@@ -457,7 +457,7 @@ class TopicPolicy(_Section):
     own).
 
     With a policy, a refusal that concerns the topic (chronos may not write it, a storage
-    error of its partition) is retried with this backoff until ``max_attempts`` or
+    error of its partition, the topic does not exist) is retried with this backoff until ``max_attempts`` or
     ``max_age_s`` run out, then dead-lettered with the reason. A record that can never be
     delivered as it is (too large, invalid) is dead-lettered at once, and an outage (Kafka
     unreachable) is retried for as long as it lasts, as without one."""
