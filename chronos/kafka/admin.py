@@ -173,18 +173,36 @@ def log_start_offsets(
         raise ConfigError(f"cannot read where {topic} starts: {exc.args[0]}") from exc
 
 
+#: Pause before asking again about a partition whose leader is not known yet.
+_LEADER_WAIT_S = 0.1
+#: What a partition without a leader yet answers (a topic created a moment ago).
+_LEADERLESS = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+
+
 def stable_end(admin: AdminClient, topic: str, timeout_s: float = 30.0) -> int:
     """The last stable offset of a one-partition topic: where a ``read_committed`` reader can
     read up to now (an open transaction's first record, else the end)."""
     latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
     tp = TopicPartition(topic, 0)
-    try:
-        futures = admin.list_offsets(
-            {tp: latest}, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
-        )
-        return int(futures[tp].result(timeout_s).offset)
-    except KafkaException as exc:
-        raise ConfigError(f"cannot read where {topic} ends: {exc.args[0]}") from exc
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            futures = admin.list_offsets(
+                {tp: latest},
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=timeout_s,
+            )
+            return int(futures[tp].result(timeout_s).offset)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            # A topic created a moment ago may not have its leader yet (NOT_LEADER_FOR_PARTITION
+            # on a loaded Apache Kafka): asked again until the deadline.
+            retriable = isinstance(error, KafkaError) and (
+                error.retriable() or error.code() in _LEADERLESS
+            )
+            if not retriable or time.monotonic() > deadline:
+                raise ConfigError(f"cannot read where {topic} ends: {error}") from exc
+            time.sleep(_LEADER_WAIT_S)
 
 
 def stable_ends(
