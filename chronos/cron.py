@@ -2,7 +2,7 @@
 
 ``croniter`` finds the next wall-clock time an expression matches; this module turns wall-clock
 times into instants, which is where daylight-saving time bites. The rules (documented in the
-README and checked against a brute-force walk in ``tests/unit/test_cron.py``):
+docs/guarantees.md and checked against a brute-force walk in ``tests/unit/test_cron.py``):
 
 - a local time that does not exist (the hour skipped when clocks go forward) fires at the next
   valid instant, the moment the clocks jumped (02:30 on the spring-forward night in Berlin

@@ -408,7 +408,7 @@ class NodeSettings(_Section):
             "taken care of every inner record acknowledged up to this long before it. Ingest "
             "lag beyond it makes deliveries late (metric cancel_gate_held_ms), never wrong: "
             "100 cost a cold node 3-10x its p99 under load, where 250 cost nothing measurable "
-            "(README, The regression guard). Clients' and the broker's clocks must agree with "
+            "(docs/benchmarking.md). Clients' and the broker's clocks must agree with "
             "the node's within it."
         ),
     )
@@ -457,10 +457,10 @@ class TopicPolicy(_Section):
     own).
 
     With a policy, a refusal that concerns the topic (chronos may not write it, a storage
-    error of its partition, the topic does not exist) is retried with this backoff until ``max_attempts`` or
-    ``max_age_s`` run out, then dead-lettered with the reason. A record that can never be
-    delivered as it is (too large, invalid) is dead-lettered at once, and an outage (Kafka
-    unreachable) is retried for as long as it lasts, as without one."""
+    error of its partition, the topic does not exist) is retried with this backoff until
+    ``max_attempts`` or ``max_age_s`` run out, then dead-lettered with the reason. A record
+    that can never be delivered as it is (too large, invalid) is dead-lettered at once, and an
+    outage (Kafka unreachable) is retried for as long as it lasts, as without one."""
 
     max_attempts: int | None = Field(
         None,
@@ -589,7 +589,7 @@ class DeliverySettings(_Section):
 
 
 class GroupSettings(_Section):
-    """Master/backup replication (README, "Replica groups"). Without a name a node is alone."""
+    """Master/backup replication (docs/replica-groups.md). Without a name a node is alone."""
 
     name: str | None = Field(
         None,
@@ -648,7 +648,8 @@ class GroupSettings(_Section):
             "commits at least every progress_interval_ms) takes over without waiting for the "
             "election's session timeout; fencing makes a false suspicion cost one handover, "
             "not a duplicate (chronos/group/master_watch.py). 0 lost, 0 duplicates and "
-            "failover p50/max in the README. Keep it several times progress_interval_ms."
+            "failover p50/max in docs/replica-groups.md. Keep it several times "
+            "progress_interval_ms."
         ),
     )
     transaction_timeout_ms: int = Field(
@@ -670,7 +671,7 @@ class GroupSettings(_Section):
 
 
 class ClusterSettings(_Section):
-    """A cluster of nodes sharing the inner topic's partitions (README, "Clusters"). Without a
+    """A cluster of nodes sharing the inner topic's partitions (docs/clusters.md). Without a
     name a node is alone or a replica of ``group.name``."""
 
     name: str | None = Field(
@@ -750,7 +751,7 @@ class DeleteSettings(_Section):
 
 
 class RebuildSettings(_Section):
-    """Keeping every pending message rebuildable from Kafka (README, "Rebuild from Kafka").
+    """Keeping every pending message rebuildable from Kafka (docs/rebuild.md).
 
     The delivering node re-appends what its store holds (pending messages, delivered ones still
     inside the idempotency window, cancel tombstones) to the inner topic once per
@@ -826,7 +827,7 @@ class ProxySettings(_Section):
         True,
         description="Ids per tenant: a token limited to some topics sends and asks about ids "
         "as '<token name>:<id>' on the wire, so tenants can neither collide nor see each "
-        "other's ids (README, Security). Every proxy of a deployment must agree.",
+        "other's ids (docs/security.md). Every proxy of a deployment must agree.",
     )
 
 
@@ -875,7 +876,7 @@ class AdminSettings(_Section):
 
 class SecuritySettings(_Section):
     """Authentication, TLS and request bounds of the HTTP surfaces (the proxy, the admin API);
-    see README, Security."""
+    see docs/security.md."""
 
     tokens_file: Path | None = Field(
         None,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The README's compose commands, checked: a replica group in containers delivers what the
-proxy container accepted, and killing the master container moves delivery to the backup.
+"""The compose commands of docs/containers.md, checked: a replica group in containers delivers
+what the proxy container accepted, and killing the master container moves delivery to the backup.
 
     python scripts/compose_check.py [--build] [--messages 50] [--keep] [--compose v1|v2]
 
@@ -90,9 +90,9 @@ def _send(token: str, ids: list[str]) -> None:
 
 
 def _rolling_restart(token: str, order: list[str], summary: dict[str, Any]) -> list[str]:
-    """The README's rolling restart while messages keep coming through the proxy: each node
-    recreated (``up -d --no-deps --force-recreate``: a new image is picked up the same way)
-    and healthy (``/readyz``) before the next. Returns the ids sent meanwhile."""
+    """The rolling restart of docs/containers.md while messages keep coming through the proxy:
+    each node recreated (``up -d --no-deps --force-recreate``: a new image is picked up the same
+    way) and healthy (``/readyz``) before the next. Returns the ids sent meanwhile."""
     sent: list[str] = []
     errors: list[str] = []
     done = threading.Event()
@@ -138,7 +138,7 @@ def main() -> int:
     parser.add_argument(
         "--rolling",
         action="store_true",
-        help="then the README's rolling restart (backup, master) while messages keep coming",
+        help="then the rolling restart (docs/containers.md: backup, master) under load",
     )
     args = parser.parse_args()
     if args.compose:

@@ -71,7 +71,7 @@ class Report:
     lateness_p99_due_after_100ms: int = 0
     lateness_max_due_after_100ms: int = 0
     # Of each duplicated message, how long before the kill that repeated it its first copy was
-    # stamped: the window a crash re-delivers (README, Delivery guarantees).
+    # stamped: the window a crash re-delivers (docs/guarantees.md).
     duplicate_window_p99_ms: int = 0
     duplicate_window_max_ms: int = 0
 

@@ -35,11 +35,12 @@ Scenarios (``--scenario``):
   let it catch up, then kill -9 the master.
 * ``broker-freeze``: SIGSTOP the broker for ``--freeze`` s (a broker this script started), then
   resume: exactly one master afterwards and deliveries flowing again.
-* ``rolling``: the README's rolling restart, ``--kills`` rounds: stop the backup gracefully
-  (SIGTERM), start it again on this tree (or ``--image``), wait for its ``/readyz``, then do
-  the same to the master (the backup takes over; failover time: the stop to the first commit in
-  a newer term). With ``--release`` or ``--from-image`` the first round is an upgrade from an
-  earlier release, and the load's reschedules meet a master that does not know them.
+* ``rolling``: the rolling restart of docs/containers.md, ``--kills`` rounds: stop the backup
+  gracefully (SIGTERM), start it again on this tree (or ``--image``), wait for its
+  ``/readyz``, then do the same to the master (the backup takes over; failover time: the stop
+  to the first commit in a newer term). With ``--release`` or ``--from-image`` the first round
+  is an upgrade from an earlier release, and the load's reschedules meet a master that does not
+  know them.
 * ``mixed`` (with ``--release`` or ``--from-image``): an upgrade left half done. The backup is
   upgraded; the master, killed, comes back on the earlier release and follows the upgraded one
   (reschedules it decides included); then that one is killed and the earlier release delivers.
@@ -587,7 +588,7 @@ def _kill_after_a_join(group: Group, summary: Summary) -> None:
 
 
 def _rolling_restart(group: Group, summary: Summary, interval_s: float) -> None:
-    """The README's procedure: the backup first, its /readyz, then the master."""
+    """The procedure of docs/containers.md: the backup first, its /readyz, then the master."""
     master = group.master()
     backup = group.other(master)
     for replica in (backup, master):

@@ -6,7 +6,7 @@ seek and inner offsets covered; the rebuild floor; each repeat's state). Migrati
 inner partition, that partition's share of it to the cluster's progress topic of the partition
 (``TopicNames.shard_group``), once, while the old nodes are stopped; each partition's replica
 then restores its store from the inner topic and takes over from that cut, as a replica that
-replaced its disk would (README, Rebuild from Kafka).
+replaced its disk would (docs/rebuild.md).
 
 Refused: a cluster whose progress topics already hold records (it ran: its own cuts decide),
 and a source that published nothing while the inner topic holds records (nothing would say

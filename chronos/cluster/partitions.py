@@ -56,7 +56,7 @@ def check_unchanged(count: int, topics: Collection[str], names: TopicNames, clus
         f"created with {earlier}: adding partitions sends ids to other partitions than before "
         "(a cancel would miss its add) and chronos cannot move them. Keep the count a cluster "
         "was created with; to grow, start a new cluster on a new namespace with more "
-        "partitions (README, Clusters)"
+        "partitions (docs/clusters.md)"
     )
 
 

@@ -3,7 +3,7 @@ record, advised when deliveries would be later than they need be, and repaired b
 ``chronos topics fix``.
 
 The node that delivers re-appends ("refreshes") every pending message to the inner topic at
-least every ``rebuild.refresh_interval_s`` (README, "Rebuild from Kafka"). A replica rebuilds
+least every ``rebuild.refresh_interval_s`` (docs/rebuild.md). A replica rebuilds
 its store from the inner topic, so the topic must keep each record until its refresh is
 written. That holds iff
 

@@ -1,7 +1,7 @@
 """Refresh passes: keep every message a store holds in the inner topic, whatever its retention.
 
 Why: a message scheduled further ahead than the inner topic's retention would otherwise live
-only in the replicas' stores, and a replaced disk would lose it (README, "Rebuild from Kafka").
+only in the replicas' stores, and a replaced disk would lose it (docs/rebuild.md).
 Once per ``rebuild.refresh_interval_s`` the node that delivers re-appends, in key order, every
 message its store holds (pending ones, and delivered ones still inside the idempotency window,
 as ``wire.encode_refresh`` records with the slot they are stored at) and every live cancel

@@ -199,7 +199,7 @@ def _owned(settings: ChronosSettings, store: RocksStore) -> tuple[list[int], int
         raise ConfigError(
             f"the store in {settings.node.data_dir} holds inner partitions {foreign}, "
             f"which node.owned_partitions {owned} leaves out: a store keeps the partitions it "
-            "was filled from (see README, Operations)"
+            "was filled from (see docs/operations.md)"
         )
     log.info("ingest_partitions", owned=owned, inner_partitions=count)
     return owned, count

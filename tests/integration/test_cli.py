@@ -1,4 +1,5 @@
-"""The README's first command: `chronos dev` brings up the stack and delivers `chronos send`."""
+"""The README's first command (its Set up): `chronos dev` brings up the stack and delivers
+`chronos send`."""
 
 from __future__ import annotations
 

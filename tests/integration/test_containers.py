@@ -1,8 +1,8 @@
-"""The compose deployment the README gives, on images built here (docker/build.sh): a message
-sent through the proxy container arrives, and killing the master container moves delivery to
-the backup; then the README's rolling restart (each node recreated and healthy before the next)
-while messages keep coming: every message exactly once (scripts/compose_check.py, whose summary
-this prints).
+"""The compose deployment docs/containers.md gives, on images built here (docker/build.sh): a
+message sent through the proxy container arrives, and killing the master container moves
+delivery to the backup; then the rolling restart (each node recreated and healthy before the
+next) while messages keep coming: every message exactly once (scripts/compose_check.py, whose
+summary this prints).
 
 Once with each compose command (Debian's docker-compose 1.29 and the docker compose v2 plugin),
 the rolling restart with v2 only (its steps are the same compose commands in either; about 30 s

@@ -3,13 +3,13 @@ admin API, reschedules and cancel outcomes) to this tree, run from its own check
 
 Two runs of ``scripts/failover_check.py`` at once, each its own group on the session's broker:
 
-* ``rolling``: the README's procedure (the backup stopped and started on this tree, its
+* ``rolling``: the procedure of docs/containers.md (the backup stopped and started on this tree, its
   ``/readyz``, then the master), while 2 % of one-shots are rescheduled: the earlier master
   dead-letters those requests (an unknown op) and delivers at the first due time, the upgraded
   one moves them; every message exactly once for ``read_committed``, none early.
 * ``mixed``: the upgrade left half done, without reschedules: an upgraded master followed by a
   backup of 0.23, which then takes over again; exactly once as well. (With reschedules that
-  state loses and duplicates moved messages: README, Containers, "Mixed versions".)
+  state loses and duplicates moved messages: docs/containers.md, "Mixed versions".)
 
 Skipped, saying why, where the clone lacks the earlier release's commit (a shallow clone).
 """
