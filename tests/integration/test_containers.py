@@ -4,10 +4,11 @@ delivery to the backup; then the rolling restart (each node recreated and health
 next) while messages keep coming: every message exactly once (scripts/compose_check.py, whose
 summary this prints).
 
-Once with each compose command (Debian's docker-compose 1.29 and the docker compose v2 plugin),
-the rolling restart with v2 only (its steps are the same compose commands in either; about 30 s
-of the suite); skipped, saying why, where no Docker daemon answers or that command is missing;
-run once per suite (in the Apache Kafka pass: the deployment brings its own Apache Kafka image).
+Once with each compose command (Debian's docker-compose 1.29 and the docker compose v2 plugin):
+v1 brings the stack up and delivers through it, v2 also kills the master and does the rolling
+restart (the same compose commands in either; about 80 s of the suite); skipped, saying why,
+where no Docker daemon answers or that command is missing; run once per suite (in the Apache
+Kafka pass: the deployment brings its own Apache Kafka image).
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def test_compose_group_delivers_through_the_proxy_and_fails_over(version: str) -
             "30",
             "--compose",
             version,
-            *(["--rolling"] if version == "v2" else []),
+            # v1 (Debian's docker-compose 1.29) only up, deliver, down: the kill and rolling
+            # restart are the same compose commands under either (about 50 s of the suite).
+            *(["--rolling"] if version == "v2" else ["--smoke"]),
         ],
         capture_output=True,
         text=True,
@@ -63,10 +66,10 @@ def test_compose_group_delivers_through_the_proxy_and_fails_over(version: str) -
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     summary = json.loads(summary_line)
     assert summary["delivered"] == summary["sent"] and summary["duplicates"] == 0
-    assert summary["rejoined_as"] == "backup"
     if version == "v1":
-        assert summary["sent"] == 60, summary  # 30 before the kill, 30 after
+        assert summary["sent"] == 30, summary
         return
+    assert summary["rejoined_as"] == "backup"
     # And those sent during the rolling restart (20/s).
     assert summary["sent"] > 80, summary
     # Both nodes name the same committing master afterwards.
