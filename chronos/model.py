@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import NamedTuple
 
 from chronos.repeat import Repeat
 from chronos.types import EpochMs, Headers
@@ -83,8 +85,7 @@ class Refresh:
 class Expiry:
     """An expiry tombstone (``wire.encode_expiry``, compact mode): ``id`` left the delivering
     node's store; it ends the delivered message at ``slot_ms`` or the cancel of
-    ``cancelled_ms`` (then ``slot_ms`` is 0). Decoded for the store as (id, slot, None), a
-    cancel's as (id, -cancelled_ms, None)."""
+    ``cancelled_ms`` (then ``slot_ms`` is 0). Decoded for the store with ``due_field``."""
 
     id: str
     slot_ms: EpochMs
@@ -98,11 +99,33 @@ class Expiry:
 
 InnerRequest = DelayMessage | CancelRequest | RescheduleRequest | Refresh | Expiry
 
-#: An inner request as the store takes it: (id, due ms, encoded message) for an add,
-#: (id, 0, None) for a cancel (a restated one: the time it was first applied), (id, new due
-#: ms, ``RESCHEDULE``) for a reschedule. Plain data: decoding may run in another process.
-DecodedRequest = tuple[str, EpochMs, bytes | None]
 
-#: The stored-value field of a decoded reschedule: an encoded message is never empty
-#: (``store/codec.py``), so the empty value cannot be mistaken for an add.
-RESCHEDULE = b""
+class Op(IntEnum):
+    """What a decoded inner request does to the store (``DecodedRequest.op``)."""
+
+    ADD = 0
+    CANCEL = 1
+    RESCHEDULE = 2
+    #: chronos' own copy of a message (``Refresh``).
+    REFRESH = 3
+    #: an expiry tombstone (``Expiry``, compact mode).
+    EXPIRY = 4
+
+
+class DecodedRequest(NamedTuple):
+    """An inner request as the store takes it: plain data, since decoding may run in another
+    process (``node/decoder.py``), and a tuple, since ingest builds one per record.
+
+    Parameters:
+        op: what it does.
+        id: the message id.
+        due_ms: an add's due time; a reschedule's new due time; a refresh's slot (where the
+            delivering node stored it); a cancel's 0, or in a restatement the time it was first
+            applied; an expiry's slot it ends, or minus the time of the cancel it ends.
+        value: the stored value (``store/codec.py``) of an add or a refresh; None otherwise.
+    """
+
+    op: Op
+    id: str
+    due_ms: EpochMs
+    value: bytes | None = None

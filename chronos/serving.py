@@ -37,6 +37,7 @@ class ThreadedServer:
 
     def __init__(
         self,
+        *,
         name: str,
         app: Any,
         host: str,

@@ -101,7 +101,16 @@ def run(bootstrap: str, count: int, batch: int) -> dict[str, float]:
         metrics = CountingMetrics()
         tracker = ProgressTracker(0, metrics, clock)
         jobs_q: JobQueue = queue.Queue()
-        push = PushWorker(store, ledger, frontier, tracker, jobs_q, clock, batch, metrics)
+        push = PushWorker(
+            store=store,
+            ledger=ledger,
+            frontier=frontier,
+            tracker=tracker,
+            jobs=jobs_q,
+            clock=clock,
+            batch_max=batch,
+            metrics=metrics,
+        )
         while time.time() * 1000 < due0 + 600:
             time.sleep(0.05)
         started = _cpu()
@@ -114,15 +123,15 @@ def run(bootstrap: str, count: int, batch: int) -> dict[str, float]:
 
         publisher = KafkaClients(settings.kafka, "hotpath").idempotent("hotpath", {"linger.ms": 5})
         sender = Sender(
-            0,
-            jobs_q,
-            RetrySchedule(),
-            publisher,
-            DeadLetters(publisher, "dlq", metrics),
-            DeadLetterPolicy.of(settings.delivery, publisher),
-            tracker,
-            clock,
-            metrics,
+            index=0,
+            jobs=jobs_q,
+            retries=RetrySchedule(),
+            publisher=publisher,
+            dead_letters=DeadLetters(publisher, "dlq", metrics),
+            policy=DeadLetterPolicy.of(settings.delivery, publisher),
+            tracker=tracker,
+            clock=clock,
+            metrics=metrics,
         )
         started = _cpu()
         for b in batches:

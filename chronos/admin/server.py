@@ -254,4 +254,6 @@ class AdminServer(ThreadedServer):
         collectors: Sequence[Collector] = (),
     ) -> None:
         app = create_app(view, collectors)
-        super().__init__("admin", app, host, port, security, admin_operation)
+        super().__init__(
+            name="admin", app=app, host=host, port=port, security=security, router=admin_operation
+        )

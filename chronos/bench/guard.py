@@ -100,7 +100,7 @@ def _case(
     """One steady run on a fresh broker and node; a node that fails counts as not holding."""
     try:
         with BenchStack(
-            bootstrap, layout=layout, broker=broker, node_command=revision.command
+            bootstrap=bootstrap, layout=layout, broker=broker, node_command=revision.command
         ) as stack:
             stack.start_node()
             return steady(stack, rate, seconds, max_delay_ms=max_delay_ms)

@@ -156,7 +156,7 @@ def highest_rate(
     """Steady runs at increasing rates (fresh node each) until p99 > 100 ms or loss."""
     runs: list[Result] = []
     for rate in rates:
-        with BenchStack(bootstrap, layout=layout, broker=broker) as stack:
+        with BenchStack(bootstrap=bootstrap, layout=layout, broker=broker) as stack:
             stack.start_node()
             run = steady(stack, rate, seconds, max_delay_ms=max_delay_ms)
         log(
@@ -196,7 +196,9 @@ def replicated(
         for mode, replicas in modes.items():
             if runs[mode] and not runs[mode][-1]["sustained"]:
                 continue
-            with BenchStack(bootstrap, layout=layout, broker=broker, replicas=replicas) as stack:
+            with BenchStack(
+                bootstrap=bootstrap, layout=layout, broker=broker, replicas=replicas
+            ) as stack:
                 stack.start_node()
                 run = steady(stack, rate, seconds, max_delay_ms=max_delay_ms, visible=visible)
             run["mode"] = mode
@@ -232,7 +234,7 @@ def burst(
     broker: BrokerKind = "tansu",
 ) -> Result:
     """``count`` messages all due in the same second, scheduled well before it."""
-    with BenchStack(bootstrap, layout=layout, broker=broker) as stack:
+    with BenchStack(bootstrap=bootstrap, layout=layout, broker=broker) as stack:
         stack.start_node()
         lead_s = 10 + count / 15_000  # time to schedule and ingest them first
         due = int((time.time() + lead_s) * 1000)
@@ -284,7 +286,7 @@ def scale(
 ) -> Result:
     """Preload ``count`` messages due in a day: RSS, disk per message, ingest rate as the store
     grows, and restart time from process start to first delivery."""
-    with BenchStack(bootstrap, layout=layout, broker=broker) as stack:
+    with BenchStack(bootstrap=bootstrap, layout=layout, broker=broker) as stack:
         stack.start_node()
         group = stack.settings.topics.names.node_group(stack.settings.node.node_id)
         spec = LoadSpec(
@@ -365,7 +367,7 @@ def proxy_http(
     """HTTP requests/s and messages/s against `chronos proxy` with wrk (single and batch)."""
     if shutil.which("wrk") is None:
         return {"skipped": "wrk not installed (apt-get install wrk)"}
-    with BenchStack(bootstrap, layout=layout, broker=broker) as stack:
+    with BenchStack(bootstrap=bootstrap, layout=layout, broker=broker) as stack:
         port = 18080
         proxy = stack.start_proxy(port)
         try:

@@ -61,6 +61,7 @@ class BenchStack:
 
     def __init__(
         self,
+        *,
         bootstrap: str | None,
         node_settings: str = "",
         layout: TopicLayout | None = None,

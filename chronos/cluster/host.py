@@ -58,6 +58,7 @@ class ShardHost(LoopWorker):
 
     def __init__(
         self,
+        *,
         node_id: str,
         partitions: int,
         standbys: int,

@@ -68,6 +68,7 @@ class Membership(LoopWorker):
 
     def __init__(
         self,
+        *,
         node_id: str,
         topic: str,
         group: str,

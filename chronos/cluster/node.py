@@ -107,10 +107,10 @@ class ClusterNode:
         )
         ends_for = self._shared_ends()
         host = ShardHost(
-            s.node.node_id,
-            partitions,
-            s.cluster.standby_replicas,
-            lambda p: Shard(s, p, self._clock, ends_for),
+            node_id=s.node.node_id,
+            partitions=partitions,
+            standbys=s.cluster.standby_replicas,
+            new_shard=lambda p: Shard(s, p, self._clock, ends_for),
             grace_s=s.group.suspect_after_ms / 1000.0,
             handover_timeout_s=s.group.transaction_timeout_ms / 1000.0,
             on_fatal=self._fatal.report,
@@ -119,21 +119,21 @@ class ClusterNode:
         status = self._clients.idempotent("cluster-status", stop_flush_s=2.0)
         admin_url = self._start_admin(host) if s.admin.enabled else None
         board = ReadinessBoard(
-            s.node.node_id,
-            names.cluster_status(self._name),
-            self._clients.consumer(
+            node_id=s.node.node_id,
+            topic=names.cluster_status(self._name),
+            consumer=self._clients.consumer(
                 names.progress_reader_group(s.node.node_id, "cluster-status"),
                 self._clients.errors("readiness"),
                 {"enable.auto.commit": False},
             ),
-            self._clients.errors("readiness"),
-            lambda key, value: status.publish(
+            errors=self._clients.errors("readiness"),
+            produce=lambda key, value: status.publish(
                 names.cluster_status(self._name), key, value, [], _ignored
             ),
-            host.ready_partitions,
-            _BOARD_INTERVAL_S,
-            _BOARD_STALE_S,
-            admin_url,
+            ready_now=host.ready_partitions,
+            interval_s=_BOARD_INTERVAL_S,
+            stale_after_s=_BOARD_STALE_S,
+            admin_url=admin_url,
         )
         self._board = board
         group = names.cluster_group(self._name)
@@ -141,18 +141,18 @@ class ClusterNode:
         describe = GroupDescriber(self._clients.admin, group, _DESCRIBE_TIMEOUT_S)
 
         membership = Membership(
-            s.node.node_id,
-            names.cluster(self._name),
-            group,
-            {
+            node_id=s.node.node_id,
+            topic=names.cluster(self._name),
+            group=group,
+            options={
                 "session.timeout.ms": s.group.session_timeout_ms,
                 "heartbeat.interval.ms": s.group.heartbeat_interval_ms,
             },
-            self._clients.consumer,
-            self._clients.errors("membership"),
-            describe,
-            s.cluster.membership_interval_ms / 1000.0,
-            host.members_changed,
+            open_consumer=self._clients.consumer,
+            errors=self._clients.errors("membership"),
+            describe=describe,
+            interval_s=s.cluster.membership_interval_ms / 1000.0,
+            on_change=host.members_changed,
         )
         self.host, self._membership = host, membership
         self._workers = [status, board, host, membership, self._partition_watch]
@@ -201,12 +201,14 @@ class ClusterNode:
             None if token is None else token.get_secret_value(),
         )
         view = ClusterView(
-            s.node.node_id,
-            host,
-            lambda: None if self._membership is None else self._membership.members,
-            self.fatal_error,
-            peers,
-            lambda: None if self._partition_watch is None else self._partition_watch.problem(),
+            node_id=s.node.node_id,
+            host=host,
+            members=lambda: None if self._membership is None else self._membership.members,
+            fatal=self.fatal_error,
+            peers=peers,
+            partitions_problem=lambda: (
+                None if self._partition_watch is None else self._partition_watch.problem()
+            ),
             policies=Policies(s.delivery.topics),
         )
         admin = AdminServer(

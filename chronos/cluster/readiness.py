@@ -85,6 +85,7 @@ class ReadinessBoard(LoopWorker):
 
     def __init__(
         self,
+        *,
         node_id: str,
         topic: str,
         consumer: ProgressConsumer,

@@ -40,6 +40,7 @@ class ClusterView:
 
     def __init__(
         self,
+        *,
         node_id: str,
         host: ShardHost,
         members: Callable[[], frozenset[str] | None],

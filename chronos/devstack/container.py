@@ -49,6 +49,7 @@ class ContainerNode(NodeProcess):
 
     def __init__(
         self,
+        *,
         name: str,
         image: str,
         config: Path,

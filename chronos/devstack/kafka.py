@@ -174,6 +174,7 @@ class KafkaBroker(BrokerProcess):
 
     def __init__(
         self,
+        *,
         port: int | None = None,
         host: str = "127.0.0.1",
         log_path: Path | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from chronos.model import RESCHEDULE, DelayMessage
+from chronos.model import DecodedRequest, DelayMessage, Op
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.schedule.progress_record import RepeatState
@@ -104,22 +104,22 @@ class ReplicaStore:
         repeat finished: nothing to schedule."""
         live = [st for st in states if st.message is not None]
         with self._ledger.writing(min((st.slot_ms for st in live), default=None)) as write:
-            current = self._store.get_index([st.message_id for st in live])
-            old_keys = [c[1:] for c in current if c is not None and c[:1] == keys.INDEX_PENDING]
+            current = [
+                keys.pending_key(c) for c in self._store.get_index([st.message_id for st in live])
+            ]
+            old_keys = [key for key in current if key is not None]
             stored = dict(zip(old_keys, self._store.get_messages(old_keys), strict=True))
-            for st, index in zip(live, current, strict=True):
+            for st, old_key in zip(live, current, strict=True):
                 message = st.message
-                if message is None or index is None or index[:1] != keys.INDEX_PENDING:
+                if message is None or old_key is None:
                     continue
-                old_key = index[1:]
                 raw = stored.get(old_key)
                 key = keys.message_key(st.slot_ms, message.id)
                 if raw is not None and _not_newer(message, codec.decode(raw), key == old_key):
                     continue
-                if raw is not None and key != old_key:
-                    write.batch.delete_message(old_key)
-                write.batch.put_scheduled(
-                    key, message.id, codec.encode(message), keys.index_pending(key)
+                # Nothing to delete when the message at the old key was purged (delivered).
+                write.batch.move_scheduled(
+                    old_key if raw is not None else None, key, message.id, codec.encode(message)
                 )
                 write.placed(st.slot_ms)
             write.seek_ms = max(write.seek_ms, seek_ms)
@@ -176,16 +176,17 @@ class ReplicaStore:
             moved += self._relocate(adds, seek_ms)
             adds = []
             origin = keys.split_arrival_key(key)
-            self._ledger.apply_decoded([(raw_id.decode(), due, RESCHEDULE)], origins=[origin])
+            request = DecodedRequest(Op.RESCHEDULE, raw_id.decode(), due)
+            self._ledger.apply_decoded([request], origins=[origin])
         return moved + self._relocate(adds, seek_ms)
 
     def _relocate(self, message_ids: list[str], seek_ms: EpochMs) -> int:
         with self._ledger.writing() as write:
-            current = self._store.get_index(message_ids)
+            current = [keys.pending_key(c) for c in self._store.get_index(message_ids)]
             behind = [
-                (message_id, c[1:])
-                for message_id, c in zip(message_ids, current, strict=True)
-                if c is not None and c[:1] == keys.INDEX_PENDING and keys.slot_of(c[1:]) <= seek_ms
+                (message_id, key)
+                for message_id, key in zip(message_ids, current, strict=True)
+                if key is not None and keys.slot_of(key) <= seek_ms
             ]
             values = self._store.get_messages([key for _, key in behind])
             moved = 0
@@ -193,8 +194,7 @@ class ReplicaStore:
                 if value is None:
                     continue  # purged: delivered long ago by an earlier master
                 key = keys.message_key(seek_ms + 1, message_id)
-                write.batch.delete_message(old_key)
-                write.batch.put_scheduled(key, message_id, value, keys.index_pending(key))
+                write.batch.move_scheduled(old_key, key, message_id, value)
                 moved += 1
         return moved
 

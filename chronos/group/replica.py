@@ -134,6 +134,7 @@ class Replica(LoopWorker):
 
     def __init__(
         self,
+        *,
         spec: GroupSpec,
         partitions: list[int],
         store: ReplicaStore,

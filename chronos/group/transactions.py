@@ -131,6 +131,7 @@ class TransactionLoop(LoopWorker):
 
     def __init__(
         self,
+        *,
         spec: GroupSpec,
         publisher: TransactionalPublisher,
         store: RocksStore,

@@ -61,6 +61,7 @@ class CutPublisher(LoopWorker):
 
     def __init__(
         self,
+        *,
         frontier: Frontier,
         ledger: Ledger,
         publisher: OwnedPublisher,

@@ -64,6 +64,7 @@ class ExpiryWriter:
 
     def __init__(
         self,
+        *,
         publisher: PartitionedPublisher,
         inner_topic: str,
         partition: Callable[[str], int],

@@ -49,6 +49,7 @@ class IngestWorker(LoopWorker):
 
     def __init__(
         self,
+        *,
         index: int,
         partitions: list[int],
         open_source: Callable[[], BatchSource],
@@ -181,9 +182,7 @@ class IngestWorker(LoopWorker):
             self._watermark.read(batch.offsets, batch.appended, batch.hazard)
         if not self._dead.send_and_wait(batch.rejected, _DEAD_LETTER_TIMEOUT_S, dead):
             raise RuntimeError("dead-letter topic did not acknowledge rejected inner records")
-        outcome = self._ledger.apply_decoded(
-            batch.items, batch.offsets, batch.origins, batch.refreshed, batch.expired
-        )
+        outcome = self._ledger.apply_decoded(batch.items, batch.offsets, batch.origins)
         dead.clear()
         self._count(outcome)
         if self._watermark is not None:

@@ -29,10 +29,10 @@ from chronos.inner import accept_inner
 from chronos.kafka.clients import ClientErrors, consumer
 from chronos.kafka.errors import ErrorKind, classify, describe
 from chronos.model import (
-    RESCHEDULE,
     DecodedRequest,
     DelayMessage,
     Expiry,
+    Op,
     Refresh,
     RescheduleRequest,
 )
@@ -67,10 +67,6 @@ class DecodedBatch:
         hazard: some item cancels or reschedules (removes or moves a pending message): the
             cancel gate may pass this batch's records only once it is applied; any other
             batch it may pass as soon as it is read.
-        refreshed: indexes in ``items`` of refresh records (``wire.encode_refresh``), whose
-            due field holds the slot they were stored at.
-        expired: indexes in ``items`` of expiry tombstones (``wire.encode_expiry``), whose
-            due field holds the slot they end.
         not_authorized: set when Kafka refused chronos reading the inner topic (the node ends).
         gap: set when the next offset to read was no longer in the topic (retention or
             ``DeleteRecords`` removed records before this store read them; the node ends, and
@@ -86,15 +82,11 @@ class DecodedBatch:
     origins: list[tuple[int, int]] = field(default_factory=list)
     appended: dict[int, EpochMs] = field(default_factory=dict)
     hazard: bool = False
-    refreshed: list[int] = field(default_factory=list)
-    expired: list[int] = field(default_factory=list)
     not_authorized: str | None = None
     gap: str | None = None
 
     def merge(self, later: DecodedBatch) -> None:
         """Append ``later``, read after this one, as if both had been read at once."""
-        self.refreshed += [len(self.items) + n for n in later.refreshed]
-        self.expired += [len(self.items) + n for n in later.expired]
         self.items += later.items
         self.origins += later.origins
         self.offsets.update(later.offsets)
@@ -159,14 +151,15 @@ def decode_record(
         )
         if isinstance(request, DelayMessage):
             # A request read from the wire is its first occurrence: due is first_due_ms.
-            return request.id, request.first_due_ms, codec.encode(request)
+            return DecodedRequest(Op.ADD, request.id, request.first_due_ms, codec.encode(request))
         if isinstance(request, Refresh):
-            return _Refreshed((request.id, request.slot_ms, codec.encode(request.message)))
+            value = codec.encode(request.message)
+            return DecodedRequest(Op.REFRESH, request.id, request.slot_ms, value)
         if isinstance(request, RescheduleRequest):
-            return request.id, request.due_ms, RESCHEDULE
+            return DecodedRequest(Op.RESCHEDULE, request.id, request.due_ms)
         if isinstance(request, Expiry):
-            return _Expired((request.id, request.due_field, None))
-        return request.id, request.cancelled_ms, None
+            return DecodedRequest(Op.EXPIRY, request.id, request.due_field)
+        return DecodedRequest(Op.CANCEL, request.id, request.cancelled_ms)
     except DecodeError as exc:
         reason = exc.reason
     except Exception as exc:  # bad input must never stop ingest, whatever breaks on it
@@ -175,17 +168,8 @@ def decode_record(
     raise DecodeError(reason, origin=f"{record.topic()}[{record.partition()}]@{record.offset()}")
 
 
-class _Refreshed(tuple[str, EpochMs, bytes | None]):
-    """A decoded refresh record: (id, slot, stored value); ``decode_batch`` notes its index."""
-
-    __slots__ = ()
-
-
-class _Expired(tuple[str, EpochMs, bytes | None]):
-    """A decoded expiry tombstone: (id, slot it ends or minus the cancel's time, None);
-    ``decode_batch`` notes its index."""
-
-    __slots__ = ()
+#: Requests that remove or move a pending message (an expiry moves none).
+_HAZARDS = frozenset((Op.CANCEL, Op.RESCHEDULE))
 
 
 def decode_batch(
@@ -213,13 +197,7 @@ def decode_batch(
         last[partition] = record
         try:
             item = decode_record(record, limits, names, now_ms)
-            if type(item) is _Refreshed:
-                batch.refreshed.append(len(items))
-                item = (item[0], item[1], item[2])
-            elif type(item) is _Expired:  # moves no pending message: no hazard
-                batch.expired.append(len(items))
-                item = (item[0], item[1], item[2])
-            elif not item[2]:  # a cancel (None) or a reschedule (RESCHEDULE, empty)
+            if item.op in _HAZARDS:
                 batch.hazard = True
             items.append(item)
             origins.append((partition, offset))

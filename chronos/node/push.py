@@ -60,6 +60,7 @@ class PushWorker(LoopWorker):
 
     def __init__(
         self,
+        *,
         store: RocksStore,
         ledger: Ledger,
         frontier: Frontier,

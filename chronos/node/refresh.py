@@ -65,6 +65,7 @@ class RefreshWorker(LoopWorker):
 
     def __init__(
         self,
+        *,
         store: RocksStore,
         inner_offsets: Callable[[], dict[int, int]],
         open_publisher: Callable[[], OwnedPublisher],

@@ -76,6 +76,7 @@ class Restater(LoopWorker):
 
     def __init__(
         self,
+        *,
         store: RocksStore,
         ledger: Ledger,
         publisher: PartitionedPublisher,

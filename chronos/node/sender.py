@@ -107,6 +107,7 @@ class Sender(LoopWorker):
 
     def __init__(
         self,
+        *,
         index: int,
         jobs: JobQueue,
         retries: RetrySchedule,

@@ -85,16 +85,18 @@ def _ingest(ctx: NodeContext, owned: list[int]) -> list[IngestWorker]:
         )
         workers.append(
             IngestWorker(
-                i,
-                spec.partitions,
-                partial(_source, spec, s.node.ingest_decoder, ctx, f"chronos-decoder-{i}"),
-                ctx.ledger,
-                ctx.dead_letters,
-                ctx.clock,
-                s.node.ingest_poll_timeout_ms,
-                ctx.metrics,
-                ctx.fatal.report,
-                ctx.watermark,
+                index=i,
+                partitions=spec.partitions,
+                open_source=partial(
+                    _source, spec, s.node.ingest_decoder, ctx, f"chronos-decoder-{i}"
+                ),
+                ledger=ctx.ledger,
+                dead_letters=ctx.dead_letters,
+                clock=ctx.clock,
+                poll_timeout_ms=s.node.ingest_poll_timeout_ms,
+                metrics=ctx.metrics,
+                on_fatal=ctx.fatal.report,
+                watermark=ctx.watermark,
             )
         )
     return workers
@@ -148,15 +150,15 @@ def _at_least_once(
     gate = caught_up if ctx.rebuild is None else ctx.rebuild.gate(caught_up)
     senders: list[Component] = [
         Sender(
-            i,
-            jobs,
-            retries,
-            ctx.publisher,
-            ctx.dead_letters,
-            policy,
-            tracker,
-            ctx.clock,
-            ctx.metrics,
+            index=i,
+            jobs=jobs,
+            retries=retries,
+            publisher=ctx.publisher,
+            dead_letters=ctx.dead_letters,
+            policy=policy,
+            tracker=tracker,
+            clock=ctx.clock,
+            metrics=ctx.metrics,
             attempts=ctx.attempts,
             pacing=pacing,
             # Senders drain first; the publisher's flush and the last progress follow.
@@ -165,14 +167,14 @@ def _at_least_once(
         for i in range(s.node.sender_threads)
     ]
     push = PushWorker(
-        ctx.store,
-        ctx.ledger,
-        ctx.frontier,
-        tracker,
-        jobs,
-        ctx.clock,
-        s.node.push_batch_max,
-        ctx.metrics,
+        store=ctx.store,
+        ledger=ctx.ledger,
+        frontier=ctx.frontier,
+        tracker=tracker,
+        jobs=jobs,
+        clock=ctx.clock,
+        batch_max=s.node.push_batch_max,
+        metrics=ctx.metrics,
         start_gate=gate,
         # A rebuild must finish first, however long ingest takes: it knows what not to
         # deliver again.
@@ -198,17 +200,17 @@ def alone(ctx: NodeContext) -> list[Component]:
     ingest = _ingest(ctx, ctx.owned)
     s = ctx.settings
     published = CutPublisher(
-        ctx.frontier,
-        ctx.ledger,
+        frontier=ctx.frontier,
+        ledger=ctx.ledger,
         # It flushes its last records itself at a stop, within its own limit: Kafka gone, a
         # second wait in the publisher's stop outlasted node.shutdown_timeout_s.
-        ctx.clients.idempotent("progress", stop_flush_s=0.0),
-        s.topics.names.alone_progress(s.node.node_id),
-        s.node.node_id,
-        ctx.floor,
-        _CUT_INTERVAL_S,
-        ctx.clock,
-        ctx.published.cut,
+        publisher=ctx.clients.idempotent("progress", stop_flush_s=0.0),
+        topic=s.topics.names.alone_progress(s.node.node_id),
+        node_id=s.node.node_id,
+        floor=ctx.floor,
+        interval_s=_CUT_INTERVAL_S,
+        clock=ctx.clock,
+        published=ctx.published.cut,
         ready=(lambda: True)
         if ctx.rebuild is None
         else (lambda: ctx.rebuild is not None and ctx.rebuild.done),
@@ -254,13 +256,13 @@ def _deleter(ctx: NodeContext, delivering: Callable[[], bool]) -> list[Component
     publisher = ctx.clients.idempotent("expiry", _REFRESH_PRODUCER)
     stopping = threading.Event()
     writer = ExpiryWriter(
-        publisher,
-        s.topics.names.inner,
-        id_partition(ctx.owned, ctx.inner_partitions),
-        delivering,
-        s.rebuild.refresh_rate,
-        ctx.metrics,
-        stopping,
+        publisher=publisher,
+        inner_topic=s.topics.names.inner,
+        partition=id_partition(ctx.owned, ctx.inner_partitions),
+        delivering=delivering,
+        rate=s.rebuild.refresh_rate,
+        metrics=ctx.metrics,
+        stopping=stopping,
     )
     return [publisher, DeleteWorker(ctx.ledger, s.delete, writer, stopping)]
 
@@ -273,23 +275,23 @@ def _keeper(ctx: NodeContext, floor: RebuildFloor) -> Component:
     ready = (lambda: True) if rebuild is None else (lambda: rebuild.done)
     if ctx.settings.rebuild.mode == "compact":
         return Restater(
-            ctx.store,
-            ctx.ledger,
-            ctx.publisher,
-            ctx.settings.topics.names.inner,
-            ctx.clock,
-            int(ctx.settings.delete.tombstone_retention_s * 1000),
+            store=ctx.store,
+            ledger=ctx.ledger,
+            publisher=ctx.publisher,
+            inner_topic=ctx.settings.topics.names.inner,
+            clock=ctx.clock,
+            tombstone_retention_ms=int(ctx.settings.delete.tombstone_retention_s * 1000),
             ready=ready,
         )
     return RefreshWorker(
-        ctx.store,
-        lambda: ctx.ledger.inner_offsets(ctx.owned),
-        lambda: ctx.clients.idempotent("refresh", _REFRESH_PRODUCER),
-        ctx.settings.topics.names.inner,
-        floor,
-        ctx.settings.rebuild,
-        ctx.clock,
-        ctx.metrics,
+        store=ctx.store,
+        inner_offsets=lambda: ctx.ledger.inner_offsets(ctx.owned),
+        open_publisher=lambda: ctx.clients.idempotent("refresh", _REFRESH_PRODUCER),
+        inner_topic=ctx.settings.topics.names.inner,
+        floor=floor,
+        settings=ctx.settings.rebuild,
+        clock=ctx.clock,
+        metrics=ctx.metrics,
         ready=ready,
     )
 
@@ -325,17 +327,17 @@ def _replica(
             s.delivery, publisher, unwritable=unwritable, policies=ctx.policies
         )
         return TransactionLoop(
-            spec,
-            publisher,
-            ctx.store,
-            ctx.ledger,
-            store,
-            ctx.frontier,
-            policy,
-            s.delivery,
-            ctx.clock,
-            ctx.metrics,
-            state,
+            spec=spec,
+            publisher=publisher,
+            store=ctx.store,
+            ledger=ctx.ledger,
+            replica=store,
+            frontier=ctx.frontier,
+            policy=policy,
+            retry=s.delivery,
+            clock=ctx.clock,
+            metrics=ctx.metrics,
+            state=state,
             horizon=ctx.watermark.horizon,
             keep_outcomes=s.admin.keeps_outcomes,
             attempts=ctx.attempts,
@@ -346,26 +348,26 @@ def _replica(
         return _keeper(ctx, floor)
 
     return Replica(
-        spec,
-        owned,
-        store,
-        open_election,
-        ProgressLog(
+        spec=spec,
+        partitions=owned,
+        store=store,
+        open_election=open_election,
+        progress=ProgressLog(
             spec.progress_topic,
             spec.progress_reader_group("node"),
             clients.consumer,
             clients.errors("progress"),
         ),
-        open_publisher,
-        new_master,
-        new_refresher,
-        ctx.origin,
-        lambda: all(w.caught_up.is_set() for w in ingest),
-        ctx.fatal,
-        ctx.clock,
-        ctx.metrics,
-        _master_watch(ctx, spec),
-        _announcer(ctx, spec),
+        open_publisher=open_publisher,
+        new_master=new_master,
+        new_refresher=new_refresher,
+        origin=ctx.origin,
+        ingest_ready=lambda: all(w.caught_up.is_set() for w in ingest),
+        fatal=ctx.fatal,
+        clock=ctx.clock,
+        metrics=ctx.metrics,
+        watch=_master_watch(ctx, spec),
+        announcer=_announcer(ctx, spec),
     )
 
 

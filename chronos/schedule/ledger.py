@@ -22,12 +22,12 @@ import structlog
 
 from chronos.clock import Clock
 from chronos.model import (
-    RESCHEDULE,
     CancelRequest,
     DecodedRequest,
     DelayMessage,
     Expiry,
     InnerRequest,
+    Op,
     Refresh,
     RescheduleRequest,
 )
@@ -160,6 +160,218 @@ def resume_frontier(store: RocksStore) -> EpochMs:
     return seek if cursor is None else max(seek, keys.slot_of(cursor))
 
 
+def _earliest_reserved(
+    items: Sequence[DecodedRequest], state: Mapping[str, bytes | None]
+) -> EpochMs | None:
+    """The earliest slot a batch writes to or deletes from: its adds' due times, and the slot
+    of each pending message it cancels, reschedules or forgets. A delete reserves its slot too:
+    the push worker cannot scan it while the delete is in flight, so "cancelled" vs "raced" (a
+    reschedule: moved vs too late) is decided against a frontier that holds still."""
+    earliest: EpochMs | None = None
+    for op, message_id, due, _value in items:
+        if op is Op.ADD or op is Op.REFRESH:
+            slot = due
+        else:
+            pending = keys.pending_key(state[message_id])
+            if pending is None:
+                continue
+            slot = keys.slot_of(pending)
+        if earliest is None or slot < earliest:
+            earliest = slot
+    return earliest
+
+
+class _Applying:
+    """One ``Ledger.apply_decoded`` call: its batch, the ids' index values as the batch leaves
+    them, and one method per request kind.
+
+    Adds are collected in ``placed`` and put with one store call; any other request first
+    ``flush``es them, since batch order is apply order. A reschedule or refresh of a message
+    this batch stored cannot read it from the store yet: ``written`` keeps what was put.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        items: Sequence[DecodedRequest],
+        origins: Sequence[tuple[int, int]] | None,
+        state: dict[str, bytes | None],
+        raw_ids: Mapping[str, bytes],
+        frontier: EpochMs,
+    ) -> None:
+        self.ledger = ledger
+        self.items = items
+        self.origins = origins
+        self.state = state
+        self.raw_ids = raw_ids
+        self.frontier = frontier
+        self.slot_for = ledger._frontier.slot_for
+        self.outcome = ApplyOutcome()
+        self.batch = ledger._store.batch()
+        self.now = ledger._clock.now_ms()
+        placement = ledger._placement
+        self.leading = placement.leading
+        #: Where adds came from, when the placement records arrivals.
+        self.arrivals = origins if placement.tracks_arrivals and origins else None
+        self.restating = ledger._restates
+        #: The earliest slot written, to wake the push worker for.
+        self.earliest: EpochMs | None = None
+        #: Ids added by this batch: not covered by any progress.
+        self.fresh: set[str] = set()
+        #: (messages key, index key, stored value, index value) of the adds not yet put.
+        self.placed: list[tuple[bytes, bytes, bytes, bytes]] = []
+        moving = any(item.op is Op.RESCHEDULE or item.op is Op.REFRESH for item in items)
+        #: Messages key -> stored value of what this batch put, when it moves messages.
+        self.written: dict[bytes, bytes] | None = {} if moving else None
+        #: Outbox keys this batch puts, and deletes.
+        self.noted: list[bytes] = []
+        self.cleared: list[bytes] = []
+
+    def run(self) -> None:
+        """Apply every item in order."""
+        apply = (self.add, self.cancel, self.reschedule, self.refresh, self.expire)
+        for n, item in enumerate(self.items):
+            apply[item.op](n, item)
+        self.flush()
+
+    def origin(self, n: int) -> tuple[int, int] | None:
+        return self.origins[n] if self.origins else None
+
+    def placed_at(self, message_id: str, slot: EpochMs) -> None:
+        """``message_id`` is now pending at ``slot``."""
+        self.state[message_id] = keys.index_pending(keys.message_key(slot, message_id))
+        if self.earliest is None or slot < self.earliest:
+            self.earliest = slot
+
+    def restate(self, n: int, message_id: str) -> None:
+        """Note ``message_id`` in the outbox, at the record that left it unstated."""
+        partition, offset = self.origin(n) or (0, 0)
+        key = keys.outbox_key(partition, offset, message_id)
+        self.batch.put_outbox(key)
+        self.noted.append(key)
+        self.outcome.restated += 1
+
+    def flush(self) -> None:
+        """Put the adds collected so far, before a write that must follow them."""
+        placed = self.placed
+        if not placed:
+            return
+        self.outcome.added += len(placed)
+        self.batch.put_scheduled_many(placed)
+        if self.written is not None:
+            self.written.update((entry[0], entry[2]) for entry in placed)
+        placed.clear()
+
+    def add(self, n: int, item: DecodedRequest) -> None:
+        """The first add of an id wins (idempotent); the node that delivers places it after
+        its frontier, a follower at its due time."""
+        message_id, due, value = item.id, item.due_ms, item.value
+        assert value is not None
+        if self.state[message_id] is not None:
+            self.outcome.duplicates += 1
+            if self.restating:
+                self.restate(n, message_id)
+            return
+        slot = self.slot_for(self.frontier, due) if self.leading else due
+        if slot != due:
+            self.outcome.late += 1
+        raw_id = self.raw_ids[message_id]
+        key = keys.message_key_raw(slot, raw_id)
+        pending = keys.index_pending(key)
+        self.state[message_id] = pending
+        self.fresh.add(message_id)
+        self.placed.append((key, raw_id, value, pending))
+        if self.arrivals is not None:
+            self.batch.put_arrival(keys.arrival_key(*self.arrivals[n]), raw_id)
+        if self.earliest is None or slot < self.earliest:
+            self.earliest = slot
+        if self.restating and codec.null_payload(value):
+            self.restate(n, message_id)  # a null value is a tombstone to the cleaner
+
+    def cancel(self, n: int, item: DecodedRequest) -> None:
+        """A client's cancel, or a restated one read back (``due_ms``: when it was first
+        applied)."""
+        self.flush()
+        message_id, due = item.id, item.due_ms
+        current = self.state[message_id]
+        if self.restating and due:
+            self.cleared += self.ledger._read_back(self.batch, message_id, self.origin(n))
+        after = self.ledger._cancel(
+            self.batch,
+            message_id,
+            current,
+            self.frontier,
+            due or self.now,
+            self.outcome,
+            self.leading,
+            message_id in self.fresh,
+            restated=bool(due),
+        )
+        self.state[message_id] = after
+        if self.restating and _cancel_left_unstated(current, after, due):
+            self.restate(n, message_id)
+
+    def reschedule(self, n: int, item: DecodedRequest) -> None:
+        """Decided by the node that delivers (``Ledger._reschedule``). A follower records it
+        with the arrivals: the master's progress moves the message, or, for one it had not
+        committed, the next master decides it at takeover (``relocate_uncovered``)."""
+        self.flush()
+        message_id = item.id
+        current = self.state[message_id]
+        request = RescheduleRequest(message_id, item.due_ms)
+        if self.leading:
+            assert self.written is not None
+            at = self.ledger._reschedule(
+                self.batch, request, current, self.frontier, self.written, self.origin(n)
+            )
+            self.ledger._count_reschedule(self.outcome, request, current, at)
+            if at is not None:
+                self.placed_at(message_id, at)
+        elif self.arrivals is not None:
+            self.outcome.reschedule_deferred += 1
+            self.batch.put_arrival(
+                keys.arrival_key(*self.arrivals[n]),
+                keys.arrival_reschedule(self.raw_ids[message_id], item.due_ms),
+            )
+        if self.restating and current is not None:  # a reschedule states no message
+            self.restate(n, message_id)
+
+    def refresh(self, n: int, item: DecodedRequest) -> None:
+        """chronos' own copy of a message (see ``Ledger._refresh``)."""
+        self.flush()
+        message_id, due, value = item.id, item.due_ms, item.value
+        assert value is not None
+        current = self.state[message_id]
+        if self.restating:
+            self.cleared += self.ledger._read_back(self.batch, message_id, self.origin(n))
+        at = self.ledger._refresh(
+            self.batch, message_id, due, value, current, self.frontier, self.written
+        )
+        if at is None:
+            self.outcome.duplicates += 1
+            if self.restating and not _states(current, due):
+                self.restate(n, message_id)
+            return
+        if self.written is not None:
+            self.written[keys.message_key(at, message_id)] = value
+        self.outcome.refreshed += 1
+        self.placed_at(message_id, at)
+
+    def expire(self, n: int, item: DecodedRequest) -> None:
+        """An expiry tombstone (compact mode): a store holding the id as the deliverer did
+        when it forgot it forgets it too; one that holds it otherwise (a newer add or cancel)
+        restates it. The id is then forgotten here at the same record, so an add of it read
+        next is a new message here too."""
+        message_id, ends = item.id, item.due_ms
+        current = self.state[message_id]
+        if self.restating and _expiry_left_unstated(current, ends):
+            self.restate(n, message_id)
+        if current is not None and _expiry_ends(current, ends):
+            self.flush()
+            self.ledger._forget(self.batch, message_id, current)
+            self.state[message_id] = None
+
+
 class Ledger:
     """Writes to the store that must agree with the push frontier.
 
@@ -257,205 +469,48 @@ class Ledger:
         ``scripts/store_ingest_bench.py``, which passes ``encoded``: each add's stored value)."""
         if encoded is None:
             encoded = [_stored_value(r) for r in requests]
-        items = [(r.id, _due_field(r), value) for r, value in zip(requests, encoded, strict=True)]
-        refreshed = [n for n, r in enumerate(requests) if isinstance(r, Refresh)]
-        expired = [n for n, r in enumerate(requests) if isinstance(r, Expiry)]
-        return self.apply_decoded(items, offsets, origins, refreshed, expired)
+        items = [_decoded(r, value) for r, value in zip(requests, encoded, strict=True)]
+        return self.apply_decoded(items, offsets, origins)
 
     def apply_decoded(
         self,
         items: Sequence[DecodedRequest],
         offsets: Mapping[int, int] | None = None,
         origins: Sequence[tuple[int, int]] | None = None,
-        refreshed: Sequence[int] = (),
-        expired: Sequence[int] = (),
     ) -> ApplyOutcome:
         """Apply decoded requests in order as one atomic batch (durable after ``sync``).
 
-        Each item is (id, due ms, stored value) for an add, (id, 0, None) for a cancel (a
-        restated one: the time it was first applied).
         ``offsets`` (inner partition -> next offset) are written in the same batch, so the
         store alone says where ingest resumes and a replay never skips or re-applies: a batch
         lost before its WAL was synced is read again from Kafka. ``origins`` (partition,
-        offset per item) are recorded for each stored add when the ledger tracks arrivals.
-        ``refreshed`` are the indexes of refresh records, whose due field is the slot the
-        delivering node had stored them at (see ``_refresh``). ``expired`` are the indexes of
-        expiry tombstones (compact mode), (id, slot or minus cancel time, None): a store
-        holding the id as the deliverer did when it forgot it forgets it too; one that holds it
-        otherwise (a newer add or cancel) restates it.
+        offset per item) are recorded for each stored add when the ledger tracks arrivals,
+        and name the record an outbox entry restates. Each request kind is applied by its
+        method of ``_Applying``.
         """
-        outcome = ApplyOutcome()
         if not items and not offsets:
-            return outcome
+            return ApplyOutcome()
         # Each id encoded once: the index lookup, the message key and the index key share it.
-        raw_ids = {item[0]: item[0].encode() for item in items}
-        earliest_due = min((due for _, due, value in items if value is not None), default=None)
-        earliest: EpochMs | None = None
+        raw_ids = {item.id: item.id.encode() for item in items}
         with self._lock:
             state = dict(
                 zip(raw_ids, self._store.get_index_raw(list(raw_ids.values())), strict=True)
             )
-            # A cancel or reschedule reserves the slot it deletes too: the push worker cannot
-            # scan it while the delete is in flight, so "cancelled" vs "raced" (a reschedule:
-            # moved vs too late) is decided against a frontier that holds still.
-            rescheduling = False
-            for message_id, _, value in items:
-                if not value:
-                    rescheduling = rescheduling or value is not None
-                    current = state[message_id]
-                    if current is not None and current[:1] == keys.INDEX_PENDING:
-                        slot = keys.slot_of(current[1:])
-                        earliest_due = slot if earliest_due is None else min(earliest_due, slot)
-            batch = self._store.batch()
-            now = self._clock.now_ms()
-            slot_for = self._frontier.slot_for
-            # (messages key, index key, stored value, index value) of every add, one store call.
-            placed: list[tuple[bytes, bytes, bytes, bytes]] = []
+            earliest_due = _earliest_reserved(items, state)
             # The reservation lasts from reading the frontier to the write being visible.
-            placement = self._placement
-            leading = placement.leading
-            arrivals = origins if placement.tracks_arrivals and origins else None
-            copies = frozenset(refreshed)
-            expiries = frozenset(expired)
-            fresh: set[str] = set()  # ids added by this batch: not covered by any progress
-            restating = self._restates
-            # Key -> stored value of what this batch wrote before each flush of ``placed``,
-            # kept only when it reschedules or refreshes: a reschedule or refresh of a message
-            # this batch stored cannot read it from the store yet.
-            written: dict[bytes, bytes] | None = {} if rescheduling or refreshed else None
-
-            noted: list[bytes] = []  # outbox keys this batch puts
-            cleared: list[bytes] = []  # and deletes
-
-            def restate(n: int, message_id: str) -> None:
-                """Note ``message_id`` in the outbox, at the record that left it unstated."""
-                partition, offset = origins[n] if origins else (0, 0)
-                key = keys.outbox_key(partition, offset, message_id)
-                batch.put_outbox(key)
-                noted.append(key)
-                outcome.restated += 1
-
-            def flush() -> None:
-                """Put the adds collected so far, before a write that must follow them."""
-                outcome.added += len(placed)
-                batch.put_scheduled_many(placed)
-                if written is not None:
-                    written.update((entry[0], entry[2]) for entry in placed)
-                placed.clear()
-
             with self._frontier.placing(earliest_due, offsets) as frontier:
-                for n, (message_id, due, value) in enumerate(items):
-                    current = state[message_id]
-                    if value is not None and not value:  # RESCHEDULE
-                        flush()
-                        assert written is not None
-                        request = RescheduleRequest(message_id, due)
-                        if leading:
-                            origin = origins[n] if origins else None
-                            at = self._reschedule(
-                                batch, request, current, frontier, written, origin
-                            )
-                            self._count_reschedule(outcome, request, current, at)
-                            if at is not None:
-                                state[message_id] = keys.index_pending(
-                                    keys.message_key(at, message_id)
-                                )
-                                if earliest is None or at < earliest:
-                                    earliest = at
-                        elif arrivals is not None:
-                            # Decided by the master (its progress moves the message) or, for
-                            # one it had not committed, at takeover (``relocate_uncovered``).
-                            outcome.reschedule_deferred += 1
-                            batch.put_arrival(
-                                keys.arrival_key(*arrivals[n]),
-                                keys.arrival_reschedule(raw_ids[message_id], due),
-                            )
-                        if restating and current is not None:  # a reschedule states no message
-                            restate(n, message_id)
-                        continue
-                    if value is not None:
-                        if copies and n in copies:
-                            flush()
-                            if restating:
-                                cleared += self._read_back(
-                                    batch, message_id, origins[n] if origins else None
-                                )
-                            at = self._refresh(
-                                batch, message_id, due, value, current, frontier, written
-                            )
-                            if at is None:
-                                outcome.duplicates += 1
-                                if restating and not _states(current, due):
-                                    restate(n, message_id)
-                                continue
-                            if written is not None:
-                                written[keys.message_key(at, message_id)] = value
-                            outcome.refreshed += 1
-                            state[message_id] = keys.index_pending(keys.message_key(at, message_id))
-                            if earliest is None or at < earliest:
-                                earliest = at
-                            continue
-                        if current is not None:
-                            outcome.duplicates += 1  # idempotent: first add of an id wins
-                            if restating:
-                                restate(n, message_id)
-                            continue
-                        slot = slot_for(frontier, due) if leading else due
-                        if slot != due:
-                            outcome.late += 1
-                        raw_id = raw_ids[message_id]
-                        key = keys.message_key_raw(slot, raw_id)
-                        pending = keys.index_pending(key)
-                        state[message_id] = pending
-                        fresh.add(message_id)
-                        placed.append((key, raw_id, value, pending))
-                        if arrivals is not None:
-                            batch.put_arrival(keys.arrival_key(*arrivals[n]), raw_id)
-                        if earliest is None or slot < earliest:
-                            earliest = slot
-                        if restating and codec.null_payload(value):
-                            restate(n, message_id)  # a null value is a tombstone to the cleaner
-                    elif expiries and n in expiries:
-                        if restating and _expiry_left_unstated(current, due):
-                            restate(n, message_id)
-                        if _expiry_ends(current, due):
-                            # The id the deliverer forgot: forgotten here at the same record,
-                            # so an add of it read next is a new message here too.
-                            assert current is not None
-                            flush()
-                            self._forget(batch, message_id, current)
-                            state[message_id] = None
-                    else:
-                        flush()  # batch order is apply order: adds before this cancel first
-                        if restating and due:  # a restated cancel read back
-                            cleared += self._read_back(
-                                batch, message_id, origins[n] if origins else None
-                            )
-                        state[message_id] = self._cancel(
-                            batch,
-                            message_id,
-                            current,
-                            frontier,
-                            due or now,  # a restated cancel's: when it was first applied
-                            outcome,
-                            leading,
-                            message_id in fresh,
-                            restated=bool(due),
-                        )
-                        if restating and _cancel_left_unstated(current, state[message_id], due):
-                            restate(n, message_id)
-                flush()
+                applying = _Applying(self, items, origins, state, raw_ids, frontier)
+                applying.run()
                 for partition, offset in (offsets or {}).items():
-                    batch.set_inner_offset(partition, offset)
-                self._store.write(batch)
-            if noted or cleared:
-                for key in cleared:
+                    applying.batch.set_inner_offset(partition, offset)
+                self._store.write(applying.batch)
+            if applying.noted or applying.cleared:
+                for key in applying.cleared:
                     self._outbox.remove(key)
-                for key in noted:
+                for key in applying.noted:
                     self._outbox.add(key)
-        if earliest is not None:
-            self._frontier.notify(earliest)
-        return outcome
+        if applying.earliest is not None:
+            self._frontier.notify(applying.earliest)
+        return applying.outcome
 
     def _forget(self, batch: RocksBatch, message_id: str, current: bytes) -> None:
         """Drop ``message_id`` as the delete worker would (an expiry tombstone read)."""
@@ -509,10 +564,10 @@ class Ledger:
         the deliverer moved (a reschedule it decided; this store deferred the reschedule and
         holds the message as first sent). Cancelled id: ignored, as any add.
         """
-        if current is not None and current[:1] != keys.INDEX_PENDING:
+        old_key = keys.pending_key(current)
+        if current is not None and old_key is None:
             return None
-        if current is not None:
-            old_key = current[1:]
+        if old_key is not None:
             stored = self._store.get_messages([old_key])[0]
             if stored is None and written is not None:
                 stored = written.get(old_key)
@@ -522,12 +577,10 @@ class Ledger:
                 self._restates and not self._placement.leading and _moved(value, stored)
             ):
                 return None
-            batch.delete_message(old_key)
         slot = slot_ms
         if self._placement.leading and slot_ms > self._seek:
             slot = self._frontier.slot_for(frontier, slot_ms)
-        key = keys.message_key(slot, message_id)
-        batch.put_scheduled(key, message_id, value, keys.index_pending(key))
+        batch.move_scheduled(old_key, keys.message_key(slot, message_id), message_id, value)
         return slot
 
     def _reschedule(
@@ -548,9 +601,9 @@ class Ledger:
         ``slot_for(frontier, due)``, like an add received now, and is kept in ``moves`` for
         the progress record that tells followers and a rebuilt store where it went.
         """
-        if current is None or current[:1] != keys.INDEX_PENDING:
+        old_key = keys.pending_key(current)
+        if old_key is None:
             return None  # unknown or cancelled: nothing to move
-        old_key = current[1:]
         if keys.slot_of(old_key) <= frontier:
             return None
         stored = written.get(old_key) or self._store.get_messages([old_key])[0]
@@ -564,8 +617,7 @@ class Ledger:
         slot = self._frontier.slot_for(frontier, due)
         key = keys.message_key(slot, request.id)
         value = codec.encode(moved)
-        batch.delete_message(old_key)
-        batch.put_scheduled(key, request.id, value, keys.index_pending(key))
+        batch.move_scheduled(old_key, key, request.id, value)
         written[key] = value
         # Recorded before the write completes, so a frontier move that covers this write
         # finds it in ``moves`` (``TransactionLoop`` and ``CutPublisher`` read them after
@@ -898,21 +950,20 @@ def _expiry_ends(current: bytes | None, ends: EpochMs) -> bool:
 def _stored_value(request: InnerRequest) -> bytes | None:
     if isinstance(request, Refresh):
         return codec.encode(request.message)
-    if isinstance(request, RescheduleRequest):
-        return RESCHEDULE
     return codec.encode(request) if isinstance(request, DelayMessage) else None
 
 
-def _due_field(request: InnerRequest) -> EpochMs:
-    """The due field of a decoded request: due time, a refresh's slot, a reschedule's new
-    due time, a cancel's first time (0 but in a restatement)."""
+def _decoded(request: InnerRequest, value: bytes | None) -> DecodedRequest:
+    """A request object as ingest decodes it (``node/inner_reader.py``), ``value`` stored."""
     if isinstance(request, Refresh):
-        return request.slot_ms
+        return DecodedRequest(Op.REFRESH, request.id, request.slot_ms, value)
     if isinstance(request, CancelRequest):
-        return request.cancelled_ms
+        return DecodedRequest(Op.CANCEL, request.id, request.cancelled_ms)
     if isinstance(request, Expiry):
-        return request.due_field
-    return request.due_ms
+        return DecodedRequest(Op.EXPIRY, request.id, request.due_field)
+    if isinstance(request, RescheduleRequest):
+        return DecodedRequest(Op.RESCHEDULE, request.id, request.due_ms)
+    return DecodedRequest(Op.ADD, request.id, request.due_ms, value)
 
 
 def next_occurrence(message: DelayMessage) -> DelayMessage | None:

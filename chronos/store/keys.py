@@ -92,6 +92,14 @@ def index_pending(key: bytes) -> bytes:
     return INDEX_PENDING + key
 
 
+def pending_key(index_value: bytes | None) -> bytes | None:
+    """The messages key an index value schedules its id at; None for an unknown or cancelled
+    id."""
+    if index_value is None or index_value[:1] != INDEX_PENDING:
+        return None
+    return index_value[1:]
+
+
 def index_cancelled(cancelled_ms: EpochMs, how: bytes = CANCEL_REMOVED) -> bytes:
     """Index value of a cancel tombstone: when, and what the cancel found."""
     return INDEX_CANCELLED + _MS.pack(cancelled_ms) + how

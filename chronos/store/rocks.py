@@ -120,6 +120,19 @@ class RocksBatch:
             added.append(key)
         self._count += 2 * len(placed)
 
+    def move_scheduled(
+        self, old_key: bytes | None, key: bytes, message_id: str, value: bytes
+    ) -> None:
+        """Schedule ``message_id`` at ``key``, no longer at ``old_key`` (None: it was not
+        stored): the one way a pending message moves between slots, whoever moves it (a
+        reschedule, a refresh of a later occurrence, a master's progress state, a relocation
+        at takeover). The index follows in the same batch, so the two never disagree. The old
+        key is deleted even when it is ``key`` (the put then wins): the due counts see one
+        message leave and one come."""
+        if old_key is not None:
+            self.delete_message(old_key)
+        self.put_scheduled(key, message_id, value, keys.index_pending(key))
+
     def delete_message(self, key: bytes) -> None:
         self._wb.delete(key, self._s.h_messages)
         self._count += 1

@@ -22,13 +22,13 @@ class ProxyServer(ThreadedServer):
         self.telemetry = ProxyTelemetry(Refusals("proxy"))
         app = create_app(self.client, settings, self.telemetry)
         super().__init__(
-            "proxy",
-            app,
-            settings.proxy.host,
-            settings.proxy.port,
-            settings.security,
-            proxy_operation,
-            self.telemetry.refusals,
+            name="proxy",
+            app=app,
+            host=settings.proxy.host,
+            port=settings.proxy.port,
+            security=settings.security,
+            router=proxy_operation,
+            refusals=self.telemetry.refusals,
         )
         self.telemetry.book = self.book
 

@@ -51,10 +51,10 @@ class Host:
         #: When each (node, partition) last said its replica stands (monotonic).
         self.heard: dict[tuple[str, int], float] = {}
         self.host = ShardHost(
-            "a",
-            4,
-            1,
-            self._new,
+            node_id="a",
+            partitions=4,
+            standbys=1,
+            new_shard=self._new,
             grace_s=0.0,
             handover_timeout_s=1.0,
             on_fatal=lambda reason: None,

@@ -53,15 +53,15 @@ def test_a_description_kafka_does_not_answer_keeps_the_last_member_list() -> Non
         return consumer
 
     membership = Membership(
-        "a",
-        "topic",
-        "group",
-        {},
-        open_consumer,
-        ClientErrors("test"),
-        describe,
-        0.0,
-        changes.append,
+        node_id="a",
+        topic="topic",
+        group="group",
+        options={},
+        open_consumer=open_consumer,
+        errors=ClientErrors("test"),
+        describe=describe,
+        interval_s=0.0,
+        on_change=changes.append,
     )
     for _ in range(4):
         membership.step()

@@ -49,12 +49,12 @@ class FakeConsumer:
 
 def _board(consumer: FakeConsumer, said: list[tuple[bytes, bytes]]) -> ReadinessBoard:
     return ReadinessBoard(
-        "a",
-        "status",
-        cast(ProgressConsumer, consumer),
-        ClientErrors("readiness", None),
-        lambda key, value: said.append((key, value)),
-        lambda: frozenset({1, 2}),
+        node_id="a",
+        topic="status",
+        consumer=cast(ProgressConsumer, consumer),
+        errors=ClientErrors("readiness", None),
+        produce=lambda key, value: said.append((key, value)),
+        ready_now=lambda: frozenset({1, 2}),
         interval_s=60.0,
         stale_after_s=60.0,
     )

@@ -25,7 +25,11 @@ async def _hello(_request: Request) -> PlainTextResponse:
 
 def _server(security: SecuritySettings) -> Iterator[ThreadedServer]:
     server = ThreadedServer(
-        "test-http", Starlette(routes=[Route("/", _hello)]), "127.0.0.1", 0, security
+        name="test-http",
+        app=Starlette(routes=[Route("/", _hello)]),
+        host="127.0.0.1",
+        port=0,
+        security=security,
     )
     server.start()
     try:

@@ -54,7 +54,16 @@ def test_a_cut_is_published_once_the_persisted_seek_reached_its_frontier(tmp_pat
     frontier.advance(T0 + 100)  # cut (T0 + 100, {0: 7}); nothing acknowledged yet
     floor = RebuildFloor()
     publisher = _Publisher(auto=True)
-    cuts = CutPublisher(frontier, ledger, publisher, TOPIC, "n1", floor, 1.0, FakeClock(T0))
+    cuts = CutPublisher(
+        frontier=frontier,
+        ledger=ledger,
+        publisher=publisher,
+        topic=TOPIC,
+        node_id="n1",
+        floor=floor,
+        interval_s=1.0,
+        clock=FakeClock(T0),
+    )
     cuts.publish_once()
     assert publisher.published == [], "the seek has not reached any noted cut"
     ledger.commit_progress(T0 + 100, [])
@@ -94,15 +103,15 @@ def test_nothing_is_published_before_a_rebuild_applied_the_last_cut_nor_an_earli
     done = {"rebuilt": False}
     publisher = _Publisher(auto=True)
     cuts = CutPublisher(
-        frontier,
-        ledger,
-        publisher,
-        TOPIC,
-        "n1",
-        RebuildFloor(last.floor),
-        1.0,
-        FakeClock(T0),
-        last,
+        frontier=frontier,
+        ledger=ledger,
+        publisher=publisher,
+        topic=TOPIC,
+        node_id="n1",
+        floor=RebuildFloor(last.floor),
+        interval_s=1.0,
+        clock=FakeClock(T0),
+        published=last,
         ready=lambda: done["rebuilt"],
     )
     with frontier.placing(None, {0: 41}):

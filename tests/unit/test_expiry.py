@@ -29,7 +29,12 @@ def test_tombstones_go_out_only_while_delivering_and_name_what_they_end() -> Non
     delivering = {"now": False}
     metrics = CountingMetrics()
     writer = ExpiryWriter(
-        publisher, "inner", lambda _id: 3, lambda: delivering["now"], 10**9, metrics
+        publisher=publisher,
+        inner_topic="inner",
+        partition=lambda _id: 3,
+        delivering=lambda: delivering["now"],
+        rate=10**9,
+        metrics=metrics,
     )
     writer([("a", 1_700_000_000_000)])
     assert publisher.published == []
@@ -50,7 +55,13 @@ def test_a_stop_wakes_the_pacing_and_the_rest_still_goes_out() -> None:
     stopping = threading.Event()
     stopping.set()
     writer = ExpiryWriter(
-        publisher, "inner", lambda _id: 0, lambda: True, 1, CountingMetrics(), stopping
+        publisher=publisher,
+        inner_topic="inner",
+        partition=lambda _id: 0,
+        delivering=lambda: True,
+        rate=1,
+        metrics=CountingMetrics(),
+        stopping=stopping,
     )
     finished = threading.Event()
 
@@ -83,7 +94,13 @@ def test_a_pass_is_spread_over_its_seconds_in_small_batches() -> None:
     waits = _RecordedWaits()
     publisher = StubPublisher(auto=True)
     writer = ExpiryWriter(
-        publisher, "inner", lambda _id: 0, lambda: True, 20_000, CountingMetrics(), waits
+        publisher=publisher,
+        inner_topic="inner",
+        partition=lambda _id: 0,
+        delivering=lambda: True,
+        rate=20_000,
+        metrics=CountingMetrics(),
+        stopping=waits,
     )
     writer.spread(1000, 10.0)
     writer([(f"id-{n}", 1_700_000_000_000) for n in range(1000)])
@@ -95,14 +112,26 @@ def test_a_pass_is_spread_over_its_seconds_in_small_batches() -> None:
 def test_a_spread_never_goes_faster_than_the_rate_nor_slower_than_the_floor() -> None:
     waits = _RecordedWaits()
     writer = ExpiryWriter(
-        StubPublisher(auto=True), "inner", lambda _: 0, lambda: True, 400, CountingMetrics(), waits
+        publisher=StubPublisher(auto=True),
+        inner_topic="inner",
+        partition=lambda _: 0,
+        delivering=lambda: True,
+        rate=400,
+        metrics=CountingMetrics(),
+        stopping=waits,
     )
     writer.spread(1_000_000, 1.0)  # would be a million a second: the rate caps it
     writer([(f"id-{n}", 1) for n in range(400)])
     assert round(waits.waits[-1], 1) == 1.0
     later = _RecordedWaits()
     writer = ExpiryWriter(
-        StubPublisher(auto=True), "inner", lambda _: 0, lambda: True, 400, CountingMetrics(), later
+        publisher=StubPublisher(auto=True),
+        inner_topic="inner",
+        partition=lambda _: 0,
+        delivering=lambda: True,
+        rate=400,
+        metrics=CountingMetrics(),
+        stopping=later,
     )
     writer.spread(1, 3600.0)  # one id over an hour: the floor sends it within a second
     writer([("x", 1)])

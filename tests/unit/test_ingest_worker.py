@@ -15,7 +15,7 @@ from chronos.clock import FakeClock
 from chronos.delivery.deadletter import DeadLetters, Rejected
 from chronos.kafka.publishers.stub import StubPublisher
 from chronos.metrics import CountingMetrics
-from chronos.model import DecodedRequest, DelayMessage
+from chronos.model import DecodedRequest, DelayMessage, Op
 from chronos.node.ingest import IngestWorker
 from chronos.node.inner_reader import DecodedBatch
 from chronos.node.watermark import IngestWatermark
@@ -71,16 +71,16 @@ class Rig:
         self.fatal: list[str] = []
         metrics = CountingMetrics()
         self.worker = IngestWorker(
-            0,
-            [0],
-            self._next_source,
-            self.ledger,
-            DeadLetters(self.dead_letter_topic, "ns.deadletter", metrics),
-            FakeClock(T0),
-            100,
-            metrics,
-            self.fatal.append,
-            watermark,
+            index=0,
+            partitions=[0],
+            open_source=self._next_source,
+            ledger=self.ledger,
+            dead_letters=DeadLetters(self.dead_letter_topic, "ns.deadletter", metrics),
+            clock=FakeClock(T0),
+            poll_timeout_ms=100,
+            metrics=metrics,
+            on_fatal=self.fatal.append,
+            watermark=watermark,
         )
 
     def _next_source(self) -> ScriptedSource:
@@ -93,8 +93,9 @@ class Rig:
 
 
 def _adds(*ids: str) -> list[DecodedRequest]:
+    due = T0 + 60_000
     return [
-        (i, T0 + 60_000, codec.encode(DelayMessage(i, "orders", None, b"v", [], T0 + 60_000)))
+        DecodedRequest(Op.ADD, i, due, codec.encode(DelayMessage(i, "orders", None, b"v", [], due)))
         for i in ids
     ]
 
@@ -113,8 +114,6 @@ def test_a_failed_write_restarts_the_source_where_the_store_stands(tmp_path: Pat
         items: list[DecodedRequest],
         offsets: dict[int, int],
         origins: object = None,
-        refreshed: object = (),
-        expired: object = (),
     ) -> object:
         calls["n"] += 1
         if calls["n"] == 2:
@@ -240,7 +239,9 @@ def test_ingest_tells_the_watermark_what_it_read_before_it_writes(tmp_path: Path
     rules are tested in test_watermark.py)."""
     adds = _batch(8, "a")
     adds.appended = {0: T0 - 20}
-    cancels = DecodedBatch(items=[("a", 0, None)], offsets={0: 9}, appended={0: T0 - 10})
+    cancels = DecodedBatch(
+        items=[DecodedRequest(Op.CANCEL, "a", 0)], offsets={0: 9}, appended={0: T0 - 10}
+    )
     cancels.hazard = True
     watermark = IngestWatermark({}, margin_ms=100, partitions=[0], clock=FakeClock(T0))
     watermark.probed(T0 - 500, {0: 0})

@@ -12,7 +12,7 @@ from confluent_kafka import (
 )
 
 from chronos import wire
-from chronos.model import DelayMessage
+from chronos.model import DecodedRequest, DelayMessage, Op
 from chronos.names import TopicNames
 from chronos.node.inner_reader import DecodedBatch, decode_batch
 from chronos.settings import LimitSettings
@@ -63,10 +63,14 @@ def test_adds_and_cancels_become_store_items_in_order() -> None:
         NAMES,
         NOW,
     )
-    assert [(i, due) for i, due, _ in batch.items] == [("a", NOW + 5000), ("b", 0)]
-    stored = batch.items[0][2]
+    assert [(i.op, i.id, i.due_ms) for i in batch.items] == [
+        (Op.ADD, "a", NOW + 5000),
+        (Op.CANCEL, "b", 0),
+    ]
+    stored = batch.items[0].value
     assert stored is not None and codec.decode(stored) == message
-    assert batch.items[1][2] is None  # a cancel stores no message
+    assert batch.items[1].value is None  # a cancel stores no message
+    assert batch.hazard  # the cancel removes a pending message
     assert batch.offsets == {0: 8, 1: 4}
     assert batch.oldest_ms == NOW - 40
     assert not batch.rejected and not batch.errors and not batch.empty
@@ -102,7 +106,7 @@ def test_bad_records_are_set_aside_with_their_reason_and_still_passed() -> None:
     batch = decode_batch(
         [_add(good, 0, 4), garbage, _add(internal, 0, 6)], LimitSettings(), NAMES, NOW
     )
-    assert [item[0] for item in batch.items] == ["ok"]
+    assert [item.id for item in batch.items] == ["ok"]
     reasons = [reason for _k, _v, _h, reason, _o in batch.rejected]
     assert "unsupported chronos-version" in reasons[0]
     assert reasons[1].startswith("invalid topic")
@@ -140,12 +144,14 @@ def test_a_batch_survives_the_trip_to_another_process() -> None:
 
 
 def test_merged_batches_read_as_one() -> None:
-    first = DecodedBatch(items=[("a", NOW, b"x")], offsets={0: 4}, oldest_ms=NOW - 5)
+    add = DecodedRequest(Op.ADD, "a", NOW, b"x")
+    cancel = DecodedRequest(Op.CANCEL, "b", 0)
+    first = DecodedBatch(items=[add], offsets={0: 4}, oldest_ms=NOW - 5)
     later = DecodedBatch(
-        items=[("b", 0, None)], offsets={0: 6, 1: 2}, errors=["e"], oldest_ms=NOW, positions={1: 3}
+        items=[cancel], offsets={0: 6, 1: 2}, errors=["e"], oldest_ms=NOW, positions={1: 3}
     )
     first.merge(later)
-    assert first.items == [("a", NOW, b"x"), ("b", 0, None)]
+    assert first.items == [add, cancel]
     assert first.offsets == {0: 6, 1: 2}
     assert first.errors == ["e"] and first.positions == {1: 3}
     assert first.oldest_ms == NOW - 5  # the lag is the oldest record's

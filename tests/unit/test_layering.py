@@ -111,3 +111,21 @@ def test_every_runtime_kafka_client_is_built_by_the_one_factory() -> None:
     ] + list((ROOT / "proxy").rglob("*.py"))
     raw = [call for path in paths for call in _constructs_clients(path)]
     assert not raw, raw
+
+
+#: Most parameters a constructor may take by position (besides ``self``).
+POSITIONAL_MAX = 6
+
+
+def test_wide_constructors_take_their_arguments_by_keyword() -> None:
+    """A component wired from many parts is built with names, not positions: two arguments of
+    one type swapped (two clocks, two callables) would otherwise pass every type check."""
+    wide = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted(CHRONOS.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef)
+        and node.name == "__init__"
+        and len(node.args.posonlyargs) + len(node.args.args) - 1 > POSITIONAL_MAX
+    ]
+    assert not wide, f"constructors taking more than {POSITIONAL_MAX} arguments by position: {wide}"

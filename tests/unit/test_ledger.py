@@ -409,12 +409,12 @@ def test_a_delete_pass_counts_what_it_forgets_only_when_its_tombstones_go_out(en
             counted.append(count)
 
     writer = Recording(
-        StubPublisher(auto=True),
-        "inner",
-        lambda _: 0,
-        lambda: delivering["now"],
-        10**9,
-        CountingMetrics(),
+        publisher=StubPublisher(auto=True),
+        inner_topic="inner",
+        partition=lambda _: 0,
+        delivering=lambda: delivering["now"],
+        rate=10**9,
+        metrics=CountingMetrics(),
     )
     env.ledger.apply([_msg("a", T0 + 1000), _msg("b", T0 + 1500), _msg("c", T0 + 9000)])
     env.frontier.advance(T0 + 2000)

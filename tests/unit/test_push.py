@@ -74,7 +74,16 @@ def env(tmp_path: Path) -> Iterator[Env]:
     ledger = Ledger(store, frontier, clock, DeleteSettings())
     tracker = ProgressTracker(0)
     jobs: queue.Queue[list[DeliveryJob]] = queue.Queue(maxsize=100)
-    push = PushWorker(store, ledger, frontier, tracker, jobs, clock, 3, NullMetrics())
+    push = PushWorker(
+        store=store,
+        ledger=ledger,
+        frontier=frontier,
+        tracker=tracker,
+        jobs=jobs,
+        clock=clock,
+        batch_max=3,
+        metrics=NullMetrics(),
+    )
     yield Env(clock, store, frontier, ledger, tracker, jobs, push)
     store.close()
 

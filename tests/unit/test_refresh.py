@@ -40,14 +40,14 @@ def _worker(
     ready: Callable[[], bool] = lambda: True,
 ) -> RefreshWorker:
     return RefreshWorker(
-        store,
-        lambda: ledger.inner_offsets([0]),
-        lambda: publisher,
-        INNER,
-        RebuildFloor(),
-        RebuildSettings(refresh_rate=1_000_000),
-        clock,
-        CountingMetrics(),
+        store=store,
+        inner_offsets=lambda: ledger.inner_offsets([0]),
+        open_publisher=lambda: publisher,
+        inner_topic=INNER,
+        floor=RebuildFloor(),
+        settings=RebuildSettings(refresh_rate=1_000_000),
+        clock=clock,
+        metrics=CountingMetrics(),
         ready=ready,
     )
 

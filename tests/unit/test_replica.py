@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import structlog
@@ -21,7 +22,7 @@ from chronos.group import announcement
 from chronos.group import replica as replica_module
 from chronos.group.announcement import Announcement, Announcer
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
-from chronos.group.replica import RETRY_S, Elector, Replica
+from chronos.group.replica import Elector, Replica
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import MasterState, TransactionLoop
 from chronos.kafka.errors import Fenced, NotAuthorized
@@ -30,7 +31,7 @@ from chronos.kafka.publishers.stub import StubPublisher
 from chronos.lifecycle import Fatal
 from chronos.logs import configure_logging
 from chronos.metrics import CountingMetrics
-from chronos.model import DelayMessage
+from chronos.model import DecodedRequest, DelayMessage, Op
 from chronos.node.refresh import RefreshWorker
 from chronos.schedule.floor import Floor, RebuildFloor
 from chronos.schedule.frontier import Frontier
@@ -133,6 +134,7 @@ class World:
     inner: StubPublisher
     #: What the replica announced of itself, in order.
     said: list[Announcement]
+    clock: FakeClock
     offset: int = 0
 
     @property
@@ -142,7 +144,7 @@ class World:
 
     def add(self, message_id: str, due_ms: int) -> None:
         message = DelayMessage(message_id, TARGET, b"k", b"v", [], due_ms)
-        item = (message_id, due_ms, codec.encode(message))
+        item = DecodedRequest(Op.ADD, message_id, due_ms, codec.encode(message))
         self.ledger.apply_decoded([item], {0: self.offset + 1}, [(0, self.offset)])
         self.offset += 1
         self.progress.inner_ends[0] = self.offset
@@ -157,11 +159,27 @@ class World:
         records = [r for p in self.publishers for r in p.visible_on(TARGET)]
         return [(r.header(H_ID) or b"").decode() for r in records]
 
-    def until(self, condition: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    def until(self, condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
         while not condition():
             assert time.monotonic() < deadline, f"timed out waiting until {what}"
             time.sleep(0.01)
+
+
+@pytest.fixture
+def pause(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """The replica's retry pause after a demotion, made an hour long and passed when the test
+    says: "not before the pause" then holds however slow the machine, and nobody sleeps."""
+    skipped = [0.0]
+    real = time.monotonic
+    monkeypatch.setattr(replica_module, "RETRY_S", 3600.0)
+    clock = SimpleNamespace(monotonic=lambda: real() + skipped[0], sleep=time.sleep)
+    monkeypatch.setattr(replica_module, "time", clock)
+
+    def passed() -> None:
+        skipped[0] += 3600.0
+
+    return passed
 
 
 @pytest.fixture
@@ -221,17 +239,17 @@ def world(tmp_path: Path, origin: StoreOrigin) -> Iterator[World]:
     def new_master(publisher: TransactionalPublisher, state: MasterState) -> TransactionLoop:
         retry = DeliverySettings(retry_backoff_initial_ms=1, retry_backoff_max_ms=1)
         return TransactionLoop(
-            spec,
-            publisher,
-            store,
-            ledger,
-            replica_store,
-            frontier,
-            DeadLetterPolicy.of(retry, publisher),
-            retry,
-            clock,
-            metrics,
-            state,
+            spec=spec,
+            publisher=publisher,
+            store=store,
+            ledger=ledger,
+            replica=replica_store,
+            frontier=frontier,
+            policy=DeadLetterPolicy.of(retry, publisher),
+            retry=retry,
+            clock=clock,
+            metrics=metrics,
+            state=state,
         )
 
     inner = StubPublisher(topics={spec.inner_topic}, auto=True)
@@ -244,30 +262,30 @@ def world(tmp_path: Path, origin: StoreOrigin) -> Iterator[World]:
 
     def new_refresher(floor: RebuildFloor) -> RefreshWorker:
         return RefreshWorker(
-            store,
-            lambda: ledger.inner_offsets([0]),
-            lambda: inner,
-            spec.inner_topic,
-            floor,
-            RebuildSettings(),
-            clock,
-            metrics,
+            store=store,
+            inner_offsets=lambda: ledger.inner_offsets([0]),
+            open_publisher=lambda: inner,
+            inner_topic=spec.inner_topic,
+            floor=floor,
+            settings=RebuildSettings(),
+            clock=clock,
+            metrics=metrics,
         )
 
     replica = Replica(
-        spec,
-        [0],
-        replica_store,
-        open_election,
-        progress,
-        open_publisher,
-        new_master,
-        new_refresher,
-        origin,
-        lambda: True,
-        fatal,
-        clock,
-        metrics,
+        spec=spec,
+        partitions=[0],
+        store=replica_store,
+        open_election=open_election,
+        progress=progress,
+        open_publisher=open_publisher,
+        new_master=new_master,
+        new_refresher=new_refresher,
+        origin=origin,
+        ingest_ready=lambda: True,
+        fatal=fatal,
+        clock=clock,
+        metrics=metrics,
         announcer=Announcer("b", announce, clock, 5.0),
     )
     w = World(
@@ -284,6 +302,7 @@ def world(tmp_path: Path, origin: StoreOrigin) -> Iterator[World]:
         init_errors,
         inner,
         said,
+        clock,
     )
     replica_store.follow()
     yield w
@@ -309,8 +328,12 @@ def test_takeover_fences_first_then_leads_from_the_committed_cut_with_the_next_t
     assert world.events[0] == "init", "the old master must be fenced before progress is read"
     assert world.slot("uncovered") == T0 - 99  # relocated past the cut's seek
     world.until(lambda: "uncovered" in world.delivered(), "the uncovered add is delivered")
-    time.sleep(0.1)
-    assert world.delivered() == ["uncovered"]
+    # A positive signal before "nothing else": an add due later is delivered after
+    # ``covered`` would have been (slot order).
+    world.add("later", T0 - 50)
+    world.clock.advance(100)  # placed after the frontier (now): due once the clock moves
+    world.until(lambda: "later" in world.delivered(), "a later add is delivered")
+    assert world.delivered() == ["uncovered", "later"]
     assert world.metrics.totals()["promotions"] == 1
 
 
@@ -325,7 +348,7 @@ def test_a_takeover_waits_for_ingest_to_cover_the_cut(world: World) -> None:
 
 
 def test_a_fenced_master_turns_into_a_backup_that_follows_and_tries_again_later(
-    world: World,
+    world: World, pause: Callable[[], None]
 ) -> None:
     """Mutant caught: ``master.fenced`` ignored by the controller (a zombie that never
     demotes, and never follows the new master's progress)."""
@@ -345,7 +368,7 @@ def test_a_fenced_master_turns_into_a_backup_that_follows_and_tries_again_later(
     world.until(lambda: world.ledger.seek_ms == T0 + 50, "the backup applied the new cut")
     world.replica.step()
     assert world.events.count("init") == 1, "took over again before the retry pause"
-    time.sleep(RETRY_S)
+    pause()
     world.replica.step()
     assert world.replica.role == "master" and world.replica.term == 10
 
@@ -440,18 +463,28 @@ def test_a_demotion_completes_when_closing_the_fenced_producer_raises(world: Wor
     world.until(lambda: world.ledger.seek_ms == T0 + 50, "the backup follows the new master")
 
 
-def test_a_master_that_lost_the_election_stops_delivering(world: World) -> None:
+def test_a_master_that_lost_the_election_stops_delivering(
+    world: World, pause: Callable[[], None]
+) -> None:
     world.election.win()
     world.replica.step()
     world.election.lose()
     world.replica.step()
     assert world.replica.role == "backup" and world.publishers[0].closed
     world.add("m", T0 - 10)
-    time.sleep(0.1)
-    assert world.delivered() == []
+    # A positive signal before "nothing": elected again, the next term delivers it.
+    world.clock.advance(100)  # placed after the frontier (now): due once the clock moves
+    world.election.win()
+    pause()
+    world.replica.step()
+    assert world.replica.role == "master", world.events
+    world.until(lambda: "m" in world.delivered(), "the next term delivered m")
+    assert world.publishers[0].visible_on(TARGET) == []
 
 
-def test_refused_credentials_at_takeover_end_the_node_without_retrying(world: World) -> None:
+def test_refused_credentials_at_takeover_end_the_node_without_retrying(
+    world: World, pause: Callable[[], None]
+) -> None:
     """Mutant caught: NotAuthorized from ``init`` handled like any failed takeover (retried
     every second for ever, the node never exiting)."""
     refused = NotAuthorized("init_transactions", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
@@ -460,7 +493,7 @@ def test_refused_credentials_at_takeover_end_the_node_without_retrying(world: Wo
     world.replica.step()
     assert world.fatal.reason is not None
     assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in world.fatal.reason
-    time.sleep(RETRY_S)
+    pause()
     world.replica.step()
     assert world.events.count("init") == 1 and world.replica.role == "backup"
 

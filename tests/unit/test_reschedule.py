@@ -14,7 +14,13 @@ from chronos.clock import FakeClock
 from chronos.errors import DecodeError
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.inner import accept_inner
-from chronos.model import RESCHEDULE, CancelRequest, DelayMessage, RescheduleRequest
+from chronos.model import (
+    CancelRequest,
+    DecodedRequest,
+    DelayMessage,
+    Op,
+    RescheduleRequest,
+)
 from chronos.names import TopicNames
 from chronos.node.cut_publisher import _newer_moves
 from chronos.repeat import Repeat, RepeatKind
@@ -44,11 +50,12 @@ class Node:
             self.replica = ReplicaStore(self.store, self.frontier, self.ledger, placement)
 
     def add(self, message: DelayMessage, offset: int) -> None:
-        item = (message.id, message.first_due_ms, codec.encode(message))
+        item = DecodedRequest(Op.ADD, message.id, message.first_due_ms, codec.encode(message))
         self.ledger.apply_decoded([item], {0: offset + 1}, [(0, offset)])
 
     def reschedule(self, message_id: str, due: int, offset: int) -> None:
-        self.ledger.apply_decoded([(message_id, due, RESCHEDULE)], {0: offset + 1}, [(0, offset)])
+        request = DecodedRequest(Op.RESCHEDULE, message_id, due)
+        self.ledger.apply_decoded([request], {0: offset + 1}, [(0, offset)])
 
     def stored(self) -> dict[str, tuple[int, DelayMessage]]:
         """id -> (slot, message) of everything stored."""

@@ -255,11 +255,24 @@ def test_a_store_restored_from_the_compacted_log_holds_what_the_node_held(
     frontier = Frontier(0)
     ledger = Ledger(store, frontier, clock, RETENTION, ALONE, restates=True)
     publisher = StubPublisher(auto=True)
-    restater = Restater(store, ledger, publisher, "inner", clock, 3_600_000)
+    restater = Restater(
+        store=store,
+        ledger=ledger,
+        publisher=publisher,
+        inner_topic="inner",
+        clock=clock,
+        tombstone_retention_ms=3_600_000,
+    )
     unpaced = threading.Event()
     unpaced.set()  # the test's clock is fake: the pacing never waits
     expiries = ExpiryWriter(
-        publisher, "inner", lambda _: 0, lambda: True, 10**9, CountingMetrics(), unpaced
+        publisher=publisher,
+        inner_topic="inner",
+        partition=lambda _: 0,
+        delivering=lambda: True,
+        rate=10**9,
+        metrics=CountingMetrics(),
+        stopping=unpaced,
     )
     deleter = DeleteWorker(ledger, RETENTION, expiries)
     leader = Leader(store, frontier, ledger, clock, restater, publisher, deleter)
@@ -377,7 +390,14 @@ def test_the_restater_sends_each_entry_once_retries_a_failure_and_drops_what_is_
     message = DelayMessage("a", "t", None, b"x", [], T0 + 500)
     ledger.apply([message, message], {1: 2}, origins=[(1, 0), (1, 1)])
     publisher = StubPublisher()  # answered when told
-    restater = Restater(store, ledger, publisher, "inner", clock, 3_600_000)
+    restater = Restater(
+        store=store,
+        ledger=ledger,
+        publisher=publisher,
+        inner_topic="inner",
+        clock=clock,
+        tombstone_retention_ms=3_600_000,
+    )
     assert restater.send_due() == 1 and restater.send_due() == 0
     (record,) = publisher.published
     assert (record.topic, record.partition) == ("inner", 1)

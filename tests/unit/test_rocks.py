@@ -209,3 +209,23 @@ def test_index_lookups_hold_in_the_bottom_level(tmp_path: Path) -> None:
     assert [v is not None for v in got] == [i % 2 == 0 for i in range(100)]
     assert got[10] == keys.index_pending(keys.message_key(10, "id-10"))
     store.close()
+
+
+def test_a_moved_message_leaves_its_old_slot_and_the_due_counts_agree(tmp_path: Path) -> None:
+    """``move_scheduled`` is the one way a pending message changes slots: the message key, the
+    index and the per-minute due counts move together, also to the key it already had."""
+    store = _open(tmp_path)
+    store.start_due_counts().join()
+    first = keys.message_key(60_000, "m")
+    batch = store.batch()
+    batch.move_scheduled(None, first, "m", b"v1")
+    store.write(batch)
+    later = keys.message_key(180_000, "m")
+    for old, new, value in ((first, later, b"v2"), (later, later, b"v3")):
+        batch = store.batch()
+        batch.move_scheduled(old, new, "m", value)
+        store.write(batch)
+    assert store.scan(b"", keys.slot_bound(10**9), 10) == [(later, b"v3")]
+    assert store.get_index(["m"]) == [keys.index_pending(later)]
+    assert store.due_counts.between(0, 4) == [0, 0, 0, 1]
+    store.close()

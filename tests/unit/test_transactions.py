@@ -24,7 +24,7 @@ from chronos.group.transactions import MasterState, TransactionLoop
 from chronos.kafka.errors import Fenced, NotAuthorized, TransactionAborted
 from chronos.kafka.publishers.stub import StubPublisher
 from chronos.metrics import CountingMetrics
-from chronos.model import DelayMessage
+from chronos.model import DecodedRequest, DelayMessage, Op
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.schedule.progress_record import Cut, RepeatState, decode
@@ -63,7 +63,7 @@ class Master:
 
     def add(self, message_id: str, due_ms: int, topic: str = TARGET) -> None:
         message = DelayMessage(message_id, topic, b"k", b"v", [], due_ms)
-        item = (message_id, due_ms, codec.encode(message))
+        item = DecodedRequest(Op.ADD, message_id, due_ms, codec.encode(message))
         self.ledger.apply_decoded([item], {0: self.offset + 1}, [(0, self.offset)])
         self.offset += 1
 
@@ -121,22 +121,22 @@ def make_master(
     fatal: list[str] = []
     attempts = Attempts()
     loop = TransactionLoop(
-        spec,
-        publisher,
-        store,
-        ledger,
-        replica,
-        frontier,
-        DeadLetterPolicy(
+        spec=spec,
+        publisher=publisher,
+        store=store,
+        ledger=ledger,
+        replica=replica,
+        frontier=frontier,
+        policy=DeadLetterPolicy(
             retry,
             lambda t: publisher.topic_exists(t, 1.0),
             monotonic=(lambda: clock.now_ms() / 1000) if fake_monotonic else time.monotonic,
             unwritable=unwritable,
         ),
-        retry,
-        clock,
-        metrics,
-        MasterState(7, fenced.append, fatal.append, paced=paced or {}),
+        retry=retry,
+        clock=clock,
+        metrics=metrics,
+        state=MasterState(7, fenced.append, fatal.append, paced=paced or {}),
         attempts=attempts,
         policies=policies,
     )
