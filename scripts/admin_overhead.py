@@ -67,7 +67,7 @@ class Scraper(threading.Thread):
 
 
 def one_rate(broker: str, mode: str, rate: float, seconds: float) -> dict[str, Any]:
-    with BenchStack(None, node_settings=MODES[mode], broker=broker) as stack:  # type: ignore[arg-type]
+    with BenchStack(bootstrap=None, node_settings=MODES[mode], broker=broker) as stack:  # type: ignore[arg-type]
         stack.start_node()
         scraper = None
         if mode == "on":

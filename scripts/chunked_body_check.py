@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--max-rss-growth-mib", type=float, default=64.0)
     args = parser.parse_args()
     port = free_port()
-    with BenchStack(None, broker=args.broker) as stack:
+    with BenchStack(bootstrap=None, broker=args.broker) as stack:
         proxy = stack.start_proxy(port)
         try:
             wait_http(port)

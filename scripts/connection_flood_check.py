@@ -103,7 +103,7 @@ def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, args.idle * 2 + 1000)), hard))
     port = free_port()
-    with BenchStack(None, broker=args.broker) as stack:
+    with BenchStack(bootstrap=None, broker=args.broker) as stack:
         log_path = stack.workdir / "proxy.log"
         with log_path.open("wb") as log_file:
             proxy = stack.start_proxy(port, log_file, _limit_open_files(args.nofile))

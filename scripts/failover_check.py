@@ -243,18 +243,18 @@ format = "json"
         if runtime.image is not None:
             if runtime.from_image is not None:  # an earlier release: no admin API
                 return ContainerNode(
-                    f"chronos-{self._namespace}-{self.name}",
-                    runtime.from_image,
-                    self.config,
-                    self.log_path,
+                    name=f"chronos-{self._namespace}-{self.name}",
+                    image=runtime.from_image,
+                    config=self.config,
+                    log_path=self.log_path,
                     ready_event="ingest_caught_up",
                     unset_env=("CHRONOS_ADMIN__PORT", "CHRONOS_NODE__CHECKPOINT_DIR"),
                 )
             return ContainerNode(
-                f"chronos-{self._namespace}-{self.name}",
-                runtime.image,
-                self.config,
-                self.log_path,
+                name=f"chronos-{self._namespace}-{self.name}",
+                image=runtime.image,
+                config=self.config,
+                log_path=self.log_path,
                 ready_event="ingest_caught_up",
                 # The image sets port 9400; two nodes on the host's network need two.
                 env={"CHRONOS_ADMIN__PORT": "0"},

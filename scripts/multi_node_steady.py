@@ -54,7 +54,12 @@ def _node_config(stack: BenchStack, index: int, owned: list[int]) -> Path:
 def run(rate: float, seconds: float, nodes: int, per_node: int) -> dict[str, object]:
     shares = [list(range(i * per_node, (i + 1) * per_node)) for i in range(nodes)]
     layout = TopicLayout(inner=nodes * per_node, target=8)
-    with BenchStack(None, f"owned_partitions = {shares[0]}", layout) as stack, ExitStack() as more:
+    with (
+        BenchStack(
+            bootstrap=None, node_settings=f"owned_partitions = {shares[0]}", layout=layout
+        ) as stack,
+        ExitStack() as more,
+    ):
         others = [
             NodeProcess(_node_config(stack, i, shares[i]), stack.workdir / f"node-{i}.log")
             for i in range(1, nodes)

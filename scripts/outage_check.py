@@ -117,7 +117,7 @@ def main() -> int:
     args = parser.parse_args()
 
     layout = TopicLayout(inner=1, target=4)
-    with BenchStack(None, layout=layout, broker=args.broker) as stack:
+    with BenchStack(bootstrap=None, layout=layout, broker=args.broker) as stack:
         broker = stack.broker
         assert broker is not None
         stack.start_node()

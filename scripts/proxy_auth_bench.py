@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=15)
     args = parser.parse_args()
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
-    with BenchStack(None, broker=args.broker) as stack:
+    with BenchStack(bootstrap=None, broker=args.broker) as stack:
         for round_ in range(args.rounds):
             order = MODES[round_ % 3 :] + MODES[: round_ % 3]
             print(f"round {round_ + 1}: {', '.join(order)}")

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     limited = f"{namespace}-limited"
     policy = f'[delivery.topics."{limited}"]\nrate = {args.limit}\n' if args.limit else ""
     stack = BenchStack(
-        None,
+        bootstrap=None,
         node_settings=policy,
         broker="kafka",
         namespace=namespace,

@@ -156,7 +156,13 @@ def _node_settings(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     layout = TopicLayout(inner=args.inner_partitions, target=8)
-    stack = BenchStack(None, _node_settings(args), layout=layout, broker="kafka", replicas=1)
+    stack = BenchStack(
+        bootstrap=None,
+        node_settings=_node_settings(args),
+        layout=layout,
+        broker="kafka",
+        replicas=1,
+    )
     restores: list[dict[str, Any]] = []
     with stack:
         preload_pending(stack, args.pending)

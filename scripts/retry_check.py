@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def _run_on(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
     admin_port = _free_port()
     stack = BenchStack(
-        bootstrap,
+        bootstrap=bootstrap,
         node_settings=_policy_toml(args.scenario, args.max_age, admin_port),
         replicas=1 if args.mode == "group" else 0,
     )

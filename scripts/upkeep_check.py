@@ -95,7 +95,11 @@ def _wait_caught_up(logs: list[Path], timeout_s: float) -> float:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     layout = TopicLayout(inner=args.inner_partitions, target=8)
     stack = BenchStack(
-        None, _node_settings(args), layout=layout, broker="kafka", replicas=args.replicas
+        bootstrap=None,
+        node_settings=_node_settings(args),
+        layout=layout,
+        broker="kafka",
+        replicas=args.replicas,
     )
     with stack:
         preload_pending(stack, args.pending)

@@ -12,8 +12,10 @@ from typing import Any
 from chronos.devstack.watch import Delivered, DeliveryWatcher
 from chronos.group.replica import Replica
 from chronos.kafka.admin import create_topic
+from chronos.kafka.partitioner import partition_of
 from chronos.runtime.node import Node
 from chronos.settings import ChronosSettings
+from proxy.client import DelayClient
 from tests.waiting import wait_until as wait_until  # the integration tests import it here
 
 
@@ -136,3 +138,41 @@ class Inbox:
     def first(self, message_id: str) -> Delivered:
         with self._lock:
             return self.by_id[message_id][0]
+
+    def settle(
+        self,
+        client: DelayClient,
+        topic: str,
+        partitions: int,
+        deliver_at_ms: int | None = None,
+        prefix: str = "marker-",
+        timeout_s: float = 60.0,
+    ) -> set[str]:
+        """Wait for a positive signal instead of a sleep before asserting that nothing more
+        came: markers on every one of the ``partitions`` inner partitions, due at
+        ``deliver_at_ms`` (None: at once), delivered. A node delivers in slot order, so what
+        was due before them (a duplicate, an occurrence too many) went out before them.
+        Returns the markers' ids."""
+        markers = ids_per_partition(f"{prefix}{time.time_ns()}-", partitions, 1)
+        if deliver_at_ms is None:
+            sent = {client.send_delay(topic, b"marker", id=i, delay=0).id for i in markers}
+        else:
+            sent = {
+                client.send_delay(topic, b"marker", id=i, deliver_at=deliver_at_ms).id
+                for i in markers
+            }
+        assert self.wait_for(sent, timeout_s), "the markers sent last were not delivered"
+        return sent
+
+
+def ids_per_partition(prefix: str, partitions: int, per_partition: int) -> list[str]:
+    """Ids that land ``per_partition`` on each of ``partitions`` inner partitions."""
+    by_partition: dict[int, list[str]] = {p: [] for p in range(partitions)}
+    n = 0
+    while any(len(ids) < per_partition for ids in by_partition.values()):
+        candidate = f"{prefix}{n}"
+        n += 1
+        chosen = by_partition[partition_of(candidate.encode(), partitions)]
+        if len(chosen) < per_partition:
+            chosen.append(candidate)
+    return [i for ids in by_partition.values() for i in ids]

@@ -23,10 +23,9 @@ from chronos.cluster.status import ClusterStatus, PartitionView, cluster_status
 from chronos.errors import ConfigError
 from chronos.kafka.admin import ensure_topics
 from chronos.kafka.clients import KafkaClients
-from chronos.kafka.partitioner import partition_of
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
-from tests.integration.harness import Inbox, make_settings, wait_until
+from tests.integration.harness import Inbox, ids_per_partition, make_settings, wait_until
 
 pytestmark = pytest.mark.kafka_only(
     reason="exactly once for read_committed consumers needs aborted records hidden"
@@ -102,15 +101,7 @@ def _send(client: DelayClient, topic: str, ids: list[str], delay_s: float) -> se
 
 def _spread(prefix: str, per_partition: int) -> list[str]:
     """Ids that land ``per_partition`` on each inner partition."""
-    by_partition: dict[int, list[str]] = {p: [] for p in range(_PARTITIONS)}
-    n = 0
-    while any(len(ids) < per_partition for ids in by_partition.values()):
-        candidate = f"{prefix}{n}"
-        n += 1
-        chosen = by_partition[partition_of(candidate.encode(), _PARTITIONS)]
-        if len(chosen) < per_partition:
-            chosen.append(candidate)
-    return [i for ids in by_partition.values() for i in ids]
+    return ids_per_partition(prefix, _PARTITIONS, per_partition)
 
 
 def _exactly_once_after_markers(

@@ -15,7 +15,7 @@ from chronos.bench.sampler import process_tree
 from chronos.bench.stack import BenchStack, TopicLayout
 from chronos.schedule.ledger import ApplyOutcome, Ledger
 from proxy.client import DelayClient, DelayRequest
-from tests.integration.harness import Inbox, make_settings, running_node
+from tests.integration.harness import Inbox, make_settings, running_node, wait_until
 
 
 @pytest.mark.parametrize("decoder", ["process", "thread"])
@@ -104,12 +104,15 @@ def test_a_new_store_reads_the_inner_topic_from_the_beginning(
 ) -> None:
     first = make_settings(kafka_bootstrap, namespace, tmp_path / "store-1")
     topic = f"{namespace}-wiped"
-    with running_node(first), DelayClient(first) as client:
+    with running_node(first) as node, DelayClient(first) as client:
+        assert node.context is not None
         ids = {
             r.id
             for r in client.send_batch([DelayRequest(topic, f"m{i}", delay=3) for i in range(20)])
         }
-        time.sleep(1.0)  # ingested, offsets committed, nothing due yet
+        # Ingested (the store's offsets pass every record), nothing due yet.
+        ledger = node.context.ledger
+        wait_until(lambda: sum(ledger.inner_offsets([0, 1, 2, 3]).values()) >= 20, 30, "ingested")
     # The store is lost; the node id (and so its consumer group) stays the same.
     second = make_settings(kafka_bootstrap, namespace, tmp_path / "store-2")
     with Inbox(second, [topic]) as inbox, running_node(second):
@@ -118,7 +121,7 @@ def test_a_new_store_reads_the_inner_topic_from_the_beginning(
 
 def test_decoder_processes_exit_with_a_killed_node(kafka_bootstrap: str) -> None:
     with BenchStack(
-        kafka_bootstrap, node_settings="ingest_threads = 2", layout=TopicLayout(2)
+        bootstrap=kafka_bootstrap, node_settings="ingest_threads = 2", layout=TopicLayout(2)
     ) as stack:
         stack.start_node()
         children = process_tree(stack.node.pid)[1:]

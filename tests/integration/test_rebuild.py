@@ -93,10 +93,10 @@ def test_a_replaced_backup_disk_is_rebuilt_from_kafka_and_takes_over_without_los
         ids = {
             client.send_delay(topic, b"v", delay=40.0, id=f"m{i}", key=b"k").id for i in range(40)
         }
-        reps = {
-            client.send_delay(topic, b"r", delay=40.0, id=f"r{i}", repeat=repeat).id
-            for i in range(3)
-        }
+        rep_receipts = [
+            client.send_delay(topic, b"r", delay=40.0, id=f"r{i}", repeat=repeat) for i in range(3)
+        ]
+        reps = {receipt.id for receipt in rep_receipts}
         cancelled = {f"m{i}" for i in range(0, 40, 10)}
         client.cancel_batch(sorted(cancelled))
         # Cancels of ids never scheduled: a rebuilt store must remember them as live ones do.
@@ -123,7 +123,10 @@ def test_a_replaced_backup_disk_is_rebuilt_from_kafka_and_takes_over_without_los
         expected = ids - cancelled
         assert inbox.wait_for(expected | reps, 60), sorted(expected - inbox.by_id.keys())[:5]
         wait_until(lambda: all(inbox.count(r) >= 3 for r in reps), 20, "every occurrence")
-        time.sleep(2.0)  # duplicates and cancelled ones would arrive now
+        # Duplicates, cancelled ones and a fourth occurrence (+6 s) come before markers due
+        # after them.
+        last = max(receipt.deliver_at_ms for receipt in rep_receipts)
+        inbox.settle(client, topic, 4, deliver_at_ms=last + 6_500)
     assert not [i for i in expected if inbox.count(i) != 1]
     assert not [i for i in cancelled | {"early"} if inbox.count(i)]
     for r in reps:

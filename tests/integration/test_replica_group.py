@@ -7,7 +7,6 @@ once for ``read_committed`` consumers needs a broker that hides aborted records:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -25,6 +24,9 @@ from chronos.store import codec, keys
 from proxy.client import DelayClient
 from tests.integration.harness import GROUP, Group, Inbox, role_of
 from tests.integration.harness import wait_until as _wait
+
+#: The inner partitions of the test group's nodes (``make_settings``).
+PARTITIONS = 4
 
 pytestmark = pytest.mark.kafka_only(
     reason="exactly once for read_committed consumers needs aborted records hidden"
@@ -47,9 +49,10 @@ def _send(client: DelayClient, topic: str, count: int, delay_s: float, prefix: s
     }
 
 
-def _exactly_once(inbox: Inbox, ids: set[str]) -> None:
+def _exactly_once(inbox: Inbox, client: DelayClient, topic: str, ids: set[str]) -> None:
+    """Every id delivered once, never early; duplicates would come before markers sent now."""
     assert inbox.wait_for(ids, 40), f"missing: {sorted(ids - inbox.by_id.keys())[:5]}"
-    time.sleep(1.0)  # duplicates would arrive now
+    inbox.settle(client, topic, PARTITIONS)
     twice = sorted(i for i in ids if inbox.count(i) > 1)
     assert not twice, f"delivered more than once: {twice[:5]}"
     for message_id in ids:
@@ -82,7 +85,7 @@ def test_one_replica_is_elected_and_a_stopped_master_hands_over_without_loss_or_
         a.stop()
         _wait(lambda: group.masters() == ["b"], 30, "b took over")
         after = _send(client, topic, 30, 0.2, "after-")
-        _exactly_once(inbox, first | later | after)
+        _exactly_once(inbox, client, topic, first | later | after)
 
 
 def test_a_fenced_master_stops_and_turns_into_a_backup_without_a_restart(
@@ -112,7 +115,7 @@ def test_a_fenced_master_stops_and_turns_into_a_backup_without_a_restart(
         assert context.metrics.totals().get("fenced", 0) >= 1
         # Still elected, it takes over again with the next term, fencing the usurper in turn.
         _wait(lambda: replica.role == "master" and replica.term > term, 30, "a leads again")
-        _exactly_once(inbox, ids | more)
+        _exactly_once(inbox, client, topic, ids | more)
 
 
 def test_a_backup_follows_the_committed_progress_and_continues_a_repeat_after_takeover(
@@ -124,7 +127,7 @@ def test_a_backup_follows_the_committed_progress_and_continues_a_repeat_after_ta
     topic = f"{namespace}-target"
     repeat = Repeat(RepeatKind.FIXED, interval_ms=3000, times=3)
     with Inbox(a.settings, [topic]) as inbox, DelayClient(a.settings) as client:
-        client.send_delay(topic, b"r", delay=0.3, id="rep", repeat=repeat)
+        rep = client.send_delay(topic, b"r", delay=0.3, id="rep", repeat=repeat)
         ids = _send(client, topic, 20, 0.3, "f-")
         assert inbox.wait_for(ids | {"rep"}, 30)
         assert b.context is not None
@@ -142,11 +145,12 @@ def test_a_backup_follows_the_committed_progress_and_continues_a_repeat_after_ta
         a.stop()
         _wait(lambda: group.masters() == ["b"], 30, "b took over")
         _wait(lambda: inbox.count("rep") >= 3, 20, "every occurrence arrived")
-        time.sleep(1.0)
+        # A fourth occurrence would be due at +9 s: before markers due after it.
+        inbox.settle(client, topic, PARTITIONS, deliver_at_ms=rep.deliver_at_ms + 9_500)
         with inbox._lock:
             occurrences = sorted(d.occurrence for d in inbox.by_id["rep"])
         assert occurrences == [1, 2, 3]
-        _exactly_once(inbox, ids)
+        _exactly_once(inbox, client, topic, ids)
 
 
 def test_an_undeliverable_record_is_dead_lettered_inside_the_transaction(
@@ -168,7 +172,10 @@ def test_an_undeliverable_record_is_dead_lettered_inside_the_transaction(
         good = _send(client, topic, 10, 0.5, "ok-")
         client.send_delay(small, b"x" * 5000, delay=0.5, id="too-large")
         client.send_delay(f"{namespace}-missing", b"x", delay=0.5, id="no-topic")
-        _exactly_once(inbox, good)
+        _exactly_once(inbox, client, topic, good)
         assert dlq.wait_for({"too-large", "no-topic"}, 30)
-        time.sleep(1.0)
+        # The dead-letter topic has one partition: a second dead letter of either would come
+        # before one sent after them.
+        client.send_delay(small, b"x" * 5000, delay=0, id="too-large-after")
+        assert dlq.wait_for({"too-large-after"}, 30)
         assert dlq.count("too-large") == 1 and dlq.count("no-topic") == 1

@@ -9,7 +9,10 @@ from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.store import keys
 from chronos.wire import H_SKIPPED
 from proxy.client import DelayClient
-from tests.integration.harness import Inbox, make_settings, running_node
+from tests.integration.harness import Inbox, make_settings, running_node, wait_until
+
+#: The inner partitions ``make_settings`` gives a node.
+PARTITIONS = 4
 
 
 def test_fixed_repeat_delivers_each_occurrence_on_time(
@@ -21,10 +24,9 @@ def test_fixed_repeat_delivers_each_occurrence_on_time(
         receipt = client.send_delay(
             topic, b"tick", delay=0.3, repeat=Repeat(RepeatKind.FIXED, 1000, 3)
         )
-        deadline = time.monotonic() + 10
-        while inbox.count(receipt.id) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.2)  # a fourth occurrence would show up by now
+        wait_until(lambda: inbox.count(receipt.id) >= 3, 60, "three occurrences came")
+        # A fourth would be due at +3000 ms: it would come before markers due after it.
+        inbox.settle(client, topic, PARTITIONS, deliver_at_ms=receipt.deliver_at_ms + 3_500)
         deliveries = sorted(inbox.by_id[receipt.id], key=lambda d: d.occurrence)
     assert [d.occurrence for d in deliveries] == [1, 2, 3]
     assert [d.due_ms - receipt.deliver_at_ms for d in deliveries] == [0, 1000, 2000]
@@ -44,13 +46,12 @@ def test_repeat_far_in_the_past_catching_up_latest_collapses_then_keeps_schedule
             deliver_at=hour_ago,
             repeat=Repeat(RepeatKind.FIXED, 1000, 5000, catch_up=CatchUp.LATEST),
         )
-        deadline = time.monotonic() + 10
-        while inbox.count(receipt.id) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: inbox.count(receipt.id) >= 2, 60, "two occurrences came")
         # Null keys spread over partitions: order by occurrence, not by arrival.
         first, second = sorted(inbox.by_id[receipt.id], key=lambda d: d.occurrence)[:2]
         client.cancel(receipt.id)
-        time.sleep(2.0)
+        # Two more occurrences would be due before markers due 2.5 s after the cancel.
+        inbox.settle(client, topic, PARTITIONS, deliver_at_ms=int(time.time() * 1000) + 2_500)
         after_cancel = inbox.count(receipt.id)
     # One delivery for the 3,600 overdue occurrences, numbered as the latest one due...
     assert 3590 <= first.occurrence <= 3610
@@ -70,10 +71,13 @@ def test_past_due_time_means_deliver_now(
     with running_node(settings), Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
         sent_ms = int(time.time() * 1000)
         receipt = client.send_delay(topic, b"late", deliver_at=sent_ms - 60_000)
-        assert inbox.wait_for({receipt.id}, timeout_s=5)
+        # Delivered now, not a minute later (as a due time read as a delay would be): before
+        # markers due in 5 s.
+        inbox.settle(client, topic, PARTITIONS, deliver_at_ms=sent_ms + 5_000)
+        assert inbox.count(receipt.id) == 1
         got = inbox.first(receipt.id)
     assert got.due_ms == sent_ms - 60_000
-    assert got.produced_ms - sent_ms < 2000
+    assert got.produced_ms >= sent_ms
 
 
 def test_delete_worker_drops_delivered_data(
@@ -93,12 +97,13 @@ def test_delete_worker_drops_delivered_data(
         assert inbox.wait_for(ids)
         assert node.context is not None
         store = node.context.store
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            rows = store.scan(b"", keys.slot_bound(keys.MAX_MS), 1000)
-            if len(rows) == 1:
-                break
-            time.sleep(0.1)
+        rows: list[tuple[bytes, bytes]] = []
+
+        def only_one_left() -> bool:
+            rows[:] = store.scan(b"", keys.slot_bound(keys.MAX_MS), 1000)
+            return len(rows) == 1
+
+        wait_until(only_one_left, 60, "the delete worker dropped the delivered messages")
         remaining = [keys.split_message_key(k)[1] for k, _ in rows]
         index = store.get_index([*ids, later])
     assert remaining == [later], "delivered messages were not deleted, or a pending one was"
@@ -117,15 +122,14 @@ def test_repeat_occurrences_missed_while_the_node_was_down_are_each_delivered_on
             receipt = client.send_delay(
                 topic, b"tick", delay=0.3, repeat=Repeat(RepeatKind.FIXED, 1000, 10)
             )
-            deadline = time.monotonic() + 10
-            while inbox.count(receipt.id) < 2 and time.monotonic() < deadline:
-                time.sleep(0.02)
-        time.sleep(3.5)  # three or four occurrences fall due while no node runs
+            wait_until(lambda: inbox.count(receipt.id) >= 2, 60, "two occurrences came")
+        # Occurrences fall due while no node runs (a deliberate downtime, not a wait for speed).
+        down_ms = int(time.time() * 1000)
+        wait_until(lambda: time.time() * 1000 > down_ms + 3_500, 30, "3.5 s of downtime")
         with running_node(settings):
-            deadline = time.monotonic() + 20
-            while inbox.count(receipt.id) < 10 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(1.0)
+            wait_until(lambda: inbox.count(receipt.id) >= 10, 60, "all ten occurrences came")
+            # An eleventh would be due at +10,000 ms: before markers due after it.
+            inbox.settle(client, topic, PARTITIONS, deliver_at_ms=receipt.deliver_at_ms + 10_500)
         deliveries = sorted(inbox.by_id[receipt.id], key=lambda d: d.occurrence)
     assert [d.occurrence for d in deliveries] == list(range(1, 11))
     assert [d.due_ms - receipt.deliver_at_ms for d in deliveries] == [1000 * k for k in range(10)]
