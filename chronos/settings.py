@@ -588,6 +588,11 @@ class DeliverySettings(_Section):
         return topics
 
 
+#: How many progress intervals a backup watches the progress topic stand still before it
+#: suspects the master (``group.suspect_after_ms``).
+SUSPECT_PER_PROGRESS = 3
+
+
 class GroupSettings(_Section):
     """Master/backup replication (docs/replica-groups.md). Without a name a node is alone."""
 
@@ -612,7 +617,12 @@ class GroupSettings(_Section):
         ),
     )
     heartbeat_interval_ms: int = Field(
-        1000, ge=100, description="Election heartbeat interval; well below the session timeout."
+        1000,
+        ge=100,
+        description=(
+            "Election heartbeat interval; at most a third of session_timeout_ms (Kafka's "
+            "advice: a member misses a heartbeat or two before the coordinator drops it)."
+        ),
     )
     transaction_max_records: int = Field(
         5000,
@@ -648,8 +658,9 @@ class GroupSettings(_Section):
             "commits at least every progress_interval_ms) takes over without waiting for the "
             "election's session timeout; fencing makes a false suspicion cost one handover, "
             "not a duplicate (chronos/group/master_watch.py). 0 lost, 0 duplicates and "
-            "failover p50/max in docs/replica-groups.md. Keep it several times "
-            "progress_interval_ms."
+            "failover p50/max in docs/replica-groups.md. At least "
+            f"{SUSPECT_PER_PROGRESS} times progress_interval_ms: a live master must not look "
+            "quiet between two of its commits."
         ),
     )
     transaction_timeout_ms: int = Field(
@@ -668,6 +679,24 @@ class GroupSettings(_Section):
             "delivers anyway (what arrives later is delivered as a late arrival)."
         ),
     )
+
+    @model_validator(mode="after")
+    def _couplings(self) -> GroupSettings:
+        """Settings that only work in proportion to each other: refused with the reason,
+        instead of a group that suspects a live master or loses members to missed heartbeats."""
+        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+            raise ValueError(
+                f"group.heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be at most a "
+                f"third of group.session_timeout_ms ({self.session_timeout_ms})"
+            )
+        if self.suspect_after_ms < SUSPECT_PER_PROGRESS * self.progress_interval_ms:
+            raise ValueError(
+                f"group.suspect_after_ms ({self.suspect_after_ms}) must be at least "
+                f"{SUSPECT_PER_PROGRESS} times group.progress_interval_ms "
+                f"({self.progress_interval_ms}): a live master commits only that often while "
+                "nothing is due"
+            )
+        return self
 
 
 class ClusterSettings(_Section):

@@ -160,24 +160,53 @@ def resume_frontier(store: RocksStore) -> EpochMs:
     return seek if cursor is None else max(seek, keys.slot_of(cursor))
 
 
-def _earliest_reserved(
-    items: Sequence[DecodedRequest], state: Mapping[str, bytes | None]
-) -> EpochMs | None:
-    """The earliest slot a batch writes to or deletes from: its adds' due times, and the slot
-    of each pending message it cancels, reschedules or forgets. A delete reserves its slot too:
-    the push worker cannot scan it while the delete is in flight, so "cancelled" vs "raced" (a
-    reschedule: moved vs too late) is decided against a frontier that holds still."""
+#: The kinds the per-item code compares with, read once: an enum member's lookup on its class
+#: costs more than the comparison.
+_ADD, _REFRESH, _RESCHEDULE = Op.ADD, Op.REFRESH, Op.RESCHEDULE
+
+
+def _survey(items: Sequence[DecodedRequest]) -> tuple[dict[str, bytes], EpochMs | None, list[int]]:
+    """One pass over a batch: each id encoded once (the index lookup, the message key and the
+    index key share it), the earliest due time of its adds and refreshes, and the indexes of
+    the requests other than adds, in order (usually none). Attribute reads, not unpacking: a
+    NamedTuple unpacks slower than it reads."""
+    raw_ids: dict[str, bytes] = {}
     earliest: EpochMs | None = None
-    for op, message_id, due, _value in items:
-        if op is Op.ADD or op is Op.REFRESH:
-            slot = due
-        else:
-            pending = keys.pending_key(state[message_id])
-            if pending is None:
+    others: list[int] = []
+    for n, item in enumerate(items):
+        message_id = item.id
+        raw_ids[message_id] = message_id.encode()
+        op = item.op
+        if op is not _ADD:
+            others.append(n)
+            if op is not _REFRESH:
                 continue
+        due = item.due_ms
+        if earliest is None or due < earliest:
+            earliest = due
+    return raw_ids, earliest, others
+
+
+def _reserved(
+    items: Sequence[DecodedRequest],
+    others: list[int],
+    state: Mapping[str, bytes | None],
+    earliest: EpochMs | None,
+) -> EpochMs | None:
+    """The earliest slot a batch writes to or deletes from: ``earliest`` (its adds' due
+    times), or the slot of a pending message it cancels, reschedules or forgets. A delete
+    reserves its slot too: the push worker cannot scan it while the delete is in flight, so
+    "cancelled" vs "raced" (a reschedule: moved vs too late) is decided against a frontier
+    that holds still."""
+    for n in others:
+        item = items[n]
+        if item.op is _REFRESH:
+            continue
+        pending = keys.pending_key(state[item.id])
+        if pending is not None:
             slot = keys.slot_of(pending)
-        if earliest is None or slot < earliest:
-            earliest = slot
+            if earliest is None or slot < earliest:
+                earliest = slot
     return earliest
 
 
@@ -198,8 +227,10 @@ class _Applying:
         state: dict[str, bytes | None],
         raw_ids: Mapping[str, bytes],
         frontier: EpochMs,
+        others: list[int],
     ) -> None:
         self.ledger = ledger
+        self.others = others
         self.items = items
         self.origins = origins
         self.state = state
@@ -220,7 +251,7 @@ class _Applying:
         self.fresh: set[str] = set()
         #: (messages key, index key, stored value, index value) of the adds not yet put.
         self.placed: list[tuple[bytes, bytes, bytes, bytes]] = []
-        moving = any(item.op is Op.RESCHEDULE or item.op is Op.REFRESH for item in items)
+        moving = any(items[n].op is _RESCHEDULE or items[n].op is _REFRESH for n in others)
         #: Messages key -> stored value of what this batch put, when it moves messages.
         self.written: dict[bytes, bytes] | None = {} if moving else None
         #: Outbox keys this batch puts, and deletes.
@@ -228,10 +259,19 @@ class _Applying:
         self.cleared: list[bytes] = []
 
     def run(self) -> None:
-        """Apply every item in order."""
+        """Apply every item in order: the adds between two other requests at once (the hot
+        path), any other request by its kind's method."""
+        items = self.items
         apply = (self.add, self.cancel, self.reschedule, self.refresh, self.expire)
-        for n, item in enumerate(self.items):
+        start = 0
+        for n in self.others:
+            if start < n:
+                self.adds(start, n)
+            item = items[n]
             apply[item.op](n, item)
+            start = n + 1
+        if start < len(items):
+            self.adds(start, len(items))
         self.flush()
 
     def origin(self, n: int) -> tuple[int, int] | None:
@@ -263,30 +303,42 @@ class _Applying:
         placed.clear()
 
     def add(self, n: int, item: DecodedRequest) -> None:
-        """The first add of an id wins (idempotent); the node that delivers places it after
-        its frontier, a follower at its due time."""
-        message_id, due, value = item.id, item.due_ms, item.value
-        assert value is not None
-        if self.state[message_id] is not None:
-            self.outcome.duplicates += 1
-            if self.restating:
-                self.restate(n, message_id)
-            return
-        slot = self.slot_for(self.frontier, due) if self.leading else due
-        if slot != due:
-            self.outcome.late += 1
-        raw_id = self.raw_ids[message_id]
-        key = keys.message_key_raw(slot, raw_id)
-        pending = keys.index_pending(key)
-        self.state[message_id] = pending
-        self.fresh.add(message_id)
-        self.placed.append((key, raw_id, value, pending))
-        if self.arrivals is not None:
-            self.batch.put_arrival(keys.arrival_key(*self.arrivals[n]), raw_id)
-        if self.earliest is None or slot < self.earliest:
-            self.earliest = slot
-        if self.restating and codec.null_payload(value):
-            self.restate(n, message_id)  # a null value is a tombstone to the cleaner
+        """One add (see ``adds``)."""
+        self.adds(n, n + 1)
+
+    def adds(self, start: int, end: int) -> None:
+        """The adds ``items[start:end]``. The first add of an id wins (idempotent); the node
+        that delivers places it after its frontier, a follower at its due time."""
+        items, state, raw_ids, placed = self.items, self.state, self.raw_ids, self.placed
+        outcome, fresh, batch, arrivals = self.outcome, self.fresh, self.batch, self.arrivals
+        slot_for, frontier, leading = self.slot_for, self.frontier, self.leading
+        restating = self.restating
+        earliest = self.earliest
+        for n in range(start, end):
+            item = items[n]
+            message_id, due, value = item.id, item.due_ms, item.value
+            assert value is not None
+            if state[message_id] is not None:
+                outcome.duplicates += 1
+                if restating:
+                    self.restate(n, message_id)
+                continue
+            slot = slot_for(frontier, due) if leading else due
+            if slot != due:
+                outcome.late += 1
+            raw_id = raw_ids[message_id]
+            key = keys.message_key_raw(slot, raw_id)
+            pending = keys.index_pending(key)
+            state[message_id] = pending
+            fresh.add(message_id)
+            placed.append((key, raw_id, value, pending))
+            if arrivals is not None:
+                batch.put_arrival(keys.arrival_key(*arrivals[n]), raw_id)
+            if earliest is None or slot < earliest:
+                earliest = slot
+            if restating and codec.null_payload(value):
+                self.restate(n, message_id)  # a null value is a tombstone to the cleaner
+        self.earliest = earliest
 
     def cancel(self, n: int, item: DecodedRequest) -> None:
         """A client's cancel, or a restated one read back (``due_ms``: when it was first
@@ -489,16 +541,15 @@ class Ledger:
         """
         if not items and not offsets:
             return ApplyOutcome()
-        # Each id encoded once: the index lookup, the message key and the index key share it.
-        raw_ids = {item.id: item.id.encode() for item in items}
+        raw_ids, earliest_due, others = _survey(items)
         with self._lock:
             state = dict(
                 zip(raw_ids, self._store.get_index_raw(list(raw_ids.values())), strict=True)
             )
-            earliest_due = _earliest_reserved(items, state)
+            earliest_due = _reserved(items, others, state, earliest_due)
             # The reservation lasts from reading the frontier to the write being visible.
             with self._frontier.placing(earliest_due, offsets) as frontier:
-                applying = _Applying(self, items, origins, state, raw_ids, frontier)
+                applying = _Applying(self, items, origins, state, raw_ids, frontier, others)
                 applying.run()
                 for partition, offset in (offsets or {}).items():
                     applying.batch.set_inner_offset(partition, offset)

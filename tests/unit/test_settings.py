@@ -346,3 +346,23 @@ def test_a_bad_topic_retry_policy_is_refused_with_its_key(
 ) -> None:
     with pytest.raises(ConfigError, match=named):
         load_settings(_toml(tmp_path, policy))
+
+
+@pytest.mark.parametrize(
+    ("group", "named"),
+    [
+        ({"heartbeat_interval_ms": 3000, "session_timeout_ms": 6000}, "heartbeat_interval_ms"),
+        ({"suspect_after_ms": 500, "progress_interval_ms": 250}, "suspect_after_ms"),
+    ],
+)
+def test_group_settings_out_of_proportion_are_refused_with_the_reason(
+    group: dict[str, int], named: str
+) -> None:
+    with pytest.raises(PydanticValidationError, match=f"group.{named}"):
+        ChronosSettings.model_validate({"group": group})
+
+
+def test_group_settings_in_proportion_are_taken() -> None:
+    group = {"heartbeat_interval_ms": 2000, "session_timeout_ms": 6000, "suspect_after_ms": 750}
+    settings = ChronosSettings.model_validate({"group": group})
+    assert settings.group.suspect_after_ms == 3 * settings.group.progress_interval_ms
