@@ -28,7 +28,7 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from chronos.group.election import ElectionConsumer
-from chronos.kafka.clients import ClientErrors
+from chronos.kafka.clients import MEMBERSHIP_CONSUMER, ClientErrors
 from chronos.lifecycle import LoopWorker
 from chronos.settings import KafkaValue
 
@@ -83,12 +83,7 @@ class Membership(LoopWorker):
         self._node_id = node_id
         self._topic = topic
         self._group = group
-        self._options = {
-            **options,
-            "partition.assignment.strategy": "cooperative-sticky",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "latest",
-        }
+        self._options = {**options, **MEMBERSHIP_CONSUMER}
         self._open_consumer = open_consumer
         self._errors = errors
         self._describe = describe

@@ -24,7 +24,7 @@ import structlog
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from chronos.group.spec import GroupSpec
-from chronos.kafka.clients import ClientErrors
+from chronos.kafka.clients import MEMBERSHIP_CONSUMER, ClientErrors
 from chronos.lifecycle import LoopWorker
 from chronos.settings import KafkaValue
 
@@ -81,9 +81,7 @@ class Election(LoopWorker):
         self._options: dict[str, KafkaValue] = {
             "session.timeout.ms": spec.settings.session_timeout_ms,
             "heartbeat.interval.ms": spec.settings.heartbeat_interval_ms,
-            "partition.assignment.strategy": "cooperative-sticky",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "latest",
+            **MEMBERSHIP_CONSUMER,
         }
         self._open_consumer = open_consumer
         self._errors = errors

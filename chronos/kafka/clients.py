@@ -87,6 +87,16 @@ class ClientErrors:
             log.warning("kafka_client_error", client=self._client, error=text, repeated=repeated)
 
 
+#: A consumer that joins a group to learn who is in it (the election, cluster membership),
+#: not to read: partitions move as few as a rebalance allows, and it commits nothing and
+#: starts at the end.
+MEMBERSHIP_CONSUMER: KafkaConfig = {
+    "partition.assignment.strategy": "cooperative-sticky",
+    "enable.auto.commit": False,
+    "auto.offset.reset": "latest",
+}
+
+
 def lists_topic(metadata: Any, topic: str) -> bool:
     """Whether cluster metadata (any client's ``list_topics``) has ``topic`` with partitions
     and no error: how chronos decides a topic exists."""
