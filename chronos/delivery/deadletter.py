@@ -138,6 +138,11 @@ class TopicMissing:
     error: KafkaError
 
 
+#: What ``DeadLetterPolicy.reason_before`` says of a job before it is tried: the reason it
+#: goes to the dead-letter topic, :data:`NOT_YET`, a :class:`TopicMissing` failure, or None
+#: (try it).
+Before = str | _NotYet | TopicMissing | None
+
 #: Errors that say the target topic does not exist.
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 
@@ -239,7 +244,7 @@ class DeadLetterPolicy:
             log.info("topic_rights_unknown", error=str(exc))
             return None
 
-    def reason_before(self, job: DeliveryJob) -> str | _NotYet | TopicMissing | None:
+    def reason_before(self, job: DeliveryJob) -> Before:
         """Why ``job`` goes to the dead-letter topic without being tried; None to try it;
         :data:`NOT_YET` to try it again after :data:`UNKNOWN_TOPIC_CONFIRM_S`; a
         :class:`TopicMissing` failure when its topic is missing and its policy retries."""
@@ -253,7 +258,7 @@ class DeadLetterPolicy:
             return None
         return self._topic_missing(topic)
 
-    def _topic_missing(self, topic: str) -> str | _NotYet | TopicMissing | None:
+    def _topic_missing(self, topic: str) -> Before:
         now = self._now()
         checked = self._missing.get(topic)
         if checked is not None and now - checked <= UNKNOWN_TOPIC_RECHECK_S:

@@ -41,6 +41,7 @@ from chronos.delivery.deadletter import (
     NOT_YET,
     UNDECODABLE,
     UNKNOWN_TOPIC_CONFIRM_S,
+    Before,
     DeadLetterPolicy,
     Failure,
     Refusal,
@@ -396,7 +397,9 @@ class TransactionLoop(LoopWorker):
                 if retry_at is not None and retry_at > upto:
                     states.append(RepeatState(message.id, message, retry_at))  # deferred
                     continue
-            if message is not None and self._missing_deferred(n, job, upto, states):
+            # Asked once per job: ``_missing_deferred`` and ``_publish_job`` both need it.
+            known = self._dead.get(job.key) or self._policy.reason_before(job)
+            if message is not None and self._missing_deferred(n, job, known, upto, states):
                 continue
             if rates is not None and message is not None and message.id not in retrying:
                 slot = rates.slot_for(
@@ -405,7 +408,8 @@ class TransactionLoop(LoopWorker):
                 if slot is not None:
                     states.append(RepeatState(message.id, message, slot))  # over the rate
                     continue
-            if self._publish_job(n, job, failures):
+            # A reason ``_missing_deferred`` just judged (the last attempt) comes first.
+            if self._publish_job(n, job, self._dead.get(job.key) or known, failures):
                 targets.append(n)
                 delivered += 1
                 if oldest is None:
@@ -525,14 +529,17 @@ class TransactionLoop(LoopWorker):
         return found
 
     def _missing_deferred(
-        self, n: int, job: DeliveryJob, upto: EpochMs, states: list[RepeatState]
+        self,
+        n: int,
+        job: DeliveryJob,
+        known: Before,
+        upto: EpochMs,
+        states: list[RepeatState],
     ) -> bool:
-        """Whether ``job``'s topic is missing and its policy retries it later: then it moves to
-        its next attempt's slot (added to ``states``). A missing topic's last attempt is
-        dead-lettered by ``_publish_job`` (``_judge`` noted the reason)."""
-        if job.key in self._dead:
-            return False
-        known = self._policy.reason_before(job)
+        """Whether ``job``'s topic is missing (``known``: what the policy says before trying)
+        and its policy retries it later: then it moves to its next attempt's slot (added to
+        ``states``). A missing topic's last attempt is dead-lettered by ``_publish_job``
+        (``_judge`` noted the reason)."""
         if not isinstance(known, TopicMissing):
             return False
         message = job.message
@@ -545,10 +552,16 @@ class TransactionLoop(LoopWorker):
         states.append(RepeatState(message.id, message, retry_at))
         return True
 
-    def _publish_job(self, n: int, job: DeliveryJob, failures: dict[int, KafkaError]) -> bool:
-        """Publish one job to its target or, when the policy says so, to the dead-letter topic.
-        True when it went to its target."""
-        known = self._dead.get(job.key) or self._policy.reason_before(job)
+    def _publish_job(
+        self,
+        n: int,
+        job: DeliveryJob,
+        known: Before,
+        failures: dict[int, KafkaError],
+    ) -> bool:
+        """Publish one job to its target or, when ``known`` (the dead-letter reason already
+        decided, or the policy's word before trying) says so, to the dead-letter topic. True
+        when it went to its target."""
         message = job.message
         if known is NOT_YET:
             raise _TopicNotYet(message.topic if message else "")
