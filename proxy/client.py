@@ -296,14 +296,12 @@ class DelayClient:
         the record of the policy topic, which each node applies as it reads it
         (``node/policy_follower.py``)."""
         from chronos.delivery.policies import encode
-        from chronos.kafka.admin import ensure_topics
+        from chronos.kafka.admin import ensure_policy_topic
 
         if topic != ANY_TOPIC:
             validate_topic(topic, self._names)
         if not self._policy_topic_ready:
-            # Made here when missing, or a broker creating topics on demand would make it
-            # without compaction (and forget policies past its retention).
-            ensure_topics(self._settings, self._timeout_s)
+            ensure_policy_topic(self._settings, self._timeout_s)
             self._policy_topic_ready = True
         acks = _Acks(1, self._publisher.note_error)
         value = None if policy is None else encode(policy)

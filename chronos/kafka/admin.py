@@ -16,6 +16,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._acl import AclOperation  # not re-exported explicitly
 from confluent_kafka.admin._listoffsets import OffsetSpec  # not re-exported explicitly
+from confluent_kafka.admin._metadata import TopicMetadata  # not re-exported explicitly
 
 # Defined in cimpl; confluent_kafka.admin re-exports the same class only implicitly, which
 # strict mypy (no_implicit_reexport) rejects.
@@ -70,22 +71,11 @@ def ensure_topics(
         ),
         NewTopic(names.dead_letter, 1, settings.topics.replication_factor, config=config),
     ]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            wait_s = max(0.1, min(_STOP_CHECK_S, deadline - time.monotonic()))
-            existing = admin.list_topics(timeout=wait_s).topics
-            break
-        except KafkaException as exc:
-            if stopped() or time.monotonic() >= deadline:
-                raise ConfigError(
-                    f"cannot reach Kafka at {settings.kafka.bootstrap_servers}: {exc.args[0]}"
-                ) from exc
+    existing = _existing_topics(admin, settings, timeout_s, stopped)
     # One cut and one state per live repeat survive compaction.
-    compacted = {"cleanup.policy": "compact", "segment.ms": str(3600 * 1000)}
+    compacted = _COMPACTED
     replication = settings.topics.replication_factor
-    # The last policy set live for each target topic survives compaction.
-    wanted.append(NewTopic(names.policy, 1, replication, config=compacted))
+    wanted.append(_policy_topic(settings))
     cluster = settings.cluster.name
     if cluster is not None:
         # Each inner partition is a replica group of its own (cluster/shard.py); as many as
@@ -113,7 +103,47 @@ def ensure_topics(
     else:
         progress = names.alone_progress(settings.node.node_id)
         wanted.append(NewTopic(progress, 1, settings.topics.replication_factor, config=compacted))
-    missing = [t for t in wanted if t.topic not in existing]
+    _create_missing(admin, [t for t in wanted if t.topic not in existing], timeout_s)
+
+
+#: A topic whose last record per key is what counts (progress, announcements, policies).
+_COMPACTED = {"cleanup.policy": "compact", "segment.ms": str(3600 * 1000)}
+
+
+def _policy_topic(settings: ChronosSettings) -> NewTopic:
+    """The policy topic: the last policy set live for each target topic survives compaction."""
+    names = settings.topics.names
+    return NewTopic(names.policy, 1, settings.topics.replication_factor, config=_COMPACTED)
+
+
+def ensure_policy_topic(settings: ChronosSettings, timeout_s: float = 30.0) -> None:
+    """Create the policy topic alone when missing (a client setting a policy: a broker that
+    creates topics on demand would make it without compaction, and forget policies past its
+    retention)."""
+    admin = _admin(settings)
+    wanted = _policy_topic(settings)
+    if wanted.topic not in _existing_topics(admin, settings, timeout_s, lambda: False):
+        _create_missing(admin, [wanted], timeout_s)
+
+
+def _existing_topics(
+    admin: AdminClient, settings: ChronosSettings, timeout_s: float, stopped: Callable[[], bool]
+) -> dict[str, TopicMetadata]:
+    """The topics Kafka lists, asked again until ``timeout_s`` (or ``stopped``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            wait_s = max(0.1, min(_STOP_CHECK_S, deadline - time.monotonic()))
+            return dict(admin.list_topics(timeout=wait_s).topics)
+        except KafkaException as exc:
+            if stopped() or time.monotonic() >= deadline:
+                raise ConfigError(
+                    f"cannot reach Kafka at {settings.kafka.bootstrap_servers}: {exc.args[0]}"
+                ) from exc
+
+
+def _create_missing(admin: AdminClient, missing: list[NewTopic], timeout_s: float) -> None:
+    """Create ``missing`` (one already made meanwhile is fine) and wait until Kafka lists them."""
     if not missing:
         return
     for topic, future in admin.create_topics(missing, request_timeout=timeout_s).items():

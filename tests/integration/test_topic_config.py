@@ -23,7 +23,8 @@ from chronos.errors import ConfigError
 from chronos.kafka.admin import ensure_topics
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.topic_config import check_inner_topic, fix_inner_topic, read_topic_config
-from chronos.settings import ChronosSettings
+from chronos.settings import ChronosSettings, TopicPolicy
+from proxy.client import DelayClient
 from tests.broker import is_tansu
 from tests.integration.harness import make_settings
 
@@ -211,3 +212,21 @@ def test_chronos_topics_check_on_tansu_says_it_cannot_tell(
     fixed = _chronos(config, "fix")
     assert fixed.returncode == 2
     assert "does not report the configuration" in fixed.stderr
+
+
+@KAFKA_ONLY
+def test_a_client_setting_a_policy_creates_the_compacted_policy_topic_and_nothing_else(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
+    """``DelayClient.set_policy`` before any node ran: the policy topic is made compacted (a
+    broker creating it on demand would not), and the node's own topics are left to the node."""
+    settings = _settings(kafka_bootstrap, namespace, tmp_path)
+    with DelayClient(settings) as client:
+        client.set_policy("orders", TopicPolicy(max_attempts=3))
+    admin = KafkaClients(settings.kafka, "test").admin()
+    names = settings.topics.names
+    made = set(admin.list_topics(timeout=30).topics)
+    assert names.policy in made
+    assert names.inner not in made and names.dead_letter not in made
+    config = read_topic_config(admin, names.policy, 30)
+    assert config is not None and config["cleanup.policy"] == "compact"
