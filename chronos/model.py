@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
 
 from chronos.repeat import Repeat
 from chronos.types import EpochMs, Headers
@@ -101,7 +100,7 @@ InnerRequest = DelayMessage | CancelRequest | RescheduleRequest | Refresh | Expi
 
 
 class Op(IntEnum):
-    """What a decoded inner request does to the store (``DecodedRequest.op``)."""
+    """What a decoded inner request does to the store (``DecodedRequest``'s first field)."""
 
     ADD = 0
     CANCEL = 1
@@ -112,20 +111,14 @@ class Op(IntEnum):
     EXPIRY = 4
 
 
-class DecodedRequest(NamedTuple):
-    """An inner request as the store takes it: plain data, since decoding may run in another
-    process (``node/decoder.py``), and a tuple, since ingest builds one per record.
-
-    Parameters:
-        op: what it does.
-        id: the message id.
-        due_ms: an add's due time; a reschedule's new due time; a refresh's slot (where the
-            delivering node stored it); a cancel's 0, or in a restatement the time it was first
-            applied; an expiry's slot it ends, or minus the time of the cancel it ends.
-        value: the stored value (``store/codec.py``) of an add or a refresh; None otherwise.
-    """
-
-    op: Op
-    id: str
-    due_ms: EpochMs
-    value: bytes | None = None
+#: An inner request as the store takes it, ``(op, id, due field, stored value)``: a plain tuple,
+#: since ingest builds one per record and decoding may run in another process, which pickles
+#: it (a NamedTuple would cost ten times as much there: ``Ledger.apply_decoded``'s notes).
+#:
+#: - op: what it does (``Op``).
+#: - id: the message id.
+#: - due field: an add's due time; a reschedule's new due time; a refresh's slot (where the
+#:   delivering node stored it); a cancel's 0, or in a restatement the time it was first
+#:   applied; an expiry's slot it ends, or minus the time of the cancel it ends.
+#: - stored value (``store/codec.py``): an add's or a refresh's message; None otherwise.
+DecodedRequest = tuple[Op, str, EpochMs, bytes | None]

@@ -30,7 +30,7 @@ from chronos.admin.server import AdminServer  # noqa: E402
 from chronos.admin.view import Check, Gauges, Report  # noqa: E402
 from chronos.clock import SystemClock  # noqa: E402
 from chronos.metrics import CountingMetrics  # noqa: E402
-from chronos.model import DecodedRequest, DelayMessage, Op  # noqa: E402
+from chronos.model import DelayMessage, Op  # noqa: E402
 from chronos.schedule.frontier import Frontier  # noqa: E402
 from chronos.schedule.ledger import Ledger  # noqa: E402
 from chronos.schedule.lookup import Lookup  # noqa: E402
@@ -86,7 +86,7 @@ def fill(ledger: Ledger, count: int, spread_ms: int, now: int, random_values: bo
             due = now + 60_000 + rng.randrange(spread_ms)
             value = rng.randbytes(100) if random_values else zeros
             message = DelayMessage(message_id(n), f"topic-{n % 10}", None, value, [], due)
-            items.append(DecodedRequest(Op.ADD, message.id, due, codec.encode(message)))
+            items.append((Op.ADD, message.id, due, codec.encode(message)))
         ledger.apply_decoded(items)
         if start and start % 1_000_000 == 0:
             rate = start / (time.monotonic() - began)

@@ -176,7 +176,7 @@ class ReplicaStore:
             moved += self._relocate(adds, seek_ms)
             adds = []
             origin = keys.split_arrival_key(key)
-            request = DecodedRequest(Op.RESCHEDULE, raw_id.decode(), due)
+            request: DecodedRequest = (Op.RESCHEDULE, raw_id.decode(), due, None)
             self._ledger.apply_decoded([request], origins=[origin])
         return moved + self._relocate(adds, seek_ms)
 

@@ -132,7 +132,6 @@ class BatchSource(Protocol):
 #: The kinds the per-record code compares with, read once: an enum member's lookup on its
 #: class costs more than the comparison.
 _ADD, _CANCEL, _RESCHEDULE = Op.ADD, Op.CANCEL, Op.RESCHEDULE
-_new = tuple.__new__
 
 
 def decode_record(
@@ -156,18 +155,15 @@ def decode_record(
             now_ms,
         )
         if isinstance(request, DelayMessage):
-            # A request read from the wire is its first occurrence: due is first_due_ms. Built
-            # as a tuple (``_new``): a NamedTuple's own constructor costs twice as much.
-            value = codec.encode(request)
-            return _new(DecodedRequest, (_ADD, request.id, request.first_due_ms, value))
+            # A request read from the wire is its first occurrence: due is first_due_ms.
+            return _ADD, request.id, request.first_due_ms, codec.encode(request)
         if isinstance(request, Refresh):
-            value = codec.encode(request.message)
-            return DecodedRequest(Op.REFRESH, request.id, request.slot_ms, value)
+            return Op.REFRESH, request.id, request.slot_ms, codec.encode(request.message)
         if isinstance(request, RescheduleRequest):
-            return DecodedRequest(Op.RESCHEDULE, request.id, request.due_ms)
+            return Op.RESCHEDULE, request.id, request.due_ms, None
         if isinstance(request, Expiry):
-            return DecodedRequest(Op.EXPIRY, request.id, request.due_field)
-        return DecodedRequest(Op.CANCEL, request.id, request.cancelled_ms)
+            return Op.EXPIRY, request.id, request.due_field, None
+        return Op.CANCEL, request.id, request.cancelled_ms, None
     except DecodeError as exc:
         reason = exc.reason
     except Exception as exc:  # bad input must never stop ingest, whatever breaks on it
@@ -201,7 +197,8 @@ def decode_batch(
         last[partition] = record
         try:
             item = decode_record(record, limits, names, now_ms)
-            if item.op is _CANCEL or item.op is _RESCHEDULE:
+            op = item[0]
+            if op is _CANCEL or op is _RESCHEDULE:
                 batch.hazard = True  # it removes or moves a pending message
             items.append(item)
             origins.append((partition, offset))

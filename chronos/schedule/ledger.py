@@ -168,20 +168,16 @@ _ADD, _REFRESH, _RESCHEDULE = Op.ADD, Op.REFRESH, Op.RESCHEDULE
 def _survey(items: Sequence[DecodedRequest]) -> tuple[dict[str, bytes], EpochMs | None, list[int]]:
     """One pass over a batch: each id encoded once (the index lookup, the message key and the
     index key share it), the earliest due time of its adds and refreshes, and the indexes of
-    the requests other than adds, in order (usually none). Attribute reads, not unpacking: a
-    NamedTuple unpacks slower than it reads."""
+    the requests other than adds, in order (usually none)."""
     raw_ids: dict[str, bytes] = {}
     earliest: EpochMs | None = None
     others: list[int] = []
-    for n, item in enumerate(items):
-        message_id = item.id
+    for n, (op, message_id, due, _value) in enumerate(items):
         raw_ids[message_id] = message_id.encode()
-        op = item.op
         if op is not _ADD:
             others.append(n)
             if op is not _REFRESH:
                 continue
-        due = item.due_ms
         if earliest is None or due < earliest:
             earliest = due
     return raw_ids, earliest, others
@@ -199,10 +195,10 @@ def _reserved(
     "cancelled" vs "raced" (a reschedule: moved vs too late) is decided against a frontier
     that holds still."""
     for n in others:
-        item = items[n]
-        if item.op is _REFRESH:
+        op, message_id, _due, _value = items[n]
+        if op is _REFRESH:
             continue
-        pending = keys.pending_key(state[item.id])
+        pending = keys.pending_key(state[message_id])
         if pending is not None:
             slot = keys.slot_of(pending)
             if earliest is None or slot < earliest:
@@ -221,6 +217,7 @@ class _Applying:
 
     def __init__(
         self,
+        *,
         ledger: Ledger,
         items: Sequence[DecodedRequest],
         origins: Sequence[tuple[int, int]] | None,
@@ -251,7 +248,7 @@ class _Applying:
         self.fresh: set[str] = set()
         #: (messages key, index key, stored value, index value) of the adds not yet put.
         self.placed: list[tuple[bytes, bytes, bytes, bytes]] = []
-        moving = any(items[n].op is _RESCHEDULE or items[n].op is _REFRESH for n in others)
+        moving = any(items[n][0] is _RESCHEDULE or items[n][0] is _REFRESH for n in others)
         #: Messages key -> stored value of what this batch put, when it moves messages.
         self.written: dict[bytes, bytes] | None = {} if moving else None
         #: Outbox keys this batch puts, and deletes.
@@ -268,7 +265,7 @@ class _Applying:
             if start < n:
                 self.adds(start, n)
             item = items[n]
-            apply[item.op](n, item)
+            apply[item[0]](n, item)
             start = n + 1
         if start < len(items):
             self.adds(start, len(items))
@@ -315,8 +312,7 @@ class _Applying:
         restating = self.restating
         earliest = self.earliest
         for n in range(start, end):
-            item = items[n]
-            message_id, due, value = item.id, item.due_ms, item.value
+            _op, message_id, due, value = items[n]
             assert value is not None
             if state[message_id] is not None:
                 outcome.duplicates += 1
@@ -344,7 +340,7 @@ class _Applying:
         """A client's cancel, or a restated one read back (``due_ms``: when it was first
         applied)."""
         self.flush()
-        message_id, due = item.id, item.due_ms
+        _op, message_id, due, _value = item
         current = self.state[message_id]
         if self.restating and due:
             self.cleared += self.ledger._read_back(self.batch, message_id, self.origin(n))
@@ -368,9 +364,9 @@ class _Applying:
         with the arrivals: the master's progress moves the message, or, for one it had not
         committed, the next master decides it at takeover (``relocate_uncovered``)."""
         self.flush()
-        message_id = item.id
+        _op, message_id, due, _value = item
         current = self.state[message_id]
-        request = RescheduleRequest(message_id, item.due_ms)
+        request = RescheduleRequest(message_id, due)
         if self.leading:
             assert self.written is not None
             at = self.ledger._reschedule(
@@ -383,7 +379,7 @@ class _Applying:
             self.outcome.reschedule_deferred += 1
             self.batch.put_arrival(
                 keys.arrival_key(*self.arrivals[n]),
-                keys.arrival_reschedule(self.raw_ids[message_id], item.due_ms),
+                keys.arrival_reschedule(self.raw_ids[message_id], due),
             )
         if self.restating and current is not None:  # a reschedule states no message
             self.restate(n, message_id)
@@ -391,7 +387,7 @@ class _Applying:
     def refresh(self, n: int, item: DecodedRequest) -> None:
         """chronos' own copy of a message (see ``Ledger._refresh``)."""
         self.flush()
-        message_id, due, value = item.id, item.due_ms, item.value
+        _op, message_id, due, value = item
         assert value is not None
         current = self.state[message_id]
         if self.restating:
@@ -414,7 +410,7 @@ class _Applying:
         when it forgot it forgets it too; one that holds it otherwise (a newer add or cancel)
         restates it. The id is then forgotten here at the same record, so an add of it read
         next is a new message here too."""
-        message_id, ends = item.id, item.due_ms
+        _op, message_id, ends, _value = item
         current = self.state[message_id]
         if self.restating and _expiry_left_unstated(current, ends):
             self.restate(n, message_id)
@@ -549,7 +545,15 @@ class Ledger:
             earliest_due = _reserved(items, others, state, earliest_due)
             # The reservation lasts from reading the frontier to the write being visible.
             with self._frontier.placing(earliest_due, offsets) as frontier:
-                applying = _Applying(self, items, origins, state, raw_ids, frontier, others)
+                applying = _Applying(
+                    ledger=self,
+                    items=items,
+                    origins=origins,
+                    state=state,
+                    raw_ids=raw_ids,
+                    frontier=frontier,
+                    others=others,
+                )
                 applying.run()
                 for partition, offset in (offsets or {}).items():
                     applying.batch.set_inner_offset(partition, offset)
@@ -1007,14 +1011,14 @@ def _stored_value(request: InnerRequest) -> bytes | None:
 def _decoded(request: InnerRequest, value: bytes | None) -> DecodedRequest:
     """A request object as ingest decodes it (``node/inner_reader.py``), ``value`` stored."""
     if isinstance(request, Refresh):
-        return DecodedRequest(Op.REFRESH, request.id, request.slot_ms, value)
+        return Op.REFRESH, request.id, request.slot_ms, value
     if isinstance(request, CancelRequest):
-        return DecodedRequest(Op.CANCEL, request.id, request.cancelled_ms)
+        return Op.CANCEL, request.id, request.cancelled_ms, None
     if isinstance(request, Expiry):
-        return DecodedRequest(Op.EXPIRY, request.id, request.due_field)
+        return Op.EXPIRY, request.id, request.due_field, None
     if isinstance(request, RescheduleRequest):
-        return DecodedRequest(Op.RESCHEDULE, request.id, request.due_ms)
-    return DecodedRequest(Op.ADD, request.id, request.due_ms, value)
+        return Op.RESCHEDULE, request.id, request.due_ms, None
+    return Op.ADD, request.id, request.due_ms, value
 
 
 def next_occurrence(message: DelayMessage) -> DelayMessage | None:

@@ -12,7 +12,7 @@ import pytest
 
 from chronos.clock import FakeClock
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
-from chronos.model import DecodedRequest, DelayMessage, Op
+from chronos.model import DelayMessage, Op
 from chronos.repeat import Repeat, RepeatKind
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
@@ -37,13 +37,11 @@ class Replica:
         self.replica = ReplicaStore(self.store, self.frontier, self.ledger, placement)
 
     def add(self, message: DelayMessage, partition: int, offset: int) -> None:
-        item = DecodedRequest(Op.ADD, message.id, message.first_due_ms, codec.encode(message))
+        item = (Op.ADD, message.id, message.first_due_ms, codec.encode(message))
         self.ledger.apply_decoded([item], {partition: offset + 1}, [(partition, offset)])
 
     def cancel(self, message_id: str, partition: int, offset: int) -> None:
-        self.ledger.apply_decoded(
-            [DecodedRequest(Op.CANCEL, message_id, 0)], {partition: offset + 1}, []
-        )
+        self.ledger.apply_decoded([(Op.CANCEL, message_id, 0, None)], {partition: offset + 1}, [])
 
     def slots(self) -> dict[str, int]:
         rows = self.store.scan(b"", ALL, 10**6)

@@ -95,8 +95,7 @@ class Rig:
 def _adds(*ids: str) -> list[DecodedRequest]:
     due = T0 + 60_000
     return [
-        DecodedRequest(Op.ADD, i, due, codec.encode(DelayMessage(i, "orders", None, b"v", [], due)))
-        for i in ids
+        (Op.ADD, i, due, codec.encode(DelayMessage(i, "orders", None, b"v", [], due))) for i in ids
     ]
 
 
@@ -239,9 +238,7 @@ def test_ingest_tells_the_watermark_what_it_read_before_it_writes(tmp_path: Path
     rules are tested in test_watermark.py)."""
     adds = _batch(8, "a")
     adds.appended = {0: T0 - 20}
-    cancels = DecodedBatch(
-        items=[DecodedRequest(Op.CANCEL, "a", 0)], offsets={0: 9}, appended={0: T0 - 10}
-    )
+    cancels = DecodedBatch(items=[(Op.CANCEL, "a", 0, None)], offsets={0: 9}, appended={0: T0 - 10})
     cancels.hazard = True
     watermark = IngestWatermark({}, margin_ms=100, partitions=[0], clock=FakeClock(T0))
     watermark.probed(T0 - 500, {0: 0})

@@ -110,7 +110,7 @@ class Reader(InnerReader):
 def _read_all(reader: Reader, reads: int = 40) -> list[str]:
     ids: list[str] = []
     for _ in range(reads):
-        ids += [item.id for item in reader.read(0).items]
+        ids += [item[1] for item in reader.read(0).items]
     return ids
 
 
@@ -149,9 +149,9 @@ def test_a_skip_at_the_end_is_not_reported_as_read() -> None:
     reader = Reader(consumer, [0])
     reader.open({0: 0})
     first = reader.read(0)
-    assert [i.id for i in first.items] == [f"m0-{o}" for o in range(4)]
+    assert [i[1] for i in first.items] == [f"m0-{o}" for o in range(4)]
     second = reader.read(0)  # 4, 5, then the jump to the end: nothing past 6 returned
-    assert [i.id for i in second.items] == ["m0-4", "m0-5"]
+    assert [i[1] for i in second.items] == ["m0-4", "m0-5"]
     idle = reader.read(0)
     assert idle.positions == {0: 6}  # not 10
     ids = _read_all(reader)

@@ -31,7 +31,7 @@ from chronos.kafka.publishers.stub import StubPublisher
 from chronos.lifecycle import Fatal
 from chronos.logs import configure_logging
 from chronos.metrics import CountingMetrics
-from chronos.model import DecodedRequest, DelayMessage, Op
+from chronos.model import DelayMessage, Op
 from chronos.node.refresh import RefreshWorker
 from chronos.schedule.floor import Floor, RebuildFloor
 from chronos.schedule.frontier import Frontier
@@ -144,7 +144,7 @@ class World:
 
     def add(self, message_id: str, due_ms: int) -> None:
         message = DelayMessage(message_id, TARGET, b"k", b"v", [], due_ms)
-        item = DecodedRequest(Op.ADD, message_id, due_ms, codec.encode(message))
+        item = (Op.ADD, message_id, due_ms, codec.encode(message))
         self.ledger.apply_decoded([item], {0: self.offset + 1}, [(0, self.offset)])
         self.offset += 1
         self.progress.inner_ends[0] = self.offset

@@ -16,7 +16,6 @@ from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.inner import accept_inner
 from chronos.model import (
     CancelRequest,
-    DecodedRequest,
     DelayMessage,
     Op,
     RescheduleRequest,
@@ -50,11 +49,11 @@ class Node:
             self.replica = ReplicaStore(self.store, self.frontier, self.ledger, placement)
 
     def add(self, message: DelayMessage, offset: int) -> None:
-        item = DecodedRequest(Op.ADD, message.id, message.first_due_ms, codec.encode(message))
+        item = (Op.ADD, message.id, message.first_due_ms, codec.encode(message))
         self.ledger.apply_decoded([item], {0: offset + 1}, [(0, offset)])
 
     def reschedule(self, message_id: str, due: int, offset: int) -> None:
-        request = DecodedRequest(Op.RESCHEDULE, message_id, due)
+        request = (Op.RESCHEDULE, message_id, due, None)
         self.ledger.apply_decoded([request], {0: offset + 1}, [(0, offset)])
 
     def stored(self) -> dict[str, tuple[int, DelayMessage]]:

@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from confluent_kafka import KafkaError
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -208,6 +209,9 @@ def _restore(path: Path, clock: FakeClock, leader: Leader, compact: bool = True)
     return store
 
 
+# 150 examples, each with stores of its own: a safety net against a hang, not a bound on speed
+# (it ran past the default 180 s on a machine loaded by stress-ng and two suites at once).
+@pytest.mark.timeout(900)
 @settings(
     max_examples=150,
     deadline=None,

@@ -24,7 +24,7 @@ from chronos.group.transactions import MasterState, TransactionLoop
 from chronos.kafka.errors import Fenced, NotAuthorized, TransactionAborted
 from chronos.kafka.publishers.stub import StubPublisher
 from chronos.metrics import CountingMetrics
-from chronos.model import DecodedRequest, DelayMessage, Op
+from chronos.model import DelayMessage, Op
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.schedule.progress_record import Cut, RepeatState, decode
@@ -63,7 +63,7 @@ class Master:
 
     def add(self, message_id: str, due_ms: int, topic: str = TARGET) -> None:
         message = DelayMessage(message_id, topic, b"k", b"v", [], due_ms)
-        item = DecodedRequest(Op.ADD, message_id, due_ms, codec.encode(message))
+        item = (Op.ADD, message_id, due_ms, codec.encode(message))
         self.ledger.apply_decoded([item], {0: self.offset + 1}, [(0, self.offset)])
         self.offset += 1
 
