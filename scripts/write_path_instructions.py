@@ -51,7 +51,8 @@ phase, count = sys.argv[1], int(sys.argv[2])
 now = 1_700_000_000_000
 records = []
 for i in range(count):
-    message = DelayMessage(f"id-{i:08d}", "orders", b"k", b"x" * 100, [("h", b"v")], now + 60_000 + i)
+    due = now + 60_000 + i
+    message = DelayMessage(f"id-{i:08d}", "orders", b"k", b"x" * 100, [("h", b"v")], due)
     key, value, headers = wire.encode_add(message)
     records.append(Message(topic="chronos.inner", partition=0, offset=i, key=key, value=value,
                            headers=headers, timestamp=(TIMESTAMP_CREATE_TIME, now)))
