@@ -71,7 +71,7 @@ def test_cancel_acknowledged_before_due_is_never_delivered_while_ingest_lags(
         stalling = _stall_cancels(node)
         with DelayClient(settings) as client:
             doomed, kept, due_ms = _doomed_and_kept(client, topic)
-        assert stalling.stalled.wait(5)
+        assert stalling.stalled.wait(60)
         # The kept message goes out once ingest applied the cancel's batch: late, not wrong.
         assert inbox.wait_for({kept}, timeout_s=15)
         time.sleep(1.0)
@@ -94,7 +94,7 @@ def test_a_group_master_waits_for_its_ingest_too(
             stalling = _stall_cancels(master)
             with DelayClient(master.settings) as client:
                 doomed, kept, _due_ms = _doomed_and_kept(client, topic)
-            assert stalling.stalled.wait(5)
+            assert stalling.stalled.wait(60)
             assert inbox.wait_for({kept}, timeout_s=15)
             time.sleep(1.0)
             assert inbox.count(doomed) == 0

@@ -206,7 +206,7 @@ def test_a_node_added_under_load_takes_its_share_without_delivering_the_past_aga
         assert inbox.wait_for(past, 60)
         later = _send(client, topic, _spread("later-", 10), 6.0)
         cluster.start("b")
-        wait_until(lambda: cluster.settled({"a": 2, "b": 2}), 60, "b took its share")
+        wait_until(lambda: cluster.settled({"a": 2, "b": 2}), 180, "b took its share")
         _exactly_once_after_markers(inbox, client, topic, past | later, "m-")
 
 

@@ -255,6 +255,10 @@ def test_the_password_never_reaches_the_logs(
     assert PASSWORD not in text, "the SASL password reached the logs"
 
 
+# A safety net against a hang, not a bound on speed: Spark's JVM alone takes minutes on a
+# loaded machine (the default 180 s passed under stress-ng, and a job cut off mid-call breaks
+# the session every later Spark test shares).
+@pytest.mark.timeout(600)
 def test_pipeline_schedules_and_audits_through_scram(
     secured: Secured, spark: Any, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -35,6 +35,11 @@ BASE_TS_MS = (int(time.time()) - 3600) * 1000
 #: str | bytes | None values.
 KafkaHeaders: TypeAlias = list[tuple[str, str | bytes | None]]
 
+# A safety net against a hang, not a bound on speed: Spark's JVM alone takes minutes on a
+# loaded machine (the default 180 s passed under stress-ng, and a job cut off mid-call breaks
+# the session every later Spark test shares).
+pytestmark = pytest.mark.timeout(600)
+
 
 def _config_file(tmp_path: Path, settings: ChronosSettings) -> Path:
     """A TOML file for the CLI with the test's broker, namespace and store."""
@@ -382,7 +387,7 @@ def test_audit_catches_loss_duplicate_early_and_late(
     assert (out / "audit.png").stat().st_size > 0
 
 
-def _wait_ingested(node: Any, partitions: int, records: int, timeout_s: float = 30) -> None:
+def _wait_ingested(node: Any, partitions: int, records: int, timeout_s: float = 120) -> None:
     """Until the node's store has applied ``records`` inner records."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
