@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from chronos.model import DecodedRequest, Op
 from chronos.node.ingest import IngestWorker
 from chronos.runtime.node import Node
 from chronos.schedule.ledger import Ledger
@@ -27,8 +28,8 @@ class _StallingCancels:
         self._ledger = ledger
         self.stalled = threading.Event()
 
-    def apply_decoded(self, items: list[Any], *args: Any) -> Any:
-        if any(value is None for _id, _due, value in items):
+    def apply_decoded(self, items: list[DecodedRequest], *args: Any) -> Any:
+        if any(op is Op.CANCEL for op, _id, _due, _value in items):
             self.stalled.set()
             time.sleep(_STALL_S)
         return self._ledger.apply_decoded(items, *args)
