@@ -30,11 +30,7 @@ from chronos.kafka.clients import ClientErrors, consumer
 from chronos.kafka.errors import ErrorKind, classify, describe
 from chronos.model import (
     DecodedRequest,
-    DelayMessage,
-    Expiry,
     Op,
-    Refresh,
-    RescheduleRequest,
 )
 from chronos.names import TopicNames
 from chronos.settings import LimitSettings
@@ -131,7 +127,7 @@ class BatchSource(Protocol):
 
 #: The kinds the per-record code compares with, read once: an enum member's lookup on its
 #: class costs more than the comparison.
-_ADD, _CANCEL, _RESCHEDULE = Op.ADD, Op.CANCEL, Op.RESCHEDULE
+_CANCEL, _RESCHEDULE = Op.CANCEL, Op.RESCHEDULE
 
 
 def decode_record(
@@ -154,16 +150,7 @@ def decode_record(
             names,
             now_ms,
         )
-        if isinstance(request, DelayMessage):
-            # A request read from the wire is its first occurrence: due is first_due_ms.
-            return _ADD, request.id, request.first_due_ms, codec.encode(request)
-        if isinstance(request, Refresh):
-            return Op.REFRESH, request.id, request.slot_ms, codec.encode(request.message)
-        if isinstance(request, RescheduleRequest):
-            return Op.RESCHEDULE, request.id, request.due_ms, None
-        if isinstance(request, Expiry):
-            return Op.EXPIRY, request.id, request.due_field, None
-        return Op.CANCEL, request.id, request.cancelled_ms, None
+        return codec.decoded_request(request)
     except DecodeError as exc:
         reason = exc.reason
     except Exception as exc:  # bad input must never stop ingest, whatever breaks on it

@@ -22,13 +22,10 @@ import structlog
 
 from chronos.clock import Clock
 from chronos.model import (
-    CancelRequest,
     DecodedRequest,
     DelayMessage,
-    Expiry,
     InnerRequest,
     Op,
-    Refresh,
     RescheduleRequest,
 )
 from chronos.schedule.frontier import Frontier
@@ -259,7 +256,12 @@ class _Applying:
         """Apply every item in order: the adds between two other requests at once (the hot
         path), any other request by its kind's method."""
         items = self.items
-        apply = (self.add, self.cancel, self.reschedule, self.refresh, self.expire)
+        apply = {
+            Op.CANCEL: self.cancel,
+            Op.RESCHEDULE: self.reschedule,
+            Op.REFRESH: self.refresh,
+            Op.EXPIRY: self.expire,
+        }
         start = 0
         for n in self.others:
             if start < n:
@@ -298,10 +300,6 @@ class _Applying:
         if self.written is not None:
             self.written.update((entry[0], entry[2]) for entry in placed)
         placed.clear()
-
-    def add(self, n: int, item: DecodedRequest) -> None:
-        """One add (see ``adds``)."""
-        self.adds(n, n + 1)
 
     def adds(self, start: int, end: int) -> None:
         """The adds ``items[start:end]``. The first add of an id wins (idempotent); the node
@@ -516,8 +514,10 @@ class Ledger:
         """``apply_decoded`` for request objects: for callers that hold those (tests, and
         ``scripts/store_ingest_bench.py``, which passes ``encoded``: each add's stored value)."""
         if encoded is None:
-            encoded = [_stored_value(r) for r in requests]
-        items = [_decoded(r, value) for r, value in zip(requests, encoded, strict=True)]
+            items = [codec.decoded_request(r) for r in requests]
+        else:
+            pairs = zip(requests, encoded, strict=True)
+            items = [codec.decoded_request(r, value) for r, value in pairs]
         return self.apply_decoded(items, offsets, origins)
 
     def apply_decoded(
@@ -1000,25 +1000,6 @@ def _expiry_ends(current: bytes | None, ends: EpochMs) -> bool:
     if current[:1] == keys.INDEX_CANCELLED:
         return -ends == keys.split_cancelled(current)[0]
     return ends > 0 and keys.slot_of(current[1:]) <= ends
-
-
-def _stored_value(request: InnerRequest) -> bytes | None:
-    if isinstance(request, Refresh):
-        return codec.encode(request.message)
-    return codec.encode(request) if isinstance(request, DelayMessage) else None
-
-
-def _decoded(request: InnerRequest, value: bytes | None) -> DecodedRequest:
-    """A request object as ingest decodes it (``node/inner_reader.py``), ``value`` stored."""
-    if isinstance(request, Refresh):
-        return Op.REFRESH, request.id, request.slot_ms, value
-    if isinstance(request, CancelRequest):
-        return Op.CANCEL, request.id, request.cancelled_ms, None
-    if isinstance(request, Expiry):
-        return Op.EXPIRY, request.id, request.due_field, None
-    if isinstance(request, RescheduleRequest):
-        return Op.RESCHEDULE, request.id, request.due_ms, None
-    return Op.ADD, request.id, request.due_ms, value
 
 
 def next_occurrence(message: DelayMessage) -> DelayMessage | None:

@@ -24,7 +24,16 @@ import functools
 import struct
 
 from chronos.errors import DecodeError
-from chronos.model import DelayMessage
+from chronos.model import (
+    CancelRequest,
+    DecodedRequest,
+    DelayMessage,
+    Expiry,
+    InnerRequest,
+    Op,
+    Refresh,
+    RescheduleRequest,
+)
 from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.types import Headers
 
@@ -42,6 +51,37 @@ _F_KEY, _F_VALUE, _F_REPEAT, _F_LATEST = 1, 2, 4, 8
 @functools.lru_cache(maxsize=64)
 def _header_lengths(count: int) -> struct.Struct:
     return struct.Struct(">" + "Ii" * count)
+
+
+#: Read once: an enum member's lookup on its class costs more than building the tuple.
+_ADD, _CANCEL, _RESCHEDULE, _REFRESH, _EXPIRY = (
+    Op.ADD,
+    Op.CANCEL,
+    Op.RESCHEDULE,
+    Op.REFRESH,
+    Op.EXPIRY,
+)
+
+
+def decoded_request(request: InnerRequest, value: bytes | None = None) -> DecodedRequest:
+    """``request`` as the store takes it (``model.DecodedRequest``): the one mapping of a request
+    object to its kind and fields, for ingest (``node/inner_reader.py``) and for callers that
+    hold objects (``Ledger.apply``).
+
+    ``value``: an add's or a refresh's stored value when the caller encoded it already (a
+    benchmark encodes once); None encodes it here."""
+    if isinstance(request, DelayMessage):
+        return _ADD, request.id, request.due_ms, encode(request) if value is None else value
+    if isinstance(request, CancelRequest):
+        return _CANCEL, request.id, request.cancelled_ms, None
+    if isinstance(request, RescheduleRequest):
+        return _RESCHEDULE, request.id, request.due_ms, None
+    if isinstance(request, Refresh):
+        stored = encode(request.message) if value is None else value
+        return _REFRESH, request.id, request.slot_ms, stored
+    if isinstance(request, Expiry):
+        return _EXPIRY, request.id, request.due_field, None
+    raise TypeError(f"not an inner request: {type(request).__name__}")
 
 
 def encode(message: DelayMessage) -> bytes:

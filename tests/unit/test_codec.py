@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chronos.errors import DecodeError
-from chronos.model import DelayMessage
+from chronos.model import (
+    CancelRequest,
+    DelayMessage,
+    Expiry,
+    Op,
+    Refresh,
+    RescheduleRequest,
+)
 from chronos.repeat import Repeat, RepeatKind
 from chronos.store import codec
 
@@ -185,7 +192,14 @@ def test_empty_input_raises() -> None:
 
 
 def test_catch_up_policy_is_stored() -> None:
-    from chronos.model import DelayMessage
+    from chronos.model import (
+        CancelRequest,
+        DelayMessage,
+        Expiry,
+        Op,
+        Refresh,
+        RescheduleRequest,
+    )
     from chronos.repeat import CatchUp, Repeat, RepeatKind
     from chronos.store import codec
 
@@ -193,3 +207,35 @@ def test_catch_up_policy_is_stored() -> None:
         repeat = Repeat(RepeatKind.EXPONENTIAL, 1000, 5, 2, 60_000, policy)
         message = DelayMessage("r", "t", b"k", b"v", [("h", b"1")], 5, repeat, occurrence=2)
         assert codec.decode(codec.encode(message)) == message
+
+
+def test_decoded_request_maps_each_kind_to_its_fields() -> None:
+    """The one mapping ingest and ``Ledger.apply`` share: kind, id, due field, stored value."""
+    repeat = Repeat(kind=RepeatKind.FIXED, interval_ms=1_000, times=3)
+    later = DelayMessage("r", "t", None, b"v", first_due_ms=5_000, repeat=repeat, occurrence=2)
+    one = DelayMessage("a", "t", b"k", b"v", first_due_ms=7_000)
+    assert codec.decoded_request(one) == (Op.ADD, "a", 7_000, codec.encode(one))
+    assert codec.decoded_request(later)[2] == 6_000  # the occurrence's due time
+    assert codec.decoded_request(one, b"given") == (Op.ADD, "a", 7_000, b"given")
+    assert codec.decoded_request(CancelRequest("c")) == (Op.CANCEL, "c", 0, None)
+    assert codec.decoded_request(CancelRequest("c", 42)) == (Op.CANCEL, "c", 42, None)
+    assert codec.decoded_request(RescheduleRequest("m", 9_000)) == (
+        Op.RESCHEDULE,
+        "m",
+        9_000,
+        None,
+    )
+    refresh = Refresh(one, slot_ms=7_003)
+    assert codec.decoded_request(refresh) == (Op.REFRESH, "a", 7_003, codec.encode(one))
+    assert codec.decoded_request(Expiry("x", 8_000)) == (Op.EXPIRY, "x", 8_000, None)
+    assert codec.decoded_request(Expiry("x", 0, cancelled_ms=8_000)) == (
+        Op.EXPIRY,
+        "x",
+        -8_000,
+        None,
+    )
+
+
+def test_decoded_request_refuses_what_is_not_a_request() -> None:
+    with pytest.raises(TypeError, match="not an inner request: str"):
+        codec.decoded_request("a")  # type: ignore[arg-type]
