@@ -31,8 +31,9 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from chronos.admin.prometheus import ChronosCollector
-from chronos.admin.view import ListState, NodeView, Report, ScheduleReader
+from chronos.admin.view import NodeView, Report, ScheduleReader
 from chronos.errors import NotReady
+from chronos.listing import ListState, PageQuery
 from chronos.metrics import BOUNDS_MS
 from chronos.serving import ThreadedServer
 from chronos.settings import SecuritySettings
@@ -81,7 +82,7 @@ def create_app(view: NodeView, collectors: Sequence[Collector] = ()) -> Starlett
             cursor = q.get("cursor")
             if cursor is not None:
                 bytes.fromhex(cursor)
-            page = lookup_of(request).page(
+            query = PageQuery(
                 from_ms=_int(q, "from_ms", 0, hi=_FAR),
                 to_ms=_int(q, "to_ms", _FAR, hi=_FAR),
                 topic=q.get("topic"),
@@ -89,6 +90,7 @@ def create_app(view: NodeView, collectors: Sequence[Collector] = ()) -> Starlett
                 cursor=cursor,
                 limit=_int(q, "limit", 100, lo=1, hi=_FAR),
             )
+            page = lookup_of(request).page(query)
         except ValueError as exc:
             return _bad(str(exc))
         return JSONResponse(page.as_json())

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
+from chronos.listing import PageQuery
 from chronos.metrics import MetricsReader
-
-ListState = Literal["pending", "delivered", "dead_lettered", "any"]
 
 
 @dataclass(frozen=True)
@@ -81,15 +80,7 @@ class ScheduleReader(Protocol):
 
     def status(self, message_id: str) -> Answer: ...
 
-    def page(
-        self,
-        from_ms: int,
-        to_ms: int,
-        topic: str | None,
-        state: ListState,
-        cursor: str | None,
-        limit: int,
-    ) -> Answer: ...
+    def page(self, query: PageQuery) -> Answer: ...
 
     def forecast(
         self, now_ms: int, horizon_s: int, bucket_s: int, repeats: bool = False

@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chronos.admin.view import ListState, ScheduleReader
+from chronos.admin.view import ScheduleReader
 from chronos.cluster.peers import Peers, PeerUnavailable
 from chronos.errors import NotReady
 from chronos.kafka.partitioner import partition_of
+from chronos.listing import PageQuery
 from chronos.schedule.lookup import Forecast
 from chronos.store import keys
 
@@ -178,34 +179,17 @@ class LocalLookup:
             raise NotReady(f"partition {partition} has no replica standing on this node")
         return JsonAnswer(reader.status(message_id).as_json() | {"inner_partition": partition})
 
-    def page_part(
-        self,
-        from_ms: int,
-        to_ms: int,
-        topic: str | None,
-        state: ListState,
-        cursor: str | None,
-        limit: int,
-    ) -> PagePart:
+    def page_part(self, query: PageQuery) -> PagePart:
         parts = []
         readers = self._delivering()
         for partition, reader in sorted(readers.items()):
-            body = reader.page(from_ms, to_ms, topic, state, cursor, limit).as_json()
+            body = reader.page(query).as_json()
             parts.append(_part(body, [partition]))
-        merged = merge_pages(parts, limit, self.partitions)
+        merged = merge_pages(parts, query.limit, self.partitions)
         return PagePart(merged.rows, merged.cursor, merged.scanned, sorted(readers))
 
-    def page(
-        self,
-        from_ms: int,
-        to_ms: int,
-        topic: str | None,
-        state: ListState,
-        cursor: str | None,
-        limit: int,
-    ) -> MergedPage:
-        part = self.page_part(from_ms, to_ms, topic, state, cursor, limit)
-        return merge_pages([part], limit, self.partitions)
+    def page(self, query: PageQuery) -> MergedPage:
+        return merge_pages([self.page_part(query)], query.limit, self.partitions)
 
     def forecast_part(
         self, now_ms: int, horizon_s: int, bucket_s: int, repeats: bool = False
@@ -283,31 +267,16 @@ class ClusterLookup:
             f"no replica of partition {partition} answered: " + ("; ".join(why) or "no members")
         )
 
-    def page(
-        self,
-        from_ms: int,
-        to_ms: int,
-        topic: str | None,
-        state: ListState,
-        cursor: str | None,
-        limit: int,
-    ) -> MergedPage:
-        parts = [self._local.page_part(from_ms, to_ms, topic, state, cursor, limit)]
-        params = {
-            "from_ms": from_ms,
-            "to_ms": to_ms,
-            "topic": topic,
-            "state": state,
-            "cursor": cursor,
-            "limit": limit,
-        }
+    def page(self, query: PageQuery) -> MergedPage:
+        parts = [self._local.page_part(query)]
+        params = query.as_params()
         for node in self._others():
             try:
                 body = self._peers.get(node, "/v1/messages", params)
             except PeerUnavailable:
                 continue  # its partitions show as missing
             parts.append(_part(body, [int(p) for p in body.get("partitions", [])]))
-        return merge_pages(parts, limit, self._local.partitions)
+        return merge_pages(parts, query.limit, self._local.partitions)
 
     def forecast(
         self, now_ms: int, horizon_s: int, bucket_s: int, repeats: bool = False

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from chronos.errors import DecodeError, NotReady
+from chronos.listing import ListState, PageQuery
 from chronos.model import DelayMessage
 from chronos.schedule.ledger import Ledger, next_occurrence
 from chronos.store import codec, keys, outcome
@@ -29,7 +30,6 @@ from chronos.store.rocks import RocksStore
 from chronos.types import EpochMs
 
 State = Literal["pending", "delivered", "dead_lettered", "cancelled", "unknown"]
-ListState = Literal["pending", "delivered", "dead_lettered", "any"]
 __all__ = ["Lookup", "NotReady"]
 
 #: What a cancel tombstone says the cancel found (``keys.CANCEL_*``).
@@ -205,25 +205,18 @@ class Lookup:
             status.offset = None if last.offset is None or last.offset < 0 else last.offset
         return status
 
-    def page(
-        self,
-        from_ms: EpochMs = 0,
-        to_ms: EpochMs = keys.MAX_MS - 1,
-        topic: str | None = None,
-        state: ListState = "pending",
-        cursor: str | None = None,
-        limit: int = 100,
-    ) -> Page:
+    def page(self, query: PageQuery) -> Page:
         """Stored messages with a slot in ``[from_ms, to_ms)``, in slot order, filtered by
         target ``topic`` and ``state``; at most ``limit`` rows (up to ``MAX_PAGE``).
 
         ``cursor`` is the previous page's. A page reads at most ``scan_max`` stored messages:
         one that matches few of them may end early with a cursor to go on from. Cancelled
         messages are not stored, so they are not listed (ask ``status`` by id)."""
-        limit = max(1, min(limit, MAX_PAGE))
+        topic, state, cursor = query.topic, query.state, query.cursor
+        limit = max(1, min(query.limit, MAX_PAGE))
         seek = self._ledger.seek_ms
-        low = from_ms
-        high = to_ms
+        low = query.from_ms
+        high = query.to_ms
         if state == "pending":
             low = max(low, seek + 1)  # a partly delivered slot is listed from its first key
         elif state in ("delivered", "dead_lettered"):

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chronos.admin.view import ListState, ScheduleReader
+from chronos.admin.view import ScheduleReader
 from chronos.cluster.lookup import (
     ClusterLookup,
     JsonAnswer,
@@ -20,6 +20,7 @@ from chronos.cluster.lookup import (
 from chronos.cluster.peers import Peers, PeerUnavailable
 from chronos.errors import NotReady
 from chronos.kafka.partitioner import partition_of
+from chronos.listing import PageQuery
 from chronos.store import keys
 
 
@@ -45,18 +46,10 @@ class _Reader:
     def status(self, message_id: str) -> JsonAnswer:
         return JsonAnswer({"id": message_id, "state": self.statuses.get(message_id, "unknown")})
 
-    def page(
-        self,
-        from_ms: int,
-        to_ms: int,
-        topic: str | None,
-        state: ListState,
-        cursor: str | None,
-        limit: int,
-    ) -> _Page:
-        after = b"" if cursor is None else bytes.fromhex(cursor)
+    def page(self, query: PageQuery) -> _Page:
+        after = b"" if query.cursor is None else bytes.fromhex(query.cursor)
         ahead = [r for r in self.rows if _key(r) > after]
-        read = ahead[: min(self.scan, limit)]
+        read = ahead[: min(self.scan, query.limit)]
         more = len(ahead) > len(read)
         return _Page(read, _key(read[-1]).hex() if more and read else None, len(read))
 
@@ -90,7 +83,7 @@ def test_paging_through_merged_partitions_lists_every_row_once_in_key_order() ->
     seen: list[str] = []
     cursor: str | None = None
     for _ in range(50):
-        page = local.page(0, 1 << 40, None, "pending", cursor, 4)
+        page = local.page(PageQuery(0, 1 << 40, cursor=cursor, limit=4))
         assert page.partitions == [0, 1] and page.missing == []
         seen += [str(row["id"]) for row in page.rows]
         cursor = page.cursor
@@ -177,7 +170,7 @@ def test_a_listing_across_the_cluster_names_partitions_a_down_node_delivers_as_m
         {"up": {"rows": _rows("c", [15]), "cursor": None, "scanned": 1, "partitions": [2]}}
     )
     lookup = ClusterLookup("me", local, peers, lambda: ["down", "me", "up"], lambda p: [])
-    page = lookup.page(0, 1 << 40, None, "pending", None, 10)
+    page = lookup.page(PageQuery(0, 1 << 40, limit=10))
     assert [r["id"] for r in page.rows] == ["a0", "c0", "a1"]
     assert page.partitions == [0, 2] and page.missing == [1]
     assert sorted(peers.asked) == ["down", "up"]

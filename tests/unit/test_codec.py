@@ -193,12 +193,7 @@ def test_empty_input_raises() -> None:
 
 def test_catch_up_policy_is_stored() -> None:
     from chronos.model import (
-        CancelRequest,
         DelayMessage,
-        Expiry,
-        Op,
-        Refresh,
-        RescheduleRequest,
     )
     from chronos.repeat import CatchUp, Repeat, RepeatKind
     from chronos.store import codec

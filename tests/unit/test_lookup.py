@@ -10,6 +10,7 @@ import pytest
 
 from chronos.clock import FakeClock
 from chronos.delivery.job import DeliveryJob
+from chronos.listing import PageQuery
 from chronos.model import CancelRequest, DelayMessage
 from chronos.node.progress import ProgressTracker
 from chronos.repeat import Repeat, RepeatKind
@@ -142,16 +143,16 @@ def test_listing_pages_by_range_topic_and_state(env: Env) -> None:
     seen: list[str] = []
     cursor = None
     while True:
-        page = lookup.page(topic="b", cursor=cursor, limit=7)
+        page = lookup.page(PageQuery(topic="b", cursor=cursor, limit=7))
         seen += [str(row["id"]) for row in page.rows]
         assert all(row["topic"] == "b" and row["state"] == "pending" for row in page.rows)
         cursor = page.cursor
         if cursor is None:
             break
     assert seen == [f"m{n:03}" for n in range(100, 300) if n % 3 == 0]
-    delivered = lookup.page(state="delivered", from_ms=T0 + 5_000, limit=1_000)
+    delivered = lookup.page(PageQuery(state="delivered", from_ms=T0 + 5_000, limit=1_000))
     assert [row["id"] for row in delivered.rows] == [f"m{n:03}" for n in range(50, 100)]
-    window = lookup.page(state="any", from_ms=T0 + 9_850, to_ms=T0 + 10_150)
+    window = lookup.page(PageQuery(state="any", from_ms=T0 + 9_850, to_ms=T0 + 10_150))
     assert [(row["id"], row["state"]) for row in window.rows] == [
         ("m099", "delivered"),
         ("m100", "pending"),
@@ -164,10 +165,10 @@ def test_a_page_stops_at_the_scan_budget_with_a_cursor(env: Env) -> None:
     ledger.apply(
         [_msg(f"a{n:05}", T0 + n, topic="a") for n in range(2_500)] + [_msg("z", T0 + 9_999, "z")]
     )
-    page = lookup.page(topic="z")
+    page = lookup.page(PageQuery(topic="z"))
     assert page.rows == [] and page.cursor is not None and page.scanned == 1_000
     while not page.rows:
-        page = lookup.page(topic="z", cursor=page.cursor)
+        page = lookup.page(PageQuery(topic="z", cursor=page.cursor))
     assert [row["id"] for row in page.rows] == ["z"]
 
 
