@@ -20,6 +20,10 @@ from chronos.types import Headers
 #: Called once per record with (error or None, the confluent Message or None).
 DeliveryCallback = Callable[[KafkaError | None, Any], None]
 
+#: ``publish``'s partition when the producer's partitioner chooses (librdkafka's
+#: ``RD_KAFKA_PARTITION_UA``, which ``Producer.produce`` takes as well).
+ANY_PARTITION = -1
+
 
 class Publisher(Protocol):
     """Produces records; each one's outcome arrives through its callback, never as an exception
@@ -32,8 +36,12 @@ class Publisher(Protocol):
         value: bytes | None,
         headers: Headers,
         on_done: DeliveryCallback,
+        partition: int = ANY_PARTITION,
     ) -> None:
-        """Queue one record; ``on_done`` runs once Kafka answered (or the record failed)."""
+        """Queue one record; ``on_done`` runs once Kafka answered (or the record failed).
+
+        ``partition``: where it goes when it must sit beside other records whatever the
+        partitioner (restatements and expiry tombstones go where their id's records are)."""
         ...
 
     def flush(self, timeout_s: float) -> int:

@@ -24,8 +24,8 @@ import structlog
 from confluent_kafka import KafkaError
 
 from chronos.kafka.partitioner import partition_of
+from chronos.kafka.publisher import Publisher
 from chronos.metrics import Metrics
-from chronos.node.restater import PartitionedPublisher
 from chronos.types import EpochMs
 from chronos.wire import encode_expiry
 
@@ -65,7 +65,7 @@ class ExpiryWriter:
     def __init__(
         self,
         *,
-        publisher: PartitionedPublisher,
+        publisher: Publisher,
         inner_topic: str,
         partition: Callable[[str], int],
         delivering: Callable[[], bool],
@@ -100,9 +100,8 @@ class ExpiryWriter:
             batch = gone[start : start + _BATCH]
             for message_id, ends in batch:
                 key, value, headers = encode_expiry(message_id, max(ends, 0), max(-ends, 0))
-                self._publisher.publish_to(
-                    self._topic, self._partition(message_id), key, value, headers, self._done
-                )
+                partition = self._partition(message_id)
+                self._publisher.publish(self._topic, key, value, headers, self._done, partition)
             self._metrics.incr("expiry_tombstones", len(batch))
             self._pace(len(batch))
 

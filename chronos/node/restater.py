@@ -13,14 +13,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import Protocol
 
 import structlog
 from confluent_kafka import KafkaError
 
 from chronos import wire
 from chronos.clock import Clock
-from chronos.kafka.publisher import DeliveryCallback
+from chronos.kafka.publisher import ANY_PARTITION, Publisher
 from chronos.lifecycle import LoopWorker
 from chronos.schedule import restatement
 from chronos.schedule.ledger import Ledger
@@ -34,21 +33,6 @@ log = structlog.get_logger(__name__)
 #: A cancel whose tombstone expires within this is not restated: read back after the expiry,
 #: it would cancel a new add of the id that came in between (as refresh passes do).
 EXPIRY_MARGIN_MS = 60_000
-
-
-class PartitionedPublisher(Protocol):
-    """Produces a record to a given partition (a restatement goes where its id's records are,
-    whatever the producer's partitioner)."""
-
-    def publish_to(
-        self,
-        topic: str,
-        partition: int | None,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers,
-        on_done: DeliveryCallback,
-    ) -> None: ...
 
 
 def encode(found: Restatement) -> tuple[bytes, bytes | None, Headers]:
@@ -79,7 +63,7 @@ class Restater(LoopWorker):
         *,
         store: RocksStore,
         ledger: Ledger,
-        publisher: PartitionedPublisher,
+        publisher: Publisher,
         inner_topic: str,
         clock: Clock,
         tombstone_retention_ms: int,
@@ -123,9 +107,8 @@ class Restater(LoopWorker):
                 continue
             record_key, value, headers = encode(found)
             done: Callable[[KafkaError | None, object], None] = partial(self._done, key)
-            self._publisher.publish_to(
-                self._topic, found.partition, record_key, value, headers, done
-            )
+            partition = ANY_PARTITION if found.partition is None else found.partition
+            self._publisher.publish(self._topic, record_key, value, headers, done, partition)
             sent += 1
         self.sent += sent
         return sent

@@ -33,8 +33,9 @@ from chronos.clock import Clock
 from chronos.kafka.acks import Acks
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.partitioner import partition_of
+from chronos.kafka.publisher import Publisher
 from chronos.kafka.topic_config import fix_inner_topic
-from chronos.node.restater import EXPIRY_MARGIN_MS, PartitionedPublisher, encode
+from chronos.node.restater import EXPIRY_MARGIN_MS, encode
 from chronos.schedule import restatement
 from chronos.settings import ChronosSettings
 from chronos.store.rocks import RocksStore
@@ -98,7 +99,7 @@ def migrate_to_compact(settings: ChronosSettings, clock: Clock) -> Migrated:
 def _write(
     settings: ChronosSettings,
     store: RocksStore,
-    publisher: PartitionedPublisher,
+    publisher: Publisher,
     clients: KafkaClients,
     clock: Clock,
 ) -> Migrated:
@@ -125,7 +126,7 @@ def _write(
             # backup behind) restates it instead of forgetting it.
             key, value, headers = encode_expiry(message_id, 0)
             acks.sent()
-            publisher.publish_to(topic, where[message_id], key, value, headers, acks.done)
+            publisher.publish(topic, key, value, headers, acks.done, where[message_id])
             migrated.tombstones += 1
         _settle(acks)
     now = clock.now_ms()
@@ -141,7 +142,7 @@ def _write(
         to = partition_of(found.message_id.encode(), count) if seen_in is None else seen_in
         key, value, headers = encode(found)
         acks.sent()
-        publisher.publish_to(topic, to, key, value, headers, acks.done)
+        publisher.publish(topic, key, value, headers, acks.done, to)
         _throttle(acks, migrated.messages + migrated.cancels)
     _settle(acks)
     return migrated

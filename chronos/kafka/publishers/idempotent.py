@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from chronos.kafka.clients import ClientErrors, OnFatal, lists_topic, producer
 from chronos.kafka.errors import ErrorKind, classify, describe
-from chronos.kafka.publisher import DeliveryCallback
+from chronos.kafka.publisher import ANY_PARTITION, DeliveryCallback
 from chronos.logs import Throttle
 from chronos.threadname import name_this_thread
 from chronos.types import Headers, KafkaConfig
@@ -124,6 +124,7 @@ class IdempotentPublisher:
         value: bytes | None,
         headers: Headers,
         on_done: DeliveryCallback,
+        partition: int = ANY_PARTITION,
     ) -> None:
         """Produce one record; ``on_done(None, msg)`` after Kafka acknowledged it, else
         ``on_done(error, msg)``. The callback goes to librdkafka as it is: no wrapper object is
@@ -134,6 +135,7 @@ class IdempotentPublisher:
                     topic,
                     value=value,
                     key=key,
+                    partition=partition,
                     # Widening only: the stub's list is invariant in its value type, and
                     # produce() just reads it (no cast(): this runs once per record).
                     headers=headers,  # type: ignore[arg-type]
@@ -142,37 +144,6 @@ class IdempotentPublisher:
                 return
             except BufferError:
                 # librdkafka's queue is full: wait for acknowledgements to make room.
-                self._producer.poll(0.01)
-            except KafkaException as exc:
-                on_done(exc.args[0], None)
-                return
-
-    def publish_to(
-        self,
-        topic: str,
-        partition: int | None,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers,
-        on_done: DeliveryCallback,
-    ) -> None:
-        """``publish`` to ``partition`` (None: the partitioner's choice), for records that must
-        sit beside others whatever the partitioner (restatements, ``node/restater.py``)."""
-        if partition is None:
-            self.publish(topic, key, value, headers, on_done)
-            return
-        while True:
-            try:
-                self._producer.produce(
-                    topic,
-                    value=value,
-                    key=key,
-                    partition=partition,
-                    headers=headers,  # type: ignore[arg-type]
-                    on_delivery=on_done,
-                )
-                return
-            except BufferError:
                 self._producer.poll(0.01)
             except KafkaException as exc:
                 on_done(exc.args[0], None)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError
 
 from chronos.kafka.errors import Fenced, TransactionAborted
-from chronos.kafka.publisher import DeliveryCallback
+from chronos.kafka.publisher import ANY_PARTITION, DeliveryCallback
 from chronos.types import Headers
 
 
@@ -130,9 +130,12 @@ class StubPublisher:
         value: bytes | None,
         headers: Headers,
         on_done: DeliveryCallback,
+        partition: int = ANY_PARTITION,
     ) -> None:
         self._check("publish")
         record = StubRecord(topic, key, value, list(headers), on_done, self._transaction)
+        if partition != ANY_PARTITION:
+            record.partition = partition
         self.published.append(record)
         refused = self.at_once(record)
         if refused is not None:
@@ -141,18 +144,6 @@ class StubPublisher:
             return
         if self.auto:
             self.answer(record, self.outcome(record))
-
-    def publish_to(
-        self,
-        topic: str,
-        partition: int | None,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers,
-        on_done: DeliveryCallback,
-    ) -> None:
-        self.publish(topic, key, value, headers, on_done)
-        self.published[-1].partition = partition
 
     def answer(self, record: StubRecord | None = None, error: KafkaError | None = None) -> None:
         """Deliver the outcome of ``record`` (given ``error``), or of every unanswered record

@@ -24,7 +24,7 @@ from chronos.kafka.errors import (
     classify,
     describe,
 )
-from chronos.kafka.publisher import DeliveryCallback
+from chronos.kafka.publisher import ANY_PARTITION, DeliveryCallback
 from chronos.logs import Throttle
 from chronos.types import Headers, KafkaConfig
 
@@ -82,11 +82,12 @@ class TransactionalProducer:
         value: bytes | None,
         headers: Headers,
         on_done: DeliveryCallback,
+        partition: int = ANY_PARTITION,
     ) -> None:
         live = self._live()
         while True:
             try:
-                live.produce(topic, value, key, headers=headers, on_delivery=on_done)  # type: ignore[arg-type]
+                live.produce(topic, value, key, partition, headers=headers, on_delivery=on_done)  # type: ignore[arg-type]
                 return
             except BufferError:
                 live.poll(0.05)
