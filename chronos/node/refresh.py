@@ -16,7 +16,8 @@ million pending messages are 12 records a second on average, produced at most
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 import structlog
 
@@ -43,6 +44,9 @@ _RETRY_S = 60.0
 #: Longest wait for the acknowledgements of one pass's last records.
 _FLUSH_TIMEOUT_S = 60.0
 _MAX_KEY = keys.slot_bound(keys.MAX_MS)
+
+#: A scanned row: a key, or a key and its value.
+R = TypeVar("R")
 
 
 class RefreshWorker(LoopWorker):
@@ -124,8 +128,8 @@ class RefreshWorker(LoopWorker):
         finally:
             publisher.stop()
             publisher.join(_FLUSH_TIMEOUT_S)
-        if messages is None or tombstones is None:
-            return None
+        if self.stopping:
+            return None  # a scan ended early: the store was not read whole
         if not acks.wait(_FLUSH_TIMEOUT_S):
             raise RuntimeError(f"{acks.pending} refresh records not acknowledged in time")
         if acks.failure is not None:
@@ -140,14 +144,9 @@ class RefreshWorker(LoopWorker):
         )
         return Floor(offsets, started_ms)
 
-    def _refresh_messages(self, publisher: Publisher, acks: Acks) -> int | None:
-        start = b""
+    def _refresh_messages(self, publisher: Publisher, acks: Acks) -> int:
         count = 0
-        pace = _Pace(self._rate)
-        while True:
-            rows = self._store.scan(start, _MAX_KEY, _CHUNK)
-            if not rows:
-                return count
+        for rows in self._paced(acks, b"", self._scan_messages, lambda row: row[0]):
             ids = [keys.split_message_key(key)[1] for key, _ in rows]
             for (key, raw), state in zip(rows, self._store.get_index(ids), strict=True):
                 # An earlier occurrence of a repeat stays until purged; its id has moved on.
@@ -157,26 +156,41 @@ class RefreshWorker(LoopWorker):
                     )
                     self._send(publisher, acks, record_key, value, headers)
                     count += 1
-            if not self._pace(pace, acks, len(rows)):
-                return None
-            start = rows[-1][0] + b"\x00"
+        return count
 
-    def _refresh_tombstones(self, publisher: Publisher, acks: Acks, now_ms: int) -> int | None:
-        start = keys.slot_bound(now_ms + _TOMBSTONE_MARGIN_MS)
+    def _refresh_tombstones(self, publisher: Publisher, acks: Acks, now_ms: int) -> int:
         count = 0
-        pace = _Pace(self._rate)
-        while True:
-            rows = self._store.scan_expiry(_MAX_KEY, _CHUNK, start)
-            if not rows:
-                return count
-            ids = [row[keys.MS_WIDTH :].decode() for row in rows]
+        start = keys.slot_bound(now_ms + _TOMBSTONE_MARGIN_MS)
+        for rows in self._paced(acks, start, self._scan_expiry, lambda key: key):
+            ids = [key[keys.MS_WIDTH :].decode() for key in rows]
             for message_id, state in zip(ids, self._store.get_index(ids), strict=True):
                 if state is not None and state[:1] == keys.INDEX_CANCELLED:
                     self._send(publisher, acks, *encode_cancel(message_id))
                     count += 1
+        return count
+
+    def _scan_messages(self, start: bytes) -> list[tuple[bytes, bytes]]:
+        return self._store.scan(start, _MAX_KEY, _CHUNK)
+
+    def _scan_expiry(self, start: bytes) -> list[bytes]:
+        return self._store.scan_expiry(_MAX_KEY, _CHUNK, start)
+
+    def _paced(
+        self,
+        acks: Acks,
+        start: bytes,
+        read: Callable[[bytes], Sequence[R]],
+        key_of: Callable[[R], bytes],
+    ) -> Iterator[Sequence[R]]:
+        """The chunks ``read`` returns from ``start`` on, in key order, each one after the
+        previous one's records were paced (``_pace``); ends early once stopping (then the pass
+        proves no floor)."""
+        pace = _Pace(self._rate)
+        while rows := read(start):
+            yield rows
             if not self._pace(pace, acks, len(rows)):
-                return None
-            start = rows[-1] + b"\x00"
+                return
+            start = key_of(rows[-1]) + b"\x00"
 
     def _send(
         self, publisher: Publisher, acks: Acks, key: bytes, value: bytes | None, headers: Headers

@@ -12,7 +12,8 @@ from chronos import wire
 from chronos.clock import FakeClock
 from chronos.kafka.publishers.stub import StubPublisher, StubRecord
 from chronos.metrics import CountingMetrics
-from chronos.model import CancelRequest, DelayMessage, InnerRequest
+from chronos.model import CancelRequest, DelayMessage, InnerRequest, Refresh
+from chronos.node import refresh
 from chronos.node.refresh import RefreshWorker
 from chronos.repeat import Repeat, RepeatKind
 from chronos.schedule.floor import Floor, RebuildFloor
@@ -143,4 +144,26 @@ def test_no_pass_runs_before_the_store_is_the_delivering_nodes_own(tmp_path: Pat
     ready["now"] = True
     worker.step()
     assert len(publisher.published) == 1
+    store.close()
+
+
+def test_a_pass_stopped_between_chunks_proves_no_floor(tmp_path: Path) -> None:
+    """Each scan sends its first chunk, then sees the stop: no floor (the store was not read
+    whole), and not a record past the chunk it was in."""
+    clock = FakeClock(T0)
+    store, ledger = _ledger(tmp_path / "a", clock)
+    count = refresh._CHUNK + 5
+    ledger.apply([DelayMessage(f"m{n:05}", "t", None, b"1", [], T0 + n) for n in range(count)])
+    ledger.apply([CancelRequest(f"c{n:05}") for n in range(count)], {0: 2 * count})
+    publisher = StubPublisher(auto=True)
+    worker = _worker(store, ledger, publisher, clock)
+    whole = worker.run_pass()
+    assert whole is not None and len(publisher.published) == 2 * count
+    publisher.published.clear()
+    worker.stop()
+    assert worker.run_pass() is None
+    sent = _decoded(publisher.published)
+    assert len(sent) == 2 * refresh._CHUNK
+    assert {type(r) for r in sent[: refresh._CHUNK]} == {Refresh}
+    assert {type(r) for r in sent[refresh._CHUNK :]} == {CancelRequest}
     store.close()
