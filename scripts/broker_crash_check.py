@@ -16,7 +16,6 @@ The last line is the JSON summary; exit code 0 when every check holds.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from failover_check import REPEAT, Group, Load, Summary, _flowing_again, drain, verify
 
+from chronos.devstack.check import finish
 from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
@@ -104,11 +104,9 @@ def main() -> int:
                 replica.process.signal(signal.SIGCONT)
                 replica.process.terminate()
         broker.stop()
-    print(f"logs: {workdir}")
     out = asdict(summary) | {"broker_restart_ms": answered_after, "ok": summary.ok}
     out["deliveries_after_broker_answers_ms"] = out.pop("failover_ms")
-    print(json.dumps(out))
-    return 0 if summary.ok else 1
+    return finish(out, workdir)
 
 
 if __name__ == "__main__":

@@ -23,21 +23,19 @@ The last line is the JSON summary; exit code 0 when every check holds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from failover_check import Group, Replica
 
-from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
+from chronos.devstack.check import Tally, add_broker_options, finish, staged
 from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.quantiles import percentile
@@ -50,7 +48,7 @@ _NO_GATE_MS = 10**12
 
 
 @dataclass
-class Summary:
+class Summary(Tally):
     mode: str
     gate: str
     messages: int = 0
@@ -59,16 +57,13 @@ class Summary:
     cancels_in_time: int = 0
     cancel_lead_ms: list[int] = field(default_factory=list)
     cancelled_delivered: int = 0
-    lost: int = 0
-    duplicates: int = 0
-    early: int = 0
     lateness_p50_ms: float = 0.0
     lateness_p99_ms: float = 0.0
     lateness_max_ms: int = 0
 
     @property
     def ok(self) -> bool:
-        return not (self.cancelled_delivered or self.lost or self.duplicates or self.early)
+        return not self.cancelled_delivered and self.exact
 
 
 def _cancel_on_time(
@@ -141,20 +136,10 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path, summary: Summar
         while time.time() * 1000 < last_due + args.settle * 1000:
             time.sleep(0.5)
         watcher.stop()
-        lateness = []
-        for message_id, due_ms in due.items():
-            got = seen.copies(message_id)
-            if message_id in in_time:
-                summary.cancelled_delivered += bool(got)
-                continue
-            if message_id in acked:
-                continue  # cancelled too close to the due time: either outcome is right
-            if not got:
-                summary.lost += 1
-                continue
-            summary.duplicates += len(got) - 1
-            summary.early += sum(d.produced_ms < due_ms for d in got)
-            lateness.append(got[0].produced_ms - due_ms)
+        summary.cancelled_delivered = sum(bool(seen.copies(i)) for i in due if i in in_time)
+        # A cancel acknowledged too close to the due time: either outcome is right.
+        kept = {i: due_ms for i, due_ms in due.items() if i not in in_time and i not in acked}
+        lateness = summary.count(kept, seen)
         if lateness:
             summary.lateness_p50_ms = percentile(lateness, 0.5)
             summary.lateness_p99_ms = percentile(lateness, 0.99)
@@ -177,29 +162,15 @@ def main() -> int:
     parser.add_argument("--due-from", type=float, default=4.0, help="seconds after the burst")
     parser.add_argument("--due-to", type=float, default=12.0, help="seconds after the burst")
     parser.add_argument("--settle", type=float, default=15.0, help="seconds after the last due")
-    parser.add_argument("--broker", choices=BROKER_KINDS, default="kafka")
-    parser.add_argument("--bootstrap", default=None, help="use this cluster instead")
     parser.add_argument("--seed", type=int, default=int(time.time()))
-    parser.add_argument("--keep", default=None, help="work directory to keep (logs, stores)")
+    add_broker_options(parser)
     args = parser.parse_args()
-    workdir = Path(args.keep or tempfile.mkdtemp(prefix="chronos-cancel-burst-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    if any(workdir.glob("store-*")):
-        raise SystemExit(f"{workdir} holds stores of an earlier run: give a new --keep")
-    broker: LocalBroker | None = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        broker = start_local_broker(args.broker, workdir / "broker.log")
-        bootstrap = broker.bootstrap
     summary = Summary(mode=args.mode, gate=args.gate)
-    try:
-        run(args, bootstrap, workdir, summary)
-    finally:
-        if broker is not None:
-            broker.stop()
-    print(f"logs: {workdir}")
-    print(json.dumps(asdict(summary) | {"ok": summary.ok}))
-    return 0 if summary.ok else 1
+    with staged(args, "cancel-burst") as stage:
+        if any(stage.workdir.glob("store-*")):
+            raise SystemExit(f"{stage.workdir} holds stores of an earlier run: give a new --keep")
+        run(args, stage.bootstrap, stage.workdir, summary)
+    return finish(summary, stage.workdir)
 
 
 if __name__ == "__main__":

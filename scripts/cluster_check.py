@@ -41,7 +41,6 @@ import json
 import random
 import signal
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -50,7 +49,8 @@ from typing import Any
 
 from failover_check import Load, Summary, _epoch_ms, drain, log_events, verify
 
-from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
+from chronos.devstack.brokers import LocalBroker
+from chronos.devstack.check import add_broker_options, finish, staged
 from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.process import NodeProcess
 from chronos.devstack.watch import Collected, DeliveryWatcher
@@ -290,10 +290,10 @@ _FAULT_WINDOW_MS = 30_000
 _BROKER_DOWN_S = 5.0
 
 
-def _broker_crash(broker: LocalBroker, summary: ClusterSummary) -> int:
+def _broker_crash(broker: LocalBroker | None, summary: ClusterSummary) -> int:
     """kill -9 the broker, restart it on its data; returns when it answered (epoch ms)."""
     if not isinstance(broker, KafkaBroker):
-        raise SystemExit("--scenario broker needs --broker kafka")
+        raise SystemExit("--scenario broker needs --broker kafka (and no --bootstrap)")
     broker.crash()
     summary.faults.append("broker")
     time.sleep(_BROKER_DOWN_S)
@@ -393,101 +393,96 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=600.0, help="churn: how long")
     parser.add_argument("--interval", type=float, default=15.0, help="seconds between faults")
     parser.add_argument("--rate", type=int, default=2000, help="requests per second")
-    parser.add_argument("--broker", choices=BROKER_KINDS, default="kafka")
+    add_broker_options(parser)
     parser.add_argument("--seed", type=int, default=int(time.time()))
-    parser.add_argument("--keep", default=None, help="work directory to keep (logs, stores)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(1))
-    workdir = Path(args.keep or tempfile.mkdtemp(prefix="chronos-cluster-")).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    broker: LocalBroker = start_local_broker(args.broker, workdir / "broker.log")
-    summary = Summary(scenario=f"cluster-{args.scenario}", broker=args.broker)
-    extra = ClusterSummary()
-    namespace = f"cl{uuid.uuid4().hex[:8]}"
-    cluster = Cluster(workdir, broker.bootstrap, namespace, args.partitions, args.standbys)
-    rng = random.Random(args.seed)
-    faults: list[Fault] = []
-    broker_answers: list[int] = []
-    try:
-        first = cluster.add()
-        first.process.wait_ready(120)
-        cluster.settled()
-        for _ in range(args.nodes - 1):
-            cluster.add().process.wait_ready(120)
-        cluster.settled()
-        settings = load_settings(first.config)
-        topic = f"{namespace}-target"
-        create_topic(settings, topic, partitions=4)
-        committed, uncommitted = Collected(), Collected()
-        watchers = [
-            DeliveryWatcher(broker.bootstrap, [topic], committed.add).start(),
-            DeliveryWatcher(broker.bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
-        ]
-        with DelayClient(settings) as client:
-            load = Load(client, topic, args.rate, args.seed)
-            load.start()
-            try:
-                started = time.monotonic()
-                turn = 0
-                while True:
-                    if args.scenario == "churn":
-                        if time.monotonic() - started >= args.seconds:
+    with staged(args, "cluster") as stage:
+        workdir, bootstrap, broker = stage.workdir, stage.bootstrap, stage.broker
+        summary = Summary(scenario=f"cluster-{args.scenario}", broker=stage.broker_name)
+        extra = ClusterSummary()
+        namespace = f"cl{uuid.uuid4().hex[:8]}"
+        cluster = Cluster(workdir, bootstrap, namespace, args.partitions, args.standbys)
+        rng = random.Random(args.seed)
+        faults: list[Fault] = []
+        broker_answers: list[int] = []
+        try:
+            first = cluster.add()
+            first.process.wait_ready(120)
+            cluster.settled()
+            for _ in range(args.nodes - 1):
+                cluster.add().process.wait_ready(120)
+            cluster.settled()
+            settings = load_settings(first.config)
+            topic = f"{namespace}-target"
+            create_topic(settings, topic, partitions=4)
+            committed, uncommitted = Collected(), Collected()
+            watchers = [
+                DeliveryWatcher(bootstrap, [topic], committed.add).start(),
+                DeliveryWatcher(bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
+            ]
+            with DelayClient(settings) as client:
+                load = Load(client, topic, args.rate, args.seed)
+                load.start()
+                try:
+                    started = time.monotonic()
+                    turn = 0
+                    while True:
+                        if args.scenario == "churn":
+                            if time.monotonic() - started >= args.seconds:
+                                break
+                            kind = _churn_kind(cluster, rng, args.nodes + 2)
+                        elif turn >= args.faults:
                             break
-                        kind = _churn_kind(cluster, rng, args.nodes + 2)
-                    elif turn >= args.faults:
-                        break
-                    else:
-                        kind = args.scenario
+                        else:
+                            kind = args.scenario
+                        time.sleep(args.interval)
+                        if kind == "broker":
+                            broker_answers.append(_broker_crash(broker, extra))
+                        else:
+                            faults.append(_fault(kind, cluster, extra, turn))
+                        turn += 1
                     time.sleep(args.interval)
-                    if kind == "broker":
-                        broker_answers.append(_broker_crash(broker, extra))
-                    else:
-                        faults.append(_fault(kind, cluster, extra, turn))
-                    turn += 1
-                time.sleep(args.interval)
-            finally:
-                load.stop()
-        drain(load, watchers)
-        verify(load, committed, uncommitted, summary)
-        _write_deliveries(workdir / "deliveries.jsonl", committed, args.partitions)
-        gaps = _partition_gaps(load, committed, args.partitions)
-        extra.partition_gap_max_ms = max(
-            (length for found in gaps.values() for _, length in found), default=0
-        )
-        for fault in faults:
-            extra.fault_gaps_ms.append(
-                _worst_gap(gaps, fault.lost, fault.at_ms, fault.at_ms + _FAULT_WINDOW_MS)
+                finally:
+                    load.stop()
+            drain(load, watchers)
+            verify(load, committed, uncommitted, summary)
+            _write_deliveries(workdir / "deliveries.jsonl", committed, args.partitions)
+            gaps = _partition_gaps(load, committed, args.partitions)
+            extra.partition_gap_max_ms = max(
+                (length for found in gaps.values() for _, length in found), default=0
             )
-            if fault.restarted_ms is not None:
-                back = fault.restarted_ms
-                extra.leave_gaps_ms.append(_worst_gap(gaps, fault.lost, fault.at_ms, back))
-                extra.return_gaps_ms.append(
-                    _worst_gap(gaps, fault.lost, back, fault.at_ms + _FAULT_WINDOW_MS)
+            for fault in faults:
+                extra.fault_gaps_ms.append(
+                    _worst_gap(gaps, fault.lost, fault.at_ms, fault.at_ms + _FAULT_WINDOW_MS)
                 )
-        extra.broker_again_ms = [
-            _again_after(at, committed, args.partitions) for at in broker_answers
-        ]
-        if any(ms < 0 for ms in extra.broker_again_ms):
-            summary.problems.append("a partition delivered nothing after a broker crash")
-        extra.takeovers = sum(len(n.events("became_master")) for n in cluster.all())
-        extra.overlapping_terms = _overlaps(cluster)
-        if extra.overlapping_terms:
-            summary.problems.append("two owners committed one partition in one term")
-        if extra.handover_ms:
-            extra.handover_p50_ms = percentile(extra.handover_ms, 0.5)
-            extra.handover_max_ms = max(extra.handover_ms)
-    finally:
-        for node in cluster.all():
-            try:
-                if node.process.running():
-                    node.process.signal(signal.SIGCONT)
-                    node.process.terminate()
-            except Exception as exc:
-                print(f"stopping {node.name}: {exc}")
-        broker.stop()
-    print(f"logs: {workdir}")
-    print(json.dumps(asdict(summary) | asdict(extra) | {"ok": summary.ok}))
-    return 0 if summary.ok else 1
+                if fault.restarted_ms is not None:
+                    back = fault.restarted_ms
+                    extra.leave_gaps_ms.append(_worst_gap(gaps, fault.lost, fault.at_ms, back))
+                    extra.return_gaps_ms.append(
+                        _worst_gap(gaps, fault.lost, back, fault.at_ms + _FAULT_WINDOW_MS)
+                    )
+            extra.broker_again_ms = [
+                _again_after(at, committed, args.partitions) for at in broker_answers
+            ]
+            if any(ms < 0 for ms in extra.broker_again_ms):
+                summary.problems.append("a partition delivered nothing after a broker crash")
+            extra.takeovers = sum(len(n.events("became_master")) for n in cluster.all())
+            extra.overlapping_terms = _overlaps(cluster)
+            if extra.overlapping_terms:
+                summary.problems.append("two owners committed one partition in one term")
+            if extra.handover_ms:
+                extra.handover_p50_ms = percentile(extra.handover_ms, 0.5)
+                extra.handover_max_ms = max(extra.handover_ms)
+        finally:
+            for node in cluster.all():
+                try:
+                    if node.process.running():
+                        node.process.signal(signal.SIGCONT)
+                        node.process.terminate()
+                except Exception as exc:
+                    print(f"stopping {node.name}: {exc}")
+    return finish(asdict(summary) | asdict(extra) | {"ok": summary.ok}, stage.workdir)
 
 
 if __name__ == "__main__":

@@ -225,10 +225,11 @@ def main() -> int:
         if not args.keep:
             run("down", "-v", check=False)
     summary["compose"] = " ".join(_compose()[: len(_command)])
-    print(json.dumps(summary))
     ok = summary.get("delivered") == summary.get("sent") and summary.get("duplicates") == 0
     ok = ok and summary.get("masters_after_rolling", ["node-a"])[0] in ("node-a", "node-b")
     ok = ok and len(summary.get("masters_after_rolling", [""])) == 1
+    summary["ok"] = ok
+    print(json.dumps(summary))  # no chronos import: this check needs only Docker
     return 0 if ok else 1
 
 

@@ -21,14 +21,13 @@ import json
 import os
 import random
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chronos.devstack.brokers import BROKER_KINDS, start_local_broker
+from chronos.devstack.check import add_broker_options, staged
 from chronos.devstack.process import NodeProcess
 from chronos.devstack.watch import Delivered, DeliveryWatcher
 from chronos.kafka.admin import create_topic
@@ -288,42 +287,24 @@ def main() -> int:
         help="stop the node with SIGTERM instead of SIGKILL: a clean stop re-delivers nothing, "
         "so any duplicate fails the check",
     )
-    parser.add_argument(
-        "--bootstrap",
-        default=os.environ.get("CHRONOS_TEST_BOOTSTRAP"),
-        help="existing Kafka (default: start a local broker, see --broker)",
-    )
-    parser.add_argument(
-        "--broker",
-        choices=BROKER_KINDS,
-        default="tansu",
-        help="local broker to start: tansu (embedded, memory-only) or kafka (Apache Kafka)",
-    )
+    add_broker_options(parser, default="tansu")
+    parser.set_defaults(bootstrap=os.environ.get("CHRONOS_TEST_BOOTSTRAP"))
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--keep", default=None, help="work directory to keep (logs, store)")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="chronos-e2e-") as tmp:
-        workdir = Path(args.keep) if args.keep else Path(tmp)
-        workdir.mkdir(parents=True, exist_ok=True)
-        broker = None if args.bootstrap else start_local_broker(args.broker, workdir / "broker.log")
-        bootstrap = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
-        try:
-            report = run_check(
-                bootstrap,
-                args.messages,
-                args.max_delay,
-                args.cancel_ratio,
-                args.kills,
-                args.seed,
-                workdir,
-                args.schedule_over,
-                args.graceful,
-            )
-        finally:
-            if broker is not None:
-                broker.stop()
+    with staged(args, "e2e", temporary=True) as stage:
+        report = run_check(
+            stage.bootstrap,
+            args.messages,
+            args.max_delay,
+            args.cancel_ratio,
+            args.kills,
+            args.seed,
+            stage.workdir,
+            args.schedule_over,
+            args.graceful,
+        )
     summary = {k: v for k, v in report.__dict__.items() if k != "missing"}
     summary["missing"] = len(report.missing)
     summary["ok"] = report.ok

@@ -67,18 +67,17 @@ import json
 import random
 import signal
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
+from chronos.devstack.check import Tally, add_broker_options, finish, staged
 from chronos.devstack.container import DATA_PATH, ContainerNode
 from chronos.devstack.process import NodeProcess
 from chronos.devstack.watch import Collected, DeliveryWatcher
@@ -115,7 +114,7 @@ class Expected:
 
 
 @dataclass
-class Summary:
+class Summary(Tally):
     scenario: str
     broker: str
     scheduled: int = 0
@@ -125,9 +124,6 @@ class Summary:
     cancelled: int = 0
     expected_deliveries: int = 0
     delivered: int = 0
-    lost: int = 0
-    duplicates: int = 0
-    early: int = 0
     cancelled_delivered: int = 0
     #: Cancels acknowledged after their message's due time: not counted as cancelled.
     cancels_acknowledged_after_due: int = 0
@@ -166,11 +162,8 @@ class Summary:
 
     @property
     def ok(self) -> bool:
-        return not (
-            self.lost
-            or self.duplicates
-            or self.early
-            or self.cancelled_delivered
+        return self.exact and not (
+            self.cancelled_delivered
             or self.rescheduled_wrong_due
             or self.repeat_wrong_due
             or self.problems
@@ -870,13 +863,11 @@ def main() -> int:
     )
     parser.add_argument("--backup-down", type=float, default=600.0, help="lagging: seconds")
     parser.add_argument("--freeze", type=float, default=60.0, help="broker-freeze: seconds")
-    parser.add_argument("--broker", choices=BROKER_KINDS, default="kafka", help="broker to start")
-    parser.add_argument("--bootstrap", default=None, help="use this cluster instead")
+    add_broker_options(parser)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument(
         "--reschedule", type=float, default=0.02, help="share of one-shots rescheduled"
     )
-    parser.add_argument("--keep", default=None, help="work directory to keep (logs, stores)")
     parser.add_argument(
         "--release",
         type=Path,
@@ -904,70 +895,62 @@ def main() -> int:
         args.release = args.release.resolve()
     runtime = Runtime(release=args.release, image=args.image, from_image=args.from_image)
 
-    workdir = Path(args.keep or tempfile.mkdtemp(prefix="chronos-failover-")).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    broker: LocalBroker | None = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        broker = start_local_broker(args.broker, workdir / "broker.log")
-        bootstrap = broker.bootstrap
-    summary = Summary(scenario=args.scenario, broker=args.broker if broker else "external")
-    namespace = f"fo{uuid.uuid4().hex[:8]}"
-    group = Group(workdir, bootstrap, namespace, runtime=runtime)
-    try:
-        group.replicas[0].process.start()
-        first = group.master(timeout_s=120)
-        group.other(first).process.start()
-        group.other(first).process.wait_ready(60)
-        settings = load_settings(group.replicas[0].config)
-        topic = f"{namespace}-target"
-        create_topic(settings, topic, partitions=4)
-        committed, uncommitted = Collected(), Collected()
-        watchers = [
-            DeliveryWatcher(bootstrap, [topic], committed.add).start(),
-            DeliveryWatcher(bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
-        ]
-        with DelayClient(settings) as client:
-            load = Load(
-                client,
-                topic,
-                args.rate,
-                args.seed,
-                reschedule_share=args.reschedule,
-                cron_share=args.cron_share,
-            )
-            load.start()
-            try:
-                run_scenario(args, group, summary, broker, committed)
-            finally:
-                load.stop()
-        drain(load, watchers)
-        summary.masters_at_end = sum(r.is_master() for r in group.replicas)
-        if summary.masters_at_end != 1:
-            summary.problems.append(f"{summary.masters_at_end} masters at the end")
-        takeovers = sum(len(r.events("became_master")) for r in group.replicas) - 1
-        summary.extra_takeovers = max(0, takeovers - summary.failovers)
-        summary.suspicions = sum(len(r.events("suspected_master")) for r in group.replicas)
-        if args.scenario == "steady" and takeovers:
-            summary.problems.append(f"{takeovers} takeovers without a fault")
-        if load.errors:
-            print(f"load errors: {len(load.errors)}, first: {load.errors[0]}")
-        verify(load, committed, uncommitted, summary)
-    finally:
-        for replica in group.replicas:
-            try:
-                if replica.process.running():
-                    replica.process.signal(signal.SIGCONT)
-                    replica.process.terminate()
-            except Exception as exc:  # one replica's failed stop must not leave the rest
-                print(f"stopping {replica.name}: {exc}")
-            if isinstance(replica.process, ContainerNode):
-                replica.process.remove()  # whatever its client says (a signal may have ended it)
-        if broker is not None:
-            broker.stop()
-    print(f"logs: {workdir}")
-    print(json.dumps(asdict(summary) | {"ok": summary.ok}))
-    return 0 if summary.ok else 1
+    with staged(args, "failover") as stage:
+        summary = Summary(scenario=args.scenario, broker=stage.broker_name)
+        workdir, bootstrap, broker = stage.workdir, stage.bootstrap, stage.broker
+        namespace = f"fo{uuid.uuid4().hex[:8]}"
+        group = Group(workdir, bootstrap, namespace, runtime=runtime)
+        try:
+            group.replicas[0].process.start()
+            first = group.master(timeout_s=120)
+            group.other(first).process.start()
+            group.other(first).process.wait_ready(60)
+            settings = load_settings(group.replicas[0].config)
+            topic = f"{namespace}-target"
+            create_topic(settings, topic, partitions=4)
+            committed, uncommitted = Collected(), Collected()
+            watchers = [
+                DeliveryWatcher(bootstrap, [topic], committed.add).start(),
+                DeliveryWatcher(bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
+            ]
+            with DelayClient(settings) as client:
+                load = Load(
+                    client,
+                    topic,
+                    args.rate,
+                    args.seed,
+                    reschedule_share=args.reschedule,
+                    cron_share=args.cron_share,
+                )
+                load.start()
+                try:
+                    run_scenario(args, group, summary, broker, committed)
+                finally:
+                    load.stop()
+            drain(load, watchers)
+            summary.masters_at_end = sum(r.is_master() for r in group.replicas)
+            if summary.masters_at_end != 1:
+                summary.problems.append(f"{summary.masters_at_end} masters at the end")
+            takeovers = sum(len(r.events("became_master")) for r in group.replicas) - 1
+            summary.extra_takeovers = max(0, takeovers - summary.failovers)
+            summary.suspicions = sum(len(r.events("suspected_master")) for r in group.replicas)
+            if args.scenario == "steady" and takeovers:
+                summary.problems.append(f"{takeovers} takeovers without a fault")
+            if load.errors:
+                print(f"load errors: {len(load.errors)}, first: {load.errors[0]}")
+            verify(load, committed, uncommitted, summary)
+        finally:
+            for replica in group.replicas:
+                try:
+                    if replica.process.running():
+                        replica.process.signal(signal.SIGCONT)
+                        replica.process.terminate()
+                except Exception as exc:  # one replica's failed stop must not leave the rest
+                    print(f"stopping {replica.name}: {exc}")
+                if isinstance(replica.process, ContainerNode):
+                    # Whatever its client says (a signal may have ended it).
+                    replica.process.remove()
+    return finish(summary, stage.workdir)
 
 
 if __name__ == "__main__":

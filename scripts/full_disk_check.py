@@ -26,20 +26,18 @@ The last line is the JSON summary; exit code 0 when every check holds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from failover_check import Replica, _epoch_ms
 
-from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
+from chronos.devstack.check import Tally, add_broker_options, finish, staged
 from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.settings import load_settings
@@ -47,7 +45,7 @@ from proxy.client import DelayClient, DelayRequest
 
 
 @dataclass
-class Summary:
+class Summary(Tally):
     fill: str = "reserve"
     scheduled: int = 0
     paused: bool = False
@@ -57,17 +55,13 @@ class Summary:
     rocksdb_met_full_disk: bool = False
     resumed_after_ms: int | None = None
     delivered_after_ms: int | None = None
-    lost: int = 0
-    duplicates: int = 0
-    early: int = 0
     node_running: bool = False
 
     @property
     def ok(self) -> bool:
         resumed = self.delivered_after_ms is not None and self.delivered_after_ms <= 1000
-        clean = not (self.lost or self.duplicates or self.early)
         told = self.paused and self.delivery_paused
-        return told and resumed and clean and self.node_running
+        return told and resumed and self.exact and self.node_running
 
 
 class Load:
@@ -167,11 +161,7 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path, summary: Summar
         if after:
             summary.delivered_after_ms = min(after) - freed_ms
         summary.scheduled = len(load.due)
-        for message_id, due_ms in load.due.items():
-            got = seen.copies(message_id)
-            summary.lost += not got
-            summary.duplicates += max(0, len(got) - 1)
-            summary.early += sum(d.produced_ms < due_ms for d in got)
+        summary.count(load.due, seen)
     finally:
         if node.process.running():
             node.process.terminate()
@@ -188,29 +178,15 @@ def main() -> int:
     parser.add_argument("--reserve-mb", type=int, default=32, help="store.min_free_mb")
     parser.add_argument("--fill", choices=["reserve", "zero"], default="reserve")
     parser.add_argument("--hold", type=float, default=8.0, help="seconds full after the pause")
-    parser.add_argument("--broker", choices=BROKER_KINDS, default="kafka")
-    parser.add_argument("--bootstrap", default=None, help="use this cluster instead")
-    parser.add_argument("--keep", default=None, help="work directory to keep (logs)")
+    add_broker_options(parser)
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("full_disk_check mounts a tmpfs: run it as root")
-    workdir = Path(args.keep or tempfile.mkdtemp(prefix="chronos-full-disk-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    broker: LocalBroker | None = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        broker = start_local_broker(args.broker, workdir / "broker.log")
-        bootstrap = broker.bootstrap
     os.environ["CHRONOS_STORE__MIN_FREE_MB"] = str(args.reserve_mb)
     summary = Summary(fill=args.fill)
-    try:
-        run(args, bootstrap, workdir, summary)
-    finally:
-        if broker is not None:
-            broker.stop()
-    print(f"logs: {workdir}")
-    print(json.dumps(asdict(summary) | {"ok": summary.ok}))
-    return 0 if summary.ok else 1
+    with staged(args, "full-disk") as stage:
+        run(args, stage.bootstrap, stage.workdir, summary)
+    return finish(summary, stage.workdir)
 
 
 if __name__ == "__main__":

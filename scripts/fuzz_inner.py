@@ -20,10 +20,8 @@ The last line of output is the JSON summary; exit code 0 when every check holds.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -43,7 +41,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from chronos import wire
-from chronos.devstack.brokers import BROKER_KINDS, start_local_broker
+from chronos.devstack.check import add_broker_options, finish, staged
 from chronos.devstack.process import NodeProcess
 from chronos.devstack.watch import Delivered, DeliveryWatcher
 from chronos.kafka.admin import create_topic
@@ -117,22 +115,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--broker", choices=BROKER_KINDS, default="kafka")
+    add_broker_options(parser)
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     args = parser.parse_args()
     rng = random.Random(args.seed)
-
-    with tempfile.TemporaryDirectory(prefix="chronos-fuzz-") as tmp:
-        workdir = Path(tmp)
-        broker = start_local_broker(args.broker, workdir / "broker.log")
-        try:
-            summary = run(broker.bootstrap, workdir, rng, args.records)
-        finally:
-            broker.stop()
-    summary.update({"broker": args.broker, "seed": args.seed})
-    print(json.dumps(summary))
-    return 0 if summary["ok"] else 1
+    with staged(args, "fuzz", temporary=True) as stage:
+        summary = run(stage.bootstrap, stage.workdir, rng, args.records)
+    return finish(summary | {"broker": stage.broker_name, "seed": args.seed})
 
 
 def run(bootstrap: str, workdir: Path, rng: random.Random, count: int) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from chronos import wire
 from chronos.bench.revision import install
 from chronos.clock import SystemClock
 from chronos.devstack.brokers import start_local_broker
+from chronos.devstack.check import finish
 from chronos.devstack.process import NodeProcess
 from chronos.devstack.watch import Delivered, DeliveryWatcher
 from chronos.kafka.admin import create_topic
@@ -260,8 +261,7 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=2000)
     args = parser.parse_args()
     result = run(args)
-    print(json.dumps(result))
-    return 0 if result["ok"] else 1
+    return finish(result)
 
 
 if __name__ == "__main__":

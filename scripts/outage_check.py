@@ -40,6 +40,7 @@ from typing import Any
 
 from chronos.bench.stack import BenchStack, TopicLayout
 from chronos.devstack.brokers import BROKER_KINDS
+from chronos.devstack.check import finish
 from chronos.devstack.watch import Delivered, DeliveryWatcher
 from chronos.errors import ChronosError
 from proxy.client import DelayClient, DelayRequest
@@ -205,9 +206,7 @@ def main() -> int:
         and summary["delivery_recovered_s"] is not None
         and summary["delivery_recovered_s"] <= args.recover_within
     )
-    summary["ok"] = ok
-    print(json.dumps(summary))
-    return 0 if ok else 1
+    return finish(summary | {"ok": ok})
 
 
 def _log_rate(lines: list[str]) -> dict[str, Any]:

@@ -22,7 +22,6 @@ The last line of output is the JSON summary; exit code 0 when every check held.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import uuid
@@ -31,6 +30,7 @@ from typing import Any
 
 from chronos.bench.load import LoadSpec, generate, steady_beside
 from chronos.bench.stack import BenchStack
+from chronos.devstack.check import finish
 from chronos.devstack.watch import (
     Collected,
     Delivered,
@@ -162,8 +162,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     result = run(args)
     result["held"] = held(result)
-    print(json.dumps(result))
-    return 0 if result["held"] else 1
+    return finish(result | {"ok": result["held"]})
 
 
 if __name__ == "__main__":

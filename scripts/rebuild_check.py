@@ -51,6 +51,7 @@ from confluent_kafka.cimpl import NewTopic
 from failover_check import Group, Load, Replica, Summary, verify
 
 from chronos.devstack.brokers import LocalBroker, start_local_broker
+from chronos.devstack.check import finish
 from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
@@ -455,9 +456,7 @@ def main() -> int:
             print(json.dumps(results[-1]))
     finally:
         broker.stop()
-    print(f"logs: {workdir}")
-    print(json.dumps({"ok": all(r["ok"] for r in results), "scenarios": results}))
-    return 0 if all(r["ok"] for r in results) else 1
+    return finish({"ok": all(r["ok"] for r in results), "scenarios": results}, workdir)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ The last line of output is the JSON summary. Exit code 0 when it holds.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import time
@@ -43,6 +42,7 @@ from chronos.bench.load import LoadSpec, generate
 from chronos.bench.sampler import cpu_seconds
 from chronos.bench.scenarios import preload_pending, spawn_pool
 from chronos.bench.stack import BenchStack, TopicLayout
+from chronos.devstack.check import finish
 
 
 @dataclass
@@ -227,8 +227,7 @@ def main() -> int:
     parser.add_argument("--keep", default=None, help="directory to copy the logs into")
     args = parser.parse_args()
     result = run(args)
-    print(json.dumps(result))
-    return 0 if result["ok"] else 1
+    return finish(result)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ The last line of output is the JSON summary; exit code 0 when every check held.
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import sys
 import time
@@ -39,6 +38,7 @@ from confluent_kafka.admin._resource import ResourceType
 from chronos.bench.load import LoadSpec, generate, steady_beside
 from chronos.bench.stack import BenchStack
 from chronos.devstack.acls import AUTHORIZER, allow_again, deny
+from chronos.devstack.check import finish
 from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.watch import Collected, DeliveryWatcher, lateness_summary, waited
 from chronos.kafka.admin import create_topic
@@ -192,10 +192,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--refused", type=int, default=100, help="messages to the refused topic")
     args = parser.parse_args(argv)
     result = run(args)
-    ok = held(result)
-    result["held"] = ok
-    print(json.dumps(result))
-    return 0 if ok else 1
+    result["held"] = held(result)
+    return finish(result | {"ok": result["held"]})
 
 
 if __name__ == "__main__":

@@ -17,17 +17,15 @@ The last line is the JSON summary; exit code 0 when every check holds.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from failover_check import Replica
 
-from chronos.devstack.brokers import BROKER_KINDS, LocalBroker, start_local_broker
+from chronos.devstack.check import Tally, add_broker_options, finish, staged
 from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.settings import load_settings
@@ -35,22 +33,19 @@ from proxy.client import DelayClient, DelayRequest
 
 
 @dataclass
-class Summary:
+class Summary(Tally):
     broker: str
     messages: int = 0
     send_s: float = 0.0
     stops: int = 0
     exit_codes: list[int] = field(default_factory=list)
     delivered_at_stop: list[int] = field(default_factory=list)
-    lost: int = 0
-    duplicates: int = 0
-    early: int = 0
     all_delivered_after_s: float = 0.0
 
     @property
     def ok(self) -> bool:
         clean = all(code == 0 for code in self.exit_codes)
-        return clean and not (self.lost or self.duplicates or self.early)
+        return clean and self.exact
 
 
 def _seen_count(seen: Collected) -> int:
@@ -100,12 +95,7 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path, summary: Summar
         watcher.stop()
         if node.process.running():
             node.process.terminate()
-    for message_id in ids:
-        got = seen.copies(message_id)
-        if not got:
-            summary.lost += 1
-        summary.duplicates += max(0, len(got) - 1)
-        summary.early += sum(d.produced_ms < due_ms for d in got)
+    summary.count(dict.fromkeys(ids, due_ms), seen)
 
 
 def main() -> int:
@@ -117,26 +107,12 @@ def main() -> int:
     parser.add_argument(
         "--lead", type=float, default=40.0, help="seconds from the start to the due time"
     )
-    parser.add_argument("--broker", choices=BROKER_KINDS, default="kafka")
-    parser.add_argument("--bootstrap", default=None, help="use this cluster instead")
-    parser.add_argument("--keep", default=None, help="work directory to keep (logs, store)")
+    add_broker_options(parser)
     args = parser.parse_args()
-    workdir = Path(args.keep or tempfile.mkdtemp(prefix="chronos-same-ms-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    broker: LocalBroker | None = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        broker = start_local_broker(args.broker, workdir / "broker.log")
-        bootstrap = broker.bootstrap
-    summary = Summary(broker=args.broker if broker else "external")
-    try:
-        run(args, bootstrap, workdir, summary)
-    finally:
-        if broker is not None:
-            broker.stop()
-    print(f"logs: {workdir}")
-    print(json.dumps(asdict(summary) | {"ok": summary.ok}))
-    return 0 if summary.ok else 1
+    with staged(args, "same-ms") as stage:
+        summary = Summary(broker=stage.broker_name)
+        run(args, stage.bootstrap, stage.workdir, summary)
+    return finish(summary, stage.workdir)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from failover_check import Replica
 
 from chronos import wire
 from chronos.devstack.brokers import BROKER_KINDS, start_local_broker
+from chronos.devstack.check import finish
 from chronos.model import DelayMessage
 
 
@@ -142,9 +143,7 @@ def main() -> int:
         runs.append(one_run(args, workdir))
         print(json.dumps(runs[-1]), flush=True)
     print(f"logs: {root}")
-    ok = all(r["ok"] for r in runs)
-    print(json.dumps({"broker": args.broker, "runs": runs, "ok": ok}))
-    return 0 if ok else 1
+    return finish({"broker": args.broker, "runs": runs, "ok": all(r["ok"] for r in runs)})
 
 
 if __name__ == "__main__":

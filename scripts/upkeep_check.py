@@ -35,6 +35,7 @@ from chronos.bench.load import LoadSpec
 from chronos.bench.scenarios import preload_pending, run_load
 from chronos.bench.stack import BenchStack, TopicLayout
 from chronos.bench.stats import p99_per_bucket, percentiles
+from chronos.devstack.check import finish
 
 #: Log events that are background work, counted per node over the measured window.
 BACKGROUND = ("delete_pass", "refresh_pass_done")
@@ -187,8 +188,7 @@ def main() -> int:
     parser.add_argument("--keep", default=None, help="directory to copy the logs into")
     args = parser.parse_args()
     result = run(args)
-    print(json.dumps(result))
-    return 0 if result["ok"] else 1
+    return finish(result)
 
 
 if __name__ == "__main__":
