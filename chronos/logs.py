@@ -84,16 +84,13 @@ class RepeatLimiter(logging.Filter):
     Lines count as the same when they differ only in numbers (ports, ms, client ids) and in
     which client said them.
 
-    Parameters:
-        window_s: how long repeats are held back.
-        now: monotonic time source.
+    ``throttle``: how long repeats are held back (``Throttle``'s window, by default
+    ``REPEAT_WINDOW_S``).
     """
 
-    def __init__(
-        self, window_s: float = REPEAT_WINDOW_S, now: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, throttle: Throttle | None = None) -> None:
         super().__init__()
-        self._throttle = Throttle(window_s, now)
+        self._throttle = throttle or Throttle()
 
     def filter(self, record: logging.LogRecord) -> bool:
         key = (record.levelno, without_numbers(_text_of(record)))

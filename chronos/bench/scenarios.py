@@ -15,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from chronos.bench.ladder import Ladder, climb, highest_sustained
 from chronos.bench.load import LoadSpec, Observation, generate, observe
 from chronos.bench.sampler import ProcessSampler, cpu_seconds
 from chronos.bench.stack import BenchStack, TopicLayout
@@ -144,45 +145,28 @@ def per_message_cpu(node: Result, count: int) -> Result:
     }
 
 
-def highest_rate(
-    bootstrap: str | None,
-    rates: list[float],
-    seconds: float,
-    log: Callable[[str], None],
-    max_delay_ms: int = 10_000,
-    layout: TopicLayout | None = None,
-    broker: BrokerKind = "tansu",
-) -> Result:
+def highest_rate(ladder: Ladder) -> Result:
     """Steady runs at increasing rates (fresh node each) until p99 > 100 ms or loss."""
-    runs: list[Result] = []
-    for rate in rates:
-        with BenchStack(bootstrap=bootstrap, layout=layout, broker=broker) as stack:
+
+    def measure(_mode: str, rate: float) -> Result:
+        with BenchStack(
+            bootstrap=ladder.bootstrap, layout=ladder.layout, broker=ladder.broker
+        ) as stack:
             stack.start_node()
-            run = steady(stack, rate, seconds, max_delay_ms=max_delay_ms)
-        log(
+            run = steady(stack, rate, ladder.seconds, max_delay_ms=ladder.max_delay_ms)
+        ladder.log(
             f"steady {rate:>8.0f}/s: ingest {run['ingest_rate']:.0f}/s, delivered "
             f"{run['delivered']}/{run['expected']}, p99 {run['lateness_ms']['p99']} ms, "
             f"node cpu {run['node']['cpu_percent_mean']} %, {run.get('cpu_us_per_msg')} us/msg "
             f"{run.get('stage_cpu_us_per_msg')}"
         )
-        runs.append(run)
-        if not run["sustained"]:
-            break
-    best = max((r["rate_target"] for r in runs if r["sustained"]), default=0)
-    return {"runs": runs, "highest_sustained_rate": best}
+        return run
+
+    runs = climb(ladder.rates, ["steady"], measure)["steady"]
+    return {"runs": runs, "highest_sustained_rate": highest_sustained(runs)}
 
 
-def replicated(
-    bootstrap: str | None,
-    rates: list[float],
-    seconds: float,
-    log: Callable[[str], None],
-    max_delay_ms: int = 10_000,
-    layout: TopicLayout | None = None,
-    broker: BrokerKind = "kafka",
-    group_size: int = 2,
-    visible: bool = True,
-) -> Result:
+def replicated(ladder: Ladder, group_size: int = 2, visible: bool = True) -> Result:
     """What master/backup costs: at each rate, a node alone (at least once) and a replica group
     of ``group_size`` (transactional delivery, backups following), fresh each, until both fail.
     Lateness is measured when a ``read_committed`` consumer receives the record (``visible``)
@@ -191,32 +175,31 @@ def replicated(
     A group of one compares the two delivery engines alone: transactions against the
     at-least-once pipeline, without a backup's share of the cores."""
     modes = {"alone": 0, "group": group_size}
-    runs: dict[str, list[Result]] = {mode: [] for mode in modes}
-    for rate in rates:
-        for mode, replicas in modes.items():
-            if runs[mode] and not runs[mode][-1]["sustained"]:
-                continue
-            with BenchStack(
-                bootstrap=bootstrap, layout=layout, broker=broker, replicas=replicas
-            ) as stack:
-                stack.start_node()
-                run = steady(stack, rate, seconds, max_delay_ms=max_delay_ms, visible=visible)
-            run["mode"] = mode
-            # Exactly once is the point of the group: a duplicate fails the rate.
-            run["sustained"] = run["sustained"] and run["duplicates"] == 0
-            log(
-                f"replicated {mode:<5} {rate:>8.0f}/s: ingest {run['ingest_rate']:.0f}/s, "
-                f"delivered {run['delivered']}/{run['expected']}, p99 "
-                f"{run['lateness_ms']['p99']} ms, duplicates {run['duplicates']}, "
-                f"{run.get('cpu_us_per_msg')} us/msg {run.get('stage_cpu_us_per_msg')}"
+
+    def measure(mode: str, rate: float) -> Result:
+        with BenchStack(
+            bootstrap=ladder.bootstrap,
+            layout=ladder.layout,
+            broker=ladder.broker,
+            replicas=modes[mode],
+        ) as stack:
+            stack.start_node()
+            run = steady(
+                stack, rate, ladder.seconds, max_delay_ms=ladder.max_delay_ms, visible=visible
             )
-            runs[mode].append(run)
-        if all(r and not r[-1]["sustained"] for r in runs.values()):
-            break
-    best = {
-        mode: max((r["rate_target"] for r in found if r["sustained"]), default=0)
-        for mode, found in runs.items()
-    }
+        run["mode"] = mode
+        # Exactly once is the point of the group: a duplicate fails the rate.
+        run["sustained"] = run["sustained"] and run["duplicates"] == 0
+        ladder.log(
+            f"replicated {mode:<5} {rate:>8.0f}/s: ingest {run['ingest_rate']:.0f}/s, "
+            f"delivered {run['delivered']}/{run['expected']}, p99 "
+            f"{run['lateness_ms']['p99']} ms, duplicates {run['duplicates']}, "
+            f"{run.get('cpu_us_per_msg')} us/msg {run.get('stage_cpu_us_per_msg')}"
+        )
+        return run
+
+    runs = climb(ladder.rates, list(modes), measure)
+    best = {mode: highest_sustained(found) for mode, found in runs.items()}
     return {
         "group_size": group_size,
         "lateness": "visible" if visible else "stamped",

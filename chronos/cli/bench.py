@@ -224,6 +224,7 @@ def _guard(args: argparse.Namespace, log: Callable[[str], None]) -> int:
 
 def main(args: argparse.Namespace) -> int:
     from chronos.bench import baselines, report, scenarios
+    from chronos.bench.ladder import Ladder, climb, highest_sustained
     from chronos.settings import NodeSettings
 
     rates, seconds, max_delay, burst_n, scale_n, relay_n, proxy_s = _QUICK if args.quick else _FULL
@@ -276,29 +277,25 @@ def main(args: argparse.Namespace) -> int:
         },
     }
     found = results["scenarios"]
+    ladder = Ladder(args.bootstrap, rates, seconds, log, max_delay, layout, args.broker)
     workdir = Path(tempfile.mkdtemp(prefix="chronos-bench-"))
     bootstrap, broker = baselines.local_broker(args.bootstrap, workdir, args.broker)
     try:
         if "relay" in args.only:
             found["relay"] = baselines.bare_relay(bootstrap, relay_n, 200, log)
         if "steady" in args.only:
-            found["steady"] = scenarios.highest_rate(
-                args.bootstrap, rates, seconds, log, max_delay, layout, args.broker
-            )
+            found["steady"] = scenarios.highest_rate(ladder)
         if "redis" in args.only:
-            runs = []
-            for rate in rates:
-                run = baselines.redis_steady(
+            runs = climb(
+                rates,
+                ["redis"],
+                lambda _mode, rate: baselines.redis_steady(
                     bootstrap, rate, seconds, 200, log, max_delay, layout.target
-                )
-                runs.append(run)
-                if not run["sustained"]:
-                    break
+                ),
+            )["redis"]
             found["redis_steady"] = {
                 "runs": runs,
-                "highest_sustained_rate": max(
-                    (r["rate_target"] for r in runs if r["sustained"]), default=0
-                ),
+                "highest_sustained_rate": highest_sustained(runs),
             }
             found["redis_memory"] = baselines.redis_memory(min(scale_n, 1_000_000), 200, log)
         if "burst" in args.only:
@@ -307,15 +304,7 @@ def main(args: argparse.Namespace) -> int:
             found["scale"] = scenarios.scale(args.bootstrap, scale_n, log, layout, args.broker)
         if "replicated" in args.only:
             found["replicated"] = scenarios.replicated(
-                args.bootstrap,
-                rates,
-                seconds,
-                log,
-                max_delay,
-                layout,
-                args.broker,
-                group_size=args.group_size,
-                visible=args.lateness == "visible",
+                ladder, group_size=args.group_size, visible=args.lateness == "visible"
             )
         if "proxy" in args.only:
             found["proxy"] = scenarios.proxy_http(

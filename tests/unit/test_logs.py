@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError
 
 from chronos.kafka import clients as clients_module
 from chronos.kafka.clients import KafkaClients, producer
-from chronos.logs import LIBRDKAFKA, RepeatLimiter, configure_logging
+from chronos.logs import LIBRDKAFKA, RepeatLimiter, Throttle, configure_logging
 from chronos.settings import KafkaSettings, LogSettings
 
 
@@ -39,7 +39,7 @@ def test_a_repeated_line_is_written_once_per_window_then_with_its_count() -> Non
     """Mutants caught: no limiting; lines of two clients (or two ports) counted apart; the
     count of held-back lines dropped."""
     clock = Clock()
-    limiter = RepeatLimiter(10.0, clock)
+    limiter = RepeatLimiter(Throttle(10.0, clock))
     refused = "127.0.0.1:{port}/bootstrap: Connect failed: Connection refused (after {ms}ms)"
     first = _librdkafka_record("a#producer-1", refused.format(port=9092, ms=0))
     assert limiter.filter(first) and not hasattr(first, "repeated")
