@@ -4,6 +4,7 @@ partition, a null value naming what it ends."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from chronos import wire
 from chronos.kafka.partitioner import partition_of
@@ -11,6 +12,27 @@ from chronos.kafka.publishers.stub import StubPublisher
 from chronos.metrics import CountingMetrics
 from chronos.model import Expiry
 from chronos.node.expiry import ExpiryWriter, id_partition
+
+
+def _writer(
+    publisher: StubPublisher | None = None,
+    *,
+    rate: int = 10**9,
+    partition: Callable[[str], int] = lambda _id: 0,
+    delivering: Callable[[], bool] = lambda: True,
+    metrics: CountingMetrics | None = None,
+    stopping: threading.Event | None = None,
+) -> ExpiryWriter:
+    """An expiry writer to the topic ``inner``; each test names only what it is about."""
+    return ExpiryWriter(
+        publisher=publisher or StubPublisher(auto=True),
+        inner_topic="inner",
+        partition=partition,
+        delivering=delivering,
+        rate=rate,
+        metrics=metrics or CountingMetrics(),
+        stopping=stopping,
+    )
 
 
 def test_an_id_goes_to_the_only_owned_partition_or_where_murmur2_puts_it() -> None:
@@ -28,13 +50,8 @@ def test_tombstones_go_out_only_while_delivering_and_name_what_they_end() -> Non
     publisher = StubPublisher(auto=True)
     delivering = {"now": False}
     metrics = CountingMetrics()
-    writer = ExpiryWriter(
-        publisher=publisher,
-        inner_topic="inner",
-        partition=lambda _id: 3,
-        delivering=lambda: delivering["now"],
-        rate=10**9,
-        metrics=metrics,
+    writer = _writer(
+        publisher, partition=lambda _id: 3, delivering=lambda: delivering["now"], metrics=metrics
     )
     writer([("a", 1_700_000_000_000)])
     assert publisher.published == []
@@ -54,15 +71,7 @@ def test_a_stop_wakes_the_pacing_and_the_rest_still_goes_out() -> None:
     publisher = StubPublisher(auto=True)
     stopping = threading.Event()
     stopping.set()
-    writer = ExpiryWriter(
-        publisher=publisher,
-        inner_topic="inner",
-        partition=lambda _id: 0,
-        delivering=lambda: True,
-        rate=1,
-        metrics=CountingMetrics(),
-        stopping=stopping,
-    )
+    writer = _writer(publisher, rate=1, stopping=stopping)
     finished = threading.Event()
 
     def expire() -> None:
@@ -93,15 +102,7 @@ def test_a_pass_is_spread_over_its_seconds_in_small_batches() -> None:
     reads the tombstones back, fell seconds behind), or in one burst per chunk of 10,000."""
     waits = _RecordedWaits()
     publisher = StubPublisher(auto=True)
-    writer = ExpiryWriter(
-        publisher=publisher,
-        inner_topic="inner",
-        partition=lambda _id: 0,
-        delivering=lambda: True,
-        rate=20_000,
-        metrics=CountingMetrics(),
-        stopping=waits,
-    )
+    writer = _writer(publisher, rate=20_000, stopping=waits)
     writer.spread(1000, 10.0)
     writer([(f"id-{n}", 1_700_000_000_000) for n in range(1000)])
     assert len(publisher.published) == 1000
@@ -111,28 +112,12 @@ def test_a_pass_is_spread_over_its_seconds_in_small_batches() -> None:
 
 def test_a_spread_never_goes_faster_than_the_rate_nor_slower_than_the_floor() -> None:
     waits = _RecordedWaits()
-    writer = ExpiryWriter(
-        publisher=StubPublisher(auto=True),
-        inner_topic="inner",
-        partition=lambda _: 0,
-        delivering=lambda: True,
-        rate=400,
-        metrics=CountingMetrics(),
-        stopping=waits,
-    )
+    writer = _writer(rate=400, stopping=waits)
     writer.spread(1_000_000, 1.0)  # would be a million a second: the rate caps it
     writer([(f"id-{n}", 1) for n in range(400)])
     assert round(waits.waits[-1], 1) == 1.0
     later = _RecordedWaits()
-    writer = ExpiryWriter(
-        publisher=StubPublisher(auto=True),
-        inner_topic="inner",
-        partition=lambda _: 0,
-        delivering=lambda: True,
-        rate=400,
-        metrics=CountingMetrics(),
-        stopping=later,
-    )
+    writer = _writer(rate=400, stopping=later)
     writer.spread(1, 3600.0)  # one id over an hour: the floor sends it within a second
     writer([("x", 1)])
     assert later.waits[-1] < 1.0

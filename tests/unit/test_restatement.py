@@ -51,6 +51,21 @@ T0 = 1_700_000_000_000
 IDS = ("a", "b", "c")
 RETENTION = DeleteSettings(tombstone_retention_s=3600, retention_s=1)
 
+
+def _restater(
+    store: RocksStore, ledger: Ledger, publisher: StubPublisher, clock: FakeClock
+) -> Restater:
+    """A restater to the topic ``inner``, tombstones kept an hour (``RETENTION``'s)."""
+    return Restater(
+        store=store,
+        ledger=ledger,
+        publisher=publisher,
+        inner_topic="inner",
+        clock=clock,
+        tombstone_retention_ms=3_600_000,
+    )
+
+
 #: One step of a history: ("add", id, due offset from now, payload), ("cancel", id),
 #: ("reschedule", id, due offset), ("deliver", ms the clock moves first).
 _add = st.tuples(
@@ -259,14 +274,7 @@ def test_a_store_restored_from_the_compacted_log_holds_what_the_node_held(
     frontier = Frontier(0)
     ledger = Ledger(store, frontier, clock, RETENTION, ALONE, restates=True)
     publisher = StubPublisher(auto=True)
-    restater = Restater(
-        store=store,
-        ledger=ledger,
-        publisher=publisher,
-        inner_topic="inner",
-        clock=clock,
-        tombstone_retention_ms=3_600_000,
-    )
+    restater = _restater(store, ledger, publisher, clock)
     unpaced = threading.Event()
     unpaced.set()  # the test's clock is fake: the pacing never waits
     expiries = ExpiryWriter(
@@ -394,14 +402,7 @@ def test_the_restater_sends_each_entry_once_retries_a_failure_and_drops_what_is_
     message = DelayMessage("a", "t", None, b"x", [], T0 + 500)
     ledger.apply([message, message], {1: 2}, origins=[(1, 0), (1, 1)])
     publisher = StubPublisher()  # answered when told
-    restater = Restater(
-        store=store,
-        ledger=ledger,
-        publisher=publisher,
-        inner_topic="inner",
-        clock=clock,
-        tombstone_retention_ms=3_600_000,
-    )
+    restater = _restater(store, ledger, publisher, clock)
     assert restater.send_due() == 1 and restater.send_due() == 0
     (record,) = publisher.published
     assert (record.topic, record.partition) == ("inner", 1)
