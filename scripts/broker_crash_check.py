@@ -26,9 +26,8 @@ from pathlib import Path
 
 from failover_check import REPEAT, Group, Load, Summary, _flowing_again, drain, verify
 
-from chronos.devstack.check import finish
+from chronos.devstack.check import Watched, finish
 from chronos.devstack.kafka import KafkaBroker
-from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.repeat import Repeat, RepeatKind
 from chronos.settings import load_settings
@@ -56,18 +55,12 @@ def main() -> int:
     group = Group(workdir, broker.bootstrap, namespace)
     repeat = Repeat(RepeatKind.FIXED, int(args.repeat_interval * 1000), REPEAT.times)
     try:
-        group.replicas[0].process.start()
-        first = group.master(timeout_s=120)
-        group.other(first).process.start()
-        group.other(first).process.wait_ready(60)
+        group.start()
         settings = load_settings(group.replicas[0].config)
         topic = f"{namespace}-target"
         create_topic(settings, topic, partitions=4)
-        committed, uncommitted = Collected(), Collected()
-        watchers = [
-            DeliveryWatcher(broker.bootstrap, [topic], committed.add).start(),
-            DeliveryWatcher(broker.bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
-        ]
+        watched = Watched.start(broker.bootstrap, topic)
+        committed, uncommitted, watchers = watched.committed, watched.uncommitted, watched.watchers
         with DelayClient(settings) as client:
             load = Load(client, topic, args.rate, args.seed, repeat=repeat)
             load.start()

@@ -50,10 +50,10 @@ from typing import Any
 from failover_check import Load, Summary, _epoch_ms, drain, log_events, verify
 
 from chronos.devstack.brokers import LocalBroker
-from chronos.devstack.check import add_broker_options, finish, staged
+from chronos.devstack.check import Watched, add_broker_options, finish, staged
 from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.process import NodeProcess
-from chronos.devstack.watch import Collected, DeliveryWatcher
+from chronos.devstack.watch import Collected
 from chronos.kafka.admin import create_topic
 from chronos.kafka.partitioner import partition_of
 from chronos.quantiles import percentile
@@ -416,11 +416,12 @@ def main() -> int:
             settings = load_settings(first.config)
             topic = f"{namespace}-target"
             create_topic(settings, topic, partitions=4)
-            committed, uncommitted = Collected(), Collected()
-            watchers = [
-                DeliveryWatcher(bootstrap, [topic], committed.add).start(),
-                DeliveryWatcher(bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
-            ]
+            watched = Watched.start(bootstrap, topic)
+            committed, uncommitted, watchers = (
+                watched.committed,
+                watched.uncommitted,
+                watched.watchers,
+            )
             with DelayClient(settings) as client:
                 load = Load(client, topic, args.rate, args.seed)
                 load.start()

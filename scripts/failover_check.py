@@ -77,7 +77,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from chronos.devstack.check import Tally, add_broker_options, finish, staged
+from chronos.devstack.check import Tally, Watched, add_broker_options, finish, staged
 from chronos.devstack.container import DATA_PATH, ContainerNode
 from chronos.devstack.process import NodeProcess
 from chronos.devstack.watch import Collected, DeliveryWatcher
@@ -335,6 +335,15 @@ class Group:
         self.replicas = [
             Replica(n, workdir, bootstrap, namespace, extra=extra, runtime=runtime) for n in NODES
         ]
+
+    def start(self) -> Replica:
+        """Start the first replica, wait until it is master, then its backup until it is
+        ready: where every scenario begins. Returns the master."""
+        self.replicas[0].process.start()
+        first = self.master(timeout_s=120)
+        self.other(first).process.start()
+        self.other(first).process.wait_ready(60)
+        return first
 
     def master(self, timeout_s: float = 60.0, newer_than: int = 0) -> Replica:
         """The replica that is master with a term above ``newer_than``."""
@@ -901,18 +910,16 @@ def main() -> int:
         namespace = f"fo{uuid.uuid4().hex[:8]}"
         group = Group(workdir, bootstrap, namespace, runtime=runtime)
         try:
-            group.replicas[0].process.start()
-            first = group.master(timeout_s=120)
-            group.other(first).process.start()
-            group.other(first).process.wait_ready(60)
+            group.start()
             settings = load_settings(group.replicas[0].config)
             topic = f"{namespace}-target"
             create_topic(settings, topic, partitions=4)
-            committed, uncommitted = Collected(), Collected()
-            watchers = [
-                DeliveryWatcher(bootstrap, [topic], committed.add).start(),
-                DeliveryWatcher(bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
-            ]
+            watched = Watched.start(bootstrap, topic)
+            committed, uncommitted, watchers = (
+                watched.committed,
+                watched.uncommitted,
+                watched.watchers,
+            )
             with DelayClient(settings) as client:
                 load = Load(
                     client,

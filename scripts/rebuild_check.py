@@ -51,7 +51,7 @@ from confluent_kafka.cimpl import NewTopic
 from failover_check import Group, Load, Replica, Summary, verify
 
 from chronos.devstack.brokers import LocalBroker, start_local_broker
-from chronos.devstack.check import finish
+from chronos.devstack.check import Watched, finish
 from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
@@ -256,20 +256,14 @@ def run_group(
     summary = Summary(scenario=args.scenario, broker="kafka")
     facts: dict[str, Any] = {}
     try:
-        group.replicas[0].process.start()
-        first = group.master(timeout_s=120)
-        group.other(first).process.start()
-        group.other(first).process.wait_ready(60)
+        first = group.start()
         config = first.config
         if args.mode == "compact":
             compact_settings(admin, config)
         topic = f"{namespace}-target"
         create_topic(load_settings(config), topic, partitions=4)
-        committed, uncommitted = Collected(), Collected()
-        watchers = [
-            DeliveryWatcher(bootstrap, [topic], committed.add).start(),
-            DeliveryWatcher(bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
-        ]
+        watched = Watched.start(bootstrap, topic)
+        committed, uncommitted, watchers = watched.committed, watched.uncommitted, watched.watchers
         with DelayClient(load_settings(config)) as client:
             load = Load(client, topic, args.rate, args.seed, (60.0, 150.0), REPEAT)
             load.start()

@@ -49,8 +49,9 @@ from failover_check import Load, Summary, _epoch_ms, drain, verify
 
 from chronos.bench.load import LoadSpec, generate
 from chronos.cluster.placement import Placement
+from chronos.devstack.check import Watched
 from chronos.devstack.kafka import KafkaBroker
-from chronos.devstack.watch import Collected, DeliveryWatcher
+from chronos.devstack.watch import Collected
 from chronos.kafka.admin import create_topic
 from chronos.kafka.partitioner import partition_of
 from chronos.names import TopicNames
@@ -321,11 +322,8 @@ def main() -> int:
             _wait_ingested(broker, names, node.name, args.partitions)
         extra.ingested_s = round(time.monotonic() - began, 1)
         print(f"{args.pending} pending ingested in {extra.ingested_s} s", flush=True)
-        committed, uncommitted = Collected(), Collected()
-        watchers = [
-            DeliveryWatcher(broker.bootstrap, [topic], committed.add).start(),
-            DeliveryWatcher(broker.bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
-        ]
+        watched = Watched.start(broker.bootstrap, topic)
+        committed, uncommitted, watchers = watched.committed, watched.uncommitted, watched.watchers
         every = set(range(args.partitions))
         with DelayClient(settings) as client:
             load = Load(client, topic, args.rate, args.seed, delay_s=(delay_min, delay_max))

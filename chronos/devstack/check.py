@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from chronos.devstack import BROKER_KINDS, BrokerKind
 from chronos.devstack.brokers import LocalBroker, start_local_broker
-from chronos.devstack.watch import Collected
+from chronos.devstack.watch import Collected, DeliveryWatcher
 
 
 def add_broker_options(parser: argparse.ArgumentParser, default: BrokerKind = "kafka") -> None:
@@ -68,6 +68,26 @@ def staged(args: argparse.Namespace, prefix: str, temporary: bool = False) -> It
             broker.stop()
         if temporary and not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A target topic read from its start twice: ``committed`` as a ``read_committed`` consumer
+    sees it (what a check judges), ``uncommitted`` as a ``read_uncommitted`` one (the Java
+    consumer's default: a check reports the duplicates aborted transactions leave there)."""
+
+    committed: Collected
+    uncommitted: Collected
+    watchers: list[DeliveryWatcher]
+
+    @classmethod
+    def start(cls, bootstrap: str, topic: str) -> Watched:
+        committed, uncommitted = Collected(), Collected()
+        watchers = [
+            DeliveryWatcher(bootstrap, [topic], committed.add).start(),
+            DeliveryWatcher(bootstrap, [topic], uncommitted.add, "read_uncommitted").start(),
+        ]
+        return cls(committed, uncommitted, watchers)
 
 
 @dataclass(kw_only=True)
