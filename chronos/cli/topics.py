@@ -16,30 +16,32 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="check or fix the inner topic's cleanup.policy and retention; create a target topic",
     )
     actions = parser.add_subparsers(dest="action", required=True)
-    check = actions.add_parser(
-        "check",
-        help="exit 1, naming each problem, when the inner topic could remove the record of a "
-        "pending message before its refresh",
-    )
-    add_config(check)
-    check.set_defaults(func=check_main)
-    fix = actions.add_parser(
-        "fix",
-        help="refresh mode: set cleanup.policy=delete, retention.bytes=-1 and retention.ms of "
-        "at least 2 x rebuild.refresh_interval_s on the inner topic; compact mode: "
-        "cleanup.policy=compact, delete.retention.ms and the cleaner's settings",
-    )
-    add_config(fix)
-    fix.set_defaults(func=fix_main)
-    migrate = actions.add_parser(
-        "migrate",
-        help="move a refresh-mode deployment to compact mode, once, with every node stopped: "
-        "restate what this node's store holds into the inner topic, end the ids it forgot, "
-        "then set compact mode's topic settings (run it on the master's store with "
-        "rebuild.mode = compact in the config)",
-    )
-    add_config(migrate)
-    migrate.set_defaults(func=migrate_main)
+    for name, main, about in (
+        (
+            "check",
+            check_main,
+            "exit 1, naming each problem, when the inner topic could remove the record of a "
+            "pending message before its refresh",
+        ),
+        (
+            "fix",
+            fix_main,
+            "refresh mode: set cleanup.policy=delete, retention.bytes=-1 and retention.ms of "
+            "at least 2 x rebuild.refresh_interval_s on the inner topic; compact mode: "
+            "cleanup.policy=compact, delete.retention.ms and the cleaner's settings",
+        ),
+        (
+            "migrate",
+            migrate_main,
+            "move a refresh-mode deployment to compact mode, once, with every node stopped: "
+            "restate what this node's store holds into the inner topic, end the ids it forgot, "
+            "then set compact mode's topic settings (run it on the master's store with "
+            "rebuild.mode = compact in the config)",
+        ),
+    ):
+        action = actions.add_parser(name, help=about)
+        add_config(action)
+        action.set_defaults(func=main)
     create = actions.add_parser("create", help="create target topics (no error if they exist)")
     create.add_argument("names", nargs="+", metavar="TOPIC", help="target topic names")
     create.add_argument(
