@@ -325,13 +325,22 @@ def decode(value: bytes | None, headers: Headers | None, origin: str = "") -> In
     if version != WIRE_VERSION:
         raise DecodeError(f"unsupported {H_VERSION} {version!r}, expected 1", origin=origin)
     op = fields.get(H_OP)
-    message_id = _text(fields, H_ID, origin)
+    # The id and topic the short way (no call per field); a missing, null or non-UTF-8 one
+    # goes through _text for its error.
+    try:
+        message_id = fields[H_ID].decode()  # type: ignore[union-attr]
+    except (KeyError, AttributeError, UnicodeDecodeError):
+        message_id = _text(fields, H_ID, origin)
     if op == OP_ADD:
         repeat = None if H_REPEAT not in fields else _decode_repeat(fields, origin)
         due = _due(fields.get(H_DUE), origin)
+        try:
+            topic = fields[H_TOPIC].decode()  # type: ignore[union-attr]
+        except (KeyError, AttributeError, UnicodeDecodeError):
+            topic = _text(fields, H_TOPIC, origin)
         message = DelayMessage(
             message_id,
-            _text(fields, H_TOPIC, origin),
+            topic,
             fields.get(H_KEY),
             value,
             user,

@@ -71,7 +71,10 @@ def decoded_request(request: InnerRequest, value: bytes | None = None) -> Decode
     ``value``: an add's or a refresh's stored value when the caller encoded it already (a
     benchmark encodes once); None encodes it here."""
     if isinstance(request, DelayMessage):
-        return _ADD, request.id, request.due_ms, encode(request) if value is None else value
+        # first_due_ms is the due time of occurrence 1 (every add read from the wire): no
+        # property call per record.
+        due = request.first_due_ms if request.occurrence == 1 else request.due_ms
+        return _ADD, request.id, due, encode(request) if value is None else value
     if isinstance(request, CancelRequest):
         return _CANCEL, request.id, request.cancelled_ms, None
     if isinstance(request, RescheduleRequest):

@@ -242,6 +242,16 @@ def test_non_utf8_id() -> None:
     assert "not UTF-8" in _reason(_add_headers(id=b"\xff\xfe"))
 
 
+def test_non_utf8_topic() -> None:
+    assert _reason(_add_headers(topic=b"\xff\xfe")) == "header chronos-topic is not UTF-8"
+
+
+@pytest.mark.parametrize("name", ["chronos-id", "chronos-topic"])
+def test_a_header_present_with_a_null_value_is_missing(name: str) -> None:
+    headers = [(key, None if key == name else value) for key, value in _add_headers()]
+    assert _reason(headers) == f"missing header {name}"
+
+
 def test_duplicated_chronos_header() -> None:
     headers = _add_headers() + [("chronos-due-ms", b"2000")]
     assert _reason(headers) == "header chronos-due-ms appears twice"
