@@ -18,6 +18,9 @@ from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
 from tests.waiting import wait_until as wait_until  # the integration tests import it here
 
+#: The inner partitions of every test's settings (``make_settings``).
+INNER_PARTITIONS = 4
+
 
 def make_settings(
     bootstrap: str, namespace: str, data_dir: Path, **sections: dict[str, Any]
@@ -25,7 +28,7 @@ def make_settings(
     """Settings for one test: its own topic namespace, store and node id; sections override."""
     base: dict[str, dict[str, Any]] = {
         "kafka": {"bootstrap_servers": bootstrap},
-        "topics": {"namespace": namespace, "inner_partitions": 4},
+        "topics": {"namespace": namespace, "inner_partitions": INNER_PARTITIONS},
         "node": {"node_id": "n1", "data_dir": data_dir, "ingest_threads": 2},
         "proxy": {"port": 0, "ack_timeout_s": 15},
     }
@@ -40,7 +43,7 @@ def running_node(settings: ChronosSettings) -> Iterator[Node]:
     node = Node(settings)
     node.start()
     try:
-        assert node.wait_ready(30), "node did not catch up with the inner topic"
+        assert node.wait_ready(60), "node did not catch up with the inner topic"
         yield node
     finally:
         node.stop()
@@ -121,7 +124,7 @@ class Inbox:
     def __exit__(self, *exc: object) -> None:
         self._watcher.stop()
 
-    def wait_for(self, ids: set[str], timeout_s: float = 20.0) -> bool:
+    def wait_for(self, ids: set[str], timeout_s: float = 60.0) -> bool:
         """True once every id in ``ids`` was delivered at least once."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

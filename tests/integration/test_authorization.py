@@ -123,25 +123,25 @@ def test_a_target_topic_refused_for_a_while_is_delivered_once_allowed(
         deny(secured, ResourceType.TOPIC, denied, AclOperation.WRITE)
         with running_node(settings) as node, DelayClient(settings) as client:
             if mode == "group":
-                wait_until(lambda: role_of(node) == "master", 30, "the replica leads")
+                wait_until(lambda: role_of(node) == "master", 60, "the replica leads")
             port = node.admin_port
             assert port is not None
             client.send_delay(denied, b"v", delay=0.2, id="x")
             client.send_delay(other, b"v", delay=0.2, id="a")
-            assert inbox.wait_for({"a"}, 30), "the refused topic held back another one"
+            assert inbox.wait_for({"a"}, 60), "the refused topic held back another one"
 
             def tried_twice() -> bool:
                 failed = _status(port, "x").get("delivery_attempts")
                 return failed is not None and failed["attempts"] >= 2
 
-            wait_until(tried_twice, 30, "two refused attempts in the status")
+            wait_until(tried_twice, 60, "two refused attempts in the status")
             _allow(secured, denied)
-            assert inbox.wait_for({"x"}, 30), "not delivered once allowed"
+            assert inbox.wait_for({"x"}, 60), "not delivered once allowed"
             status = _status(port, "x")
             assert status["delivery_attempts"]["last_error"].startswith(
                 "TOPIC_AUTHORIZATION_FAILED"
             ), status
-            wait_until(lambda: _status(port, "x")["state"] == "delivered", 30, "seek passed")
+            wait_until(lambda: _status(port, "x")["state"] == "delivered", 60, "seek passed")
         assert inbox.count("x") == 1 and inbox.count("a") == 1
 
 
@@ -165,16 +165,16 @@ def test_a_maximum_age_dead_letters_a_refused_topic_with_the_reason(
         deny(secured, ResourceType.TOPIC, denied, refused)
         with running_node(settings) as node, DelayClient(settings) as client:
             if mode == "group":
-                wait_until(lambda: role_of(node) == "master", 30, "the replica leads")
+                wait_until(lambda: role_of(node) == "master", 60, "the replica leads")
             with Inbox(settings, [dead], partitions=1) as dlq:
                 client.send_delay(denied, b"v", delay=0.2, id="x")
                 client.send_delay(other, b"v", delay=0.2, id="a")
-                assert inbox.wait_for({"a"}, 30), "the refused topic held back another one"
-                assert dlq.wait_for({"x"}, 30), "never dead-lettered"
+                assert inbox.wait_for({"a"}, 60), "the refused topic held back another one"
+                assert dlq.wait_for({"x"}, 60), "never dead-lettered"
                 headers = dict(dlq.first("x").headers)
                 reason = (headers.get("chronos-dlq-reason") or b"").decode()
                 assert "(max_age_s 1): TOPIC_AUTHORIZATION_FAILED" in reason, reason
                 assert headers.get("chronos-dlq-target") == denied.encode()
                 client.send_delay(other, b"v", delay=0.2, id="b")
-                assert inbox.wait_for({"b"}, 30)
+                assert inbox.wait_for({"b"}, 60)
                 assert dlq.count("x") == 1

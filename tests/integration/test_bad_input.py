@@ -186,7 +186,7 @@ def test_a_poison_record_too_large_to_dead_letter_whole_does_not_stop_intake(
         producer.produce(names.inner, key=ok_key, value=ok_value, headers=ok_headers)
         expected_ok.add(ok_key.decode())
         assert producer.flush(30) == 0
-        assert inbox.wait_for(expected_ok, timeout_s=30), "records after the poison were stuck"
+        assert inbox.wait_for(expected_ok, timeout_s=60), "records after the poison were stuck"
         # More than were rejected: a dead letter sent twice would show up here.
         dead = read_dead_letters(settings, len(bad) + 1, timeout_s=5)
     assert len(dead) == len(bad), [h.get(wire.H_DLQ_SOURCE) for h in dead]

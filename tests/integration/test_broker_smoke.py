@@ -75,7 +75,7 @@ def test_produce_and_read_back_binary_headers(
     try:
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         received: list[Message] = []
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while len(received) < N_RECORDS and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is None:

@@ -137,7 +137,7 @@ def _status_shows_what_runs(cluster: Cluster, settings: ChronosSettings) -> None
             for view in view_list(status)
         )
 
-    wait_until(shows_them, 30, "the status shows owners, standbys and states")
+    wait_until(shows_them, 60, "the status shows owners, standbys and states")
     assert lines(seen[0])[-1] == f"every partition is delivered ({_PARTITIONS})"
 
 
@@ -226,7 +226,7 @@ def test_a_node_refuses_to_start_once_partitions_were_added_to_its_clusters_topi
         lambda: (
             len(admin.list_topics(inner, timeout=10).topics[inner].partitions) == _PARTITIONS + 2
         ),
-        30,
+        60,
         "the broker lists the added partitions",
     )
     node = ClusterNode(settings)

@@ -43,7 +43,7 @@ def test_a_node_alone_migrated_into_a_cluster_delivers_nothing_twice(
             tick = client.send_delay(
                 topic, b"t", delay=0.2, id="tick", repeat=Repeat(RepeatKind.FIXED, 4000, 3)
             ).id
-            assert inbox.wait_for(delivered | {tick}, 30)
+            assert inbox.wait_for(delivered | {tick}, 60)
             pending = {client.send_delay(topic, b"p", delay=6.0, id=f"p{n}").id for n in range(20)}
         done = migrate(alone, cluster)
         assert done.source == "node old" and done.seek_ms is not None and done.repeats == 1
@@ -51,9 +51,9 @@ def test_a_node_alone_migrated_into_a_cluster_delivers_nothing_twice(
         node.start()
         try:
             wait_until(lambda: inbox.wait_for(pending, 1), 60, "the pending ids delivered")
-            wait_until(lambda: inbox.count(tick) == 3, 30, "the repeat's last occurrence")
+            wait_until(lambda: inbox.count(tick) == 3, 60, "the repeat's last occurrence")
             marker = client.send_delay(topic, b"m", delay=0.2, id="after").id
-            assert inbox.wait_for({marker}, 30), "a message sent after the others"
+            assert inbox.wait_for({marker}, 60), "a message sent after the others"
         finally:
             node.stop()
         with pytest.raises(ConfigError, match="progress already"):

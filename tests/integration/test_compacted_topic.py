@@ -102,7 +102,7 @@ def test_each_ids_last_record_states_it_and_a_wiped_store_restores_it(
     node = Node(settings)
     node.start()
     try:
-        assert node.wait_ready(30)
+        assert node.wait_ready(60)
         config = read_topic_config(
             KafkaClients(settings.kafka, "test").admin(), settings.topics.names.inner, 30
         )
@@ -117,7 +117,7 @@ def test_each_ids_last_record_states_it_and_a_wiped_store_restores_it(
             client.send_delay(topic, None, delay=HOUR_S, id="null")
             client.send_delay(topic, b"p", delay=HOUR_S, id="plain")
             client.send_delay(topic, b"g", delay=0.1, id="gone")
-            assert inbox.wait_for({"gone"}, 30)
+            assert inbox.wait_for({"gone"}, 60)
 
             def settled() -> bool:
                 kept = _kept(_last_records(settings))
@@ -151,15 +151,15 @@ def test_each_ids_last_record_states_it_and_a_wiped_store_restores_it(
             node = Node(settings)
             node.start()
             assert node.context is not None and node.context.rebuild is not None
-            assert node.wait_ready(30)
+            assert node.wait_ready(60)
             # The restore read g's add and its tombstone: its delete pass forgets it again.
             try:
-                wait_until(lambda: _held(node, ids) == held, 30, "the restored store holds it")
+                wait_until(lambda: _held(node, ids) == held, 60, "the restored store holds it")
             except AssertionError:
                 assert _held(node, ids) == held  # says what differs
                 raise
             client.send_delay(topic, b"a", delay=0.1, id="after")
-            assert inbox.wait_for({"after"}, 30)
+            assert inbox.wait_for({"after"}, 60)
             assert inbox.count("gone") == 1 and inbox.count("cancelled") == 0
     finally:
         node.stop()

@@ -189,7 +189,7 @@ def test_kill_and_pause_the_master_container_under_load(
             _docker("unpause", paused)  # wakes up as master of a past term: fenced
             wait_until(
                 lambda: b"became_backup" in b"".join(nodes[survivor].get_logs()),
-                30,
+                60,
                 f"the zombie {survivor} turned into a backup",
             )
             time.sleep(5)

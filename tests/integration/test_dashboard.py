@@ -112,10 +112,10 @@ def test_dashboard_draws_the_schedule_deliveries_and_replicas(
             httpx.Client(base_url=base, timeout=5, headers=auth) as http,
             DelayClient(settings) as client,
         ):
-            wait_until(lambda: http.get("/readyz").status_code == 200, 20, "the node is ready")
+            wait_until(lambda: http.get("/readyz").status_code == 200, 60, "the node is ready")
             # While due counts are built /v1/forecast answers 503, which Chromium logs as an
             # error: wait it out so a console error means a fault of the page.
-            wait_until(lambda: http.get("/v1/forecast").status_code == 200, 20, "forecast ready")
+            wait_until(lambda: http.get("/v1/forecast").status_code == 200, 60, "forecast ready")
             now_ms = int(time.time() * 1000)
             client.send_batch(
                 [
@@ -145,7 +145,7 @@ def test_dashboard_draws_the_schedule_deliveries_and_replicas(
                         [DelayRequest(topic, f"soon{i}", delay=1.0 + i / SOON) for i in range(SOON)]
                     )
                 }
-                assert inbox.wait_for(ids, 30)
+                assert inbox.wait_for(ids, 60)
                 _wait(
                     page,
                     f"""(() => {{

@@ -116,7 +116,7 @@ def test_a_token_acts_by_id_only_on_its_own_topics(proxy: httpx.Client, namespac
             proxy.get("/v1/messages/pay-1", headers=_auth(PAYMENTS)).json().get("state")
             == "pending"
         ),
-        30,
+        60,
         "the node ingested pay-1",
     )
     later = {"delay_ms": 7_200_000}
@@ -147,7 +147,7 @@ def test_a_token_acts_by_id_only_on_its_own_topics(proxy: httpx.Client, namespac
             proxy.get("/v1/messages/payments:pay-1", headers=_auth(FREE)).json().get("state")
             == "cancelled"
         ),
-        30,
+        60,
         "the node applied the cancel of payments:pay-1",
     )
 
@@ -178,7 +178,7 @@ def test_tenants_have_their_own_ids(
                 proxy.get(f"/v1/messages/{i}", headers=_auth(t)).json()["state"] == "pending"
                 for i, t in (("victim-2", PAYMENTS), ("victim-3", ORDERS), ("victim-3", PAYMENTS))
             ),
-            30,
+            60,
             "the node ingested victim-2 and both victim-3",
         )
         assert proxy.delete("/v1/messages/victim-2", headers=_auth(ORDERS)).status_code == 403

@@ -48,7 +48,7 @@ def test_a_batch_that_fails_to_store_is_read_again(
                     [DelayRequest(topic, f"m{i}", delay=0.3) for i in range(50)]
                 )
             }
-        assert inbox.wait_for(ids, timeout_s=20), "records of a failed batch were skipped"
+        assert inbox.wait_for(ids, timeout_s=60), "records of a failed batch were skipped"
     assert failures["left"] == 0
 
 
@@ -82,20 +82,18 @@ def test_a_killed_decoder_process_is_replaced_and_nothing_is_lost(
             r.id
             for r in client.send_batch([DelayRequest(topic, f"m{i}", delay=1) for i in range(300)])
         }
-        assert writing.wait(15), "no batch reached the store"
-        time.sleep(0.5)  # the children read the rest and queue it in their pipes
+        assert writing.wait(60), "no batch reached the store"
+        time.sleep(0.5)  # the children read on and queue it in their pipes (most often)
         for pid in killed:
             os.kill(pid, signal.SIGKILL)
         release.set()
-        assert inbox.wait_for(ids, timeout_s=30), "records were lost with the decoder process"
+        assert inbox.wait_for(ids, timeout_s=60), "records were lost with the decoder process"
         # The node may apply what the killed children had already written to their pipes,
         # and so deliver everything, before it reads their end: replacements come then.
-        deadline = time.monotonic() + 15
+        wait_until(
+            lambda: len(_decoders(os.getpid())) == len(killed), 60, "replacement decoders run"
+        )
         replacements = _decoders(os.getpid())
-        while len(replacements) < len(killed) and time.monotonic() < deadline:
-            time.sleep(0.1)
-            replacements = _decoders(os.getpid())
-        assert len(replacements) == len(killed)
         assert not set(replacements) & set(killed)
 
 
@@ -112,11 +110,11 @@ def test_a_new_store_reads_the_inner_topic_from_the_beginning(
         }
         # Ingested (the store's offsets pass every record), nothing due yet.
         ledger = node.context.ledger
-        wait_until(lambda: sum(ledger.inner_offsets([0, 1, 2, 3]).values()) >= 20, 30, "ingested")
+        wait_until(lambda: sum(ledger.inner_offsets([0, 1, 2, 3]).values()) >= 20, 60, "ingested")
     # The store is lost; the node id (and so its consumer group) stays the same.
     second = make_settings(kafka_bootstrap, namespace, tmp_path / "store-2")
     with Inbox(second, [topic]) as inbox, running_node(second):
-        assert inbox.wait_for(ids, timeout_s=15), "pending messages were lost with the store"
+        assert inbox.wait_for(ids, timeout_s=60), "pending messages were lost with the store"
 
 
 def test_decoder_processes_exit_with_a_killed_node(kafka_bootstrap: str) -> None:
@@ -127,7 +125,7 @@ def test_decoder_processes_exit_with_a_killed_node(kafka_bootstrap: str) -> None
         children = process_tree(stack.node.pid)[1:]
         assert len(_decoders(stack.node.pid)) == len(children) == 2  # one per ingest thread
         stack.node.kill()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not [pid for pid in children if _alive(pid)], "orphaned child processes"

@@ -57,17 +57,17 @@ def test_a_rate_set_live_paces_the_topic_and_clearing_it_lifts_it(
     topic = f"{namespace}-paced"
     with running_node(settings) as node, Inbox(settings, [topic], partitions=1) as inbox:
         if mode == "group":
-            wait_until(lambda: role_of(node) == "master", 30, "the replica leads")
+            wait_until(lambda: role_of(node) == "master", 60, "the replica leads")
         port = node.admin_port
         assert port is not None
         args = ["policy", "set", topic, "--rate", "4", "--burst", "1", "--config", str(config)]
         assert chronos(args) == 0
         assert _printed(capsys)["policy"]["rate"] == 4.0
-        wait_until(lambda: topic in _live(port), 30, "the node read the policy")
+        wait_until(lambda: topic in _live(port), 60, "the node read the policy")
         with DelayClient(settings) as client:
             for n in range(5):
                 client.send_delay(topic, b"v", delay=0.5 + n / 1000, id=f"p{n}")
-        assert inbox.wait_for({f"p{n}" for n in range(5)}, 30)
+        assert inbox.wait_for({f"p{n}" for n in range(5)}, 60)
         sent = sorted(inbox.first(f"p{n}").produced_ms for n in range(5))
         # One at once (the burst), four more a quarter of a second apart at the least.
         assert sent[-1] - sent[0] >= 4 * 250 - 5, sent
@@ -76,7 +76,7 @@ def test_a_rate_set_live_paces_the_topic_and_clearing_it_lifts_it(
         assert chronos(["policy", "list", "--config", str(config)]) == 0
         assert topic in _printed(capsys)["live"]
         assert chronos(["policy", "clear", topic, "--config", str(config)]) == 0
-        wait_until(lambda: topic not in _live(port), 30, "the node read the clearing")
+        wait_until(lambda: topic not in _live(port), 60, "the node read the clearing")
 
 
 def test_a_policy_set_through_the_proxy_reaches_the_node_and_bad_ones_are_refused(
@@ -101,7 +101,7 @@ def test_a_policy_set_through_the_proxy_reaches_the_node_and_bad_ones_are_refuse
                     "topic": topic,
                     "policy": {"rate": 50.0, "max_attempts": 3},
                 }
-                wait_until(lambda: topic in _live(port), 30, "the node read the policy")
+                wait_until(lambda: topic in _live(port), 60, "the node read the policy")
                 assert _live(port)[topic] == {
                     "rate": 50.0,
                     "max_attempts": 3,
@@ -113,7 +113,7 @@ def test_a_policy_set_through_the_proxy_reaches_the_node_and_bad_ones_are_refuse
                 refused = http.put(f"/v1/policies/{topic}", json={"rate": 0})
                 assert refused.status_code == 422 and refused.json()["field"] == "rate"
                 assert http.delete(f"/v1/policies/{topic}").json()["policy"] is None
-                wait_until(lambda: topic not in _live(port), 30, "the node read the clearing")
+                wait_until(lambda: topic not in _live(port), 60, "the node read the clearing")
         finally:
             server.stop()
             server.join(10)

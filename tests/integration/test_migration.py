@@ -46,7 +46,7 @@ def test_a_refresh_mode_store_migrated_to_compact_mode_is_stated_by_the_topic(
     node = Node(refresh)
     node.start()
     try:
-        assert node.wait_ready(30)
+        assert node.wait_ready(60)
         with Inbox(refresh, [topic]) as inbox, DelayClient(refresh) as client:
             client.send_delay(topic, b"first", delay=HOUR_S, id="dup")
             client.send_delay(topic, b"second", delay=2 * HOUR_S, id="dup")
@@ -59,12 +59,12 @@ def test_a_refresh_mode_store_migrated_to_compact_mode_is_stated_by_the_topic(
             client.send_delay(topic, None, delay=HOUR_S, id="null")
             client.send_delay(topic, b"p", delay=HOUR_S, id="plain")
             client.send_delay(topic, b"g", delay=0.1, id="gone")
-            assert inbox.wait_for({"gone"}, 30)
+            assert inbox.wait_for({"gone"}, 60)
             # An idle push worker moves the seek every 30 s at most: a later delivery moves it
             # past gone's slot plus retention now, and the next delete pass forgets gone.
             client.send_delay(topic, b"t", delay=1.5, id="tick")
-            assert inbox.wait_for({"tick"}, 30)
-            wait_until(lambda: _held(node, ["gone"])["gone"] is None, 30, "gone is forgotten")
+            assert inbox.wait_for({"tick"}, 60)
+            wait_until(lambda: _held(node, ["gone"])["gone"] is None, 60, "gone is forgotten")
             held = _held(node, [*ids, "tick"])  # tick: forgotten too, or not yet
             live = {i for i, state in held.items() if state is not None}
             cancels = {"cancelled", "dropped"}
@@ -96,15 +96,15 @@ def test_a_refresh_mode_store_migrated_to_compact_mode_is_stated_by_the_topic(
             shutil.rmtree(store)
             node = Node(compact)
             node.start()
-            assert node.wait_ready(30)
+            assert node.wait_ready(60)
             try:
                 # Not tick: delivered inside a retention of 1 s, restored and forgotten again.
-                wait_until(lambda: _held(node, ids) == kept_held, 30, "the store holds it")
+                wait_until(lambda: _held(node, ids) == kept_held, 60, "the store holds it")
             except AssertionError:
                 assert _held(node, ids) == kept_held  # says what differs
                 raise
             client.send_delay(topic, b"a", delay=0.1, id="after")
-            assert inbox.wait_for({"after"}, 30)
+            assert inbox.wait_for({"after"}, 60)
             assert inbox.count("gone") == 1 and inbox.count("cancelled") == 0
     finally:
         node.stop()

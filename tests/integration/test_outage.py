@@ -56,7 +56,7 @@ def test_node_and_client_deliver_again_soon_after_a_long_freeze(
         DelayClient(settings) as client,
     ):
         admin = httpx.Client(base_url=f"http://127.0.0.1:{node.admin_port}", timeout=10)
-        wait_until(lambda: _kafka_check(admin)[0], 30, "the node sees Kafka")
+        wait_until(lambda: _kafka_check(admin)[0], 60, "the node sees Kafka")
         before = client.send_batch([DelayRequest(topic, b"b", delay=1.5) for _ in range(50)])
         accepted |= {r.id for r in before}
         # Due during the freeze: the node's producer times them out, then must recover.
@@ -83,10 +83,10 @@ def test_node_and_client_deliver_again_soon_after_a_long_freeze(
             recovered_in = time.monotonic() - thawed
             accepted |= {r.id for r in after}
         assert recovered_in is not None, "the client never got a request acknowledged again"
-        assert inbox.wait_for(accepted, timeout_s=30), (
+        assert inbox.wait_for(accepted, timeout_s=60), (
             f"{len(accepted - inbox.by_id.keys())} acknowledged requests not delivered"
         )
-        wait_until(lambda: _kafka_check(admin)[0], 30, "/readyz sees Kafka again")
+        wait_until(lambda: _kafka_check(admin)[0], 60, "/readyz sees Kafka again")
         admin.close()
     assert recovered_in < 10, f"requests flowed again only {recovered_in:.1f} s after the thaw"
 
@@ -108,7 +108,7 @@ def test_the_probes_see_a_stopped_broker(
     )
     with running_node(settings) as node:
         admin = httpx.Client(base_url=f"http://127.0.0.1:{node.admin_port}", timeout=10)
-        wait_until(lambda: _kafka_check(admin)[0], 30, "the node sees Kafka")
+        wait_until(lambda: _kafka_check(admin)[0], 60, "the node sees Kafka")
         assert _ready_gauge(admin) == 1
         assert broker.pid is not None
         os.kill(broker.pid, signal.SIGKILL)  # as the issue saw it: gone at once, no shutdown

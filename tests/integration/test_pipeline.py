@@ -25,7 +25,13 @@ from chronos.settings import ChronosSettings
 from proxy import DelayClient
 from proxy.client import DelayRequest
 from tests.broker import is_tansu
-from tests.integration.harness import Inbox, make_settings, running_node, wait_until
+from tests.integration.harness import (
+    INNER_PARTITIONS,
+    Inbox,
+    make_settings,
+    running_node,
+    wait_until,
+)
 
 #: Record timestamps of the source test: an hour ago, inside any broker's retention. (Apache
 #: Kafka deletes a segment whose newest timestamp is older than ``retention.ms``, 7 days by
@@ -224,11 +230,14 @@ def test_schedule_rejects_bad_rows_delivers_once_and_rerun_changes_nothing(
         assert ("trace", b"t0") in delivered.headers
 
         assert pipeline_main(argv) == 0  # the same input again: same ids, nothing new
-        time.sleep(5)  # longer than the longest delay of the input
-        counts = {i: inbox.count(i) for i in inbox.by_id}
+        # Markers due after the longest delay of the input: a row scheduled again came first.
+        after_ms = int(time.time() * 1000) + 5_500
+        with DelayClient(settings) as client:
+            markers = inbox.settle(client, "pipe-a", INNER_PARTITIONS, deliver_at_ms=after_ms)
+        counts = {i: inbox.count(i) for i in inbox.by_id if i not in markers}
         assert counts.pop("cron-1") == 3, "a re-run scheduled the cron repeat again"
         assert all(count == 1 for count in counts.values()), "a re-run delivered twice"
-        assert len(inbox.by_id) == 61
+        assert len(inbox.by_id) == 61 + len(markers)
 
     out = tmp_path / "audit"
     code = pipeline_main(

@@ -101,7 +101,7 @@ def test_a_stop_that_cannot_close_the_store_says_so_without_raising(
     ``chronos run``), with no traceback."""
     node = Node(make_settings(kafka_bootstrap, namespace, tmp_path / "store"))
     node.start()
-    assert node.wait_ready(30)
+    assert node.wait_ready(60)
     real_close = RocksStore.close
 
     def close_on_a_full_disk(self: RocksStore) -> None:
@@ -133,7 +133,7 @@ def test_graceful_stop_in_a_partly_delivered_millisecond_repeats_nothing(
             ids = {r.id for r in client.send_batch(requests)}
             assert node.context is not None
             metrics = node.context.metrics
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 60
             # Stop after the first batch: the later the stop, the likelier a fast machine has
             # delivered the whole burst by then (seen once on Tansu: 40,000 of 40,000).
             while metrics.totals().get("delivered", 0) < 100:

@@ -125,7 +125,7 @@ def test_repeat_occurrences_missed_while_the_node_was_down_are_each_delivered_on
             wait_until(lambda: inbox.count(receipt.id) >= 2, 60, "two occurrences came")
         # Occurrences fall due while no node runs (a deliberate downtime, not a wait for speed).
         down_ms = int(time.time() * 1000)
-        wait_until(lambda: time.time() * 1000 > down_ms + 3_500, 30, "3.5 s of downtime")
+        wait_until(lambda: time.time() * 1000 > down_ms + 3_500, 60, "3.5 s of downtime")
         with running_node(settings):
             wait_until(lambda: inbox.count(receipt.id) >= 10, 60, "all ten occurrences came")
             # An eleventh would be due at +10,000 ms: before markers due after it.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
 from proxy.http.server import ProxyServer
 from tests.integration.harness import (
+    INNER_PARTITIONS,
     Group,
     Inbox,
     make_settings,
@@ -74,10 +75,19 @@ def _cancel_after_delivery(client: DelayClient) -> None:
     client.cancel("ghost")  # never scheduled
 
 
-def _schedule_to_move(client: DelayClient, topic: str) -> None:
+def _schedule_to_move(client: DelayClient, topic: str) -> int:
+    """Returns the due time "postponed" had before it was moved."""
     client.send_delay(topic, b"far", delay=3600, id="sooner")
-    client.send_delay(topic, b"near", delay=4, id="postponed")
+    first_due = client.send_delay(topic, b"near", delay=4, id="postponed").deliver_at_ms
     client.send_delay(topic, b"far", delay=3600, id="from-shell")
+    return first_due
+
+
+def _markers_after(
+    inbox: Inbox, client: DelayClient, topic: str, at_ms: int
+) -> Callable[[], object]:
+    """Markers due after ``at_ms``, delivered: what was due then went out before them."""
+    return lambda: inbox.settle(client, topic, INNER_PARTITIONS, deliver_at_ms=at_ms + 500)
 
 
 def _reschedule_every_state(client: DelayClient, reschedule_http: Any) -> int:
@@ -91,10 +101,13 @@ def _reschedule_every_state(client: DelayClient, reschedule_http: Any) -> int:
     return int(postponed)
 
 
-def _check_rescheduled(answer: Any, inbox: Inbox, postponed_ms: int) -> None:
-    """What the reschedules did, as ``answer(id)`` reports it and the topic shows."""
-    assert inbox.wait_for({"sooner"}, 30), "moved sooner, but not delivered"
-    time.sleep(5)  # "postponed" was due 4 s after it was sent
+def _check_rescheduled(
+    answer: Any, inbox: Inbox, postponed_ms: int, passed: Callable[[], object]
+) -> None:
+    """What the reschedules did, as ``answer(id)`` reports it and the topic shows; ``passed``
+    returns once markers due after "postponed"'s first due time were delivered."""
+    assert inbox.wait_for({"sooner"}, 60), "moved sooner, but not delivered"
+    passed()
     assert inbox.count("postponed") == 0, "postponed, but delivered at its first due time"
     assert inbox.count("delivered") == 1 and inbox.count("sooner") == 1
     moved = answer("postponed")
@@ -144,15 +157,15 @@ def test_every_state_through_admin_proxy_client_and_cli(
         inbox = stack.enter_context(Inbox(settings, [topic]))
         client = stack.enter_context(DelayClient(settings))
         _schedule_every_state(client, topic, small)
-        assert inbox.wait_for({"delivered", "late"}, 30)
-        wait_until(lambda: client.status("dead")["state"] == "dead_lettered", 30, "dead-lettered")
-        wait_until(lambda: client.status("late")["state"] == "delivered", 10, "seek passed")
+        assert inbox.wait_for({"delivered", "late"}, 60)
+        wait_until(lambda: client.status("dead")["state"] == "dead_lettered", 60, "dead-lettered")
+        wait_until(lambda: client.status("late")["state"] == "delivered", 60, "seek passed")
         _cancel_after_delivery(client)
-        wait_until(lambda: client.status("ghost")["state"] == "cancelled", 10, "cancels applied")
+        wait_until(lambda: client.status("ghost")["state"] == "cancelled", 60, "cancels applied")
 
         _check_states(client.status, inbox, with_offsets=True)
         assert client.status("pending")["answered_by"]["role"] == "alone"
-        _schedule_to_move(client, topic)
+        first_due = _schedule_to_move(client, topic)
         with _proxy(settings) as proxy:
 
             def through_proxy(message_id: str, delay_ms: int) -> int:
@@ -166,7 +179,9 @@ def test_every_state_through_admin_proxy_client_and_cli(
             postponed = _reschedule_every_state(client, through_proxy)
             refused = proxy.post("/v1/messages/pending/reschedule", json={"delay_ms": -1})
             assert refused.status_code == 422 and refused.json()["field"] == "delay"
-        _check_rescheduled(client.status, inbox, postponed)
+        _check_rescheduled(
+            client.status, inbox, postponed, _markers_after(inbox, client, topic, first_due)
+        )
         # From the shell: moved to now, delivered.
         config = tmp_path / "chronos.toml"
         config.write_text(
@@ -177,7 +192,7 @@ def test_every_state_through_admin_proxy_client_and_cli(
         assert chronos_main(argv) == 0
         printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert printed["status"] == "reschedule_accepted"
-        assert inbox.wait_for({"from-shell"}, 30), "chronos reschedule --delay 0 did not deliver"
+        assert inbox.wait_for({"from-shell"}, 60), "chronos reschedule --delay 0 did not deliver"
         admin_api = httpx.Client(base_url=f"http://127.0.0.1:{node.admin_port}", timeout=5)
         with admin_api:
             _check_states(
@@ -209,7 +224,7 @@ def test_the_new_master_answers_every_state_after_a_failover(
     group = Group(kafka_bootstrap, namespace, tmp_path)
     try:
         a = group.start("a")
-        wait_until(lambda: group.masters() == ["a"], 30, "a is master")
+        wait_until(lambda: group.masters() == ["a"], 60, "a is master")
         b = group.start("b")
         ports = [a.admin_port, b.admin_port]
         assert None not in ports
@@ -219,8 +234,8 @@ def test_the_new_master_answers_every_state_after_a_failover(
             client = stack.enter_context(DelayClient(settings))
             _schedule_every_state(client, topic, small)
             client.send_delay(topic, b"across", delay=6, id="across")
-            assert inbox.wait_for({"delivered", "late"}, 30)
-            wait_until(lambda: client.status("dead")["state"] == "dead_lettered", 30, "dlq")
+            assert inbox.wait_for({"delivered", "late"}, 60)
+            wait_until(lambda: client.status("dead")["state"] == "dead_lettered", 60, "dlq")
             b_api = httpx.Client(base_url=f"http://127.0.0.1:{b.admin_port}", timeout=5)
             stack.callback(b_api.close)
 
@@ -229,9 +244,9 @@ def test_the_new_master_answers_every_state_after_a_failover(
 
             # Else b may read the cancel of "late" before the progress that delivered it, and
             # remove it as a backup does when unsure (removed_on_backup: a different answer).
-            wait_until(lambda: on_b("late", "state") == "delivered", 15, "b saw late delivered")
+            wait_until(lambda: on_b("late", "state") == "delivered", 60, "b saw late delivered")
             _cancel_after_delivery(client)
-            wait_until(lambda: client.status("ghost")["state"] == "cancelled", 10, "cancels")
+            wait_until(lambda: client.status("ghost")["state"] == "cancelled", 60, "cancels")
             _check_states(client.status, inbox, with_offsets=True)
             assert client.status("pending")["answered_by"]["node"] == "a"
             # Moved by a, delivered by b: the backup learns the move from a's progress.
@@ -239,29 +254,31 @@ def test_the_new_master_answers_every_state_after_a_failover(
             client.send_delay(topic, b"near", delay=8, id="postponed-by-a")
             moved_due = client.reschedule("moved-by-a", delay=12).deliver_at_ms
             postponed_due = client.reschedule("postponed-by-a", delay=3600).deliver_at_ms
-            wait_until(lambda: on_b("moved-by-a") == moved_due, 15, "b applied a's move")
-            wait_until(lambda: on_b("postponed-by-a") == postponed_due, 15, "b applied it")
-            wait_until(lambda: b.wait_ready(0) and role_of(b) == "backup", 30, "b follows")
+            wait_until(lambda: on_b("moved-by-a") == moved_due, 60, "b applied a's move")
+            wait_until(lambda: on_b("postponed-by-a") == postponed_due, 60, "b applied it")
+            wait_until(lambda: b.wait_ready(0) and role_of(b) == "backup", 60, "b follows")
             a.stop()
-            wait_until(lambda: group.masters() == ["b"], 30, "b took over")
+            wait_until(lambda: group.masters() == ["b"], 60, "b took over")
             # b delivered nothing before: "delivered" without where, every other state alike.
             _check_states(client.status, inbox, with_offsets=False)
             assert client.status("pending")["answered_by"]["node"] == "b"
             # Reschedules b decides as master: sooner, too late, cancelled, unknown.
-            _schedule_to_move(client, topic)
+            first_due = _schedule_to_move(client, topic)
             postponed = _reschedule_every_state(
                 client, lambda i, ms: client.reschedule(i, delay=ms / 1000).deliver_at_ms
             )
-            _check_rescheduled(client.status, inbox, postponed)
-            assert inbox.wait_for({"moved-by-a"}, 30), "a's move was lost in the failover"
+            _check_rescheduled(
+                client.status, inbox, postponed, _markers_after(inbox, client, topic, first_due)
+            )
+            assert inbox.wait_for({"moved-by-a"}, 60), "a's move was lost in the failover"
             assert inbox.count("moved-by-a") == 1
             delivered = inbox.first("moved-by-a")
             assert delivered.due_ms == moved_due and delivered.produced_ms >= moved_due
             assert inbox.count("postponed-by-a") == 0
             assert client.status("postponed-by-a")["due_ms"] == postponed_due
-            assert inbox.wait_for({"across"}, 30)
+            assert inbox.wait_for({"across"}, 60)
             consumed = inbox.first("across")
-            wait_until(lambda: client.status("across")["state"] == "delivered", 10, "across")
+            wait_until(lambda: client.status("across")["state"] == "delivered", 60, "across")
             across = client.status("across")
             assert (across["partition"], across["offset"]) == (consumed.partition, consumed.offset)
     finally:

@@ -66,7 +66,7 @@ def test_a_node_alone_delivers_to_a_topic_the_cluster_creates_on_demand(
     topic = f"{namespace}-created-on-demand"
     with running_node(settings), DelayClient(settings) as client:
         client.send_delay(topic, b"v", delay=0.2, id="fresh")
-        assert _arrived(settings, topic, "fresh", 30)
+        assert _arrived(settings, topic, "fresh", 60)
 
 
 def test_a_master_delivers_to_a_topic_the_cluster_creates_on_demand(
@@ -80,14 +80,14 @@ def test_a_master_delivers_to_a_topic_the_cluster_creates_on_demand(
     node = Node(settings)
     node.start()
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while node.replica is None or node.replica.role != "master":
             assert time.monotonic() < deadline, "never became master"
             time.sleep(0.05)
         topic = f"{namespace}-created-on-demand"
         with DelayClient(settings) as client:
             client.send_delay(topic, b"v", delay=0.2, id="fresh")
-        assert _arrived(settings, topic, "fresh", 30)
+        assert _arrived(settings, topic, "fresh", 60)
     finally:
         node.stop()
 
@@ -103,7 +103,7 @@ def test_a_node_alone_dead_letters_a_topic_that_does_not_exist_within_seconds(
         with Inbox(settings, [dead], partitions=1) as dlq:
             sent_at = time.monotonic()
             client.send_delay(f"{namespace}-missing", b"v", delay=0.2, id="lost")
-            assert dlq.wait_for({"lost"}, 15)
+            assert dlq.wait_for({"lost"}, 60)
             assert time.monotonic() - sent_at < 5
             reason = dict(dlq.first("lost").headers).get("chronos-dlq-reason") or b""
             assert reason.startswith(b"UNKNOWN_TOPIC_OR_PART")

@@ -50,12 +50,12 @@ def read_values(bootstrap: str, topic: str, isolation: str, until: bytes) -> lis
     try:
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         values: list[bytes] = []
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while until not in values and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and msg.error() is None:
                 values.append(msg.value() or b"")
-        assert until in values, f"{until!r} not read within 30 s ({isolation}); got {values}"
+        assert until in values, f"{until!r} not read within 60 s ({isolation}); got {values}"
         return values
     finally:
         consumer.close()
