@@ -59,8 +59,7 @@ def main() -> int:
         settings = load_settings(group.replicas[0].config)
         topic = f"{namespace}-target"
         create_topic(settings, topic, partitions=4)
-        watched = Watched.start(broker.bootstrap, topic)
-        committed, uncommitted, watchers = watched.committed, watched.uncommitted, watched.watchers
+        committed, uncommitted, watchers = Watched.start(broker.bootstrap, topic)
         with DelayClient(settings) as client:
             load = Load(client, topic, args.rate, args.seed, repeat=repeat)
             load.start()

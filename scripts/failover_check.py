@@ -914,12 +914,7 @@ def main() -> int:
             settings = load_settings(group.replicas[0].config)
             topic = f"{namespace}-target"
             create_topic(settings, topic, partitions=4)
-            watched = Watched.start(bootstrap, topic)
-            committed, uncommitted, watchers = (
-                watched.committed,
-                watched.uncommitted,
-                watched.watchers,
-            )
+            committed, uncommitted, watchers = Watched.start(bootstrap, topic)
             with DelayClient(settings) as client:
                 load = Load(
                     client,

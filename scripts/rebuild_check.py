@@ -262,8 +262,7 @@ def run_group(
             compact_settings(admin, config)
         topic = f"{namespace}-target"
         create_topic(load_settings(config), topic, partitions=4)
-        watched = Watched.start(bootstrap, topic)
-        committed, uncommitted, watchers = watched.committed, watched.uncommitted, watched.watchers
+        committed, uncommitted, watchers = Watched.start(bootstrap, topic)
         with DelayClient(load_settings(config)) as client:
             load = Load(client, topic, args.rate, args.seed, (60.0, 150.0), REPEAT)
             load.start()

@@ -322,8 +322,7 @@ def main() -> int:
             _wait_ingested(broker, names, node.name, args.partitions)
         extra.ingested_s = round(time.monotonic() - began, 1)
         print(f"{args.pending} pending ingested in {extra.ingested_s} s", flush=True)
-        watched = Watched.start(broker.bootstrap, topic)
-        committed, uncommitted, watchers = watched.committed, watched.uncommitted, watched.watchers
+        committed, uncommitted, watchers = Watched.start(broker.bootstrap, topic)
         every = set(range(args.partitions))
         with DelayClient(settings) as client:
             load = Load(client, topic, args.rate, args.seed, delay_s=(delay_min, delay_max))

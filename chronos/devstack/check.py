@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from chronos.devstack import BROKER_KINDS, BrokerKind
 from chronos.devstack.brokers import LocalBroker, start_local_broker
@@ -70,11 +70,11 @@ def staged(args: argparse.Namespace, prefix: str, temporary: bool = False) -> It
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-@dataclass(frozen=True)
-class Watched:
+class Watched(NamedTuple):
     """A target topic read from its start twice: ``committed`` as a ``read_committed`` consumer
     sees it (what a check judges), ``uncommitted`` as a ``read_uncommitted`` one (the Java
-    consumer's default: a check reports the duplicates aborted transactions leave there)."""
+    consumer's default: a check reports the duplicates aborted transactions leave there). A
+    tuple, so a check unpacks it: ``committed, uncommitted, watchers = Watched.start(...)``."""
 
     committed: Collected
     uncommitted: Collected
