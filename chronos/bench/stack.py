@@ -10,7 +10,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
 from chronos.bench.host import dir_bytes
@@ -174,12 +173,7 @@ class BenchStack:
         """Bytes the node's store occupies on disk."""
         return dir_bytes(self.workdir / "store")
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         for node in (*self.backups, self.node):
             try:
                 node.terminate()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from types import TracebackType
 from typing import Self
 
 
@@ -52,10 +51,5 @@ class BrokerProcess:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
