@@ -60,6 +60,7 @@ class ExpiryWriter:
         metrics: counters ``expiry_tombstones`` and ``expiry_tombstones_failed``.
         stopping: set when the delete worker that calls this is asked to stop; the pacing
             waits on it, so a stop is not held up by a long pass (the rest goes out unpaced).
+        monotonic: the clock the pacing plans by (a test's frozen one sees the plan alone).
     """
 
     def __init__(
@@ -72,6 +73,7 @@ class ExpiryWriter:
         rate: int,
         metrics: Metrics,
         stopping: threading.Event | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._publisher = publisher
         self._topic = inner_topic
@@ -79,7 +81,8 @@ class ExpiryWriter:
         self._delivering = delivering
         self._rate = rate
         self._metrics = metrics
-        self._due = time.monotonic()
+        self._monotonic = monotonic
+        self._due = monotonic()
         self._pass_rate = float(rate)
         self._stopping = threading.Event() if stopping is None else stopping
 
@@ -108,7 +111,7 @@ class ExpiryWriter:
     def _pace(self, sent: int) -> None:
         """Hold the writer to the pass's rate: the delete worker's thread waits until the
         next batch may go, or until it is asked to stop (the rest then goes unpaced)."""
-        now = time.monotonic()
+        now = self._monotonic()
         self._due = max(self._due, now) + sent / self._pass_rate
         self._stopping.wait(self._due - now)
 

@@ -4,7 +4,10 @@ partition, a null value naming what it ends."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+
+import pytest
 
 from chronos import wire
 from chronos.kafka.partitioner import partition_of
@@ -22,6 +25,7 @@ def _writer(
     delivering: Callable[[], bool] = lambda: True,
     metrics: CountingMetrics | None = None,
     stopping: threading.Event | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> ExpiryWriter:
     """An expiry writer to the topic ``inner``; each test names only what it is about."""
     return ExpiryWriter(
@@ -32,6 +36,7 @@ def _writer(
         rate=rate,
         metrics=metrics or CountingMetrics(),
         stopping=stopping,
+        monotonic=monotonic,
     )
 
 
@@ -86,7 +91,9 @@ def test_a_stop_wakes_the_pacing_and_the_rest_still_goes_out() -> None:
 
 class _RecordedWaits(threading.Event):
     """A stop event whose waits return at once and are recorded: the pacing's plan, without
-    waiting for it."""
+    waiting for it. Give the writer ``_frozen`` as its clock too, so that the plan does not
+    depend on how long the machine took between two batches (under load a batch took over
+    half a second: the third wait was 5 s, not 6)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -97,27 +104,32 @@ class _RecordedWaits(threading.Event):
         return False
 
 
+def _frozen() -> float:
+    """A monotonic clock that never moves: the waits recorded are the pacing's plan alone."""
+    return 1000.0
+
+
 def test_a_pass_is_spread_over_its_seconds_in_small_batches() -> None:
     """Mutants caught: a pass sent at the cap rate (20,000 a second; measured: ingest, which
     reads the tombstones back, fell seconds behind), or in one burst per chunk of 10,000."""
     waits = _RecordedWaits()
     publisher = StubPublisher(auto=True)
-    writer = _writer(publisher, rate=20_000, stopping=waits)
+    writer = _writer(publisher, rate=20_000, stopping=waits, monotonic=_frozen)
     writer.spread(1000, 10.0)
     writer([(f"id-{n}", 1_700_000_000_000) for n in range(1000)])
     assert len(publisher.published) == 1000
     # Five batches of 200, each due 2 s after the one before (the waits returned at once).
-    assert [round(w) for w in waits.waits] == [2, 4, 6, 8, 10]
+    assert waits.waits == pytest.approx([2.0, 4.0, 6.0, 8.0, 10.0])
 
 
 def test_a_spread_never_goes_faster_than_the_rate_nor_slower_than_the_floor() -> None:
     waits = _RecordedWaits()
-    writer = _writer(rate=400, stopping=waits)
+    writer = _writer(rate=400, stopping=waits, monotonic=_frozen)
     writer.spread(1_000_000, 1.0)  # would be a million a second: the rate caps it
     writer([(f"id-{n}", 1) for n in range(400)])
-    assert round(waits.waits[-1], 1) == 1.0
+    assert waits.waits == pytest.approx([0.5, 1.0])  # two batches of 200 at 400 a second
     later = _RecordedWaits()
-    writer = _writer(rate=400, stopping=later)
-    writer.spread(1, 3600.0)  # one id over an hour: the floor sends it within a second
+    writer = _writer(rate=400, stopping=later, monotonic=_frozen)
+    writer.spread(1, 3600.0)  # one id over an hour: the floor (50 a second) sends it at once
     writer([("x", 1)])
-    assert later.waits[-1] < 1.0
+    assert later.waits == pytest.approx([1 / 50])
