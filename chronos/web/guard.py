@@ -61,7 +61,8 @@ class RateLimiter:
     """One token bucket per token name: ``rate`` requests a second, bursts of up to a second's
     worth."""
 
-    def __init__(self) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
         self._lock = threading.Lock()
         self._buckets: dict[str, tuple[float, float]] = {}  # name -> (tokens, at)
 
@@ -70,7 +71,7 @@ class RateLimiter:
         until it may (``math.inf``: never, it is over a second's worth)."""
         if rate <= 0:
             return 0.0
-        now = time.monotonic()
+        now = self._monotonic()
         capacity = max(1.0, rate)
         if cost > capacity:
             return math.inf

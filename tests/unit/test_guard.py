@@ -8,6 +8,7 @@ client starts on first use), which is what these tests show.
 
 from __future__ import annotations
 
+import math
 import resource
 import socket
 import ssl
@@ -26,6 +27,7 @@ import trustme
 from chronos.admin.server import AdminServer
 from chronos.errors import ConfigError
 from chronos.settings import ChronosSettings, SecuritySettings
+from chronos.web.guard import RateLimiter
 from chronos.web.tokens import hash_token, new_token
 from proxy.http.server import ProxyServer
 from proxy.status import StatusSource, StatusUnavailable
@@ -48,7 +50,8 @@ def _tokens_file(path: Path) -> Path:
     path.write_text(
         _entry("orders", SENDER, ["orders.*", "audit"], ["send", "cancel", "status", "admin"])
         + _entry("reader", READER, [], ["status"])
-        + _entry("slow", SLOW, [], ["status"], rate=2)
+        # One request a hundred seconds: the second is refused however slow the machine is.
+        + _entry("slow", SLOW, [], ["status"], rate=0.01)
     )
     return path
 
@@ -123,12 +126,38 @@ def test_an_operation_or_topic_the_token_lacks_is_refused_with_403(proxy: httpx.
 
 
 def test_a_token_over_its_rate_gets_429_with_retry_after(proxy: httpx.Client) -> None:
-    answers = [proxy.get("/v1/messages/m1", headers=_auth(SLOW)) for _ in range(3)]
-    assert [a.status_code for a in answers[:2]] == [503, 503]  # passed: no status node set
-    assert answers[2].status_code == 429 and int(answers[2].headers["retry-after"]) >= 1
-    assert "over its 2 requests/s" in answers[2].json()["error"]
+    answers = [proxy.get("/v1/messages/m1", headers=_auth(SLOW)) for _ in range(2)]
+    assert answers[0].status_code == 503  # passed: no status node set
+    assert answers[1].status_code == 429 and int(answers[1].headers["retry-after"]) >= 1
+    assert "over its 0.01 requests/s" in answers[1].json()["error"]
     # Another token is not held back by it.
     assert proxy.get("/v1/messages/m1", headers=_auth(READER)).status_code == 503
+
+
+class _Clock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_token_bucket_allows_a_second_worth_at_once_then_its_rate() -> None:
+    """Mutants caught: no burst (the second of two at once refused), no refill, a refill past
+    the burst, a cost larger than the bucket waited for instead of refused."""
+    clock = _Clock()
+    rates = RateLimiter(monotonic=clock)
+    assert [rates.wait_s("slow", 2) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.5)]
+    assert rates.wait_s("other", 2) == 0.0  # each token its own bucket
+    clock.now += 0.5
+    assert rates.wait_s("slow", 2) == 0.0
+    assert rates.wait_s("slow", 2) == pytest.approx(0.5)
+    clock.now += 3600  # an idle hour refills a second's worth, no more
+    assert [rates.wait_s("slow", 2) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.5)]
+    assert rates.wait_s("slow", 2, cost=3) == math.inf  # over a second's worth: never
+    assert rates.wait_s("free", 0) == 0.0  # no rate: no limit
 
 
 def _rss_mib() -> float:
