@@ -708,6 +708,7 @@ def test_a_cut_released_to_this_replica_is_taken_over_at_once_and_others_wait(
     assert "ask inner end" not in world.events, "a handover waited for ingest's end"
 
 
+@pytest.mark.usefixtures("pause")  # no retake however slow the machine
 def test_a_master_asked_to_hand_over_commits_a_last_cut_naming_its_successor_then_follows(
     world: World,
 ) -> None:
@@ -770,6 +771,7 @@ def test_a_stopped_backup_closes_its_spare_producer(world: World) -> None:
     assert world.publishers[0].closed and world.publishers[0].calls == ["close"]
 
 
+@pytest.mark.usefixtures("pause")  # no retake however slow the machine
 def test_a_takeover_whose_fencing_failed_follows_the_group_again(world: World) -> None:
     """The follow worker is told to stop before the fencing and waited for after it. Mutant
     caught: a failed ``init_transactions`` leaving the stopped worker in place, so the backup
