@@ -42,6 +42,9 @@ CANCEL_FINDINGS = {
 MAX_PAGE = 1_000
 #: How many of a repeat's next occurrences status lists.
 UPCOMING = 5
+#: How many moves of one id status follows while it reads (``Lookup._entry``); a message
+#: rescheduled more often than that within one status call is answered without its fields.
+REREADS = 3
 
 
 @dataclass
@@ -151,8 +154,31 @@ class Lookup:
             status.delivery_attempts = self._attempts_of(message_id)
         return status
 
-    def _status(self, message_id: str) -> MessageStatus:
+    def _entry(self, message_id: str) -> tuple[bytes | None, bytes | None]:
+        """The id's index value and, when it points at a slot, the message stored there.
+
+        These are two reads, and a reschedule applied between them moves the message
+        (``RocksBatch.move_scheduled``: the index and the message in one batch), so the key
+        the first read gave finds nothing. A second read of the index tells a move (it
+        changed: read again) from a message that is gone (it did not: a delivered message
+        the delete worker removed). Without it, status answered a moved message as pending
+        with no topic, and the proxy refused a topic-limited token's cancel right after its
+        own reschedule (403)."""
         state = self._store.get_index([message_id])[0]
+        for _ in range(REREADS):
+            if state is None or state[:1] == keys.INDEX_CANCELLED:
+                return state, None
+            raw = self._store.get_messages([state[1:]])[0]
+            if raw is not None:
+                return state, raw
+            again = self._store.get_index([message_id])[0]
+            if again == state:
+                return state, None
+            state = again
+        return state, None
+
+    def _status(self, message_id: str) -> MessageStatus:
+        state, raw = self._entry(message_id)
         if state is None:
             return MessageStatus(message_id, "unknown")
         if state[:1] == keys.INDEX_CANCELLED:
@@ -164,7 +190,6 @@ class Lookup:
                 cancel=CANCEL_FINDINGS.get(how or b"", "removed"),
             )
         key = state[1:]
-        raw = self._store.get_messages([key])[0]
         found = self._store.get_outcome(message_id)
         last = None if found is None else outcome.decode(found)
         status = MessageStatus(message_id, "pending", slot_ms=keys.slot_of(key))

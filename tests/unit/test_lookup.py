@@ -11,7 +11,7 @@ import pytest
 from chronos.clock import FakeClock
 from chronos.delivery.job import DeliveryJob
 from chronos.listing import PageQuery
-from chronos.model import CancelRequest, DelayMessage
+from chronos.model import CancelRequest, DelayMessage, RescheduleRequest
 from chronos.node.progress import ProgressTracker
 from chronos.repeat import Repeat, RepeatKind
 from chronos.schedule.frontier import Frontier
@@ -87,6 +87,31 @@ def test_status_of_every_state(env: Env) -> None:
     }
     assert lookup.status("never").cancel == "nothing_to_cancel"
     assert lookup.status("nobody").state == "unknown"
+
+
+def test_a_message_moved_between_the_two_reads_of_a_status_is_found_at_its_new_slot(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reschedule applied after status read the index, before it read the message: the old
+    key finds nothing. Status follows the move instead of answering pending with no topic (the
+    proxy then refused a topic-limited token's cancel right after its own reschedule). Mutant
+    caught: the message read once, at the key of the first index read."""
+    store, _frontier, ledger, lookup = env
+    ledger.apply([_msg("m", T0 + 60_000, topic="payments")])
+    read = store.get_messages
+    moves = [RescheduleRequest("m", T0 + 120_000), RescheduleRequest("m", T0 + 180_000)]
+
+    def read_after_a_move(message_keys: list[bytes]) -> list[bytes | None]:
+        if moves:
+            monkeypatch.setattr(store, "get_messages", read)  # the ledger's own reads
+            ledger.apply([moves.pop(0)])
+            monkeypatch.setattr(store, "get_messages", read_after_a_move)
+        return read(message_keys)
+
+    monkeypatch.setattr(store, "get_messages", read_after_a_move)
+    status = lookup.status("m")
+    assert not moves, "each read of the message came after a move"
+    assert (status.state, status.topic, status.due_ms) == ("pending", "payments", T0 + 180_000)
 
 
 def test_a_cancel_after_delivery_leaves_it_delivered_and_a_raced_one_says_so(env: Env) -> None:
