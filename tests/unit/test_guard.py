@@ -31,9 +31,9 @@ from chronos.web.guard import RateLimiter
 from chronos.web.tokens import hash_token, new_token
 from proxy.http.server import ProxyServer
 from proxy.status import StatusSource, StatusUnavailable
+from tests.clocks import ManualClock
 from tests.unit.test_admin import StubNode
 from tests.unit.test_admin import node as node  # noqa: F401  (fixture)
-from tests.unit.test_logs import Clock
 from tests.waiting import wait_until
 
 SENDER, READER, SLOW = new_token(), new_token(), new_token()
@@ -138,7 +138,7 @@ def test_a_token_over_its_rate_gets_429_with_retry_after(proxy: httpx.Client) ->
 def test_a_token_bucket_allows_a_second_worth_at_once_then_its_rate() -> None:
     """Mutants caught: no burst (the second of two at once refused), no refill, a refill past
     the burst, a cost larger than the bucket waited for instead of refused."""
-    clock = Clock()  # a monotonic clock that moves only when told
+    clock = ManualClock()  # a monotonic clock that moves only when told
     rates = RateLimiter(monotonic=clock)
     assert [rates.wait_s("slow", 2) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.5)]
     assert rates.wait_s("other", 2) == 0.0  # each token its own bucket

@@ -18,14 +18,7 @@ from chronos.kafka import clients as clients_module
 from chronos.kafka.clients import KafkaClients, producer
 from chronos.logs import LIBRDKAFKA, RepeatLimiter, Throttle, configure_logging
 from chronos.settings import KafkaSettings, LogSettings
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clocks import ManualClock
 
 
 def _librdkafka_record(client: str, text: str) -> logging.LogRecord:
@@ -38,7 +31,7 @@ def _librdkafka_record(client: str, text: str) -> logging.LogRecord:
 def test_a_repeated_line_is_written_once_per_window_then_with_its_count() -> None:
     """Mutants caught: no limiting; lines of two clients (or two ports) counted apart; the
     count of held-back lines dropped."""
-    clock = Clock()
+    clock = ManualClock()
     limiter = RepeatLimiter(Throttle(10.0, clock))
     refused = "127.0.0.1:{port}/bootstrap: Connect failed: Connection refused (after {ms}ms)"
     first = _librdkafka_record("a#producer-1", refused.format(port=9092, ms=0))

@@ -9,16 +9,9 @@ from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
 from chronos.settings import TopicPolicy
 from chronos.store import keys
+from tests.clocks import ManualClock
 
 T0 = 1_700_000_000_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.s = 100.0
-
-    def __call__(self) -> float:
-        return self.s
 
 
 def _job(n: int, topic: str = "slow") -> DeliveryJob:
@@ -26,7 +19,7 @@ def _job(n: int, topic: str = "slow") -> DeliveryJob:
     return DeliveryJob(keys.message_key(T0, f"m{n:06d}"), message, T0)
 
 
-def _pacing(clock: Clock, metrics: CountingMetrics | None = None, **policy: object) -> Pacing:
+def _pacing(clock: ManualClock, metrics: CountingMetrics | None = None, **policy: object) -> Pacing:
     return Pacing(Policies({"slow": TopicPolicy.model_validate(policy)}), metrics, clock)
 
 
@@ -41,24 +34,24 @@ def test_a_bucket_lets_out_its_burst_then_its_rate() -> None:
 def test_held_jobs_go_out_in_the_order_they_came_at_the_rate() -> None:
     """Mutants caught: a job admitted past the ones held before it (reordered), a release that
     ignores the bucket."""
-    clock = Clock()
+    clock = ManualClock()
     pacing = _pacing(clock, rate=1000, burst=2)
     jobs = [_job(n) for n in range(10)]
     admitted = [j for j in jobs if pacing.admit(j, "slow", T0)]
     assert admitted == jobs[:2] and pacing.held() == 8
-    clock.s += 0.001  # one token
+    clock.now += 0.001  # one token
     (first,) = pacing.release(T0 + 1)
     assert first is jobs[2]
-    clock.s += 0.0025
+    clock.now += 0.0025
     assert pacing.release(T0 + 3) == jobs[3:5]  # 2.5 tokens, capped at the burst of 2
     assert pacing.admit(_job(99), "slow", T0) is False  # behind the held ones, token or not
-    clock.s += 1.0
+    clock.now += 1.0
     assert pacing.release(T0 + 1000) == jobs[5:7]
     assert pacing.held() == 4
 
 
 def test_a_topic_without_a_rate_is_never_held() -> None:
-    pacing = _pacing(Clock(), rate=1, burst=1)
+    pacing = _pacing(ManualClock(), rate=1, burst=1)
     assert all(pacing.admit(_job(n, "fast"), "fast", T0) for n in range(100))
     assert pacing.next_release_s() is None
     assert pacing.admit(_job(0, "slow"), "slow", T0)
@@ -67,12 +60,12 @@ def test_a_topic_without_a_rate_is_never_held() -> None:
 
 
 def test_the_wait_is_each_topic_s_lateness() -> None:
-    clock, metrics = Clock(), CountingMetrics()
+    clock, metrics = ManualClock(), CountingMetrics()
     pacing = _pacing(clock, metrics, rate=10, burst=1)
     assert pacing.admit(_job(0), "slow", T0 + 5)
     assert not pacing.admit(_job(1), "slow", T0 + 5)
     assert pacing.next_release_s() == 0.1
-    clock.s += 0.1
+    clock.now += 0.1
     pacing.release(T0 + 105)
     summary = metrics.histograms()["topic_lateness_ms:slow"]
     assert (sum(summary.buckets), summary.sum_ms) == (2, 5 + 105)
@@ -80,7 +73,7 @@ def test_the_wait_is_each_topic_s_lateness() -> None:
 
 def test_no_rate_anywhere_means_the_senders_need_not_ask() -> None:
     policies = Policies({"slow": TopicPolicy(max_attempts=3)})
-    pacing = Pacing(policies, CountingMetrics(), Clock())
+    pacing = Pacing(policies, CountingMetrics(), ManualClock())
     assert not pacing.active
     policies.set("*", TopicPolicy(rate=5))
     assert pacing.active
@@ -89,7 +82,7 @@ def test_no_rate_anywhere_means_the_senders_need_not_ask() -> None:
 def test_a_rate_set_live_holds_the_next_jobs_and_one_cleared_lets_them_go() -> None:
     """Mutants caught: buckets never rebuilt after a change (the new rate ignored), held jobs
     kept once their topic lost its rate."""
-    clock = Clock()
+    clock = ManualClock()
     policies = Policies({})
     pacing = Pacing(policies, CountingMetrics(), clock)
     assert pacing.admit(_job(0), "slow", T0)  # no rate yet: known as unlimited

@@ -11,6 +11,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from chronos.kafka.shared_ends import SharedEnds
+from tests.clocks import ManualClock
 
 
 @dataclass
@@ -38,15 +39,7 @@ class FakeAdmin:
         return out
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _shared(admin: FakeAdmin, clock: Clock, opened: list[int]) -> SharedEnds:
+def _shared(admin: FakeAdmin, clock: ManualClock, opened: list[int]) -> SharedEnds:
     def open_admin() -> AdminClient:
         opened.append(1)
         return cast(AdminClient, admin)
@@ -56,7 +49,7 @@ def _shared(admin: FakeAdmin, clock: Clock, opened: list[int]) -> SharedEnds:
 
 def test_replicas_asking_within_the_age_share_one_request_covering_all_of_them() -> None:
     admin = FakeAdmin({("progress.p0", 0): 5, ("progress.p1", 0): 7, ("inner", 1): 9})
-    clock, opened = Clock(), list[int]()
+    clock, opened = ManualClock(), list[int]()
     shared = _shared(admin, clock, opened)
     first, second = shared.asker("progress.p0", [0]), shared.asker("progress.p1", [0])
     assert first() == {0: 5}
@@ -68,18 +61,18 @@ def test_replicas_asking_within_the_age_share_one_request_covering_all_of_them()
     admin.ends[("progress.p0", 0)] = 6
     assert first() == {0: 5} and second() == {0: 7}
     assert len(admin.requests) == 2, "a fresh answer was asked again"
-    clock.t += 0.1
+    clock.now += 0.1
     assert first() == {0: 6} and second() == {0: 7}
     assert len(admin.requests) == 3
 
 
 def test_a_failed_question_raises_and_the_next_asks_with_a_new_client() -> None:
     admin = FakeAdmin({("t", 0): 1})
-    clock, opened = Clock(), list[int]()
+    clock, opened = ManualClock(), list[int]()
     ask = _shared(admin, clock, opened).asker("t", [0])
     assert ask() == {0: 1}
     admin.fail = True
-    clock.t += 1
+    clock.now += 1
     with pytest.raises(KafkaException):
         ask()
     admin.fail = False
@@ -88,11 +81,11 @@ def test_a_failed_question_raises_and_the_next_asks_with_a_new_client() -> None:
 
 def test_a_partition_nobody_asks_about_any_more_is_dropped_from_the_request() -> None:
     admin = FakeAdmin({("a", 0): 1, ("b", 0): 2})
-    clock, opened = Clock(), list[int]()
+    clock, opened = ManualClock(), list[int]()
     shared = _shared(admin, clock, opened)
     shared.asker("a", [0])()
     ask_b = shared.asker("b", [0])
     ask_b()
-    clock.t += 11
+    clock.now += 11
     ask_b()
     assert admin.requests[-1] == {("b", 0)}
