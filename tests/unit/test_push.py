@@ -28,6 +28,7 @@ from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings, LogSettings, StoreSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksStore
+from tests.waiting import wait_until
 
 T0 = 1_700_000_000_000
 
@@ -189,28 +190,34 @@ def test_a_full_queue_blocks_the_scan_until_senders_take(env: Env, tmp_path: Pat
         env.add(f"m{index}", T0 - 10 + index)
     scan = threading.Thread(target=push.scan_due)
     scan.start()
-    scan.join(0.3)
+    wait_until(small.full, 60, "the scan filled the queue")
     assert scan.is_alive(), "the scan went on although the queue was full"
-    taken = [small.get(timeout=2)[0].key for _ in range(3)]
-    scan.join(2)
+    taken = [small.get(timeout=60)[0].key for _ in range(3)]
+    scan.join(60)
     assert not scan.is_alive()
     assert taken == sorted(taken)
 
 
-def test_delivery_pauses_while_progress_cannot_be_persisted(env: Env) -> None:
+def test_delivery_pauses_while_progress_cannot_be_persisted(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A full disk: what is delivered while the seek cannot be written is all delivered again
     after a restart, so past ``max_unpersisted_s`` the scan waits."""
     push = env.worker(max_unpersisted_s=0.05)
     env.add("a", T0)
     env.tracker.persist_failing_since = time.monotonic() - 1.0
-    scanning = threading.Thread(target=push.scan_due)
-    scanning.start()
-    scanning.join(0.3)
-    assert scanning.is_alive() and env.drain() == []
-    env.tracker.persist_failing_since = None  # a write succeeded again
-    scanning.join(5)
+    configure_logging(LogSettings())  # info level and a fresh logger (see the next test)
+    with structlog.testing.capture_logs() as logs:
+        monkeypatch.setattr(push_module, "log", structlog.get_logger(push_module.__name__))
+        scanning = threading.Thread(target=push.scan_due)
+        scanning.start()
+        wait_until(lambda: bool(logs), 60, "the scan paused")
+        assert scanning.is_alive() and env.drain() == []
+        env.tracker.persist_failing_since = None  # a write succeeded again
+        scanning.join(60)
     assert not scanning.is_alive()
     assert [job.message.id for job in env.drain() if job.message] == ["a"]
+    assert [e["event"] for e in logs] == ["delivery_paused", "delivery_resumed"]
 
 
 def test_a_gate_holding_a_due_message_is_logged_as_delivery_paused(
