@@ -17,44 +17,12 @@ from collections.abc import Callable
 from chronos.delivery.job import DeliveryJob
 from chronos.delivery.policies import Policies
 from chronos.metrics import Metrics, NullMetrics
+from chronos.token_bucket import TokenBucket
 from chronos.types import EpochMs
 
 #: The histogram of a limited topic's lateness as its messages go out: ``<this>:<topic>``
 #: (``/metrics``: ``chronos_topic_lateness_seconds{topic=...}``).
 TOPIC_LATENESS = "topic_lateness_ms"
-
-
-#: A token short by less than this counts as one: elapsed seconds times the rate is not exact
-#: in binary (0.1 s at 10/s makes 0.99999999999994).
-_SHORT = 1e-9
-
-
-class TokenBucket:
-    """``rate`` tokens a second, at most ``burst`` saved; starts full."""
-
-    def __init__(self, rate: float, burst: int, now_s: float) -> None:
-        self.rate = rate
-        self.burst = burst
-        self._tokens = float(burst)
-        self._updated = now_s
-
-    def _refill(self, now_s: float) -> None:
-        if now_s > self._updated:
-            self._tokens = min(self.burst, self._tokens + (now_s - self._updated) * self.rate)
-            self._updated = now_s
-
-    def take(self, now_s: float) -> bool:
-        """Spend a token if there is one."""
-        self._refill(now_s)
-        if self._tokens >= 1.0 - _SHORT:
-            self._tokens -= 1.0
-            return True
-        return False
-
-    def wait_s(self, now_s: float) -> float:
-        """How long until a token is there."""
-        self._refill(now_s)
-        return 0.0 if self._tokens >= 1.0 - _SHORT else (1.0 - self._tokens) / self.rate
 
 
 class Pacing:

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from chronos.token_bucket import TokenBucket
 from chronos.web.memory import FreedBodies
 from chronos.web.refusals import Refusals
 from chronos.web.tokens import Operation, Token, TokenBook
@@ -58,13 +59,14 @@ class GuardSettings:
 
 
 class RateLimiter:
-    """One token bucket per token name: ``rate`` requests a second, bursts of up to a second's
-    worth."""
+    """One token bucket per token name: ``rate`` requests (or messages) a second, bursts of up
+    to a second's worth. A token whose rate changed (its file re-read) starts a full bucket of
+    the new rate."""
 
     def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._monotonic = monotonic
         self._lock = threading.Lock()
-        self._buckets: dict[str, tuple[float, float]] = {}  # name -> (tokens, at)
+        self._buckets: dict[str, TokenBucket] = {}
 
     def wait_s(self, name: str, rate: float, cost: float = 1.0) -> float:
         """0 when ``cost`` (requests, or messages) may go now, and takes it; else seconds
@@ -76,13 +78,10 @@ class RateLimiter:
         if cost > capacity:
             return math.inf
         with self._lock:
-            tokens, at = self._buckets.get(name, (capacity, now))
-            tokens = min(capacity, tokens + (now - at) * rate)
-            if tokens >= cost:
-                self._buckets[name] = (tokens - cost, now)
-                return 0.0
-            self._buckets[name] = (tokens, now)
-            return (cost - tokens) / rate
+            bucket = self._buckets.get(name)
+            if bucket is None or bucket.rate != rate:
+                bucket = self._buckets[name] = TokenBucket(rate, capacity, now)
+            return 0.0 if bucket.take(now, cost) else bucket.wait_s(now, cost)
 
 
 def token_of(scope_state: Any) -> Token | None:

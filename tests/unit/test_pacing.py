@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chronos.delivery.job import DeliveryJob
-from chronos.delivery.pacing import Pacing, TokenBucket
+from chronos.delivery.pacing import Pacing
 from chronos.delivery.policies import Policies
 from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
@@ -21,14 +21,6 @@ def _job(n: int, topic: str = "slow") -> DeliveryJob:
 
 def _pacing(clock: ManualClock, metrics: CountingMetrics | None = None, **policy: object) -> Pacing:
     return Pacing(Policies({"slow": TopicPolicy.model_validate(policy)}), metrics, clock)
-
-
-def test_a_bucket_lets_out_its_burst_then_its_rate() -> None:
-    bucket = TokenBucket(rate=10, burst=3, now_s=0.0)
-    assert [bucket.take(0.0) for _ in range(4)] == [True, True, True, False]
-    assert bucket.wait_s(0.0) == 0.1
-    assert bucket.take(0.1) and not bucket.take(0.1)
-    assert sum(bucket.take(100.0) for _ in range(10)) == 3  # saves no more than its burst
 
 
 def test_held_jobs_go_out_in_the_order_they_came_at_the_rate() -> None:
