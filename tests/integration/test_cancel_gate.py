@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,16 @@ class _StallingCancels:
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
         self.stalled = threading.Event()
+        #: Ids of the adds applied so far.
+        self.added: set[str] = set()
 
     def apply_decoded(self, items: list[DecodedRequest], *args: Any) -> Any:
         if any(op is Op.CANCEL for op, _id, _due, _value in items):
             self.stalled.set()
             time.sleep(_STALL_S)
-        return self._ledger.apply_decoded(items, *args)
+        applied = self._ledger.apply_decoded(items, *args)
+        self.added.update([message_id for op, message_id, _due, _value in items if op is Op.ADD])
+        return applied
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ledger, name)
@@ -53,8 +58,11 @@ def _stall_cancels(node: Node) -> _StallingCancels:
     return stalling
 
 
-def _doomed_and_kept(client: DelayClient, topic: str) -> tuple[str, str, int]:
-    """Two messages due in 3 s; the first cancelled well before its due time. A machine too
+def _doomed_and_kept(
+    client: DelayClient, topic: str, stalling: _StallingCancels
+) -> tuple[str, str, int]:
+    """Two messages due in 3 s; the first cancelled well before its due time, once ingest
+    applied both (so the cancel comes in a later batch, and only it stalls). A machine too
     loaded to acknowledge the cancel 500 ms before it (a shared CI machine once took 1.3 s for
     three requests) tries a fresh pair with a longer lead: only the last pair is checked (an
     earlier one's cancel came too late to promise anything)."""
@@ -62,7 +70,7 @@ def _doomed_and_kept(client: DelayClient, topic: str) -> tuple[str, str, int]:
         due_ms = int(time.time() * 1000) + lead_ms
         doomed = client.send_delay(topic, b"order-timeout", deliver_at=due_ms)
         kept = client.send_delay(topic, b"kept", deliver_at=due_ms)
-        time.sleep(0.3)  # the cancel in a later ingest batch than the adds, most often
+        wait_until(partial({doomed.id, kept.id}.issubset, stalling.added), 60, "adds applied")
         client.cancel(doomed.id)
         if int(time.time() * 1000) < due_ms - 500:
             return doomed.id, kept.id, due_ms
@@ -82,7 +90,7 @@ def test_cancel_acknowledged_before_due_is_never_delivered_while_ingest_lags(
     with running_node(settings) as node, Inbox(settings, [topic]) as inbox:
         stalling = _stall_cancels(node)
         with DelayClient(settings) as client:
-            doomed, kept, due_ms = _doomed_and_kept(client, topic)
+            doomed, kept, due_ms = _doomed_and_kept(client, topic, stalling)
             assert stalling.stalled.wait(60)
             # The kept message goes out once ingest applied the cancel's batch: late, not wrong.
             assert inbox.wait_for({kept}, timeout_s=60)
@@ -105,7 +113,7 @@ def test_a_group_master_waits_for_its_ingest_too(
         with Inbox(master.settings, [topic]) as inbox:
             stalling = _stall_cancels(master)
             with DelayClient(master.settings) as client:
-                doomed, kept, _due_ms = _doomed_and_kept(client, topic)
+                doomed, kept, _due_ms = _doomed_and_kept(client, topic, stalling)
                 assert stalling.stalled.wait(60)
                 assert inbox.wait_for({kept}, timeout_s=60)
                 inbox.settle(client, topic, INNER_PARTITIONS)  # the doomed one would come first
