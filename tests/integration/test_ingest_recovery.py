@@ -8,11 +8,13 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from chronos.bench.sampler import process_tree
 from chronos.bench.stack import BenchStack, TopicLayout
+from chronos.node.watermark import IngestWatermark
 from chronos.schedule.ledger import ApplyOutcome, Ledger
 from proxy.client import DelayClient, DelayRequest
 from tests.integration.harness import Inbox, make_settings, running_node, wait_until
@@ -65,25 +67,35 @@ def test_a_killed_decoder_process_is_replaced_and_nothing_is_lost(
 ) -> None:
     settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
     topic = f"{namespace}-decoder"
-    writing, release = threading.Event(), threading.Event()
-    real_apply = Ledger.apply_decoded
+    writing, release, read_on = threading.Event(), threading.Event(), threading.Event()
+    real_apply, real_read = Ledger.apply_decoded, IngestWatermark.read
 
     def held_apply(self: Ledger, items: Sequence[object], *args: object) -> ApplyOutcome:
         if items and not release.is_set():
             writing.set()
-            release.wait(30)  # meanwhile the children read on, past what is being written
+            release.wait(120)  # meanwhile the children read on, past what is being written
         return real_apply(self, items, *args)  # type: ignore[arg-type]
+
+    def noted_read(self: IngestWatermark, *args: Any) -> None:
+        """The receiver took a batch off a child's pipe: once a write is held, one read but
+        not applied."""
+        if writing.is_set():
+            read_on.set()
+        real_read(self, *args)
+
+    def send(prefix: str) -> set[str]:
+        requests = [DelayRequest(topic, f"{prefix}{i}", delay=1) for i in range(300)]
+        return {r.id for r in client.send_batch(requests)}
 
     with running_node(settings), Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
         killed = _decoders(os.getpid())
         assert len(killed) == settings.node.ingest_threads
         monkeypatch.setattr(Ledger, "apply_decoded", held_apply)
-        ids = {
-            r.id
-            for r in client.send_batch([DelayRequest(topic, f"m{i}", delay=1) for i in range(300)])
-        }
+        monkeypatch.setattr(IngestWatermark, "read", noted_read)
+        ids = send("m")
         assert writing.wait(60), "no batch reached the store"
-        time.sleep(0.5)  # the children read on and queue it in their pipes (most often)
+        ids |= send("n")  # read by the children while the store write is held
+        assert read_on.wait(60), "the children read nothing past the held write"
         for pid in killed:
             os.kill(pid, signal.SIGKILL)
         release.set()
