@@ -7,8 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chronos.bench.stack import TopicLayout
-from chronos.devstack.brokers import BrokerKind
+from chronos.bench.stack import Rig
 
 Result = dict[str, Any]
 
@@ -18,22 +17,16 @@ class Ladder:
     """What a ladder of steady runs climbs and where each run goes.
 
     Parameters:
-        bootstrap: an existing cluster, or None for a broker each stack starts.
+        rig: where each run's stack runs and its line goes.
         rates: the rates climbed, msg/s, in order.
         seconds: how long each run offers its rate.
-        log: where each run's line goes.
         max_delay_ms: delays spread over 0 to this.
-        layout: the topics' partitions.
-        broker: the broker a stack starts when ``bootstrap`` is None.
     """
 
-    bootstrap: str | None
+    rig: Rig
     rates: Sequence[float]
     seconds: float
-    log: Callable[[str], None]
     max_delay_ms: int = 10_000
-    layout: TopicLayout | None = None
-    broker: BrokerKind = "tansu"
 
 
 def climb(

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,8 @@ from confluent_kafka import Consumer, TopicPartition
 from chronos.bench.ladder import Ladder, climb, highest_sustained
 from chronos.bench.load import LoadSpec, Observation, generate, observe
 from chronos.bench.sampler import ProcessSampler, cpu_seconds
-from chronos.bench.stack import BenchStack, TopicLayout
+from chronos.bench.stack import BenchStack, Rig
 from chronos.bench.stats import summarize
-from chronos.devstack.brokers import BrokerKind
 from proxy.client import DelayClient
 
 Result = dict[str, Any]
@@ -149,12 +147,10 @@ def highest_rate(ladder: Ladder) -> Result:
     """Steady runs at increasing rates (fresh node each) until p99 > 100 ms or loss."""
 
     def measure(_mode: str, rate: float) -> Result:
-        with BenchStack(
-            bootstrap=ladder.bootstrap, layout=ladder.layout, broker=ladder.broker
-        ) as stack:
+        with ladder.rig.stack() as stack:
             stack.start_node()
             run = steady(stack, rate, ladder.seconds, max_delay_ms=ladder.max_delay_ms)
-        ladder.log(
+        ladder.rig.log(
             f"steady {rate:>8.0f}/s: ingest {run['ingest_rate']:.0f}/s, delivered "
             f"{run['delivered']}/{run['expected']}, p99 {run['lateness_ms']['p99']} ms, "
             f"node cpu {run['node']['cpu_percent_mean']} %, {run.get('cpu_us_per_msg')} us/msg "
@@ -177,12 +173,7 @@ def replicated(ladder: Ladder, group_size: int = 2, visible: bool = True) -> Res
     modes = {"alone": 0, "group": group_size}
 
     def measure(mode: str, rate: float) -> Result:
-        with BenchStack(
-            bootstrap=ladder.bootstrap,
-            layout=ladder.layout,
-            broker=ladder.broker,
-            replicas=modes[mode],
-        ) as stack:
+        with ladder.rig.stack(replicas=modes[mode]) as stack:
             stack.start_node()
             run = steady(
                 stack, rate, ladder.seconds, max_delay_ms=ladder.max_delay_ms, visible=visible
@@ -190,7 +181,7 @@ def replicated(ladder: Ladder, group_size: int = 2, visible: bool = True) -> Res
         run["mode"] = mode
         # Exactly once is the point of the group: a duplicate fails the rate.
         run["sustained"] = run["sustained"] and run["duplicates"] == 0
-        ladder.log(
+        ladder.rig.log(
             f"replicated {mode:<5} {rate:>8.0f}/s: ingest {run['ingest_rate']:.0f}/s, "
             f"delivered {run['delivered']}/{run['expected']}, p99 "
             f"{run['lateness_ms']['p99']} ms, duplicates {run['duplicates']}, "
@@ -209,15 +200,9 @@ def replicated(ladder: Ladder, group_size: int = 2, visible: bool = True) -> Res
     }
 
 
-def burst(
-    bootstrap: str | None,
-    count: int,
-    log: Callable[[str], None],
-    layout: TopicLayout | None = None,
-    broker: BrokerKind = "tansu",
-) -> Result:
+def burst(rig: Rig, count: int) -> Result:
     """``count`` messages all due in the same second, scheduled well before it."""
-    with BenchStack(bootstrap=bootstrap, layout=layout, broker=broker) as stack:
+    with rig.stack() as stack:
         stack.start_node()
         lead_s = 10 + count / 15_000  # time to schedule and ingest them first
         due = int((time.time() + lead_s) * 1000)
@@ -241,7 +226,7 @@ def burst(
         "all_delivered_after_due_s": round((seen.last_ms - due) / 1000, 3),
         "per_second": seen.per_second,
     }
-    log(
+    rig.log(
         f"burst {count}: all delivered {result['all_delivered_after_due_s']} s after due, "
         f"p99 {result['lateness_ms']['p99']} ms"
     )
@@ -260,16 +245,10 @@ def _applied(bootstrap: str, group: str, topic: str, partitions: int) -> int:
         consumer.close()
 
 
-def scale(
-    bootstrap: str | None,
-    count: int,
-    log: Callable[[str], None],
-    layout: TopicLayout | None = None,
-    broker: BrokerKind = "tansu",
-) -> Result:
+def scale(rig: Rig, count: int) -> Result:
     """Preload ``count`` messages due in a day: RSS, disk per message, ingest rate as the store
     grows, and restart time from process start to first delivery."""
-    with BenchStack(bootstrap=bootstrap, layout=layout, broker=broker) as stack:
+    with rig.stack() as stack:
         stack.start_node()
         group = stack.settings.topics.names.node_group(stack.settings.node.node_id)
         spec = LoadSpec(
@@ -291,7 +270,7 @@ def scale(
                 time.sleep(2.0)
                 applied = _applied(stack.bootstrap, group, stack.inner_topic, stack.layout.inner)
                 curve.append((round(time.monotonic() - started, 1), applied))
-                log(f"scale: {applied}/{count} applied")
+                rig.log(f"scale: {applied}/{count} applied")
             sent = producing.result()
         node = sampler.summary()
         rates = [
@@ -325,7 +304,7 @@ def scale(
         "restart_to_first_delivery_s": restart_s,
         "probe_id": probe.id,
     }
-    log(
+    rig.log(
         f"scale {count}: rss {node['rss_mib_peak']} MiB, {result['disk_bytes_per_message']} "
         f"B/msg on disk, ingest {result['ingest_rate_first_10pct']}/s -> "
         f"{result['ingest_rate_last_10pct']}/s, restart {restart_s}"
@@ -339,18 +318,11 @@ wrk.headers["Content-Type"] = "application/json"
 """
 
 
-def proxy_http(
-    bootstrap: str | None,
-    seconds: float,
-    batch: int,
-    log: Callable[[str], None],
-    layout: TopicLayout | None = None,
-    broker: BrokerKind = "tansu",
-) -> Result:
+def proxy_http(rig: Rig, seconds: float, batch: int) -> Result:
     """HTTP requests/s and messages/s against `chronos proxy` with wrk (single and batch)."""
     if shutil.which("wrk") is None:
         return {"skipped": "wrk not installed (apt-get install wrk)"}
-    with BenchStack(bootstrap=bootstrap, layout=layout, broker=broker) as stack:
+    with rig.stack() as stack:
         port = 18080
         proxy = stack.start_proxy(port)
         try:
@@ -368,7 +340,7 @@ def proxy_http(
                     "messages_per_s": round(requests_per_s * per_request),
                     "messages_per_request": per_request,
                 }
-                log(
+                rig.log(
                     f"proxy {name}: {requests_per_s:.0f} req/s, "
                     f"{requests_per_s * per_request:.0f} msg/s"
                 )

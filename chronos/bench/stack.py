@@ -183,3 +183,27 @@ class BenchStack:
             self._broker.stop()
         if exc is None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Rig:
+    """Where a scenario's stacks run, and where it says what they did: the same for every
+    scenario of one ``chronos bench`` run.
+
+    Parameters:
+        bootstrap: an existing cluster, or None for a broker each stack starts.
+        log: where each run's line goes.
+        layout: the topics' partitions.
+        broker: the broker a stack starts when ``bootstrap`` is None.
+    """
+
+    bootstrap: str | None
+    log: Callable[[str], None]
+    layout: TopicLayout | None = None
+    broker: BrokerKind = "tansu"
+
+    def stack(self, replicas: int = 0) -> BenchStack:
+        """A fresh stack (its own topics, node and, without ``bootstrap``, broker)."""
+        return BenchStack(
+            bootstrap=self.bootstrap, layout=self.layout, broker=self.broker, replicas=replicas
+        )

@@ -225,6 +225,7 @@ def _guard(args: argparse.Namespace, log: Callable[[str], None]) -> int:
 def main(args: argparse.Namespace) -> int:
     from chronos.bench import baselines, report, scenarios
     from chronos.bench.ladder import Ladder, climb, highest_sustained
+    from chronos.bench.stack import Rig
     from chronos.settings import NodeSettings
 
     rates, seconds, max_delay, burst_n, scale_n, relay_n, proxy_s = _QUICK if args.quick else _FULL
@@ -277,7 +278,8 @@ def main(args: argparse.Namespace) -> int:
         },
     }
     found = results["scenarios"]
-    ladder = Ladder(args.bootstrap, rates, seconds, log, max_delay, layout, args.broker)
+    rig = Rig(args.bootstrap, log, layout, args.broker)
+    ladder = Ladder(rig, rates, seconds, max_delay)
     workdir = Path(tempfile.mkdtemp(prefix="chronos-bench-"))
     bootstrap, broker = baselines.local_broker(args.bootstrap, workdir, args.broker)
     try:
@@ -299,17 +301,15 @@ def main(args: argparse.Namespace) -> int:
             }
             found["redis_memory"] = baselines.redis_memory(min(scale_n, 1_000_000), 200, log)
         if "burst" in args.only:
-            found["burst"] = scenarios.burst(args.bootstrap, burst_n, log, layout, args.broker)
+            found["burst"] = scenarios.burst(rig, burst_n)
         if "scale" in args.only:
-            found["scale"] = scenarios.scale(args.bootstrap, scale_n, log, layout, args.broker)
+            found["scale"] = scenarios.scale(rig, scale_n)
         if "replicated" in args.only:
             found["replicated"] = scenarios.replicated(
                 ladder, group_size=args.group_size, visible=args.lateness == "visible"
             )
         if "proxy" in args.only:
-            found["proxy"] = scenarios.proxy_http(
-                args.bootstrap, proxy_s, 100, log, layout, args.broker
-            )
+            found["proxy"] = scenarios.proxy_http(rig, proxy_s, 100)
     finally:
         if broker is not None:
             broker.stop()
