@@ -132,19 +132,29 @@ class _Acks:
                 self._done.set()
 
     def wait(self, timeout_s: float) -> None:
-        if not self._done.wait(timeout_s):
+        """Return once every record is acknowledged; else raise why not.
+
+        The producer gives up after the same time (``message.timeout.ms``, see
+        ``DelayClient._publisher``), so either timer may end the wait first: the producer's
+        ``_MSG_TIMED_OUT`` is the same unknown outcome as this wait's timeout, not a refusal.
+        A record Kafka did refuse is reported before those."""
+        finished = self._done.wait(timeout_s)
+        with self._lock:
+            errors = list(self.errors)
+        refused = [e for e in errors if e.code() != KafkaError._MSG_TIMED_OUT]
+        if not refused and (not finished or errors):
             raise NotAcknowledged(
                 f"Kafka did not acknowledge within {timeout_s} s; the outcome is unknown: "
                 "retry with the same id (ids make scheduling idempotent)"
             )
-        if self.errors:
-            error = self.errors[0]
+        if refused:
+            error = refused[0]
             if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                 raise ValidationError(
                     "value", f"Kafka refused the size: {describe(error)}", status=413
                 )
             raise NotAcknowledged(
-                f"Kafka refused {len(self.errors)} record(s): {describe(error)}; others of the "
+                f"Kafka refused {len(refused)} record(s): {describe(error)}; others of the "
                 "same call may have been accepted: retry with the same ids"
             )
 
