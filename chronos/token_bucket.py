@@ -15,7 +15,7 @@ _SHORT = 1e-9
 
 
 class TokenBucket:
-    """``rate`` tokens a second, at most ``burst`` saved; starts full.
+    """``rate`` tokens a second (more than 0), at most ``burst`` saved; starts full.
 
     Times are seconds of a monotonic clock, passed in by the caller (so tests move them). Not
     thread-safe: its owner holds a lock around it.
@@ -41,7 +41,14 @@ class TokenBucket:
         return False
 
     def wait_s(self, now_s: float, cost: float = 1.0) -> float:
-        """How long until ``cost`` tokens are there (never, for more than ``burst``: the
-        caller refuses those)."""
+        """How long until ``cost`` tokens are there. A cost over ``burst`` never is: the
+        caller refuses it rather than asking (the answer would be a finite lie)."""
         self._refill(now_s)
         return 0.0 if self._tokens >= cost - _SHORT else (cost - self._tokens) / self.rate
+
+    def set_rate(self, rate: float, burst: float, now_s: float) -> None:
+        """Go on at ``rate`` and ``burst`` from ``now_s``, keeping what was saved by then up to
+        the new burst: a changed rate is no reason to let a burst out."""
+        self._refill(now_s)
+        self.rate, self.burst = rate, burst
+        self._tokens = min(self._tokens, burst)

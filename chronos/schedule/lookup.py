@@ -159,11 +159,12 @@ class Lookup:
 
         These are two reads, and a reschedule applied between them moves the message
         (``RocksBatch.move_scheduled``: the index and the message in one batch), so the key
-        the first read gave finds nothing. A second read of the index tells a move (it
-        changed: read again) from a message that is gone (it did not: a delivered message
-        the delete worker removed). Without it, status answered a moved message as pending
-        with no topic, and the proxy refused a topic-limited token's cancel right after its
-        own reschedule (403)."""
+        the first read gave finds nothing. So the index is read again and the message looked
+        for where it says now, up to ``REREADS`` times; the delete worker removes a delivered
+        message's index entry no later than the message, so a message that is gone shows as
+        an index that changed too (unknown). Without this, status answered a moved message as
+        pending with no topic, and the proxy refused a topic-limited token's cancel right
+        after its own reschedule (403)."""
         state = self._store.get_index([message_id])[0]
         for _ in range(REREADS):
             if state is None or state[:1] == keys.INDEX_CANCELLED:
@@ -171,10 +172,7 @@ class Lookup:
             raw = self._store.get_messages([state[1:]])[0]
             if raw is not None:
                 return state, raw
-            again = self._store.get_index([message_id])[0]
-            if again == state:
-                return state, None
-            state = again
+            state = self._store.get_index([message_id])[0]
         return state, None
 
     def _status(self, message_id: str) -> MessageStatus:

@@ -60,8 +60,8 @@ class GuardSettings:
 
 class RateLimiter:
     """One token bucket per token name: ``rate`` requests (or messages) a second, bursts of up
-    to a second's worth. A token whose rate changed (its file re-read) starts a full bucket of
-    the new rate."""
+    to a second's worth. A token whose rate changed (its file re-read) keeps what it had saved,
+    up to the new second's worth."""
 
     def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._monotonic = monotonic
@@ -79,8 +79,10 @@ class RateLimiter:
             return math.inf
         with self._lock:
             bucket = self._buckets.get(name)
-            if bucket is None or bucket.rate != rate:
+            if bucket is None:
                 bucket = self._buckets[name] = TokenBucket(rate, capacity, now)
+            elif bucket.rate != rate:
+                bucket.set_rate(rate, capacity, now)
             return 0.0 if bucket.take(now, cost) else bucket.wait_s(now, cost)
 
 

@@ -139,7 +139,8 @@ def test_a_token_over_its_rate_gets_429_with_retry_after(proxy: httpx.Client) ->
 
 def test_a_token_bucket_allows_a_second_worth_at_once_then_its_rate() -> None:
     """Mutants caught: no burst (the second of two at once refused), no refill, a refill past
-    the burst, a cost larger than the bucket waited for instead of refused."""
+    the burst, a cost larger than the bucket waited for instead of refused, a rate change
+    that fills the bucket."""
     clock = ManualClock()  # a monotonic clock that moves only when told
     rates = RateLimiter(monotonic=clock)
     assert [rates.wait_s("slow", 2) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.5)]
@@ -150,6 +151,7 @@ def test_a_token_bucket_allows_a_second_worth_at_once_then_its_rate() -> None:
     clock.now += 3600  # an idle hour refills a second's worth, no more
     assert [rates.wait_s("slow", 2) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.5)]
     assert rates.wait_s("slow", 2, cost=3) == math.inf  # over a second's worth: never
+    assert rates.wait_s("slow", 4) == pytest.approx(0.25)  # a new rate: nothing saved yet
     assert rates.wait_s("free", 0) == 0.0  # no rate: no limit
 
 

@@ -29,3 +29,14 @@ def test_a_rate_that_is_not_exact_in_binary_still_counts_whole_tokens() -> None:
     bucket = TokenBucket(rate=10, burst=1, now_s=100.0)
     assert bucket.take(100.0)
     assert bucket.take(100.1)  # (100.1 - 100.0) s x 10/s is 0.9999999999999432 in binary
+
+
+def test_a_new_rate_keeps_what_was_saved_up_to_its_burst() -> None:
+    """Mutant caught: a rate change that fills the bucket (each change let a burst out)."""
+    bucket = TokenBucket(rate=10, burst=10, now_s=0.0)
+    assert sum(bucket.take(0.0) for _ in range(10)) == 10
+    bucket.set_rate(rate=100, burst=100, now_s=0.0)
+    assert not bucket.take(0.0)
+    assert bucket.wait_s(0.0) == pytest.approx(0.01)
+    bucket.set_rate(rate=1, burst=2, now_s=10.0)  # 10 s at 100/s saved 100: 2 are kept
+    assert [bucket.take(10.0) for _ in range(3)] == [True, True, False]
