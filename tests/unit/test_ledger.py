@@ -316,10 +316,12 @@ def test_is_current(env: Env) -> None:
 
 
 def test_apply_notifies_frontier_of_earliest_slot(env: Env) -> None:
-    env.ledger.apply([_msg("a", T0 + 5000), _msg("b", T0 - 10)])  # b: due in the past
+    # b is due in the past, a after the wait's 60 s cap.
+    env.ledger.apply([_msg("a", T0 + 120_000), _msg("b", T0 - 10)])
     t = time.monotonic()
-    # The pending notification (T0-10 <= now) makes the wait return at once; without it the
-    # wait sleeps its whole 60 s cap. The bound is half the cap, not a speed.
+    # The pending notification (T0-10 <= now) makes the wait return at once; without it, or
+    # with a's slot instead of the earliest, the wait sleeps its whole 60 s cap. The bound is
+    # half the cap, not a speed.
     env.frontier.wait(None, T0, 60.0)
     assert time.monotonic() - t < 30.0
 

@@ -185,8 +185,13 @@ def pause(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
 @pytest.fixture
 def hour_between_retakes(monkeypatch: pytest.MonkeyPatch) -> None:
     """``RETAKE_EVERY_S`` made an hour: "not twice within the window" then holds however slow
-    the machine. Ask for it before ``world``, whose replica reads it when it is built."""
+    the machine. The replica's clock runs an hour ahead too, so its first retake is allowed
+    whether ``world`` built it before this fixture (``_retook_at`` -30 s) or after (-1 h),
+    on a machine up for less than an hour as well."""
     monkeypatch.setattr(replica_module, "RETAKE_EVERY_S", 3600.0)
+    real = time.monotonic
+    clock = SimpleNamespace(monotonic=lambda: real() + 3600.0, sleep=time.sleep)
+    monkeypatch.setattr(replica_module, "time", clock)
 
 
 @pytest.fixture
