@@ -74,22 +74,26 @@ class ReplicaStore:
     def follow(self) -> None:
         """Place as a follower: every add at its due time, every cancel applied. Its store must
         say "delivered" for exactly what the committed progress covers, which is decided by due
-        times and inner offsets alone."""
+        times and inner offsets alone: the moves it made leading that no commit carries are
+        undone (``Ledger.undo_moves``), at a demotion and at a start after a crash alike."""
         with self._ledger.locked():
             self._placement.leading = False
-        self._ledger.clear_moves()
+        self._ledger.undo_moves()
 
     def lead(self, seek_ms: EpochMs, partitions: list[int]) -> EpochMs:
         """Place as the node that delivers, from the committed ``seek_ms``: the frontier
-        restarts there, its cut at what the store holds. Returns the seek used."""
+        restarts there, its cut at what the store holds. Returns the seek used.
+
+        Moves of an earlier term of this node that never committed were undone when it began
+        following (``follow``); undone again here, so a store leads from the committed state
+        whatever came before this call. ``relocate_uncovered`` then decides their requests
+        again, from the reschedules' arrivals."""
+        self._ledger.undo_moves()
         with self._ledger.writing() as write:
             seek = max(write.seek_ms, seek_ms)
             write.seek_ms = seek
             self._frontier.reset(seek, self._store.read_inner_offsets(partitions))
             self._placement.leading = True
-            # Moves of an earlier term of this node never committed: ``relocate_uncovered``
-            # decides their requests again.
-            self._ledger.clear_moves()
         return seek
 
     def apply_cut(

@@ -111,6 +111,9 @@ class Move:
     message: DelayMessage
     slot_ms: EpochMs
     origin: tuple[int, int] | None
+    #: Its id's undo journal entry says where the message was before it (a replica's move:
+    #: ``Ledger.undo_moves``).
+    journaled: bool = False
 
     def covered_by(self, offsets: Mapping[int, int]) -> bool:
         """Whether a cut with these inner offsets covers the reschedule's record."""
@@ -365,20 +368,30 @@ class _Applying:
         _op, message_id, due, _value = item
         current = self.state[message_id]
         request = RescheduleRequest(message_id, due)
+        if self.arrivals is not None:
+            # A replica records every reschedule, leading or not: the one a leader moves may
+            # be undone (it stops leading before a commit carries it), and whoever leads next,
+            # this replica too, decides it again from this record (``relocate_uncovered``).
+            self.batch.put_arrival(
+                keys.arrival_key(*self.arrivals[n]),
+                keys.arrival_reschedule(self.raw_ids[message_id], due),
+            )
         if self.leading:
             assert self.written is not None
             at = self.ledger._reschedule(
-                self.batch, request, current, self.frontier, self.written, self.origin(n)
+                self.batch,
+                request,
+                current,
+                self.frontier,
+                self.written,
+                self.origin(n),
+                journal=self.arrivals is not None,
             )
             self.ledger._count_reschedule(self.outcome, request, current, at)
             if at is not None:
                 self.placed_at(message_id, at)
         elif self.arrivals is not None:
             self.outcome.reschedule_deferred += 1
-            self.batch.put_arrival(
-                keys.arrival_key(*self.arrivals[n]),
-                keys.arrival_reschedule(self.raw_ids[message_id], due),
-            )
         if self.restating and current is not None:  # a reschedule states no message
             self.restate(n, message_id)
 
@@ -646,6 +659,7 @@ class Ledger:
         frontier: EpochMs,
         written: dict[bytes, bytes],
         origin: tuple[int, int] | None,
+        journal: bool = False,
     ) -> EpochMs | None:
         """Move a pending message to its new due time; the slot it now has, None when it did
         not move.
@@ -655,6 +669,10 @@ class Ledger:
         moving one in flight would deliver it twice). Every other pending one moves to
         ``slot_for(frontier, due)``, like an add received now, and is kept in ``moves`` for
         the progress record that tells followers and a rebuilt store where it went.
+
+        ``journal`` (a replica, which may stop leading before a commit carries the move): the
+        first move of the id since its last published one journals where the message was, in
+        the same batch, so ``undo_moves`` can put it back.
         """
         old_key = keys.pending_key(current)
         if old_key is None:
@@ -678,7 +696,10 @@ class Ledger:
         # finds it in ``moves`` (``TransactionLoop`` and ``CutPublisher`` read them after
         # taking their cut).
         with self._moves_lock:
-            self._moves.setdefault(request.id, []).append(Move(moved, slot, origin))
+            earlier = self._moves.setdefault(request.id, [])
+            if journal and not earlier:
+                batch.put_undo(request.id.encode(), keys.slot_of(old_key), stored)
+            earlier.append(Move(moved, slot, origin, journaled=journal))
         return slot
 
     def _count_reschedule(
@@ -716,22 +737,74 @@ class Ledger:
             return found
 
     def forget_moves(self, published: Mapping[str, Move]) -> None:
-        """Drop moves a committed progress record carries, and the older ones of their ids."""
-        with self._moves_lock:
-            for message_id, move in published.items():
-                moves = self._moves.get(message_id, [])
-                done = next((n for n, m in enumerate(moves) if m is move), None)
-                if done is not None:
-                    del moves[: done + 1]
-                if not moves:
-                    self._moves.pop(message_id, None)
+        """Drop moves a committed progress record carries, and the older ones of their ids.
 
-    def clear_moves(self) -> None:
-        """Forget every unpublished reschedule: the node stops or starts delivering. What it
-        moved without committing is decided again by whoever delivers next
-        (``ReplicaStore.relocate_uncovered``), from the committed progress alone."""
-        with self._moves_lock:
-            self._moves.clear()
+        A journaled id's undo entry follows: gone when no move of it is left, else where the
+        published move put the message (the committed state a later move's undo returns to).
+        Under the ledger's lock then, so that a reschedule applied meanwhile finds the moves
+        and the journal agreeing (it journals only an id with no move left)."""
+        if not any(move.journaled for move in published.values()):
+            with self._moves_lock:
+                self._drop_moves(published)
+            return
+        with self._lock:
+            batch = self._store.batch()
+            with self._moves_lock:
+                self._drop_moves(published)
+                for message_id, move in published.items():
+                    if not move.journaled:
+                        continue
+                    raw_id = message_id.encode()
+                    if message_id in self._moves:
+                        batch.put_undo(raw_id, move.slot_ms, codec.encode(move.message))
+                    else:
+                        batch.delete_undo(raw_id)
+            self._store.write(batch)
+
+    def _drop_moves(self, published: Mapping[str, Move]) -> None:
+        for message_id, move in published.items():
+            moves = self._moves.get(message_id, [])
+            done = next((n for n, m in enumerate(moves) if m is move), None)
+            if done is not None:
+                del moves[: done + 1]
+            if not moves:
+                self._moves.pop(message_id, None)
+
+    def undo_moves(self) -> int:
+        """Put back every move the undo journal holds, and forget every unpublished one: the
+        store stops or starts leading (a demotion, a retake, a start after a crash).
+
+        Why: a move no committed progress carries is this store's decision alone. Kept, the
+        store disagrees with every other replica (they hold the message where the committed
+        progress says) and, leading again, delivers it where no reader was told it went,
+        once more after a successor delivered it at its first slot. Undone, the store holds
+        what the committed progress says, and the reschedule's arrival (recorded leading too)
+        lets whoever leads next decide it again (``ReplicaStore.relocate_uncovered``); a
+        published move undone because a crash came between its commit and the journal's
+        update is moved again when the progress topic is read from its start. A message
+        cancelled since (its index no longer pending) stays cancelled. Returns how many
+        messages moved back."""
+        undone = 0
+        with self.writing() as write:
+            entries = self._store.scan_undo(_ALL)
+            current = self._store.get_index([message_id for message_id, _, _ in entries])
+            for (message_id, slot, value), state in zip(entries, current, strict=True):
+                write.batch.delete_undo(message_id.encode())
+                moved_to = keys.pending_key(state)
+                key = keys.message_key(slot, message_id)
+                if moved_to is None or moved_to == key:
+                    continue
+                stored = self._store.get_messages([moved_to])[0]
+                write.batch.move_scheduled(
+                    moved_to if stored is not None else None, key, message_id, value
+                )
+                write.placed(slot)
+                undone += 1
+            with self._moves_lock:
+                self._moves.clear()
+        if undone:
+            log.warning("uncommitted_moves_undone", messages=undone)
+        return undone
 
     def sync(self) -> None:
         """fsync everything applied so far."""

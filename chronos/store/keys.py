@@ -20,7 +20,10 @@ Layout (all integers fixed-width big-endian, so byte order is numeric order):
   ``b"began:" | partition:>I`` -> the inner offset this store's ingest began at ``:>Q`` (0 when
   it read the partition from its first record; see ``chronos/runtime/origin.py``);
   ``b"outbox:" | partition:>I | offset:>Q | id:utf8`` -> ``b""``: an id whose last inner record
-  must be restated, decided on the record at that offset (``schedule/restatement.py``).
+  must be restated, decided on the record at that offset (``schedule/restatement.py``);
+  ``b"undo:" | id:utf8`` -> ``slot_ms:>Q | encoded message``: a replica that leads moved the
+  message by a reschedule no committed progress carries yet; where it was before (the undo
+  journal, ``schedule/ledger.py``).
 """
 
 from __future__ import annotations
@@ -143,6 +146,27 @@ def split_outbox_key(key: bytes) -> tuple[int, int, str]:
     end = start + _OUTBOX_AT.size
     partition, offset = _OUTBOX_AT.unpack(key[start:end])
     return int(partition), int(offset), key[end:].decode()
+
+
+_META_UNDO = b"undo:"
+#: The undo journal's key range in ``meta`` (``;`` sorts right after ``:``).
+UNDO_START, UNDO_STOP = _META_UNDO, b"undo;"
+
+
+def undo_key(raw_id: bytes) -> bytes:
+    """Meta key of the undo journal's entry of an id (``schedule/ledger.py``)."""
+    return _META_UNDO + raw_id
+
+
+def undo_value(slot_ms: EpochMs, value: bytes) -> bytes:
+    """An undo entry: the slot and stored value the message had before its first move that
+    no committed progress carries."""
+    return _MS.pack(slot_ms) + value
+
+
+def split_undo(key: bytes, value: bytes) -> tuple[str, EpochMs, bytes]:
+    """(id, slot ms, stored value) of an undo entry."""
+    return key[len(_META_UNDO) :].decode(), unpack_ms(value), value[MS_WIDTH:]
 
 
 _ARRIVAL = struct.Struct(">IQ")

@@ -168,6 +168,14 @@ class RocksBatch:
         self._wb.delete(key, self._s.h_meta)
         self._count += 1
 
+    def put_undo(self, raw_id: bytes, slot_ms: EpochMs, value: bytes) -> None:
+        """Journal where a message was before a move that may have to be undone."""
+        self._put(keys.undo_key(raw_id), keys.undo_value(slot_ms, value), self._s.h_meta)
+
+    def delete_undo(self, raw_id: bytes) -> None:
+        self._wb.delete(keys.undo_key(raw_id), self._s.h_meta)
+        self._count += 1
+
     def put_arrival(self, key: bytes, raw_id: bytes) -> None:
         self._put(key, raw_id, self._s.h_arrivals)
 
@@ -519,6 +527,11 @@ class RocksStore:
     def scan_outbox(self, limit: int) -> list[bytes]:
         """Up to ``limit`` outbox keys, in the order they were decided."""
         return [key for key, _ in _range(self._meta, keys.OUTBOX_START, keys.OUTBOX_STOP, limit)]
+
+    def scan_undo(self, limit: int) -> list[tuple[str, EpochMs, bytes]]:
+        """Up to ``limit`` entries of the undo journal: (id, slot ms, stored value)."""
+        rows = _range(self._meta, keys.UNDO_START, keys.UNDO_STOP, limit)
+        return [keys.split_undo(key, value) for key, value in rows]
 
     def scan_arrivals(self, start: bytes, stop: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` arrivals (key, raw id) with ``start <= key < stop``, in key order."""

@@ -323,3 +323,125 @@ def test_a_repeat_rescheduled_to_the_epoch_is_delivered_now_not_refused(alone: N
     assert outcome.rescheduled == 1
     ((slot, moved),) = alone.stored().values()
     assert slot == T0 + 1 and moved.first_due_ms == 0 and moved.occurrence == 3
+
+
+def _commit(leader: Node, followers: list[Node], upto: int) -> tuple[int, dict[int, int]]:
+    """One committed transaction of ``leader`` up to ``upto``: its cut, the moves the cut
+    covers published as states, applied by ``followers`` and forgotten by the leader (as
+    ``TransactionLoop._transact`` does after Kafka's commit)."""
+    leader.frontier.advance(upto)
+    seek, covered = leader.frontier.cut()
+    moves = leader.ledger.moves(covered)
+    states = [RepeatState(i, m.message, m.slot_ms) for i, m in moves.items()]
+    leader.replica.apply_cut(seek, [], covered)
+    leader.ledger.forget_moves(moves)
+    for node in followers:
+        node.replica.apply_cut(seek, states, covered)
+    return seek, covered
+
+
+def _pending(node: Node) -> dict[str, int]:
+    """What the node would still deliver: id -> slot of every message past its seek."""
+    seek = node.replica.seek_ms
+    return {i: slot for i, slot in node.slots().items() if slot > seek}
+
+
+def test_a_master_that_retakes_decides_its_uncommitted_reschedule_again_and_publishes_it(
+    pair: tuple[Node, Node],
+) -> None:
+    """Issue 59's first trail: the master moves a message, is fenced before a commit carries
+    the move, and takes over again: its next cuts cover the reschedule's record, so they must
+    carry the move, or the backup keeps the message at its first due time (and delivers it
+    there after a failover, while this store delivers it again at the new one)."""
+    a, b = pair
+    for node in pair:
+        node.add(_msg("x", T0 + 9000), 0)
+    seek, covered = _commit(a, [b], T0 + 100)
+    for node in pair:
+        node.reschedule("x", T0 + 60_000, 1)
+    assert a.slots() == {"x": T0 + 60_000} and b.slots() == {"x": T0 + 9000}
+    a.replica.follow()  # fenced before a commit carried the move
+    assert a.slots() == b.slots() == {"x": T0 + 9000}
+    seek = a.replica.lead(seek, [0])  # the retake
+    a.replica.relocate_uncovered(seek, covered, [0])
+    assert a.slots() == {"x": T0 + 60_000}
+    _commit(a, [b], T0 + 200)
+    assert b.slots() == a.slots() == {"x": T0 + 60_000}
+    assert a.ledger.moves() == {}
+
+
+def test_a_demoted_master_holds_what_the_successor_committed_when_it_passed_the_first_slot(
+    pair: tuple[Node, Node],
+) -> None:
+    """Issue 59's second trail: the old master moved the message (uncommitted); its successor
+    read the reschedule only after its frontier passed the first slot (too late) and
+    delivered it there. The old master, following, must count it delivered, and a later
+    term of it must not deliver it again at the new due time."""
+    a, b = pair
+    for node in pair:
+        node.add(_msg("x", T0 + 9000), 0)
+    seek, covered = _commit(a, [b], T0 + 100)
+    a.reschedule("x", T0 + 60_000, 1)  # the zombie moves it
+    assert a.slots() == {"x": T0 + 60_000}
+    seek = b.replica.lead(seek, [0])  # the successor, before it read the reschedule
+    b.replica.relocate_uncovered(seek, covered, [0])
+    b.frontier.advance(T0 + 10_000)  # delivering the first slot
+    b.reschedule("x", T0 + 60_000, 1)  # too late for it
+    assert b.slots() == {"x": T0 + 9000}
+    a.replica.follow()  # fenced
+    seek, covered = _commit(b, [a], T0 + 10_000)
+    assert _pending(a) == _pending(b) == {}
+    # The successor dies; the old master leads again: nothing left to deliver.
+    seek = a.replica.lead(seek, [0])
+    a.replica.relocate_uncovered(seek, covered, [0])
+    assert _pending(a) == {}
+
+
+def test_a_start_after_a_crash_undoes_the_moves_of_the_term_it_died_in(tmp_path: Path) -> None:
+    """kill -9 of a master that moved a message: the journal (written with the move) puts it
+    back when the restarted replica follows, and the reschedule is decided again when it
+    leads."""
+    leading = ReplicaPlacement()
+    leading.leading = True
+    a = Node(tmp_path / "a", leading)
+    a.add(_msg("x", T0 + 9000), 0)
+    a.frontier.advance(T0 + 100)
+    seek, covered = a.frontier.cut()
+    a.replica.apply_cut(seek, [], covered)
+    a.reschedule("x", T0 + 60_000, 1)
+    a.store.close()  # the crash: nothing published
+    restarted = Node(tmp_path / "a", ReplicaPlacement())
+    try:
+        restarted.replica.follow()  # what ``Replica.start`` does first
+        assert restarted.slots() == {"x": T0 + 9000}
+        assert restarted.stored()["x"][1].first_due_ms == T0 + 9000
+        assert restarted.store.scan_undo(10) == []
+        seek = restarted.replica.lead(seek, [0])
+        restarted.replica.relocate_uncovered(seek, covered, [0])
+        assert restarted.slots() == {"x": T0 + 60_000}
+        assert {i: m.origin for i, m in restarted.ledger.moves().items()} == {"x": (0, 1)}
+    finally:
+        restarted.store.close()
+
+
+def test_the_undo_returns_to_the_last_published_move_and_never_revives_a_cancel(
+    pair: tuple[Node, Node],
+) -> None:
+    a, b = pair
+    for node in pair:
+        node.add(_msg("x", T0 + 9000), 0)
+        node.add(_msg("gone", T0 + 9000), 1)
+    for node in pair:
+        node.reschedule("x", T0 + 20_000, 2)
+    _commit(a, [b], T0 + 100)  # publishes the first move of x
+    assert a.store.scan_undo(10) == []
+    for node in pair:
+        node.reschedule("x", T0 + 30_000, 3)  # not committed
+        node.reschedule("gone", T0 + 40_000, 4)  # not committed, then cancelled
+        node.ledger.apply_decoded([(Op.CANCEL, "gone", 0, None)], {0: 6}, [(0, 5)])
+    assert a.slots() == {"x": T0 + 30_000}
+    a.replica.follow()
+    assert a.slots() == b.slots() == {"x": T0 + 20_000}
+    assert a.stored()["x"][1] == b.stored()["x"][1]
+    gone = a.store.get_index(["gone"])[0]
+    assert gone is not None and gone[:1] == keys.INDEX_CANCELLED
