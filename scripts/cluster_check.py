@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Cluster check: node processes sharing the inner topic's partitions, under load and faults.
 
-The load of ``failover_check.py`` (delays 0-5 s, 10 % cancels, 2 % repeats, 2 % reschedules)
+The load of ``failover_check.py`` (delays 0-5 s, 10 % cancels, 2 % repeats, 5 % reschedules to
+0-20 s ahead, judged against the new due time when acknowledged in time: ``--reschedule``)
 runs against ``--nodes`` node processes of one cluster (``--partitions`` inner partitions,
 ``--standbys`` standbys each) while a scenario hurts them; afterwards a ``read_committed``
 consumer must have seen every expected delivery exactly once, none early and no cancelled one.
@@ -393,6 +394,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=600.0, help="churn: how long")
     parser.add_argument("--interval", type=float, default=15.0, help="seconds between faults")
     parser.add_argument("--rate", type=int, default=2000, help="requests per second")
+    parser.add_argument(
+        "--reschedule", type=float, default=0.05, help="share of one-shots rescheduled"
+    )
     add_broker_options(parser)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     args = parser.parse_args()
@@ -418,7 +422,7 @@ def main() -> int:
             create_topic(settings, topic, partitions=4)
             committed, uncommitted, watchers = Watched.start(bootstrap, topic)
             with DelayClient(settings) as client:
-                load = Load(client, topic, args.rate, args.seed)
+                load = Load(client, topic, args.rate, args.seed, reschedule_share=args.reschedule)
                 load.start()
                 try:
                     started = time.monotonic()

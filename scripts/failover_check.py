@@ -2,14 +2,17 @@
 """Failover check of a replica group: a master and a backup as separate processes under load.
 
 A steady load (default 2,000 requests/s, delays 0-5 s, 10 % cancelled before due, 2 % repeats,
-2 % of the other one-shots rescheduled sooner or later) runs while a scenario hurts the group;
-afterwards a ``read_committed`` consumer must have seen every expected delivery exactly once
+5 % of the other one-shots rescheduled to 0-20 s from then, ``--reschedule``) runs while a
+scenario hurts the group; afterwards a ``read_committed`` consumer must have seen every expected delivery exactly once
 (repeats: every occurrence once, at the due time its schedule gives, overdue ones collapsed as
-documented; ``--cron-share``: that share of cron repeats in a zone; a rescheduled one at its
-first or its new due time, whichever the master decided), none early and no cancelled one (a
-cancel acknowledged only after its message's due time, the broker being down meanwhile, may
-lose that race: counted apart, not failed on). A ``read_uncommitted`` consumer's duplicates
-(records of aborted transactions) are counted and reported, not failed on.
+documented; ``--cron-share``: that share of cron repeats in a zone), none early and no
+cancelled one (a cancel acknowledged only after its message's due time, the broker being down
+meanwhile, may lose that race: counted apart, not failed on). A reschedule acknowledged at
+least ``node.cancel_margin_ms`` before its message's first due time must be applied: delivered
+once, at the new due time, not before it (``reschedules_not_applied``, ``early``); one
+acknowledged later may have come too late, and is delivered at one of the two. A
+``read_uncommitted`` consumer's duplicates (records of aborted transactions) are counted and
+reported, not failed on.
 
 Scenarios (``--scenario``):
 
@@ -41,6 +44,11 @@ Scenarios (``--scenario``):
   to the first commit in a newer term). With ``--release`` or ``--from-image`` the first round
   is an upgrade from an earlier release, and the load's reschedules meet a master that does not
   know them.
+* ``chaos``: ``--replicas`` replicas (3, say), a fault every ``--interval`` s for
+  ``--duration`` s, drawn at random (``--seed``) from: kill -9 a replica, SIGTERM one, SIGSTOP
+  one for 10 s, kill -9 one and start it on an empty disk, kill -9 the master, and (Apache
+  Kafka started here) kill -9 the broker and start it again 5 s later on its data. A stopped
+  replica is started again at once.
 * ``mixed`` (with ``--release`` or ``--from-image``): an upgrade left half done. The backup is
   upgraded; the master, killed, comes back on the earlier release and follows the upgraded one
   (reschedules it decides included); then that one is killed and the earlier release delivers.
@@ -56,6 +64,7 @@ longest time no delivery became visible while the load ran (``longest_gap_ms``).
     python scripts/failover_check.py --scenario rolling --kills 2 --image chronos:local
     python scripts/failover_check.py --scenario rolling --kills 1 --release /tmp/chronos-0.23
     python scripts/failover_check.py --scenario lagging --backup-down 600
+    python scripts/failover_check.py --scenario chaos --replicas 3 --rate 500 --duration 600
 
 The last line of output is the JSON summary. Exit code 0 when every check holds, 1 otherwise.
 """
@@ -65,6 +74,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import signal
 import sys
 import threading
@@ -79,6 +89,7 @@ from typing import Any
 
 from chronos.devstack.check import Tally, Watched, add_broker_options, finish, staged
 from chronos.devstack.container import DATA_PATH, ContainerNode
+from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.process import NodeProcess
 from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
@@ -88,7 +99,12 @@ from chronos.settings import load_settings
 from proxy.client import DelayClient, DelayRequest
 
 GROUP = "g"
-NODES = ("a", "b")
+#: The margin a reschedule must be acknowledged by before its first due time to be applied
+#: for sure: ``node.cancel_margin_ms``'s default (the cancel gate holds reschedules too).
+RESCHEDULE_MARGIN_MS = 250
+#: How long the chaos scenario freezes a replica, and keeps the broker down.
+FREEZE_S = 10.0
+BROKER_DOWN_S = 5.0
 #: Repeats: long enough intervals that a failover never makes an occurrence overdue by more
 #: than one interval, so every occurrence is delivered on its own.
 REPEAT = Repeat(RepeatKind.FIXED, interval_ms=10_000, times=3)
@@ -108,9 +124,11 @@ class Expected:
     #: The cancel was acknowledged only after the due time (the broker was down meanwhile):
     #: it may or may not win, and neither outcome is a fault.
     cancel_late: bool = False
-    #: The due time a reschedule asked for (one-shots only): delivered at one of the two,
-    #: once, whichever the master decided.
+    #: The due time a reschedule asked for (one-shots only).
     rescheduled_to: int | None = None
+    #: The reschedule was acknowledged ``RESCHEDULE_MARGIN_MS`` before the first due time:
+    #: it must be applied. Else delivered at one of the two, whichever the master decided.
+    reschedule_strict: bool = False
 
 
 @dataclass
@@ -130,6 +148,10 @@ class Summary(Tally):
     rescheduled: int = 0
     rescheduled_moved: int = 0
     rescheduled_wrong_due: int = 0
+    #: Reschedules acknowledged in time (``Expected.reschedule_strict``), and those of them
+    #: whose message was delivered at another due time than the new one.
+    reschedules_strict: int = 0
+    reschedules_not_applied: int = 0
     repeat_occurrences_collapsed: int = 0
     cron_repeats: int = 0
     #: Occurrences folded into a later one (``chronos-skipped``), per cron catch-up policy:
@@ -158,6 +180,8 @@ class Summary(Tally):
     longest_gap_ms: int = 0
     longest_gap_at_s: float = 0.0
     upgraded: int = 0
+    #: The chaos scenario's faults, in order.
+    faults: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -165,6 +189,7 @@ class Summary(Tally):
         return self.exact and not (
             self.cancelled_delivered
             or self.rescheduled_wrong_due
+            or self.reschedules_not_applied
             or self.repeat_wrong_due
             or self.problems
         )
@@ -331,18 +356,22 @@ class Group:
         namespace: str,
         extra: str = "",
         runtime: Runtime = Runtime(),
+        replicas: int = 2,
     ) -> None:
+        names = [chr(ord("a") + n) for n in range(replicas)]
         self.replicas = [
-            Replica(n, workdir, bootstrap, namespace, extra=extra, runtime=runtime) for n in NODES
+            Replica(n, workdir, bootstrap, namespace, extra=extra, runtime=runtime) for n in names
         ]
 
     def start(self) -> Replica:
-        """Start the first replica, wait until it is master, then its backup until it is
+        """Start the first replica, wait until it is master, then its backups until they are
         ready: where every scenario begins. Returns the master."""
         self.replicas[0].process.start()
         first = self.master(timeout_s=120)
-        self.other(first).process.start()
-        self.other(first).process.wait_ready(60)
+        for backup in self.replicas[1:]:
+            backup.process.start()
+        for backup in self.replicas[1:]:
+            backup.process.wait_ready(60)
         return first
 
     def master(self, timeout_s: float = 60.0, newer_than: int = 0) -> Replica:
@@ -388,12 +417,15 @@ class Load:
         seed: int,
         delay_s: tuple[float, float] = (0.0, 5.0),
         repeat: Repeat = REPEAT,
-        reschedule_share: float = 0.02,
+        reschedule_share: float = 0.05,
         senders: int = 4,
         cron_share: float = 0.0,
+        reschedule_max_s: float | None = None,
     ) -> None:
         self._client = client
         self._reschedule_share = reschedule_share
+        #: Default: 20 s, or the longest delay when that is longer.
+        self._reschedule_max_s = reschedule_max_s or max(delay_s[1], 20.0)
         self.delay_s = delay_s
         self._topic = topic
         self.repeat = repeat
@@ -492,8 +524,9 @@ class Load:
     def _reschedule(
         self, requests: list[DelayRequest], cancelled: set[str], now_ms: int, rng: random.Random
     ) -> None:
-        """Move ``reschedule_share`` (2 %) of the one-shots still 1.5 s or more ahead to a new
-        time within the delay range, sooner or later."""
+        """Move ``reschedule_share`` of the one-shots still 1.5 s or more ahead to a new time
+        up to ``reschedule_max_s`` ahead, sooner or later: the longer ones meet more faults
+        between the reschedule and their due time (issue 59)."""
         for request in requests:
             message_id = request.id
             if message_id is None or message_id in cancelled or request.repeat is not None:
@@ -502,8 +535,12 @@ class Load:
             if expected.due_ms - now_ms < 1500 or rng.random() >= self._reschedule_share:
                 continue
             try:
-                receipt = self._client.reschedule(message_id, delay=rng.uniform(*self.delay_s))
+                delay = rng.uniform(self.delay_s[0], self._reschedule_max_s)
+                receipt = self._client.reschedule(message_id, delay=delay)
+                acknowledged_ms = int(time.time() * 1000)
                 expected.rescheduled_to = receipt.deliver_at_ms
+                margin = expected.due_ms - acknowledged_ms
+                expected.reschedule_strict = margin >= RESCHEDULE_MARGIN_MS
             except Exception as exc:
                 self.errors.append(f"reschedule: {exc}")
 
@@ -638,10 +675,55 @@ def _mixed_versions(group: Group, summary: Summary, interval_s: float) -> None:
     print(f"the earlier release {master.name} delivers again")
 
 
+def _chaos(args: argparse.Namespace, group: Group, summary: Summary, broker: Any) -> None:
+    """A fault every ``--interval`` s for ``--duration`` s, drawn at random (see the module's
+    docstring); each stopped replica started again at once."""
+    rng = random.Random(args.seed)
+    kinds = ["kill", "term", "freeze", "wipe", "master"]
+    if isinstance(broker, KafkaBroker):
+        kinds.append("broker")
+    started = time.monotonic()
+    while time.monotonic() - started < args.duration:
+        time.sleep(args.interval)
+        kind = rng.choice(kinds)
+        if kind == "broker":
+            broker.crash()
+            time.sleep(BROKER_DOWN_S)
+            broker.restart(timeout_s=120)
+            summary.faults.append("broker")
+            print("broker killed, started again")
+            continue
+        running = [r for r in group.replicas if r.process.running()]
+        replica = group.master() if kind == "master" else rng.choice(running)
+        summary.faults.append(f"{kind} {replica.name}")
+        if kind == "freeze":
+            replica.process.signal(signal.SIGSTOP)
+            time.sleep(FREEZE_S)
+            replica.process.signal(signal.SIGCONT)
+        elif kind == "term":
+            code = replica.process.terminate()
+            if code != 0:
+                summary.problems.append(f"{replica.name} exited with {code} on SIGTERM")
+            replica.process.start()
+        else:
+            replica.process.kill()
+            summary.kills += 1
+            if kind == "wipe":
+                shutil.rmtree(replica.data_dir, ignore_errors=True)
+            replica.process.start()
+        print(f"{kind} {replica.name}")
+    try:
+        group.master(timeout_s=120)
+    except RuntimeError as exc:
+        summary.problems.append(f"after the faults: {exc}")
+
+
 def run_scenario(
     args: argparse.Namespace, group: Group, summary: Summary, broker: Any, seen: Collected
 ) -> None:
-    if args.scenario == "kill":
+    if args.scenario == "chaos":
+        _chaos(args, group, summary, broker)
+    elif args.scenario == "kill":
         for _ in range(args.kills):
             time.sleep(args.interval)
             _kill_master(group, summary)
@@ -809,8 +891,15 @@ def verify(load: Load, committed: Collected, uncommitted: Collected, summary: Su
             summary.rescheduled_wrong_due += sum(
                 d.due_ms not in (exp.due_ms, exp.rescheduled_to) for d in got
             )
+            if exp.reschedule_strict:
+                summary.reschedules_strict += 1
+                summary.reschedules_not_applied += any(d.due_ms != exp.rescheduled_to for d in got)
         for d in got:
-            if d.produced_ms < d.due_ms:
+            if d.produced_ms < d.due_ms or (
+                exp.reschedule_strict
+                and exp.rescheduled_to is not None
+                and d.produced_ms < exp.rescheduled_to
+            ):
                 summary.early += 1
             if exp.repeat is not None and d.due_ms != exp.repeat.due_of(exp.due_ms, d.occurrence):
                 summary.repeat_wrong_due += 1
@@ -848,6 +937,7 @@ def main() -> int:
             "broker-freeze",
             "rolling",
             "mixed",
+            "chaos",
         ],
         default="kill",
         help="what happens to the group under load (see above)",
@@ -866,7 +956,8 @@ def main() -> int:
         default=0.0,
         help="share of requests that are cron repeats (every 10 s in Asia/Kolkata, 3 times)",
     )
-    parser.add_argument("--duration", type=float, default=600.0, help="steady: seconds")
+    parser.add_argument("--duration", type=float, default=600.0, help="steady, chaos: seconds")
+    parser.add_argument("--replicas", type=int, default=2, help="replicas in the group")
     parser.add_argument(
         "--down", type=float, default=300.0, help="stop-all: seconds the whole group is stopped"
     )
@@ -875,7 +966,13 @@ def main() -> int:
     add_broker_options(parser)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument(
-        "--reschedule", type=float, default=0.02, help="share of one-shots rescheduled"
+        "--reschedule", type=float, default=0.05, help="share of one-shots rescheduled"
+    )
+    parser.add_argument(
+        "--reschedule-max-s",
+        type=float,
+        default=20.0,
+        help="a reschedule moves its message to 0 s up to this far ahead",
     )
     parser.add_argument(
         "--release",
@@ -908,7 +1005,7 @@ def main() -> int:
         summary = Summary(scenario=args.scenario, broker=stage.broker_name)
         workdir, bootstrap, broker = stage.workdir, stage.bootstrap, stage.broker
         namespace = f"fo{uuid.uuid4().hex[:8]}"
-        group = Group(workdir, bootstrap, namespace, runtime=runtime)
+        group = Group(workdir, bootstrap, namespace, runtime=runtime, replicas=args.replicas)
         try:
             group.start()
             settings = load_settings(group.replicas[0].config)
@@ -923,6 +1020,7 @@ def main() -> int:
                     args.seed,
                     reschedule_share=args.reschedule,
                     cron_share=args.cron_share,
+                    reschedule_max_s=args.reschedule_max_s,
                 )
                 load.start()
                 try:
@@ -936,6 +1034,8 @@ def main() -> int:
             takeovers = sum(len(r.events("became_master")) for r in group.replicas) - 1
             summary.extra_takeovers = max(0, takeovers - summary.failovers)
             summary.suspicions = sum(len(r.events("suspected_master")) for r in group.replicas)
+            if args.scenario == "chaos":
+                summary.extra_takeovers = 0  # faults of every kind: not one takeover each
             if args.scenario == "steady" and takeovers:
                 summary.problems.append(f"{takeovers} takeovers without a fault")
             if load.errors:
