@@ -1017,8 +1017,26 @@ class ChronosSettings(BaseSettings):
         return self
 
 
-#: Environment variables with the CHRONOS_ prefix that are not settings (test harness).
+#: Environment variables with the CHRONOS_ prefix that are not settings: the test harness's
+#: (this prefix), and the tools' own (``TOOL_VARIABLES``). A chronos command must start with
+#: any of them set, as a developer's shell or a test's child process has them.
 _NOT_SETTINGS_PREFIX = "CHRONOS_TEST_"
+#: The tools' variables: the local Apache Kafka's version and jars (``devstack/kafka.py``),
+#: where the bench installs other revisions (``bench/revision.py``), what the image scripts
+#: build from and name (``docker/``). ``tests/unit/test_settings.py`` finds every variable
+#: the repository reads and holds this list to it.
+TOOL_VARIABLES = frozenset(
+    {
+        "CHRONOS_KAFKA_VERSION",
+        "CHRONOS_KAFKA_LIBS",
+        "CHRONOS_REVISIONS_DIR",
+        "CHRONOS_PYTHON_BASE",
+        "CHRONOS_JAVA_BASE",
+        "CHRONOS_REBUILD_BASE",
+        "CHRONOS_SOURCE",
+        "CHRONOS_TAG",
+    }
+)
 
 
 def _check_environment(environ: Mapping[str, str]) -> None:
@@ -1028,6 +1046,8 @@ def _check_environment(environ: Mapping[str, str]) -> None:
     for name in environ:
         upper = name.upper()
         if not upper.startswith("CHRONOS_") or upper.startswith(_NOT_SETTINGS_PREFIX):
+            continue
+        if upper in TOOL_VARIABLES:
             continue
         section, sep, _field = upper.removeprefix("CHRONOS_").partition("__")
         if section.lower() not in sections or not sep:

@@ -3,14 +3,14 @@
 
 A steady load (default 2,000 requests/s, delays 0-5 s, 10 % cancelled before due, 2 % repeats,
 5 % of the other one-shots rescheduled to 0-20 s from then, ``--reschedule``) runs while a
-scenario hurts the group; afterwards a ``read_committed`` consumer must have seen every expected delivery exactly once
-(repeats: every occurrence once, at the due time its schedule gives, overdue ones collapsed as
-documented; ``--cron-share``: that share of cron repeats in a zone), none early and no
-cancelled one (a cancel acknowledged only after its message's due time, the broker being down
-meanwhile, may lose that race: counted apart, not failed on). A reschedule acknowledged at
-least ``node.cancel_margin_ms`` before its message's first due time must be applied: delivered
-once, at the new due time, not before it (``reschedules_not_applied``, ``early``); one
-acknowledged later may have come too late, and is delivered at one of the two. A
+scenario hurts the group; afterwards a ``read_committed`` consumer must have seen every expected
+delivery exactly once (repeats: every occurrence once, at the due time its schedule gives,
+overdue ones collapsed as documented; ``--cron-share``: that share of cron repeats in a zone),
+none early and no cancelled one (a cancel acknowledged only after its message's due time, the
+broker being down meanwhile, may lose that race: counted apart, not failed on). A reschedule
+acknowledged at least ``node.cancel_margin_ms`` before its message's first due time must be
+applied: delivered once, at the new due time, not before it (``reschedules_not_applied``,
+``early``); one acknowledged later may have come too late, and is delivered at one of the two. A
 ``read_uncommitted`` consumer's duplicates (records of aborted transactions) are counted and
 reported, not failed on.
 

@@ -3,38 +3,19 @@
 Why a module of its own: everything else takes time to import (a loaded machine took 0.68 s for
 ``chronos.cli.main`` alone, more for the node's libraries), and a SIGTERM meanwhile found
 Python's default handling: the node died with exit code -15 instead of stopping cleanly. Here
-only ``signal`` and ``sys`` are imported before the handlers are set. Until a command installs
+only ``signal``, ``sys`` and ``early.py`` (the handlers, ``signal`` alone) are imported before
+the handlers are set. Until a command installs
 its own handling (the node, ``chronos dev``), SIGTERM or SIGINT ends the command at once with
 exit code 0 and a line on stderr: nothing has started that could need draining. Other commands
-get Python's default handling back when they start (``hand_back``).
+get Python's default handling back when they start (``early.hand_back``).
 """
 
 from __future__ import annotations
 
 import signal
 import sys
-from types import FrameType
 
-
-class StoppedEarly(BaseException):
-    """A stop signal arrived before the command installed its own handling."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop_early(signum: int, _frame: FrameType | None) -> None:
-    raise StoppedEarly(signum)
-
-
-def hand_back(keep: bool) -> None:
-    """Give stop signals back to Python's default handling once the command starts, unless it
-    ``keep``s the early ones until it installs its own (the node)."""
-    if keep or signal.getsignal(signal.SIGTERM) is not _stop_early:
-        return
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+from chronos.cli.early import StoppedEarly, install
 
 
 def _stopped_line(name: str) -> str:
@@ -71,8 +52,7 @@ def _stopped_line(name: str) -> str:
 
 def main() -> int:
     """Install the early handlers, then run the command (``chronos.cli.main``)."""
-    signal.signal(signal.SIGTERM, _stop_early)
-    signal.signal(signal.SIGINT, _stop_early)
+    install()
     try:
         from chronos.cli.main import main as command
 

@@ -31,7 +31,7 @@ from chronos.cli import (
     topics,
 )
 from chronos.cli.args import attach_signed_values
-from chronos.cli.entry import hand_back
+from chronos.cli.early import hand_back
 from chronos.errors import ChronosError, ConfigError, NotAcknowledged, ValidationError
 
 

@@ -28,7 +28,8 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from chronos.group.election import ElectionConsumer
-from chronos.kafka.clients import MEMBERSHIP_CONSUMER, ClientErrors
+from chronos.kafka.clients import MEMBERSHIP_CONSUMER
+from chronos.kafka.librdkafka import ClientErrors
 from chronos.lifecycle import LoopWorker
 from chronos.settings import KafkaValue
 

@@ -29,7 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from chronos.group.follower import ProgressConsumer
 from chronos.kafka.batches import read_ready
-from chronos.kafka.clients import ClientErrors
+from chronos.kafka.librdkafka import ClientErrors
 from chronos.lifecycle import LoopWorker
 
 log = structlog.get_logger(__name__)

@@ -24,7 +24,8 @@ import structlog
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from chronos.group.spec import GroupSpec
-from chronos.kafka.clients import MEMBERSHIP_CONSUMER, ClientErrors
+from chronos.kafka.clients import MEMBERSHIP_CONSUMER
+from chronos.kafka.librdkafka import ClientErrors
 from chronos.lifecycle import LoopWorker
 from chronos.settings import KafkaValue
 

@@ -12,7 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartitio
 
 from chronos.errors import DecodeError
 from chronos.kafka.batches import read_ready
-from chronos.kafka.clients import ClientErrors
+from chronos.kafka.librdkafka import ClientErrors
 from chronos.lifecycle import LoopWorker
 from chronos.schedule.progress_record import Cut, RepeatState, decode
 from chronos.settings import KafkaValue

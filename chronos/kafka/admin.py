@@ -24,7 +24,8 @@ from confluent_kafka.cimpl import NewTopic
 
 from chronos.errors import ConfigError
 from chronos.kafka import compacted_config
-from chronos.kafka.clients import KafkaClients, lists_topic
+from chronos.kafka.clients import KafkaClients
+from chronos.kafka.librdkafka import lists_topic
 from chronos.settings import ChronosSettings
 
 log = structlog.get_logger(__name__)

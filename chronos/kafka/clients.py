@@ -3,89 +3,29 @@ error handling.
 
 Why one place: clients built ad hoc (a raw ``Consumer(config)``) printed librdkafka's lines past
 chronos' logger, repeated an outage's error every few hundred ms, and met an authorization error
-with retries for ever. Here each client gets chronos' logger for librdkafka's lines
-(:data:`LIBRDKAFKA_LOGGER`), an ``error_cb`` that logs each distinct error at most every
-:data:`ERROR_LOG_INTERVAL_S` and reports an authorization failure to ``on_fatal``, and the
+with retries for ever. Here each client gets what ``librdkafka.py`` gives every client (chronos'
+logger for librdkafka's lines, an ``error_cb`` that logs each distinct error at most every
+``ERROR_LOG_INTERVAL_S`` and reports an authorization failure to ``on_fatal``), and the
 ``client.id`` of its owner. The configs come from ``KafkaSettings``, which refuses passthrough
 options that would change what chronos relies on (``settings.PROTECTED_KAFKA_KEYS``).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-import structlog
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
-from chronos.kafka.errors import ErrorKind, classify, describe
-from chronos.logs import LIBRDKAFKA, Throttle, without_numbers
+from chronos.kafka.librdkafka import ERROR_LOG_INTERVAL_S, ClientErrors, OnFatal, consumer, routed
+from chronos.kafka.publishers.idempotent import IdempotentPublisher
+from chronos.kafka.publishers.transactional import TransactionalProducer
+from chronos.logs import Throttle
 from chronos.types import KafkaConfig
 
 if TYPE_CHECKING:
-    from chronos.kafka.publishers.idempotent import IdempotentPublisher
-    from chronos.kafka.publishers.transactional import TransactionalProducer
     from chronos.settings import KafkaSettings, KafkaValue
-
-#: librdkafka's own log lines go to this stdlib logger (configured in ``chronos.logs``).
-LIBRDKAFKA_LOGGER = logging.getLogger(LIBRDKAFKA)
-#: Seconds between two log lines of the same client error.
-ERROR_LOG_INTERVAL_S = 10.0
-
-log = structlog.get_logger(__name__)
-
-#: Told why the process cannot go on (an authorization failure); see ``lifecycle.Fatal``.
-OnFatal = Callable[[str], None]
-
-
-class ClientErrors:
-    """The ``error_cb`` of one client: librdkafka's client-level errors.
-
-    librdkafka repeats an outage's error every few hundred ms, from every client: each
-    distinct error is logged once per :data:`ERROR_LOG_INTERVAL_S`, with how often it came
-    meanwhile, and clients that share ``error_log`` (those of one ``KafkaClients``: a process)
-    share that count, so a broker's death is one line, not one per client. An authorization
-    failure is reported to ``on_fatal`` (and logged critical); a fatal one to
-    ``on_client_fatal`` (a publisher replaces its producer).
-
-    Parameters:
-        client: the client's name in logs.
-        on_fatal: told when chronos' credentials are refused; None only logs.
-        on_client_fatal: told of errors librdkafka marks fatal for this client.
-        error_log: the throttle of the error lines; None: this client's own.
-    """
-
-    def __init__(
-        self,
-        client: str,
-        on_fatal: OnFatal | None = None,
-        on_client_fatal: Callable[[KafkaError], None] | None = None,
-        error_log: Throttle | None = None,
-    ) -> None:
-        self._client = client
-        self._on_fatal = on_fatal
-        self._on_client_fatal = on_client_fatal
-        self._error_log = error_log or Throttle(ERROR_LOG_INTERVAL_S)
-
-    def __call__(self, error: KafkaError) -> None:
-        kind = classify(error)
-        if kind is ErrorKind.AUTHORIZATION:
-            log.critical("kafka_not_authorized", client=self._client, error=describe(error))
-            if self._on_fatal is not None:
-                self._on_fatal(f"Kafka refused {self._client}: {describe(error)}")
-            return
-        if error.fatal():
-            log.critical("kafka_client_fatal_error", client=self._client, error=str(error))
-            if self._on_client_fatal is not None:
-                self._on_client_fatal(error)
-            return
-        text = str(error)
-        repeated = self._error_log.admit(without_numbers(text))
-        if repeated is not None:
-            log.warning("kafka_client_error", client=self._client, error=text, repeated=repeated)
-
 
 #: A consumer that joins a group to learn who is in it (the election, cluster membership),
 #: not to read: partitions move as few as a rebalance allows, and it commits nothing and
@@ -95,30 +35,6 @@ MEMBERSHIP_CONSUMER: KafkaConfig = {
     "enable.auto.commit": False,
     "auto.offset.reset": "latest",
 }
-
-
-def lists_topic(metadata: Any, topic: str) -> bool:
-    """Whether cluster metadata (any client's ``list_topics``) has ``topic`` with partitions
-    and no error: how chronos decides a topic exists."""
-    meta = metadata.topics.get(topic)
-    return meta is not None and meta.error is None and bool(meta.partitions)
-
-
-def routed(config: KafkaConfig, errors: ClientErrors) -> dict[str, Any]:
-    """``config`` with chronos' logger and error callback: what every client is built from
-    (also in a decoder child, which receives the plain config)."""
-    return {**config, "logger": LIBRDKAFKA_LOGGER, "error_cb": errors}
-
-
-def consumer(config: KafkaConfig, errors: ClientErrors) -> Consumer:
-    """A consumer of ``config`` (a decoder child receives a plain config) with log routing and
-    error handling."""
-    return Consumer(routed(config, errors))
-
-
-def producer(config: KafkaConfig, errors: ClientErrors) -> Producer:
-    """A raw producer of ``config`` for the publisher drivers."""
-    return Producer(routed(config, errors))
 
 
 class KafkaClients:
@@ -185,8 +101,6 @@ class KafkaClients:
         """An idempotent publisher with its own poll thread (not started), its producer
         configured with ``overrides``; ``stop`` waits up to ``stop_flush_s`` for what is in
         flight."""
-        from chronos.kafka.publishers.idempotent import IdempotentPublisher
-
         config = self.producer_config(**(overrides or {}))
         return IdempotentPublisher(config, name, self.on_fatal, self._error_log, stop_flush_s)
 
@@ -197,8 +111,6 @@ class KafkaClients:
 
         Its records wait at most ``timeout_ms`` (the transaction timeout) for an answer: a
         transaction cannot outlive that anyway."""
-        from chronos.kafka.publishers.transactional import TransactionalProducer
-
         options: dict[str, KafkaValue] = {
             "transactional.id": transactional_id,
             "transaction.timeout.ms": timeout_ms,

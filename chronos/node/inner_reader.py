@@ -26,8 +26,8 @@ from confluent_kafka import (
 from chronos.delivery.deadletter import Rejected
 from chronos.errors import DecodeError
 from chronos.inner import accept_inner
-from chronos.kafka.clients import ClientErrors, consumer
 from chronos.kafka.errors import ErrorKind, classify, describe
+from chronos.kafka.librdkafka import ClientErrors, consumer
 from chronos.model import (
     DecodedRequest,
     Op,

@@ -23,7 +23,7 @@ from confluent_kafka import (
 
 from chronos.delivery.policies import Policies, decode
 from chronos.kafka.batches import read_ready
-from chronos.kafka.clients import ClientErrors
+from chronos.kafka.librdkafka import ClientErrors
 from chronos.lifecycle import LoopWorker
 from chronos.settings import check_policy_topic
 

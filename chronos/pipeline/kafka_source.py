@@ -33,8 +33,9 @@ from pyspark.sql.types import StructType
 from chronos import wire
 from chronos.errors import ConfigError, DecodeError
 from chronos.inner import accept_inner
-from chronos.kafka.clients import ClientErrors, KafkaClients
-from chronos.kafka.clients import consumer as kafka_consumer
+from chronos.kafka.clients import KafkaClients
+from chronos.kafka.librdkafka import ClientErrors
+from chronos.kafka.librdkafka import consumer as kafka_consumer
 from chronos.pipeline.options import int_option, settings_from_options
 from chronos.pipeline.schema import KAFKA_COLUMNS, arrow_schema, ddl
 from chronos.settings import ChronosSettings

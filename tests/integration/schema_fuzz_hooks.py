@@ -14,7 +14,7 @@ them:
   the first fire).
 
 Only those refusals are dropped, by their 422 and their message; every other rejected valid
-request still fails the run. Each dropped one is written to the file ``CHRONOS_FUZZ_DROPPED``
+request still fails the run. Each dropped one is written to the file ``CHRONOS_TEST_FUZZ_DROPPED``
 names, for the test to count.
 """
 
@@ -51,7 +51,7 @@ def filter_failure(context: Any, failure: Any, case: Any, response: Any) -> bool
         return True
     if not any(rule in error for rule in _UNSTATED_RULES):
         return True
-    dropped = os.environ.get("CHRONOS_FUZZ_DROPPED")
+    dropped = os.environ.get("CHRONOS_TEST_FUZZ_DROPPED")
     if dropped:
         with open(dropped, "a", encoding="utf-8") as out:
             out.write(f"{case.operation.label}: {error}\n")

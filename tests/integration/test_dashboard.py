@@ -44,14 +44,16 @@ CHART_DATA = "ids => Object.fromEntries(ids.map(i => [i, document.getElementById
 
 
 def _chromium() -> str:
-    """The system's Chromium (``CHRONOS_CHROMIUM`` overrides); Playwright's own browser
+    """The system's Chromium (``CHRONOS_TEST_CHROMIUM`` overrides); Playwright's own browser
     download needs the internet, which CI does not have."""
     names = ("chromium", "chromium-browser", "google-chrome")
-    found = os.environ.get("CHRONOS_CHROMIUM") or next(filter(None, map(shutil.which, names)), None)
+    found = os.environ.get("CHRONOS_TEST_CHROMIUM") or next(
+        filter(None, map(shutil.which, names)), None
+    )
     if found is None:
         if os.environ.get("CI"):  # .ci/run installs it
             pytest.fail("no Chromium on PATH in CI: .ci/run should have installed it")
-        pytest.skip("no Chromium on PATH (apt-get install chromium, or set CHRONOS_CHROMIUM)")
+        pytest.skip("no Chromium on PATH (apt-get install chromium, or set CHRONOS_TEST_CHROMIUM)")
     return found
 
 
@@ -180,7 +182,7 @@ def test_dashboard_draws_the_schedule_deliveries_and_replicas(
                 assert "alone" in page.inner_text("#role")
                 assert page.inner_text("#ready") == "ready"
 
-                shot = os.environ.get("CHRONOS_SCREENSHOT")
+                shot = os.environ.get("CHRONOS_TEST_SCREENSHOT")
                 path = REPO_ROOT / "docs" / "dashboard.png" if shot else tmp_path / "dashboard.png"
                 page.screenshot(path=str(path), full_page=True)
                 browser.close()

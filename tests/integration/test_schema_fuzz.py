@@ -165,7 +165,7 @@ def test_fuzz_from_the_openapi_schema(kafka_bootstrap: str, namespace: str, tmp_
                     **os.environ,
                     "SCHEMATHESIS_HOOKS": "tests.integration.schema_fuzz_hooks",
                     "PYTHONPATH": str(REPO),
-                    "CHRONOS_FUZZ_DROPPED": str(dropped),
+                    "CHRONOS_TEST_FUZZ_DROPPED": str(dropped),
                 },
             )
         finally:

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from chronos.cluster.membership import GroupDescriber, Membership
-from chronos.kafka.clients import ClientErrors
+from chronos.kafka.librdkafka import ClientErrors
 from chronos.settings import KafkaValue
 
 

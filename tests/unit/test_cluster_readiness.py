@@ -10,7 +10,7 @@ from confluent_kafka import TopicPartition
 
 from chronos.cluster.readiness import ReadinessBoard, decode, encode
 from chronos.group.follower import ProgressConsumer
-from chronos.kafka.clients import ClientErrors
+from chronos.kafka.librdkafka import ClientErrors
 
 
 @dataclass

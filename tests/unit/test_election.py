@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from chronos.group.election import Election, RebalanceCallback
 from chronos.group.spec import GroupSpec
-from chronos.kafka.clients import ClientErrors
+from chronos.kafka.librdkafka import ClientErrors
 from chronos.settings import ChronosSettings, KafkaValue
 
 

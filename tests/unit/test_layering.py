@@ -4,8 +4,13 @@
 never import each other; ``runtime/`` is the only package that knows both, and ``cluster/``
 (partitions placed over nodes) builds on it and on ``group/``. The layers below
 them (``schedule/``, ``delivery/``, ``kafka/``, ``store/``) import neither, nor does ``admin/``
-(the HTTP surface, which reads a node through a Protocol). And every Kafka
-client of the runtime is built in ``chronos/kafka/``.
+(the HTTP surface, which reads a node through a Protocol). ``web/`` (what the proxy and the
+admin API share) builds on the top-level modules alone; ``proxy/`` (the front door) on
+``web/``, ``kafka/`` and the shared model, never on a node. The tools stand outside a node:
+``devstack/`` (local brokers and node processes) builds on the top-level modules alone,
+``bench/`` on ``devstack/``, ``kafka/`` and ``proxy/``; only ``cli/`` (the commands, the top)
+may import everything, and nothing imports it. And every Kafka client of the runtime is built
+in ``chronos/kafka/``.
 """
 
 from __future__ import annotations
@@ -18,7 +23,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CHRONOS = ROOT / "chronos"
 
-#: package -> chronos packages it must never import (lazy imports inside functions count).
+#: A node's packages and the tools above them: what the packages beside a node never import.
+_NODE = {"node", "group", "runtime", "cluster", "cli", "bench", "devstack"}
+
+#: package -> packages it must never import (lazy imports inside functions count); ``proxy``
+#: is the top-level package beside ``chronos``, the rest are ``chronos``'s.
 FORBIDDEN: dict[str, set[str]] = {
     "node": {"group", "runtime", "cluster", "cli", "bench", "devstack"},
     "group": {"node", "runtime", "cluster", "cli", "bench", "devstack"},
@@ -43,6 +52,15 @@ FORBIDDEN: dict[str, set[str]] = {
         "store",
         "cli",
     },
+    # Tokens, the guard, quotas: shared by the proxy and the admin API, beneath both.
+    "web": _NODE | {"schedule", "delivery", "kafka", "store", "admin", "pipeline", "proxy"},
+    # The front door validates and produces; it never reads a store or runs a node.
+    "proxy": _NODE | {"schedule", "store", "admin", "pipeline"},
+    # Tools that start brokers and node processes from outside, as a user would.
+    "devstack": _NODE - {"devstack"}
+    | {"schedule", "delivery", "store", "admin", "web", "pipeline", "proxy"},
+    "bench": _NODE - {"bench", "devstack"}
+    | {"schedule", "delivery", "store", "admin", "web", "pipeline"},
 }
 
 #: Where confluent-kafka clients may be constructed: the one factory, and the local tools
@@ -52,11 +70,12 @@ CLIENT_CLASSES = {"Producer", "Consumer", "AdminClient"}
 
 
 def _modules(package: str) -> list[Path]:
-    return sorted((CHRONOS / package).rglob("*.py"))
+    root = ROOT / "proxy" if package == "proxy" else CHRONOS / package
+    return sorted(root.rglob("*.py"))
 
 
 def _imported(path: Path) -> set[str]:
-    """Every ``chronos.<package>`` a module imports, at any depth."""
+    """Every ``chronos.<package>`` (and ``proxy``) a module imports, at any depth."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names: list[str] = []
@@ -68,6 +87,8 @@ def _imported(path: Path) -> set[str]:
             parts = name.split(".")
             if parts[0] == "chronos" and len(parts) > 1:
                 found.add(parts[1])
+            elif parts[0] == "proxy":
+                found.add("proxy")
     return found
 
 
@@ -79,6 +100,75 @@ def test_a_package_imports_nothing_above_or_beside_it(package: str) -> None:
         for target in _imported(path) & FORBIDDEN[package]
     }
     assert not wrong, sorted(wrong)
+
+
+def test_every_package_has_its_rule() -> None:
+    """A new package is placed in the layers when it is added, not found beside them later."""
+    packages = {p.name for p in CHRONOS.iterdir() if (p / "__init__.py").is_file()}
+    assert packages - {"cli"} <= set(FORBIDDEN), sorted(packages - {"cli"} - set(FORBIDDEN))
+
+
+def test_nothing_imports_the_commands() -> None:
+    """``cli/`` is the top: a package that imported it would load the command line's choices."""
+    users = sorted(
+        str(path.relative_to(ROOT))
+        for path in [*CHRONOS.rglob("*.py"), *(ROOT / "proxy").rglob("*.py")]
+        if "cli" in _imported(path) and not path.is_relative_to(CHRONOS / "cli")
+    )
+    assert not users, users
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _run_time_imports(path: Path, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that ``path`` imports when it runs: at the top or inside a
+    function, not under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                found.add(name if name in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found & modules - {_module_name(path)}
+
+
+def test_no_two_modules_import_each_other_at_run_time() -> None:
+    """Issue 60: ``kafka/clients.py`` and the publishers imported each other (inside
+    functions); a cycle makes the order of imports matter and hides which module is the lower
+    one. Typing-only imports (``if TYPE_CHECKING:``) do not count."""
+    paths = [*CHRONOS.rglob("*.py"), *(ROOT / "proxy").rglob("*.py")]
+    modules = {_module_name(path) for path in paths}
+    graph = {_module_name(path): _run_time_imports(path, modules) for path in paths}
+    cycles: list[list[str]] = []
+    done: set[str] = set()
+
+    def visit(module: str, trail: list[str]) -> None:
+        if module in trail:
+            cycles.append(trail[trail.index(module) :] + [module])
+            return
+        if module in done:
+            return
+        for target in sorted(graph[module]):
+            visit(target, [*trail, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert not cycles, [" -> ".join(cycle) for cycle in cycles]
 
 
 def test_only_the_wiring_knows_both_node_and_group() -> None:

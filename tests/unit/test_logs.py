@@ -15,7 +15,8 @@ import structlog
 from confluent_kafka import KafkaError
 
 from chronos.kafka import clients as clients_module
-from chronos.kafka.clients import KafkaClients, producer
+from chronos.kafka.clients import KafkaClients
+from chronos.kafka.librdkafka import producer
 from chronos.logs import LIBRDKAFKA, RepeatLimiter, Throttle, configure_logging
 from chronos.settings import KafkaSettings, LogSettings
 from tests.clocks import ManualClock

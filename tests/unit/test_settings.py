@@ -124,6 +124,37 @@ def test_unknown_top_level_env_key_is_rejected(
         load_settings()
 
 
+#: Where the repository reads a ``CHRONOS_*`` variable: ``environ.get("X")``,
+#: ``environ["X"]``, ``getenv("X")`` in Python, ``${X`` in shell.
+_READS = re.compile(
+    r"""(?:environ(?:\.get)?\(?|getenv\()\s*\[?["'](CHRONOS_[A-Z0-9_]+)["']|\$\{(CHRONOS_[A-Z0-9_]+)"""
+)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _variables_read() -> set[str]:
+    found: set[str] = set()
+    for folder in ("chronos", "proxy", "tests", "scripts", "docker", ".ci"):
+        for path in (REPO / folder).rglob("*"):
+            if path.suffix in (".py", ".sh") or path.name == "run":
+                for match in _READS.finditer(path.read_text(errors="replace")):
+                    found.add(match.group(1) or match.group(2))
+    return found
+
+
+def test_every_variable_a_tool_reads_leaves_chronos_commands_working(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 60: ``CHRONOS_KAFKA_LIBS`` (documented in ``devstack/kafka.py``) made every
+    ``chronos`` command fail ("names no setting"). Every ``CHRONOS_*`` variable the repository
+    reads that is not a setting must be let through the check of the environment."""
+    names = _variables_read()
+    assert {"CHRONOS_KAFKA_LIBS", "CHRONOS_KAFKA_VERSION", "CHRONOS_TEST_BROKER"} <= names
+    for name in sorted(n for n in names if "__" not in n):
+        monkeypatch.setenv(name, "x")
+    load_settings()
+
+
 def test_invalid_value_in_env_names_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHRONOS_NODE__INGEST_THREADS", "0")
     with pytest.raises(ConfigError, match=r"node\.ingest_threads"):

@@ -9,8 +9,8 @@ import time
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from chronos.kafka.clients import ClientErrors, OnFatal, lists_topic, producer
 from chronos.kafka.errors import ErrorKind, classify, describe
+from chronos.kafka.librdkafka import ClientErrors, OnFatal, lists_topic, producer
 from chronos.kafka.publisher import ANY_PARTITION, DeliveryCallback
 from chronos.logs import Throttle
 from chronos.threadname import name_this_thread

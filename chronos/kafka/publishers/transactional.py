@@ -15,7 +15,6 @@ from typing import Any
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from chronos.kafka.clients import ClientErrors, OnFatal, lists_topic, producer
 from chronos.kafka.errors import (
     ErrorKind,
     Fenced,
@@ -24,6 +23,7 @@ from chronos.kafka.errors import (
     classify,
     describe,
 )
+from chronos.kafka.librdkafka import ClientErrors, OnFatal, lists_topic, producer
 from chronos.kafka.publisher import ANY_PARTITION, DeliveryCallback
 from chronos.logs import Throttle
 from chronos.types import Headers, KafkaConfig

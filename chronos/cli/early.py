@@ -1,0 +1,41 @@
+"""Stop signals before a command installs its own handling: raised as ``StoppedEarly``
+(``entry.py`` reports it), and given back to Python's default handling when a command starts
+that does not keep them (``hand_back``).
+
+Why a module of its own: ``entry.py`` sets these handlers and ``main.py`` hands them back; with
+the handler in ``entry.py``, ``main.py`` imported ``entry.py`` back (a cycle), and under
+``python -m chronos.cli.entry`` it imported a second copy of it whose handler was not the one
+installed, so ``hand_back`` left the early handling in place. Only ``signal`` is imported here.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+
+class StoppedEarly(BaseException):
+    """A stop signal arrived before the command installed its own handling."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def stop_early(signum: int, _frame: FrameType | None) -> None:
+    raise StoppedEarly(signum)
+
+
+def hand_back(keep: bool) -> None:
+    """Give stop signals back to Python's default handling once the command starts, unless it
+    ``keep``s the early ones until it installs its own (the node)."""
+    if keep or signal.getsignal(signal.SIGTERM) is not stop_early:
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def install() -> None:
+    """Handle SIGTERM and SIGINT by raising ``StoppedEarly`` from now on."""
+    signal.signal(signal.SIGTERM, stop_early)
+    signal.signal(signal.SIGINT, stop_early)
