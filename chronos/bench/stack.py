@@ -89,6 +89,15 @@ class BenchStack:
         return self._broker.bootstrap
 
     def __enter__(self) -> BenchStack:
+        """Start the broker (unless given) and create the topics; a failure on the way stops
+        what was started (the broker runs in a session of its own: nothing else would)."""
+        try:
+            return self._enter()
+        except BaseException:
+            self._close(kept=True)
+            raise
+
+    def _enter(self) -> BenchStack:
         if not self._given:
             self._broker = start_local_broker(self._kind, self.workdir / f"{self._kind}.log")
         configs = [self._config(r) for r in range(max(1, self._replicas))]
@@ -173,15 +182,22 @@ class BenchStack:
         """Bytes the node's store occupies on disk."""
         return dir_bytes(self.workdir / "store")
 
-    def __exit__(self, *exc: object) -> None:
-        for node in (*self.backups, self.node):
+    def __exit__(self, exc_type: object, *_exc: object) -> None:
+        self._close(kept=exc_type is not None)
+
+    def _close(self, kept: bool) -> None:
+        """Stop every node and the broker; remove the work directory unless ``kept`` (a
+        failure's logs)."""
+        nodes = [*self.backups, self.node] if hasattr(self, "node") else self.backups
+        for node in nodes:
             try:
                 node.terminate()
             except (AssertionError, OSError):
                 pass
-        if self._broker is not None:
-            self._broker.stop()
-        if exc is None:
+        broker, self._broker = self._broker, None
+        if broker is not None:
+            broker.stop()
+        if not kept:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 

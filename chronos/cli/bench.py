@@ -127,9 +127,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     guard = parser.add_argument_group(
         "regression guard",
         "--baseline REF runs the steady scenario for REF (installed in its own checkout and "
-        "venv) and for this tree, alternated, a fresh broker and node per case; exit 1 when "
-        "this tree is worse than the tolerances, 2 when the run proves nothing (the baseline "
-        "failed or held no rate)",
+        "venv) and for this tree, alternated, a fresh broker and node per case, then climbs "
+        "each side to the highest rate it holds; exit 1 when this tree is worse than the "
+        "tolerances (its p99 over 1.5x the baseline's + 20 ms at any rate where the "
+        "baseline's is under a second, a rate the baseline holds lost, p99 or CPU per "
+        "message beyond the slack where both hold), 2 when a baseline case failed",
     )
     guard.add_argument(
         "--baseline",
@@ -146,6 +148,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     guard.add_argument(
         "--rounds", type=int, default=2, help="times each rate runs on each side (default 2)"
+    )
+    guard.add_argument(
+        "--climb",
+        type=int,
+        default=4,
+        help="cases each side may run climbing to its highest held rate (default 4; 0: none)",
     )
     guard.add_argument(
         "--p99-slack-ms",
@@ -204,6 +212,8 @@ def _guard(args: argparse.Namespace, log: Callable[[str], None]) -> int:
         layout=layout,
         broker=args.broker,
         bootstrap=args.bootstrap,
+        tolerance=tolerance,
+        climb_steps=args.climb,
     )
     result["started"] = started
     result["machine"] = report.machine("existing" if args.bootstrap else args.broker)
@@ -214,16 +224,23 @@ def _guard(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     stem.with_suffix(".md").write_text(text)
     print(text)
     log(f"wrote {stem}.json and {stem}.md")
+    for side in ("baseline", "candidate"):
+        held = guard.highest_held(result, side, tolerance)
+        log(f"highest rate held, {side}: {'none' if held is None else f'{held:,.0f}/s'}")
     unclear = guard.inconclusive(result, tolerance)
     if unclear is not None:
-        log(f"inconclusive: {unclear}")
+        log(f"verdict: inconclusive: {unclear}")
         return 2
     lost = [v for v in guard.verdicts(result, tolerance) if guard.regressions(v, tolerance)]
+    log(f"verdict: {'fail' if lost else 'ok'}")
     return 1 if lost else 0
 
 
 def main(args: argparse.Namespace) -> int:
     from chronos.bench import baselines, report, scenarios
+    from chronos.cli.early import exit_through_cleanup
+
+    exit_through_cleanup()  # the brokers and nodes it starts are stopped on every way out
     from chronos.bench.ladder import Ladder, climb, highest_sustained
     from chronos.bench.stack import Rig
     from chronos.settings import NodeSettings
@@ -281,7 +298,13 @@ def main(args: argparse.Namespace) -> int:
     rig = Rig(args.bootstrap, log, layout, args.broker)
     ladder = Ladder(rig, rates, seconds, max_delay)
     workdir = Path(tempfile.mkdtemp(prefix="chronos-bench-"))
-    bootstrap, broker = baselines.local_broker(args.bootstrap, workdir, args.broker)
+    # Only the baselines (relay, Redis) use a broker of their own; each scenario starts its.
+    baseline_broker = {"relay", "redis"} & set(args.only)
+    bootstrap, broker = (
+        baselines.local_broker(args.bootstrap, workdir, args.broker)
+        if baseline_broker
+        else (args.bootstrap or "", None)
+    )
     try:
         if "relay" in args.only:
             found["relay"] = baselines.bare_relay(bootstrap, relay_n, 200, log)

@@ -74,6 +74,7 @@ def _hint_prefix(bootstrap: str) -> str:
 
 def main(args: argparse.Namespace) -> int:
     from chronos.cli.demo import run_demo
+    from chronos.cli.early import exit_through_cleanup
     from chronos.devstack.tansu import TansuBroker
     from chronos.logs import configure_logging
     from chronos.runtime.node import Node
@@ -82,22 +83,26 @@ def main(args: argparse.Namespace) -> int:
 
     base = settings_from(args)
     configure_logging(base.log)
+    # Until everything runs, a stop signal leaves through the finally below, which stops what
+    # was started (the broker runs in a session of its own: nothing else would stop it).
+    exit_through_cleanup()
     broker = None
-    if not _kafka_configured(base):
-        broker = TansuBroker(port=args.kafka_port).start()
     temporary = args.data_dir is None
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="chronos-dev-"))
-    overrides = {"node": {**base.node.model_dump(), "data_dir": data_dir}}
-    if broker is not None:
-        overrides["kafka"] = {**base.kafka.model_dump(), "bootstrap_servers": broker.bootstrap}
-    settings = ChronosSettings.model_validate({**base.model_dump(), **overrides})
-    node = Node(settings)
-    proxy = ProxyServer(settings)
+    node: Node | None = None
+    proxy: ProxyServer | None = None
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     code = 0
     try:
+        if not _kafka_configured(base):
+            broker = TansuBroker(port=args.kafka_port).start()
+        overrides = {"node": {**base.node.model_dump(), "data_dir": data_dir}}
+        if broker is not None:
+            kafka = base.kafka.model_dump()
+            overrides["kafka"] = {**kafka, "bootstrap_servers": broker.bootstrap}
+        settings = ChronosSettings.model_validate({**base.model_dump(), **overrides})
+        node = Node(settings)
+        proxy = ProxyServer(settings)
         node.start()
         proxy.start()
         if not node.wait_ready(60.0):
@@ -118,12 +123,17 @@ def main(args: argparse.Namespace) -> int:
         if args.demo:
             code = run_demo(settings, 300, 5000)
         else:
+            # Running: a stop signal ends the wait, and the finally stops everything in order.
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
             while not stop.wait(1.0):
                 pass
     finally:
-        proxy.stop()
-        proxy.join(10)
-        node.stop()
+        if proxy is not None:
+            proxy.stop()
+            proxy.join(10)
+        if node is not None:
+            node.stop()
         if broker is not None:
             broker.stop()
         if temporary:

@@ -39,3 +39,17 @@ def install() -> None:
     """Handle SIGTERM and SIGINT by raising ``StoppedEarly`` from now on."""
     signal.signal(signal.SIGTERM, stop_early)
     signal.signal(signal.SIGINT, stop_early)
+
+
+def _exit(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def exit_through_cleanup() -> None:
+    """SIGTERM and SIGINT raise ``SystemExit`` from now on, so every ``finally`` and
+    ``__exit__`` on the way out runs: for a command that starts brokers and node processes
+    (``chronos bench``, ``chronos dev`` while it starts). Python's default SIGTERM ends the
+    process at once, and the brokers, in sessions of their own, ran on (a JVM holding 1 GiB
+    was found 74 minutes after its bench had gone)."""
+    signal.signal(signal.SIGTERM, _exit)
+    signal.signal(signal.SIGINT, _exit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from typing import Self
@@ -37,16 +38,28 @@ class BrokerProcess:
 
     def _terminate(self, grace_s: float) -> None:
         """SIGTERM (after SIGCONT: a frozen process cannot handle it), SIGKILL after
-        ``grace_s``."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGCONT)
-            self._process.terminate()
-            try:
-                self._process.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(10)
-        self._process = None
+        ``grace_s``; to the broker's whole process group when it leads one (started in a
+        session of its own, as both brokers are: a launcher's child goes too)."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        self._signal(process, signal.SIGCONT)
+        self._signal(process, signal.SIGTERM)
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            self._signal(process, signal.SIGKILL)
+            process.wait(10)
+
+    @staticmethod
+    def _signal(process: subprocess.Popen[bytes], signum: int) -> None:
+        try:
+            if os.getpgid(process.pid) == process.pid:
+                os.killpg(process.pid, signum)
+            else:
+                process.send_signal(signum)
+        except ProcessLookupError:  # it ended meanwhile
+            pass
 
     def __enter__(self) -> Self:
         return self.start()
