@@ -9,9 +9,14 @@ exists unless ``--compose`` names one, on
 ``docker/compose.yaml`` under its own project name, so it never touches a deployment of yours.
 Steps: tokens (``docker/compose-token.sh``), ``up -d``, wait for every service healthy, create
 the topic, send N messages through the proxy, find the master (``chronos group --json``),
-``kill`` it, send N more, read the topic back inside the backup's container, and require every
-message exactly once; then start the killed node again and wait for it to rejoin as backup.
-Prints a JSON summary (the takeover time: kill until the backup's first commit is seen).
+``kill`` it, send N more, start it again and wait for it to rejoin as backup; with
+``--zombie``, ``pause`` the master past the failure detector's patience until the other takes
+over, ``unpause`` it and wait for it to say it was fenced (``became_backup``); with
+``--rolling``, the rolling restart. From the kill on, messages keep coming through the proxy
+(20/s). Then read the topic back inside the master's container and require every message
+exactly once. Prints a JSON summary (the takeover time: kill until the backup's first commit
+is seen). The suite's container test runs it on one stack (issue 60: the compose checks and
+the container failover test shared none).
 """
 
 from __future__ import annotations
@@ -89,42 +94,83 @@ def _send(token: str, ids: list[str]) -> None:
             assert answer.status == 201
 
 
-def _rolling_restart(token: str, order: list[str], summary: dict[str, Any]) -> list[str]:
-    """The rolling restart of docs/containers.md while messages keep coming through the proxy:
-    each node recreated (``up -d --no-deps --force-recreate``: a new image is picked up the same
-    way) and healthy (``/readyz``) before the next. Returns the ids sent meanwhile."""
-    sent: list[str] = []
-    errors: list[str] = []
-    done = threading.Event()
+class _Feed:
+    """Messages through the proxy, 20 a second, while the faults happen (``with``)."""
 
-    def feed() -> None:
-        while not done.is_set():
-            message_id = f"rolling-{len(sent)}"
+    def __init__(self, token: str) -> None:
+        self._token = token
+        self.sent: list[str] = []
+        self.errors: list[str] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            message_id = f"during-{len(self.sent)}"
             try:
-                _send(token, [message_id])
+                _send(self._token, [message_id])
             except Exception as exc:  # the proxy stays up: a failed send fails the check
-                errors.append(f"{message_id}: {exc}")
+                self.errors.append(f"{message_id}: {exc}")
             else:
-                sent.append(message_id)
-            done.wait(0.05)
+                self.sent.append(message_id)
+            self._done.wait(0.05)
 
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
+    def __enter__(self) -> _Feed:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(30)
+
+
+def _wait_master(node: str, expected: str, timeout_s: float = 60) -> None:
+    """Until ``node``'s view names ``expected`` as the master (RuntimeError after
+    ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while _group(node).get("master") != expected:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{expected} did not become master within {timeout_s} s")
+        time.sleep(0.2)
+
+
+def _logged(service: str, event: str, more_than: int) -> int:
+    """How often ``service``'s log has said ``event``; waits (60 s) until more than
+    ``more_than``."""
+    deadline = time.monotonic() + 60
+    while True:
+        count = run("logs", "--no-color", service, check=False).count(f'"{event}"')
+        if count > more_than or time.monotonic() > deadline:
+            return count
+        time.sleep(0.5)
+
+
+def _zombie(master: str, other: str, summary: dict[str, Any]) -> None:
+    """Freeze the master (``pause``) until the other takes over, thaw it: it wakes up believing
+    it delivers, and the fencing must turn it into a backup (``became_backup``), with nothing
+    delivered twice."""
+    demoted = run("logs", "--no-color", master, check=False).count('"became_backup"')
+    paused_at = time.monotonic()
+    run("pause", master)
     try:
-        for service in order:
-            started = time.monotonic()
-            run("up", "-d", "--no-deps", "--force-recreate", service)
-            _healthy([service], 180)
-            summary[f"recreated_{service}_s"] = round(time.monotonic() - started, 1)
-        time.sleep(3)
+        _wait_master(other, other)
+        summary["zombie_takeover_s"] = round(time.monotonic() - paused_at, 2)
     finally:
-        done.set()
-        feeder.join(30)
+        run("unpause", master)
+    summary["zombie_fenced"] = _logged(master, "became_backup", demoted) > demoted
+
+
+def _rolling_restart(order: list[str], summary: dict[str, Any]) -> None:
+    """The rolling restart of docs/containers.md (messages keep coming through the proxy):
+    each node recreated (``up -d --no-deps --force-recreate``: a new image is picked up the same
+    way) and healthy (``/readyz``) before the next."""
+    for service in order:
+        started = time.monotonic()
+        run("up", "-d", "--no-deps", "--force-recreate", service)
+        _healthy([service], 180)
+        summary[f"recreated_{service}_s"] = round(time.monotonic() - started, 1)
     # Each node's own view of who commits: both must name the same one.
     summary["masters_after_rolling"] = sorted({str(_group(node).get("master")) for node in order})
-    if errors:
-        raise RuntimeError(f"{len(errors)} sends failed during the rolling restart: {errors[0]}")
-    return sent
 
 
 def _smoke(sent: list[str], summary: dict[str, Any]) -> None:
@@ -147,30 +193,36 @@ def _smoke(sent: list[str], summary: dict[str, Any]) -> None:
 def _fail_over(
     args: argparse.Namespace, token: str, first: list[str], summary: dict[str, Any]
 ) -> None:
-    """Kill the master container, send more, start it again (and the rolling restart with
-    ``--rolling``); then count what arrived."""
+    """Kill the master container, send more, start it again (with ``--zombie`` freeze the new
+    master until the other takes over, with ``--rolling`` the rolling restart), messages coming
+    through the proxy all along; then count what arrived."""
     master = _group("node-a").get("master")
     assert master in ("node-a", "node-b"), f"no master: {_group('node-a')}"
     backup = "node-b" if master == "node-a" else "node-a"
-    killed_at = time.monotonic()
-    run("kill", master)
-    deadline = killed_at + 60
-    while _group(backup).get("master") != backup and time.monotonic() < deadline:
-        time.sleep(0.2)
-    summary["takeover_s"] = round(time.monotonic() - killed_at, 2)
-    assert _group(backup).get("master") == backup, "the backup did not take over"
-    second = [f"after-{n}" for n in range(args.messages)]
-    _send(token, second)
-    run("start", master)
-    _healthy([master], 120)
-    rejoined = [m for m in _group(backup).get("members", []) if m["node"] == master]
-    summary["rejoined_as"] = "master" if rejoined and rejoined[0]["master"] else "backup"
-    during: list[str] = []
-    if args.rolling:  # the backup (the killed node, back) first, then the master
-        during = _rolling_restart(token, [master, backup], summary)
-    expected = set(first) | set(second) | set(during)
+    with _Feed(token) as feed:
+        killed_at = time.monotonic()
+        run("kill", master)
+        _wait_master(backup, backup)
+        summary["takeover_s"] = round(time.monotonic() - killed_at, 2)
+        second = [f"after-{n}" for n in range(args.messages)]
+        _send(token, second)
+        run("start", master)
+        _healthy([master], 120)
+        rejoined = [m for m in _group(backup).get("members", []) if m["node"] == master]
+        summary["rejoined_as"] = "master" if rejoined and rejoined[0]["master"] else "backup"
+        if args.zombie:  # the new master frozen, the killed node (back) takes over again
+            _zombie(backup, master, summary)
+        if args.rolling:  # the backup first, then the master
+            now = _group("node-a").get("master") or backup
+            other = "node-b" if now == "node-a" else "node-a"
+            _rolling_restart([other, now], summary)
+    if feed.errors:
+        raise RuntimeError(f"{len(feed.errors)} sends failed meanwhile: {feed.errors[0]}")
+    expected = set(first) | set(second) | set(feed.sent)
+    summary["sent_during_faults"] = len(feed.sent)
+    reader = _group("node-a").get("master") or backup
     out = run(
-        "exec", "-T", _group(backup).get("master") or backup, "chronos", "tail",
+        "exec", "-T", reader, "chronos", "tail",
         "--topic", TOPIC, "--count", str(len(expected)), "--timeout", "60",
     )  # fmt: skip
     seen = [part.split("=", 1)[1] for part in out.split() if part.startswith("id=")]
@@ -195,6 +247,11 @@ def main() -> int:
         "--smoke",
         action="store_true",
         help="only up, the messages through the proxy, and down (no kill, no restart)",
+    )
+    parser.add_argument(
+        "--zombie",
+        action="store_true",
+        help="then freeze the master until the other takes over, and thaw it: it must be fenced",
     )
     parser.add_argument(
         "--rolling",
@@ -226,6 +283,7 @@ def main() -> int:
             run("down", "-v", check=False)
     summary["compose"] = " ".join(_compose()[: len(_command)])
     ok = summary.get("delivered") == summary.get("sent") and summary.get("duplicates") == 0
+    ok = ok and summary.get("zombie_fenced", True) is True
     ok = ok and summary.get("masters_after_rolling", ["node-a"])[0] in ("node-a", "node-b")
     ok = ok and len(summary.get("masters_after_rolling", [""])) == 1
     summary["ok"] = ok

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import TypeAlias, cast
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
@@ -54,6 +55,7 @@ def valid(namespace: str, topic: str, index: int) -> tuple[bytes, bytes | None, 
     return cast("tuple[bytes, bytes | None, KafkaHeaders]", wire.encode_add(message))
 
 
+@pytest.mark.embedded
 def test_malformed_inner_records_are_dead_lettered_and_do_not_block(
     kafka_bootstrap: str, namespace: str, tmp_path: Path
 ) -> None:

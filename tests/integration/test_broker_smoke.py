@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 
+import pytest
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
@@ -37,6 +38,7 @@ def record(i: int) -> tuple[bytes, bytes, Headers]:
     return f"key-{i}".encode(), value, headers
 
 
+@pytest.mark.embedded
 def test_produce_and_read_back_binary_headers(
     kafka_bootstrap: str, admin: AdminClient, namespace: str
 ) -> None:

@@ -77,6 +77,7 @@ def _doomed_and_kept(
     pytest.fail("no cancel was acknowledged 500 ms before its due time, even 60 s ahead")
 
 
+@pytest.mark.embedded
 def test_cancel_acknowledged_before_due_is_never_delivered_while_ingest_lags(
     kafka_bootstrap: str, namespace: str, tmp_path: Path
 ) -> None:

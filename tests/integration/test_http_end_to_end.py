@@ -39,6 +39,7 @@ def b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
 
 
+@pytest.mark.embedded
 def test_binary_message_is_delivered_intact_and_not_early(
     stack: tuple[ChronosSettings, httpx.Client], namespace: str
 ) -> None:
@@ -90,6 +91,7 @@ def test_a_cron_repeat_is_answered_with_its_first_fire_in_its_zone(
     assert http.delete(f"/v1/messages/{receipt['id']}").status_code == 202
 
 
+@pytest.mark.embedded
 def test_batch_cancel_and_idempotent_resend(
     stack: tuple[ChronosSettings, httpx.Client], namespace: str
 ) -> None:

@@ -4,6 +4,7 @@ puts a keyed record in: an expiry tombstone must land beside the id's other reco
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
@@ -13,6 +14,7 @@ from chronos.kafka.partitioner import partition_of
 PARTITIONS = 7
 
 
+@pytest.mark.embedded
 def test_partition_of_matches_the_producers_murmur2_partitioner(
     kafka_bootstrap: str, admin: AdminClient, namespace: str
 ) -> None:

@@ -18,6 +18,7 @@ from tests.integration.harness import Inbox, make_settings, running_node, wait_u
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.embedded
 def test_graceful_stop_and_restart_delivers_everything_once(
     kafka_bootstrap: str, namespace: str, tmp_path: Path
 ) -> None:
@@ -60,6 +61,7 @@ def _stop_and_restart(bootstrap: str, namespace: str, store: Path, lead_ms: int)
     return True
 
 
+@pytest.mark.embedded
 def test_sigkill_at_random_moments_loses_nothing(kafka_bootstrap: str) -> None:
     result = subprocess.run(
         [

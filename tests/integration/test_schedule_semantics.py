@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.store import keys
 from chronos.wire import H_SKIPPED
@@ -15,6 +17,7 @@ from tests.integration.harness import Inbox, make_settings, running_node, wait_u
 PARTITIONS = 4
 
 
+@pytest.mark.embedded
 def test_fixed_repeat_delivers_each_occurrence_on_time(
     kafka_bootstrap: str, namespace: str, tmp_path: Path
 ) -> None:

@@ -13,7 +13,7 @@ topic passes the check a node applies before it stores one (``accept_inner``), s
 dead-lettered.
 
 Run once per suite, in the Apache Kafka pass: it fuzzes the proxy's HTTP contract, which is the
-same whatever broker takes the records (about 110 s a pass on 2 cores).
+same whatever broker takes the records.
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ from tests.integration.harness import make_settings, running_node
 REPO = Path(__file__).resolve().parents[2]
 _CHECKS = "all"
 _EXCLUDED_CHECKS = "use_after_free"
-#: Per operation and phase: about 2,500 cases in all, 100-115 s on 2 loaded cores.
-_MAX_EXAMPLES = 200
+#: Per operation and phase: about 1,200 cases in all (the floor below is 1,000; 200 made
+#: 2,500-2,900 in 100-115 s on 2 loaded cores, more than the suite's budget spares: issue 60).
+_MAX_EXAMPLES = 85
 
 
 def _schemathesis() -> str:
