@@ -101,6 +101,7 @@ class ClusterNodeProcess:
         namespace: str,
         partitions: int,
         standbys: int,
+        release: Path | None = None,
     ) -> None:
         self.name = name
         self.log_path = workdir / f"{name}.log"
@@ -126,7 +127,9 @@ format = "json"
 """
         )
         self.config = config
-        self.process = NodeProcess(config, self.log_path, ready_event="cluster_node_started")
+        self.process = NodeProcess(
+            config, self.log_path, ready_event="cluster_node_started", source=release
+        )
 
     def events(self, *names: str) -> list[dict[str, Any]]:
         return log_events(self.log_path, *names)
@@ -156,10 +159,17 @@ def _partition(event: dict[str, Any]) -> int:
 
 class Cluster:
     def __init__(
-        self, workdir: Path, bootstrap: str, namespace: str, partitions: int, standbys: int
+        self,
+        workdir: Path,
+        bootstrap: str,
+        namespace: str,
+        partitions: int,
+        standbys: int,
+        release: Path | None = None,
     ) -> None:
         self.workdir, self.bootstrap, self.namespace = workdir, bootstrap, namespace
         self.partitions, self.standbys = partitions, standbys
+        self.release = release
         self.nodes: dict[str, ClusterNodeProcess] = {}
         self.retired: list[ClusterNodeProcess] = []
         self._next = 0
@@ -168,7 +178,13 @@ class Cluster:
         name = f"n{self._next}"
         self._next += 1
         node = ClusterNodeProcess(
-            name, self.workdir, self.bootstrap, self.namespace, self.partitions, self.standbys
+            name,
+            self.workdir,
+            self.bootstrap,
+            self.namespace,
+            self.partitions,
+            self.standbys,
+            self.release,
         )
         node.process.start()
         self.nodes[name] = node
@@ -399,6 +415,13 @@ def main() -> int:
     )
     add_broker_options(parser)
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument(
+        "--release",
+        type=Path,
+        default=None,
+        help="an earlier release's checkout the nodes run (its code, this environment's "
+        "dependencies): the same check before a change",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(1))
     with staged(args, "cluster") as stage:
@@ -406,7 +429,8 @@ def main() -> int:
         summary = Summary(scenario=f"cluster-{args.scenario}", broker=stage.broker_name)
         extra = ClusterSummary()
         namespace = f"cl{uuid.uuid4().hex[:8]}"
-        cluster = Cluster(workdir, bootstrap, namespace, args.partitions, args.standbys)
+        release = args.release.resolve() if args.release else None
+        cluster = Cluster(workdir, bootstrap, namespace, args.partitions, args.standbys, release)
         rng = random.Random(args.seed)
         faults: list[Fault] = []
         broker_answers: list[int] = []

@@ -47,8 +47,11 @@ Scenarios (``--scenario``):
 * ``chaos``: ``--replicas`` replicas (3, say), a fault every ``--interval`` s for
   ``--duration`` s, drawn at random (``--seed``) from: kill -9 a replica, SIGTERM one, SIGSTOP
   one for 10 s, kill -9 one and start it on an empty disk, kill -9 the master, and (Apache
-  Kafka started here) kill -9 the broker and start it again 5 s later on its data. A stopped
-  replica is started again at once.
+  Kafka started here) kill -9 the broker and start it again 5 s later on its data, alone or
+  followed by kill -9 of the master once a master commits again (``broker-master``: a broker
+  restart ends every open transaction, the master retakes, and reschedules it moved in the
+  meantime meet a failover before their new due time, issue 59). A stopped replica is started
+  again at once.
 * ``mixed`` (with ``--release`` or ``--from-image``): an upgrade left half done. The backup is
   upgraded; the master, killed, comes back on the earlier release and follows the upgraded one
   (reschedules it decides included); then that one is killed and the earlier release delivers.
@@ -681,18 +684,25 @@ def _chaos(args: argparse.Namespace, group: Group, summary: Summary, broker: Any
     rng = random.Random(args.seed)
     kinds = ["kill", "term", "freeze", "wipe", "master"]
     if isinstance(broker, KafkaBroker):
-        kinds.append("broker")
+        kinds += ["broker", "broker-master"]
     started = time.monotonic()
     while time.monotonic() - started < args.duration:
         time.sleep(args.interval)
         kind = rng.choice(kinds)
-        if kind == "broker":
+        if kind.startswith("broker"):
+            term = max(r.term() for r in group.replicas)
             broker.crash()
             time.sleep(BROKER_DOWN_S)
             broker.restart(timeout_s=120)
-            summary.faults.append("broker")
+            summary.faults.append(kind)
             print("broker killed, started again")
-            continue
+            if kind == "broker":
+                continue
+            try:  # a retake (a new term), as an open transaction ended with the broker
+                group.first_commit_after(term, timeout_s=30)
+            except RuntimeError:
+                pass  # the master kept its term: nothing was open when the broker died
+            kind = "master"
         running = [r for r in group.replicas if r.process.running()]
         replica = group.master() if kind == "master" else rng.choice(running)
         summary.faults.append(f"{kind} {replica.name}")
