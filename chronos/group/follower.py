@@ -209,6 +209,12 @@ class Follower:
         for _ in range(covered):
             cut, batch = self._waiting.popleft()
             for state in batch:
+                if state.message is None and state.message_id in states:
+                    # A repeat that finished after a state of these records (its last
+                    # occurrence moved, then delivered in the same transaction): the state
+                    # says where that occurrence went, behind this cut's seek. Dropped, the
+                    # store would keep it where it was, ahead of the seek: delivered again.
+                    continue
                 states[state.message_id] = state
         self._apply(cut.seek_ms, list(states.values()), cut.offsets)
         self.applied = cut

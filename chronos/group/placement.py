@@ -85,10 +85,10 @@ class ReplicaStore:
         restarts there, its cut at what the store holds. Returns the seek used.
 
         Moves of an earlier term of this node that never committed were undone when it began
-        following (``follow``); undone again here, so a store leads from the committed state
-        whatever came before this call. ``relocate_uncovered`` then decides their requests
-        again, from the reschedules' arrivals."""
-        self._ledger.undo_moves()
+        following (``follow``: every replica starts following, and a demotion or a retake goes
+        through it): ``relocate_uncovered`` decides their requests again, from the reschedules'
+        arrivals. Not here: the committed progress was applied since, and an undo now would
+        take back what it says."""
         with self._ledger.writing() as write:
             seek = max(write.seek_ms, seek_ms)
             write.seek_ms = seek

@@ -92,7 +92,14 @@ class Restater(LoopWorker):
     def send_due(self) -> int:
         """Send every entry not sent yet; how many went out."""
         now = self._clock.now_ms()
-        entries = restatement.pending(self._store)
+        # An id moved by a reschedule no commit carries yet waits: what the store holds of it
+        # is this node's decision alone (a restatement read back would make it every
+        # replica's, committed or not; issue 59).
+        entries = [
+            (key, found)
+            for key, found in restatement.pending(self._store)
+            if found is None or not self._ledger.unpublished(found.message_id)
+        ]
         with self._lock:
             self._sent &= {key for key, _ in entries}  # read back: cleared by the ledger
             todo = [(key, found) for key, found in entries if key not in self._sent]

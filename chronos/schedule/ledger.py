@@ -111,9 +111,6 @@ class Move:
     message: DelayMessage
     slot_ms: EpochMs
     origin: tuple[int, int] | None
-    #: Its id's undo journal entry says where the message was before it (a replica's move:
-    #: ``Ledger.undo_moves``).
-    journaled: bool = False
 
     def covered_by(self, offsets: Mapping[int, int]) -> bool:
         """Whether a cut with these inner offsets covers the reschedule's record."""
@@ -254,6 +251,11 @@ class _Applying:
         #: Outbox keys this batch puts, and deletes.
         self.noted: list[bytes] = []
         self.cleared: list[bytes] = []
+        #: The reschedules this batch moves, by id: known to ``Ledger.moves`` once written.
+        self.moved: dict[str, list[Move]] = {}
+        #: A replica journals its moves (``Ledger.undo_moves``); the ids this batch journals.
+        self.journal = placement.tracks_arrivals
+        self.journaled: set[str] = set()
 
     def run(self) -> None:
         """Apply every item in order: the adds between two other requests at once (the hot
@@ -378,15 +380,7 @@ class _Applying:
             )
         if self.leading:
             assert self.written is not None
-            at = self.ledger._reschedule(
-                self.batch,
-                request,
-                current,
-                self.frontier,
-                self.written,
-                self.origin(n),
-                journal=self.arrivals is not None,
-            )
+            at = self.ledger._reschedule(self, request, current, self.origin(n))
             self.ledger._count_reschedule(self.outcome, request, current, at)
             if at is not None:
                 self.placed_at(message_id, at)
@@ -473,6 +467,9 @@ class Ledger:
         # Its own lock: the deliverer reads the moves every round, and must not wait for an
         # ingest write holding the ledger's.
         self._moves_lock = threading.Lock()
+        #: Ids with an entry in the undo journal (``_reschedule``, ``undo_moves``); changed
+        #: under both locks.
+        self._journaled: set[str] = set()
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -571,6 +568,11 @@ class Ledger:
                 for partition, offset in (offsets or {}).items():
                     applying.batch.set_inner_offset(partition, offset)
                 self._store.write(applying.batch)
+                if applying.moved:
+                    # Once written (a failed write is read again: its moves must not count
+                    # twice, nor skip their journal), and before the write's offsets count
+                    # as completed: a cut that covers a reschedule finds its move.
+                    self._register(applying.moved, applying.journaled)
             if applying.noted or applying.cleared:
                 for key in applying.cleared:
                     self._outbox.remove(key)
@@ -653,13 +655,10 @@ class Ledger:
 
     def _reschedule(
         self,
-        batch: RocksBatch,
+        applying: _Applying,
         request: RescheduleRequest,
         current: bytes | None,
-        frontier: EpochMs,
-        written: dict[bytes, bytes],
         origin: tuple[int, int] | None,
-        journal: bool = False,
     ) -> EpochMs | None:
         """Move a pending message to its new due time; the slot it now has, None when it did
         not move.
@@ -670,10 +669,12 @@ class Ledger:
         ``slot_for(frontier, due)``, like an add received now, and is kept in ``moves`` for
         the progress record that tells followers and a rebuilt store where it went.
 
-        ``journal`` (a replica, which may stop leading before a commit carries the move): the
-        first move of the id since its last published one journals where the message was, in
-        the same batch, so ``undo_moves`` can put it back.
+        A replica (``_Applying.journal``: it may stop leading before a commit carries the move)
+        journals, for the first move of an id since its last published one, where the message
+        was, in the same batch, so ``undo_moves`` can put it back.
         """
+        batch, frontier, written = applying.batch, applying.frontier, applying.written
+        assert written is not None
         old_key = keys.pending_key(current)
         if old_key is None:
             return None  # unknown or cancelled: nothing to move
@@ -692,15 +693,22 @@ class Ledger:
         value = codec.encode(moved)
         batch.move_scheduled(old_key, key, request.id, value)
         written[key] = value
-        # Recorded before the write completes, so a frontier move that covers this write
-        # finds it in ``moves`` (``TransactionLoop`` and ``CutPublisher`` read them after
-        # taking their cut).
-        with self._moves_lock:
-            earlier = self._moves.setdefault(request.id, [])
-            if journal and not earlier:
-                batch.put_undo(request.id.encode(), keys.slot_of(old_key), stored)
-            earlier.append(Move(moved, slot, origin, journaled=journal))
+        earlier = applying.moved.setdefault(request.id, [])
+        # The ledger's lock is held: ``_journaled`` changes only under it.
+        if applying.journal and not earlier and request.id not in self._journaled:
+            batch.put_undo(request.id.encode(), keys.slot_of(old_key), stored)
+            applying.journaled.add(request.id)
+        earlier.append(Move(moved, slot, origin))
         return slot
+
+    def _register(self, moved: Mapping[str, list[Move]], journaled: set[str]) -> None:
+        """Make a written batch's moves known to ``moves`` (its journal entries to
+        ``forget_moves``), before the frontier's cut can cover their records
+        (``TransactionLoop`` and ``CutPublisher`` read them after taking their cut)."""
+        with self._moves_lock:
+            for message_id, moves in moved.items():
+                self._moves.setdefault(message_id, []).extend(moves)
+            self._journaled |= journaled
 
     def _count_reschedule(
         self,
@@ -742,8 +750,10 @@ class Ledger:
         A journaled id's undo entry follows: gone when no move of it is left, else where the
         published move put the message (the committed state a later move's undo returns to).
         Under the ledger's lock then, so that a reschedule applied meanwhile finds the moves
-        and the journal agreeing (it journals only an id with no move left)."""
-        if not any(move.journaled for move in published.values()):
+        and the journal agreeing (it journals only an id without an entry)."""
+        if self._journaled.isdisjoint(published):
+            # No entry to change: a node alone's moves, or none. (A journaled id stays in the
+            # set while a move of it is unpublished, so none of these can be journaled now.)
             with self._moves_lock:
                 self._drop_moves(published)
             return
@@ -752,13 +762,14 @@ class Ledger:
             with self._moves_lock:
                 self._drop_moves(published)
                 for message_id, move in published.items():
-                    if not move.journaled:
-                        continue
+                    if message_id not in self._journaled:
+                        continue  # undone meanwhile (a loop that outlived its demotion)
                     raw_id = message_id.encode()
                     if message_id in self._moves:
                         batch.put_undo(raw_id, move.slot_ms, codec.encode(move.message))
                     else:
                         batch.delete_undo(raw_id)
+                        self._journaled.discard(message_id)
             self._store.write(batch)
 
     def _drop_moves(self, published: Mapping[str, Move]) -> None:
@@ -782,8 +793,9 @@ class Ledger:
         lets whoever leads next decide it again (``ReplicaStore.relocate_uncovered``); a
         published move undone because a crash came between its commit and the journal's
         update is moved again when the progress topic is read from its start. A message
-        cancelled since (its index no longer pending) stays cancelled. Returns how many
-        messages moved back."""
+        cancelled since (its index no longer pending) stays cancelled; one the seek passed
+        where it was moved (delivered there, so its move was committed) or gone from there
+        (purged) stays too. Returns how many messages moved back."""
         undone = 0
         with self.writing() as write:
             entries = self._store.scan_undo(_ALL)
@@ -792,19 +804,25 @@ class Ledger:
                 write.batch.delete_undo(message_id.encode())
                 moved_to = keys.pending_key(state)
                 key = keys.message_key(slot, message_id)
-                if moved_to is None or moved_to == key:
+                if moved_to is None or moved_to == key or keys.slot_of(moved_to) <= self._seek:
                     continue
-                stored = self._store.get_messages([moved_to])[0]
-                write.batch.move_scheduled(
-                    moved_to if stored is not None else None, key, message_id, value
-                )
+                if self._store.get_messages([moved_to])[0] is None:
+                    continue
+                write.batch.move_scheduled(moved_to, key, message_id, value)
                 write.placed(slot)
                 undone += 1
             with self._moves_lock:
                 self._moves.clear()
+                self._journaled.clear()
         if undone:
             log.warning("uncommitted_moves_undone", messages=undone)
         return undone
+
+    def unpublished(self, message_id: str) -> bool:
+        """Whether ``message_id`` has a move no progress record carries yet: what the store
+        holds of it is this node's decision alone until then (the restater waits)."""
+        with self._moves_lock:
+            return message_id in self._moves
 
     def sync(self) -> None:
         """fsync everything applied so far."""

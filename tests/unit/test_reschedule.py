@@ -12,6 +12,7 @@ import pytest
 from chronos import wire
 from chronos.clock import FakeClock
 from chronos.errors import DecodeError
+from chronos.group.follower import Follower
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.inner import accept_inner
 from chronos.model import (
@@ -25,7 +26,7 @@ from chronos.node.cut_publisher import _newer_moves
 from chronos.repeat import Repeat, RepeatKind
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger, Move
-from chronos.schedule.progress_record import RepeatState
+from chronos.schedule.progress_record import Cut, RepeatState
 from chronos.settings import DeleteSettings, LimitSettings, StoreSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksStore
@@ -445,3 +446,116 @@ def test_the_undo_returns_to_the_last_published_move_and_never_revives_a_cancel(
     assert a.stored()["x"][1] == b.stored()["x"][1]
     gone = a.store.get_index(["gone"])[0]
     assert gone is not None and gone[:1] == keys.INDEX_CANCELLED
+
+
+def test_a_published_move_with_a_later_one_in_flight_is_where_the_undo_returns(
+    pair: tuple[Node, Node],
+) -> None:
+    """The journal follows the commits: the cut covers the first reschedule, not the second,
+    so the entry moves to the first's slot and a fencing puts the message back there."""
+    a, b = pair
+    for node in pair:
+        node.add(_msg("x", T0 + 9000), 0)
+        node.reschedule("x", T0 + 20_000, 1)
+    a.frontier.advance(T0 + 100)
+    seek, covered = a.frontier.cut()
+    moves = a.ledger.moves(covered)
+    for node in pair:
+        node.reschedule("x", T0 + 30_000, 2)  # after the cut: in flight
+    states = [RepeatState(i, m.message, m.slot_ms) for i, m in moves.items()]
+    b.replica.apply_cut(seek, states, covered)
+    a.replica.apply_cut(seek, [], covered)
+    a.ledger.forget_moves(moves)
+    ((_id, slot, _value),) = a.store.scan_undo(10)
+    assert slot == T0 + 20_000
+    a.replica.follow()
+    assert a.slots() == b.slots() == {"x": T0 + 20_000}
+    assert a.stored()["x"][1] == b.stored()["x"][1]
+
+
+def test_a_crash_between_the_commit_and_the_journal_is_repaired_by_the_progress_read_again(
+    tmp_path: Path,
+) -> None:
+    """The journal's entry outlives a commit that carried the move (the process died between
+    Kafka's commit and ``forget_moves``): the restarted replica undoes the move, and the
+    committed state, read again from the progress topic's start, moves it back."""
+    leading = ReplicaPlacement()
+    leading.leading = True
+    a = Node(tmp_path / "a", leading)
+    a.add(_msg("x", T0 + 9000), 0)
+    a.reschedule("x", T0 + 60_000, 1)
+    a.frontier.advance(T0 + 100)
+    seek, covered = a.frontier.cut()
+    moves = a.ledger.moves(covered)
+    states = [RepeatState(i, m.message, m.slot_ms) for i, m in moves.items()]
+    a.store.close()  # committed in Kafka; the journal still holds the entry
+    restarted = Node(tmp_path / "a", ReplicaPlacement())
+    try:
+        restarted.replica.follow()
+        assert restarted.slots() == {"x": T0 + 9000}
+        restarted.replica.apply_cut(seek, states, covered)  # the follower reads it again
+        assert restarted.slots() == {"x": T0 + 60_000}
+    finally:
+        restarted.store.close()
+
+
+def test_a_batch_whose_write_failed_and_is_read_again_journals_its_move(
+    pair: tuple[Node, Node], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ingest reads a batch again when its write failed (a full disk): the move must not be
+    known before the write, or the retry finds it and journals nothing."""
+    a, b = pair
+    for node in pair:
+        node.add(_msg("x", T0 + 9000), 0)
+    real_write = a.store.write
+    failures = [OSError("no space left on device")]
+
+    def failing_once(batch: object) -> None:
+        if failures:
+            raise failures.pop()
+        real_write(batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(a.store, "write", failing_once)
+    with pytest.raises(OSError):
+        a.reschedule("x", T0 + 60_000, 1)
+    assert a.ledger.moves() == {}
+    a.reschedule("x", T0 + 60_000, 1)  # read again
+    b.reschedule("x", T0 + 60_000, 1)
+    assert a.slots() == {"x": T0 + 60_000}
+    a.replica.follow()  # fenced before a commit carried it
+    assert a.slots() == b.slots() == {"x": T0 + 9000}
+
+
+def test_a_repeats_last_occurrence_moved_and_delivered_in_one_commit_counts_as_delivered(
+    pair: tuple[Node, Node],
+) -> None:
+    """The master moves a repeat's last occurrence earlier and delivers it in the same
+    transaction: the progress carries the move, then the repeat's end (a tombstone) under the
+    same key. A follower that took only the last state of the id kept the occurrence at its
+    first slot, ahead of the seek: a successor delivered it again."""
+    a, b = pair
+    repeat = Repeat(RepeatKind.FIXED, 10_000, 2)
+    for node in pair:
+        node.add(_msg("r", T0 + 1000, repeat), 0)
+    # The first occurrence delivered: the second's state (due T0 + 11 s), applied by both.
+    a.frontier.advance(T0 + 2000)
+    seek, covered = a.frontier.cut()
+    second = _msg("r", T0 + 1000, repeat)
+    second.occurrence = 2
+    for node in pair:
+        node.replica.apply_cut(seek, [RepeatState("r", second, T0 + 11_000)], covered)
+    for node in pair:
+        node.reschedule("r", T0 + 5000, 1)  # occurrence 2 now due at T0 + 5 s
+    assert b.slots() == {"r": T0 + 11_000}
+    a.frontier.advance(T0 + 6000)  # the transaction that delivers it
+    seek, covered = a.frontier.cut()
+    moves = a.ledger.moves(covered)
+    records: list[Cut | RepeatState] = [
+        RepeatState(i, m.message, m.slot_ms) for i, m in moves.items()
+    ]
+    records += [RepeatState("r", None, 0), Cut(1, seek, covered, "a", T0)]
+    follower = Follower(b.replica.apply_cut, lambda: b.replica.inner_offsets([0]))
+    follower.take(records)
+    assert follower.apply_covered() == 1
+    assert _pending(b) == {}
+    assert b.slots() == {"r": T0 + 5000}

@@ -418,3 +418,24 @@ def test_the_restater_sends_each_entry_once_retries_a_failure_and_drops_what_is_
     assert store.scan_outbox(10) != [] and restater.send_due() == 0
     assert store.scan_outbox(10) == [], "dropped, not sent"
     store.close()
+
+
+def test_a_move_is_restated_only_once_a_progress_record_carries_it(tmp_path: Path) -> None:
+    """Issue 59: what a leader holds of a message it moved without a commit is its decision
+    alone; restated (a refresh every replica reads back), it would become everyone's even if
+    the leader is fenced and the move undone. Mutant caught: the restater not waiting."""
+    clock = FakeClock(T0)
+    store = RocksStore(tmp_path / "a", StoreSettings(wal_sync_interval_ms=60_000))
+    ledger = Ledger(store, Frontier(0), clock, RETENTION, ALONE, restates=True)
+    message = DelayMessage("a", "t", None, b"x", [], T0 + 500)
+    ledger.apply([message], {1: 1}, origins=[(1, 0)])
+    ledger.apply([RescheduleRequest("a", T0 + 9000)], {1: 2}, origins=[(1, 1)])
+    publisher = StubPublisher()
+    restater = _restater(store, ledger, publisher, clock)
+    assert store.scan_outbox(10) != [] and restater.send_due() == 0
+    ledger.forget_moves(ledger.moves())  # the progress record that carries the move
+    assert restater.send_due() == 1
+    (record,) = publisher.published
+    restated = wire.decode(record.value, record.headers)
+    assert isinstance(restated, Refresh) and restated.slot_ms == T0 + 9000
+    store.close()
