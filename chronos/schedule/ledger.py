@@ -187,14 +187,19 @@ def _reserved(
     earliest: EpochMs | None,
 ) -> EpochMs | None:
     """The earliest slot a batch writes to or deletes from: ``earliest`` (its adds' due
-    times), or the slot of a pending message it cancels, reschedules or forgets. A delete
-    reserves its slot too: the push worker cannot scan it while the delete is in flight, so
-    "cancelled" vs "raced" (a reschedule: moved vs too late) is decided against a frontier
-    that holds still."""
+    times), the slot of a pending message it cancels, reschedules or forgets, or the due time
+    a reschedule asks for (its new slot is at or after it). A delete reserves its slot too: the
+    push worker cannot scan it while the delete is in flight, so "cancelled" vs "raced" (a
+    reschedule: moved vs too late) is decided against a frontier that holds still. And a
+    reschedule to a sooner time reserves where it moves to: with only its old slot reserved,
+    the frontier passed the new one while the write was in flight, the deliverer's scan missed
+    the message and its seek passed it (lost; issue 59's acceptance run)."""
     for n in others:
-        op, message_id, _due, _value = items[n]
+        op, message_id, due, _value = items[n]
         if op is _REFRESH:
             continue
+        if op is _RESCHEDULE and (earliest is None or due < earliest):
+            earliest = due
         pending = keys.pending_key(state[message_id])
         if pending is not None:
             slot = keys.slot_of(pending)

@@ -559,3 +559,26 @@ def test_a_repeats_last_occurrence_moved_and_delivered_in_one_commit_counts_as_d
     assert follower.apply_covered() == 1
     assert _pending(b) == {}
     assert b.slots() == {"r": T0 + 5000}
+
+
+def test_a_reschedule_to_sooner_holds_the_frontier_below_its_new_slot_while_written(
+    alone: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the cluster check (issue 59's acceptance run, 2 of 13,127 reschedules lost):
+    a batch reserved only the old slot of a message it rescheduled, so while its write was in
+    flight the frontier could pass the new, sooner slot; the deliverer's scan missed the
+    message, its commit passed it, and nobody delivered it. Mutant caught: the old reservation.
+    """
+    alone.ledger.apply([_msg("x", T0 + 10_000)])
+    alone.frontier.advance(T0)
+    during: list[int] = []
+    real_write = alone.store.write
+
+    def write_while_the_deliverer_advances(batch: object) -> None:
+        during.append(alone.frontier.advance(T0 + 5000))  # the transaction loop, meanwhile
+        real_write(batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(alone.store, "write", write_while_the_deliverer_advances)
+    alone.ledger.apply([RescheduleRequest("x", T0 + 100)])
+    assert alone.slots() == {"x": T0 + 100}
+    assert during == [T0 + 99], "the frontier passed the new slot before it was written"
