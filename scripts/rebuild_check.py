@@ -14,7 +14,8 @@ deletes every record below it (``DeleteRecords``: what retention does after days
   its disk too, wait until complete, trim, kill -9 the new master: the same;
 * ``c``: a node alone: trim, kill -9, delete its store, start it: 0 lost, duplicates only of
   messages first delivered within ``--window`` ms before the kill (the crash window);
-* ``d``: an inner topic with ``cleanup.policy=delete`` and ``retention.ms=20000``: the node
+* ``d``: an inner topic with ``cleanup.policy=delete`` and ``retention.ms`` half the shortest
+  the node takes (twice ``--refresh``: 10,000 ms at the default 10 s): the node
   must refuse to start, naming the setting.
 
 With ``--mode compact`` (``rebuild.mode = "compact"``) the nodes keep a compacted inner topic
@@ -56,8 +57,9 @@ from chronos.devstack.kafka import KafkaBroker
 from chronos.devstack.watch import Collected, DeliveryWatcher
 from chronos.kafka.admin import create_topic
 from chronos.kafka.clients import KafkaClients
+from chronos.kafka.topic_config import required_retention_ms
 from chronos.repeat import Repeat, RepeatKind
-from chronos.settings import load_settings
+from chronos.settings import RebuildSettings, load_settings
 from proxy.client import DelayClient
 
 REPEAT = Repeat(RepeatKind.FIXED, interval_ms=20_000, times=3)
@@ -369,7 +371,11 @@ def run_refusal(
     namespace = f"rb{uuid.uuid4().hex[:8]}"
     (workdir / "d").mkdir(parents=True, exist_ok=True)
     inner = f"{namespace}.inner"
-    config = {"cleanup.policy": "delete", "retention.ms": "20000"}
+    # Half the shortest retention the node takes (twice the refresh interval): 20,000 ms,
+    # this scenario's value before, is exactly that shortest at the default 10 s interval,
+    # and the node rightly took it (the scenario hung until its timeout).
+    retention = required_retention_ms(args.refresh or RebuildSettings().refresh_interval_s) // 2
+    config = {"cleanup.policy": "delete", "retention.ms": str(retention)}
     if args.mode == "compact":  # deletion by age beside compaction
         config["cleanup.policy"] = "compact,delete"
     admin.create_topics([NewTopic(inner, 1, 1, config=config)])[inner].result(30)
