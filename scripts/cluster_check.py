@@ -90,28 +90,41 @@ class ClusterSummary:
     broker_again_ms: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """What every node of the checked cluster shares.
+
+    Parameters:
+        workdir: where its configs, logs and stores go.
+        bootstrap: the Kafka.
+        namespace: its topics' namespace.
+        partitions: the inner topic's partitions.
+        standbys: standbys per partition.
+        release: an earlier release's checkout the nodes run (None: this tree).
+    """
+
+    workdir: Path
+    bootstrap: str
+    namespace: str
+    partitions: int
+    standbys: int
+    release: Path | None = None
+
+
 class ClusterNodeProcess:
     """One cluster node process and what its log says about the partitions it delivers."""
 
-    def __init__(
-        self,
-        name: str,
-        workdir: Path,
-        bootstrap: str,
-        namespace: str,
-        partitions: int,
-        standbys: int,
-        release: Path | None = None,
-    ) -> None:
+    def __init__(self, name: str, layout: Layout) -> None:
         self.name = name
+        workdir = layout.workdir
         self.log_path = workdir / f"{name}.log"
         config = workdir / f"{name}.toml"
         config.write_text(
             f"""[kafka]
-bootstrap_servers = "{bootstrap}"
+bootstrap_servers = "{layout.bootstrap}"
 [topics]
-namespace = "{namespace}"
-inner_partitions = {partitions}
+namespace = "{layout.namespace}"
+inner_partitions = {layout.partitions}
 [node]
 node_id = "{name}"
 data_dir = "{workdir / f"store-{name}"}"
@@ -119,7 +132,7 @@ ingest_threads = 1
 ingest_decoder = "thread"
 [cluster]
 name = "{CLUSTER}"
-standby_replicas = {standbys}
+standby_replicas = {layout.standbys}
 [admin]
 enabled = false
 [log]
@@ -128,7 +141,7 @@ format = "json"
         )
         self.config = config
         self.process = NodeProcess(
-            config, self.log_path, ready_event="cluster_node_started", source=release
+            config, self.log_path, ready_event="cluster_node_started", source=layout.release
         )
 
     def events(self, *names: str) -> list[dict[str, Any]]:
@@ -158,18 +171,9 @@ def _partition(event: dict[str, Any]) -> int:
 
 
 class Cluster:
-    def __init__(
-        self,
-        workdir: Path,
-        bootstrap: str,
-        namespace: str,
-        partitions: int,
-        standbys: int,
-        release: Path | None = None,
-    ) -> None:
-        self.workdir, self.bootstrap, self.namespace = workdir, bootstrap, namespace
-        self.partitions, self.standbys = partitions, standbys
-        self.release = release
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.partitions = layout.partitions
         self.nodes: dict[str, ClusterNodeProcess] = {}
         self.retired: list[ClusterNodeProcess] = []
         self._next = 0
@@ -177,15 +181,7 @@ class Cluster:
     def add(self) -> ClusterNodeProcess:
         name = f"n{self._next}"
         self._next += 1
-        node = ClusterNodeProcess(
-            name,
-            self.workdir,
-            self.bootstrap,
-            self.namespace,
-            self.partitions,
-            self.standbys,
-            self.release,
-        )
+        node = ClusterNodeProcess(name, self.layout)
         node.process.start()
         self.nodes[name] = node
         return node
@@ -430,7 +426,9 @@ def main() -> int:
         extra = ClusterSummary()
         namespace = f"cl{uuid.uuid4().hex[:8]}"
         release = args.release.resolve() if args.release else None
-        cluster = Cluster(workdir, bootstrap, namespace, args.partitions, args.standbys, release)
+        cluster = Cluster(
+            Layout(workdir, bootstrap, namespace, args.partitions, args.standbys, release)
+        )
         rng = random.Random(args.seed)
         faults: list[Fault] = []
         broker_answers: list[int] = []

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster_check import Cluster
+from cluster_check import Cluster, Layout
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # not re-exported explicitly
@@ -200,13 +200,13 @@ def _grow(
     timeout_s: float,
 ) -> Step:
     """Add nodes until ``to``; wait until every partition they own delivered from them."""
-    before = Placement.of(frozenset(cluster.nodes), cluster.partitions, cluster.standbys)
+    before = Placement.of(frozenset(cluster.nodes), cluster.partitions, cluster.layout.standbys)
     started: dict[str, int] = {}
     while len(cluster.nodes) < to:
         node = cluster.add()
         started[node.name] = int(time.time() * 1000)
         tails[node.name] = EventTail(node.log_path, _EVENTS)
-    after = Placement.of(frozenset(cluster.nodes), cluster.partitions, cluster.standbys)
+    after = Placement.of(frozenset(cluster.nodes), cluster.partitions, cluster.layout.standbys)
     step = Step(nodes=to, added=sorted(started))
     moving = {
         p: after.owner(p) for p in range(cluster.partitions) if after.owner(p) != before.owner(p)
@@ -290,7 +290,7 @@ def main() -> int:
     extra = ScaleSummary(pending=args.pending, cold_bound_s=args.cold_bound_s)
     namespace = f"sc{uuid.uuid4().hex[:8]}"
     names = TopicNames(namespace)
-    cluster = Cluster(workdir, broker.bootstrap, namespace, args.partitions, args.standbys)
+    cluster = Cluster(Layout(workdir, broker.bootstrap, namespace, args.partitions, args.standbys))
     tails: dict[str, EventTail] = {}
     try:
         for _ in range(steps[0]):
