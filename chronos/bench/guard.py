@@ -160,6 +160,18 @@ def next_climb(
     return round(rate / 100) * 100.0  # whole hundreds, as the rates one asks for
 
 
+def held_text(result: Result, side: str, tolerance: Tolerance) -> str:
+    """``side``'s highest held rate in words: "at least" when its climb ran out of steps while
+    still holding (its edge lies higher), "none" when it held no rate."""
+    rate = highest_held(result, side, tolerance)
+    if rate is None:
+        return "none"
+    climb = [c for c in result.get("climb", []) if c["side"] == side]
+    rising = bool(climb) and all(holds(c, tolerance) for c in climb)
+    capped = rising and float(climb[-1]["rate_target"]) == rate
+    return f"{'at least ' if capped else ''}{rate:,.0f}/s"
+
+
 def highest_held(result: Result, side: str, tolerance: Tolerance) -> float | None:
     """The highest rate ``side`` held: in every round of the alternated ones, or in its climb."""
     held = [r for r, ok in _held_by_rate(result["cases"], side, tolerance).items() if ok]
@@ -386,8 +398,7 @@ def markdown(result: Result, tolerance: Tolerance) -> str:
         "Highest rate held (p99 within "
         f"{tolerance.p99_limit_ms:g} ms, nothing missing): "
         + ", ".join(
-            f"{side} {_rate(highest_held(result, side, tolerance))}"
-            for side in ("baseline", "candidate")
+            f"{side} {held_text(result, side, tolerance)}" for side in ("baseline", "candidate")
         )
         + ".",
         "",
@@ -408,10 +419,6 @@ def markdown(result: Result, tolerance: Tolerance) -> str:
             f"| {'; '.join(regressions(v, tolerance)) or 'ok'} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def _rate(rate: float | None) -> str:
-    return "none" if rate is None else f"{rate:,.0f}/s"
 
 
 def _listed(values: Sequence[object]) -> str:

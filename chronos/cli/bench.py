@@ -225,8 +225,7 @@ def _guard(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     print(text)
     log(f"wrote {stem}.json and {stem}.md")
     for side in ("baseline", "candidate"):
-        held = guard.highest_held(result, side, tolerance)
-        log(f"highest rate held, {side}: {'none' if held is None else f'{held:,.0f}/s'}")
+        log(f"highest rate held, {side}: {guard.held_text(result, side, tolerance)}")
     unclear = guard.inconclusive(result, tolerance)
     if unclear is not None:
         log(f"verdict: inconclusive: {unclear}")

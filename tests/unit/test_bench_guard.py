@@ -142,6 +142,9 @@ def test_each_side_climbs_to_the_highest_rate_it_holds() -> None:
     text = markdown(result, tolerance)
     assert "Highest rate held (p99 within 100 ms, nothing missing): baseline 6,400/s, " in text
     assert "candidate 12,500/s." in text
+    # A climb that ran out of steps still holding: the edge lies higher.
+    result["climb"] = [_case("candidate", 12_500, 90, 1.0, round_=0)]
+    assert "candidate at least 12,500/s." in markdown(result, tolerance)
 
 
 def test_a_missing_message_is_not_held() -> None:
