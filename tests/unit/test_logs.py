@@ -14,7 +14,7 @@ import pytest
 import structlog
 from confluent_kafka import KafkaError
 
-from chronos.kafka import clients as clients_module
+from chronos.kafka import librdkafka as clients_module
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.librdkafka import producer
 from chronos.logs import LIBRDKAFKA, RepeatLimiter, Throttle, configure_logging
