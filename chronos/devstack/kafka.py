@@ -279,7 +279,11 @@ class KafkaBroker(BrokerProcess):
                 f"kafka storage format failed: {formatted.stderr or formatted.stdout}"
             )
         self._launch()
-        self._wait_ready(timeout_s)
+        try:
+            self._wait_ready(timeout_s)
+        except BaseException:  # a stop signal while it starts too: its caller holds nothing yet
+            self.stop()
+            raise
         return self
 
     def _launch(self) -> None:
@@ -306,7 +310,11 @@ class KafkaBroker(BrokerProcess):
         if self._workdir is None:
             raise ConfigError("restart() needs a broker that was started and crashed")
         self._launch()
-        self._wait_ready(timeout_s, led=True)
+        try:
+            self._wait_ready(timeout_s, led=True)
+        except BaseException:
+            self._terminate(10)  # its data stays: restart() again may bring it back
+            raise
 
     def _wait_ready(self, timeout_s: float, *, led: bool = False) -> None:
         """Until the broker lists itself in its metadata (registered and unfenced) and, with
@@ -323,7 +331,6 @@ class KafkaBroker(BrokerProcess):
                 output = (
                     self._log_path.read_text(errors="replace")[-3000:] if self._log_path else ""
                 )
-                self.stop()
                 raise ConfigError(f"Apache Kafka exited with code {code}:\n{output}")
             try:
                 metadata = admin.list_topics(timeout=1.0)
@@ -332,7 +339,6 @@ class KafkaBroker(BrokerProcess):
             if metadata is not None and metadata.brokers and (not led or _all_led(metadata)):
                 return
             time.sleep(0.1)
-        self.stop()
         what = "led no partitions" if led else "did not answer"
         raise ConfigError(f"Apache Kafka on {self.bootstrap} {what} within {timeout_s} s")
 

@@ -82,6 +82,15 @@ class TansuBroker(BrokerProcess):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        try:
+            self._wait_ready(timeout_s)
+        except BaseException:  # a stop signal while it starts too: its caller holds nothing yet
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        assert self._process is not None
         deadline = time.monotonic() + timeout_s
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
         while time.monotonic() < deadline:
@@ -89,10 +98,9 @@ class TansuBroker(BrokerProcess):
                 raise ConfigError(f"Tansu exited with code {self._process.returncode}")
             try:
                 admin.list_topics(timeout=1.0)
-                return self
+                return
             except Exception:  # not listening yet
                 time.sleep(0.1)
-        self.stop()
         raise ConfigError(f"Tansu did not answer on {self.bootstrap} within {timeout_s} s")
 
     def stop(self) -> None:
