@@ -164,7 +164,7 @@ class RefreshWorker(LoopWorker):
         for rows in self._paced(acks, start, self._scan_expiry, lambda key: key):
             ids = [key[keys.MS_WIDTH :].decode() for key in rows]
             for message_id, state in zip(ids, self._store.get_index(ids), strict=True):
-                if state is not None and state[:1] == keys.INDEX_CANCELLED:
+                if keys.is_cancelled(state):
                     self._send(publisher, acks, *encode_cancel(message_id))
                     count += 1
         return count

@@ -590,13 +590,12 @@ class Ledger:
     def _forget(self, batch: RocksBatch, message_id: str, current: bytes) -> None:
         """Drop ``message_id`` as the delete worker would (an expiry tombstone read)."""
         batch.delete_index(message_id)
-        if current[:1] == keys.INDEX_PENDING:
-            key = current[1:]
-            batch.delete_message(key)
-            batch.delete_outcome(key[keys.MS_WIDTH :])
-        else:
-            cancelled_ms = keys.split_cancelled(current)[0]
-            batch.delete_expiry(keys.expiry_key(cancelled_ms + self._tombstone_ms, message_id))
+        entry = keys.read_index(current)
+        if isinstance(entry, keys.Pending):
+            batch.delete_message(entry.key)
+            batch.delete_outcome(entry.key[keys.MS_WIDTH :])
+        elif isinstance(entry, keys.Cancelled):
+            batch.delete_expiry(keys.expiry_key(entry.at_ms + self._tombstone_ms, message_id))
 
     def _read_back(
         self, batch: RocksBatch, message_id: str, origin: tuple[int, int] | None
@@ -725,12 +724,14 @@ class Ledger:
         if at is not None:
             outcome.rescheduled += 1
             log.info("rescheduled", id=request.id, due_ms=request.due_ms, slot_ms=at)
-        elif current is None or current[:1] != keys.INDEX_PENDING:
+            return
+        entry = keys.read_index(current)
+        if isinstance(entry, keys.Pending):
+            outcome.reschedule_too_late += 1
+            log.info("reschedule_too_late", id=request.id, slot_ms=entry.slot_ms)
+        else:
             outcome.reschedule_unknown += 1
             log.info("reschedule_unknown", id=request.id)
-        else:
-            outcome.reschedule_too_late += 1
-            log.info("reschedule_too_late", id=request.id, slot_ms=keys.slot_of(current[1:]))
 
     def moves(self, covered: Mapping[int, int] | None = None) -> dict[str, Move]:
         """The newest reschedule of each id applied while leading that no progress record
@@ -851,19 +852,19 @@ class Ledger:
     ) -> bytes | None:
         """Apply a cancel at ``now`` (a ``restated`` one's: when it was first applied); the
         id's index value after it."""
-        if current is not None and current[:1] == keys.INDEX_CANCELLED:
-            held_ms, how = keys.split_cancelled(current)
-            if not restated or held_ms <= now:
+        entry = keys.read_index(current)
+        if isinstance(entry, keys.Cancelled):
+            if not restated or entry.at_ms <= now:
                 return current  # already cancelled
             # A restore read the client's cancel, then its restatement: the first time holds.
-            batch.delete_expiry(keys.expiry_key(held_ms + self._tombstone_ms, message_id))
-            tombstone = keys.index_cancelled(now, how or keys.CANCEL_UNKNOWN)
+            batch.delete_expiry(keys.expiry_key(entry.at_ms + self._tombstone_ms, message_id))
+            tombstone = keys.index_cancelled(now, entry.how or keys.CANCEL_UNKNOWN)
             batch.put_index(message_id, tombstone)
             batch.put_expiry(keys.expiry_key(now + self._tombstone_ms, message_id))
             return tombstone
-        if current is not None:
-            key = current[1:]
-            slot = keys.slot_of(key)
+        if entry is not None:
+            key = entry.key
+            slot = entry.slot_ms
             # A follower stores adds at their due time; behind its seek, one the committed
             # progress covers was delivered, but an add the master received after its cut may
             # sit there undelivered (placed after the master's frontier). Only a covered one
@@ -1029,14 +1030,12 @@ class Ledger:
                 for row, message_id, state in zip(rows, ids, states, strict=True):
                     # Only the cancel this entry was written for: a newer one of the id has
                     # its own.
-                    if (
-                        state is not None
-                        and state[:1] == keys.INDEX_CANCELLED
-                        and keys.split_cancelled(state)[0] + self._tombstone_ms
-                        == keys.unpack_ms(row[: keys.MS_WIDTH])
-                    ):
+                    entry = keys.read_index(state)
+                    if isinstance(
+                        entry, keys.Cancelled
+                    ) and entry.at_ms + self._tombstone_ms == keys.unpack_ms(row[: keys.MS_WIDTH]):
                         batch.delete_index(message_id)
-                        gone.append((message_id, -keys.split_cancelled(state)[0]))
+                        gone.append((message_id, -entry.at_ms))
                     batch.delete_expiry(row)
                 self._store.write(batch)
             if on_gone is not None and gone:
@@ -1047,11 +1046,8 @@ class Ledger:
 def _states(current: bytes | None, slot_ms: EpochMs) -> bool:
     """Whether a refresh record at ``slot_ms`` states what the index value ``current``
     says: the message pending (or delivered) at that very slot."""
-    return (
-        current is not None
-        and current[:1] == keys.INDEX_PENDING
-        and keys.slot_of(current[1:]) == slot_ms
-    )
+    entry = keys.read_index(current)
+    return isinstance(entry, keys.Pending) and entry.slot_ms == slot_ms
 
 
 def _cancel_left_unstated(before: bytes | None, after: bytes | None, due: EpochMs) -> bool:
@@ -1060,22 +1056,24 @@ def _cancel_left_unstated(before: bytes | None, after: bytes | None, due: EpochM
     a tombstone to the cleaner, which removes it after ``delete.retention.ms``), one that came
     too late (the message stays), or the id was cancelled before at another time (the first
     cancel's time holds)."""
-    if not due and after is not None and after[:1] == keys.INDEX_CANCELLED:
+    if not due and keys.is_cancelled(after):
         return True
     if before is None or after is not before:
         return False
-    return before[:1] == keys.INDEX_PENDING or keys.split_cancelled(before)[0] != due
+    entry = keys.read_index(before)
+    return not isinstance(entry, keys.Cancelled) or entry.at_ms != due
 
 
 def _expiry_left_unstated(current: bytes | None, ends: EpochMs) -> bool:
     """Whether an expiry tombstone would remove a state this store holds for its id other
     than the one it ends (``ends``: the delivered message's slot, or minus the time of the
     cancel): a newer add, a newer cancel. The same state is forgotten here too."""
-    if current is None:
+    entry = keys.read_index(current)
+    if entry is None:
         return False
-    if current[:1] == keys.INDEX_CANCELLED:
-        return -ends != keys.split_cancelled(current)[0]
-    return keys.slot_of(current[1:]) != ends
+    if isinstance(entry, keys.Cancelled):
+        return -ends != entry.at_ms
+    return entry.slot_ms != ends
 
 
 def _moved(restated: bytes, stored: bytes) -> bool:
@@ -1091,11 +1089,12 @@ def _expiry_ends(current: bytes | None, ends: EpochMs) -> bool:
     or a message stored at or before the slot it was delivered at (a follower stores an add
     at its due time, the deliverer at that or later). A newer add taken for it is forgotten
     too, and restated by the deliverer, which holds it elsewhere (``_expiry_left_unstated``)."""
-    if current is None:
+    entry = keys.read_index(current)
+    if entry is None:
         return False
-    if current[:1] == keys.INDEX_CANCELLED:
-        return -ends == keys.split_cancelled(current)[0]
-    return ends > 0 and keys.slot_of(current[1:]) <= ends
+    if isinstance(entry, keys.Cancelled):
+        return -ends == entry.at_ms
+    return ends > 0 and entry.slot_ms <= ends
 
 
 def next_occurrence(message: DelayMessage) -> DelayMessage | None:

@@ -167,9 +167,10 @@ class Lookup:
         after its own reschedule (403)."""
         state = self._store.get_index([message_id])[0]
         for _ in range(REREADS):
-            if state is None or state[:1] == keys.INDEX_CANCELLED:
+            key = keys.pending_key(state)
+            if key is None:
                 return state, None
-            raw = self._store.get_messages([state[1:]])[0]
+            raw = self._store.get_messages([key])[0]
             if raw is not None:
                 return state, raw
             state = self._store.get_index([message_id])[0]
@@ -177,17 +178,17 @@ class Lookup:
 
     def _status(self, message_id: str) -> MessageStatus:
         state, raw = self._entry(message_id)
-        if state is None:
+        entry = keys.read_index(state)
+        if entry is None:
             return MessageStatus(message_id, "unknown")
-        if state[:1] == keys.INDEX_CANCELLED:
-            at, how = keys.split_cancelled(state)
+        if isinstance(entry, keys.Cancelled):
             return MessageStatus(
                 message_id,
                 "cancelled",
-                cancelled_ms=at,
-                cancel=CANCEL_FINDINGS.get(how or b"", "removed"),
+                cancelled_ms=entry.at_ms,
+                cancel=CANCEL_FINDINGS.get(entry.how or b"", "removed"),
             )
-        key = state[1:]
+        key = entry.key
         found = self._store.get_outcome(message_id)
         last = None if found is None else outcome.decode(found)
         status = MessageStatus(message_id, "pending", slot_ms=keys.slot_of(key))

@@ -58,17 +58,15 @@ class Restatement:
 
 def current(store: RocksStore, message_id: str, partition: int | None) -> Restatement | None:
     """What restates ``message_id`` now; None when the store no longer holds it."""
-    index = store.get_index([message_id])[0]
-    if index is None:
+    entry = keys.read_index(store.get_index([message_id])[0])
+    if entry is None:
         return None
-    if index[:1] == keys.INDEX_CANCELLED:
-        cancelled_ms, _ = keys.split_cancelled(index)
-        return Restatement(message_id, partition, cancelled_ms=cancelled_ms)
-    key = index[1:]
-    value = store.get_messages([key])[0]
+    if isinstance(entry, keys.Cancelled):
+        return Restatement(message_id, partition, cancelled_ms=entry.at_ms)
+    value = store.get_messages([entry.key])[0]
     if value is None:  # pragma: no cover - the index points at a stored key
         return None
-    return Restatement(message_id, partition, keys.slot_of(key), value)
+    return Restatement(message_id, partition, entry.slot_ms, value)
 
 
 def pending(store: RocksStore, limit: int = 10_000) -> list[tuple[bytes, Restatement | None]]:
@@ -101,9 +99,9 @@ def held(store: RocksStore) -> Iterator[Restatement]:
     while expiring := store.scan_expiry(_MAX_KEY, _CHUNK, start):
         ids = [row[keys.MS_WIDTH :].decode() for row in expiring]
         for message_id, index in zip(ids, store.get_index(ids), strict=True):
-            if index is not None and index[:1] == keys.INDEX_CANCELLED:
-                cancelled_ms, _ = keys.split_cancelled(index)
-                yield Restatement(message_id, None, cancelled_ms=cancelled_ms)
+            entry = keys.read_index(index)
+            if isinstance(entry, keys.Cancelled):
+                yield Restatement(message_id, None, cancelled_ms=entry.at_ms)
         start = expiring[-1] + b"\x00"
 
 

@@ -29,6 +29,7 @@ Layout (all integers fixed-width big-endian, so byte order is numeric order):
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from chronos.types import EpochMs
 
@@ -44,8 +45,8 @@ _META_INNER_OFFSET = b"inner-offset:"
 _META_BEGAN = b"began:"
 _PARTITION = struct.Struct(">I")
 
-INDEX_PENDING = b"P"
-INDEX_CANCELLED = b"C"
+_INDEX_PENDING = b"P"
+_INDEX_CANCELLED = b"C"
 
 #: What a cancel found, the last byte of its tombstone (see the module docstring).
 CANCEL_REMOVED = b"R"
@@ -90,27 +91,59 @@ def slot_bound(slot_ms: EpochMs) -> bytes:
     return _MS.pack(slot_ms)
 
 
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An id's index entry while its message is scheduled (or delivered, until the delete
+    worker removes it): where the message is stored."""
+
+    key: bytes
+
+    @property
+    def slot_ms(self) -> EpochMs:
+        """The slot the message is stored at."""
+        return unpack_ms(self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """An id's cancel tombstone: when it was cancelled, and what the cancel found (one of the
+    ``CANCEL_*`` bytes; None for a tombstone of a release before 0.24)."""
+
+    at_ms: EpochMs
+    how: bytes | None
+
+
+def read_index(value: bytes | None) -> Pending | Cancelled | None:
+    """What an index value says (None: the store knows nothing of the id). Callers outside
+    this module read index values only through this, so the byte layout stays here."""
+    if value is None:
+        return None
+    if value[:1] == _INDEX_PENDING:
+        return Pending(value[1:])
+    return Cancelled(unpack_ms(value[1:]), value[1 + MS_WIDTH :] or None)
+
+
+def is_cancelled(value: bytes | None) -> bool:
+    """Whether an index value is a cancel tombstone (without building an entry)."""
+    return value is not None and value[:1] == _INDEX_CANCELLED
+
+
 def index_pending(key: bytes) -> bytes:
     """Index value of a scheduled (or delivered) message."""
-    return INDEX_PENDING + key
+    return _INDEX_PENDING + key
 
 
 def pending_key(index_value: bytes | None) -> bytes | None:
     """The messages key an index value schedules its id at; None for an unknown or cancelled
     id."""
-    if index_value is None or index_value[:1] != INDEX_PENDING:
+    if index_value is None or index_value[:1] != _INDEX_PENDING:
         return None
     return index_value[1:]
 
 
 def index_cancelled(cancelled_ms: EpochMs, how: bytes = CANCEL_REMOVED) -> bytes:
     """Index value of a cancel tombstone: when, and what the cancel found."""
-    return INDEX_CANCELLED + _MS.pack(cancelled_ms) + how
-
-
-def split_cancelled(value: bytes) -> tuple[EpochMs, bytes | None]:
-    """(cancelled ms, what it found) of a tombstone; None for one of an earlier release."""
-    return unpack_ms(value[1:]), value[1 + MS_WIDTH :] or None
+    return _INDEX_CANCELLED + _MS.pack(cancelled_ms) + how
 
 
 def expiry_key(expire_ms: EpochMs, message_id: str) -> bytes:

@@ -134,10 +134,10 @@ def test_a_backup_follows_the_committed_progress_and_continues_a_repeat_after_ta
         ledger, store = b.context.ledger, b.context.store
 
         def followed() -> bool:
-            state = store.get_index(["rep"])[0]
-            if state is None or state[:1] != keys.INDEX_PENDING:
+            key = keys.pending_key(store.get_index(["rep"])[0])
+            if key is None:
                 return False
-            raw = store.get_messages([state[1:]])[0]
+            raw = store.get_messages([key])[0]
             return raw is not None and codec.decode(raw).occurrence == 2
 
         _wait(followed, 60, "the backup holds the repeat's next occurrence")

@@ -210,5 +210,6 @@ def test_a_backup_keeps_a_covered_delivered_add_on_cancel_and_removes_an_uncover
         keys.message_key(T0 + 1_000, "covered")
     )
     tombstone = backup.store.get_index(["after-cut"])[0]
-    assert tombstone is not None and keys.split_cancelled(tombstone)[1] == keys.CANCEL_FOLLOWER
+    entry = keys.read_index(tombstone)
+    assert isinstance(entry, keys.Cancelled) and entry.how == keys.CANCEL_FOLLOWER
     assert backup.slots() == {"covered": T0 + 1_000}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Literal
 
 from hypothesis import given, settings
@@ -64,13 +66,47 @@ def test_pack_unpack_ms(ms: int) -> None:
     assert keys.unpack_ms(raw + b"trailing") == ms
 
 
-def test_index_values_are_tagged() -> None:
+def test_index_values_read_back_as_typed_entries() -> None:
     key = keys.message_key(1234, "abc")
-    pending = keys.index_pending(key)
-    assert pending[:1] == keys.INDEX_PENDING and pending[1:] == key
-    cancelled = keys.index_cancelled(987)
-    assert cancelled[:1] == keys.INDEX_CANCELLED
-    assert keys.unpack_ms(cancelled[1:]) == 987
+    pending = keys.read_index(keys.index_pending(key))
+    assert pending == keys.Pending(key) and isinstance(pending, keys.Pending)
+    assert pending.slot_ms == 1234
+    assert keys.pending_key(keys.index_pending(key)) == key
+    cancelled = keys.index_cancelled(987, keys.CANCEL_RACED)
+    assert keys.read_index(cancelled) == keys.Cancelled(987, keys.CANCEL_RACED)
+    assert keys.is_cancelled(cancelled) and not keys.is_cancelled(keys.index_pending(key))
+    assert keys.pending_key(cancelled) is None
+    assert keys.read_index(None) is None and not keys.is_cancelled(None)
+
+
+def test_a_tombstone_of_a_release_before_0_24_reads_without_what_it_found() -> None:
+    # 0.23 wrote b"C" + ms with no trailing byte.
+    old = keys.index_cancelled(987)[:-1]
+    assert keys.read_index(old) == keys.Cancelled(987, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(slot=SLOTS, message_id=IDS, at=SLOTS)
+def test_every_index_value_reads_back_as_written(slot: int, message_id: str, at: int) -> None:
+    key = keys.message_key(slot, message_id)
+    entry = keys.read_index(keys.index_pending(key))
+    assert isinstance(entry, keys.Pending) and (entry.key, entry.slot_ms) == (key, slot)
+    for how in (keys.CANCEL_REMOVED, keys.CANCEL_RACED, keys.CANCEL_UNKNOWN, keys.CANCEL_FOLLOWER):
+        assert keys.read_index(keys.index_cancelled(at, how)) == keys.Cancelled(at, how)
+
+
+def test_no_module_outside_the_store_reads_the_bytes_of_an_index_value() -> None:
+    """Issue 61: the store owns its byte formats; elsewhere index values are read as
+    ``keys.Pending`` / ``keys.Cancelled`` (``keys.read_index``)."""
+    root = Path(__file__).resolve().parents[2] / "chronos"
+    leaks = [
+        f"{path.relative_to(root)}:{number}: {line.strip()}"
+        for path in sorted(root.rglob("*.py"))
+        if path.parent.name != "store"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "_INDEX_" in line or "split_cancelled" in line or re.search(r"\[:1\] [!=]= keys", line)
+    ]
+    assert leaks == []
 
 
 @settings(max_examples=100, deadline=None)

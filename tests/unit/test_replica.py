@@ -150,10 +150,8 @@ class World:
         self.progress.inner_ends[0] = self.offset
 
     def slot(self, message_id: str) -> int | None:
-        index = self.store.get_index([message_id])[0]
-        if index is None or index[:1] != keys.INDEX_PENDING:
-            return None
-        return keys.slot_of(index[1:])
+        key = keys.pending_key(self.store.get_index([message_id])[0])
+        return None if key is None else keys.slot_of(key)
 
     def delivered(self) -> list[str]:
         records = [r for p in self.publishers for r in p.visible_on(TARGET)]

@@ -173,13 +173,12 @@ def _compacted(log: list[InnerRequest]) -> list[tuple[int, InnerRequest]]:
 
 
 def _state(store: RocksStore, seek: int, message_id: str) -> tuple[object, ...]:
-    index = store.get_index([message_id])[0]
-    if index is None:
+    entry = keys.read_index(store.get_index([message_id])[0])
+    if entry is None:
         return ("unknown",)
-    if index[:1] == keys.INDEX_CANCELLED:
-        return ("cancelled", keys.split_cancelled(index)[0])
-    key = index[1:]
-    slot = keys.slot_of(key)
+    if isinstance(entry, keys.Cancelled):
+        return ("cancelled", entry.at_ms)
+    key, slot = entry.key, entry.slot_ms
     if slot <= seek:
         return ("delivered",)
     stored = store.get_messages([key])[0]
@@ -192,13 +191,13 @@ def _placed_late_across_the_window(store: RocksStore, seek: int, message_id: str
     """The leader placed the id's add after its due time (late), and the retention cutoff
     falls between the two: a store restored from its record holds it at its due time (as
     any follower does) and forgot it a little earlier. Both agree it was delivered."""
-    index = store.get_index([message_id])[0]
-    if index is None or index[:1] != keys.INDEX_PENDING:
+    key = keys.pending_key(store.get_index([message_id])[0])
+    if key is None:
         return False
-    stored = store.get_messages([index[1:]])[0]
+    stored = store.get_messages([key])[0]
     assert stored is not None
     cutoff = seek - int(RETENTION.retention_s * 1000)
-    return codec.first_due_of(stored) <= cutoff < keys.slot_of(index[1:])
+    return codec.first_due_of(stored) <= cutoff < keys.slot_of(key)
 
 
 def _restore(path: Path, clock: FakeClock, leader: Leader, compact: bool = True) -> RocksStore:
