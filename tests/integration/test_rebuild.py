@@ -28,7 +28,6 @@ from chronos.runtime.node import Node
 from chronos.runtime.rebuild import read_published
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
-from tests.broker import is_tansu
 from tests.integration.harness import (
     Group,
     Inbox,
@@ -196,25 +195,17 @@ def _trim_to_floor(settings: ChronosSettings, admin: Any, ends: dict[int, int]) 
         future.result(30)
 
 
-@pytest.mark.parametrize(
-    "trimmed", [False, pytest.param(True, marks=KAFKA_ONLY, id="head-removed")]
-)
+@KAFKA_ONLY
 def test_a_node_alone_with_a_wiped_store_delivers_what_was_pending_and_nothing_again(
-    kafka_bootstrap: str,
-    namespace: str,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-    trimmed: bool,
+    kafka_bootstrap: str, namespace: str, tmp_path: Path, admin: Any
 ) -> None:
     """The disk of a node alone is replaced after a clean stop: what it had delivered stays
     delivered (its published cut says so), what was pending (one-shots, the rest of a repeat)
-    is delivered once, a cancel still holds. ``head-removed``: the inner topic no longer holds
-    the first records either (what retention does after days), only the refresh records.
+    is delivered once, a cancel still holds; and the inner topic no longer holds the first
+    records either (what retention does after days), only the refresh records.
 
-    The untrimmed case runs once per suite, in the Tansu pass: on Apache Kafka ``head-removed``
-    takes the same steps and trims the head as well (25 s of the suite)."""
-    if not trimmed and not is_tansu():
-        pytest.skip("on Apache Kafka the head-removed case covers it; it runs on Tansu")
+    One case: an untrimmed topic takes the same steps without the trim (it ran in the Tansu
+    pass until that pass kept only the embedded default's tests, issue 60)."""
     settings = make_settings(kafka_bootstrap, namespace, tmp_path / "store", rebuild=REFRESH)
     topic = f"{namespace}-target"
     repeat = Repeat(RepeatKind.FIXED, interval_ms=4000, times=4)
@@ -229,9 +220,7 @@ def test_a_node_alone_with_a_wiped_store_delivers_what_was_pending_and_nothing_a
             cancelled = {"l0", "l1", "l2"}
             client.cancel_batch(sorted(cancelled))
             assert inbox.wait_for(soon | {"rep"}, 60)
-            if trimmed:
-                admin = request.getfixturevalue("admin")
-                _trim_to_floor(settings, admin, _ends(admin, settings.topics.names.inner, 4))
+            _trim_to_floor(settings, admin, _ends(admin, settings.topics.names.inner, 4))
             node.stop()
             shutil.rmtree(settings.node.data_dir)
             node = Node(settings)

@@ -196,7 +196,8 @@ def test_chronos_topics_check_and_fix(
     assert (again.returncode, again.stdout) == (0, f"inner topic {inner}: nothing to change\n")
 
 
-@pytest.mark.skipif(not is_tansu(), reason="what Tansu answers")
+@pytest.mark.embedded
+@pytest.mark.skipif(not is_tansu(), reason="what Tansu answers: runs in the Tansu pass")
 def test_chronos_topics_check_on_tansu_says_it_cannot_tell(
     kafka_bootstrap: str, namespace: str, tmp_path: Path
 ) -> None:
