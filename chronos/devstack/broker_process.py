@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Self
 
 
@@ -35,6 +37,17 @@ class BrokerProcess:
         """SIGCONT after :meth:`freeze`."""
         if self._process is not None:
             self._process.send_signal(signal.SIGCONT)
+
+    @contextmanager
+    def _undone_on_failure(self, undo: Callable[[], None]) -> Iterator[None]:
+        """Run ``undo`` (stop the process just launched) when the wait for it to answer fails
+        in any way, a stop signal's ``SystemExit`` included: until the start returns, its
+        caller holds nothing it could stop (a bench's SIGTERM once left a JVM running)."""
+        try:
+            yield
+        except BaseException:
+            undo()
+            raise
 
     def _terminate(self, grace_s: float) -> None:
         """SIGTERM (after SIGCONT: a frozen process cannot handle it), SIGKILL after

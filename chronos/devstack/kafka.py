@@ -279,11 +279,8 @@ class KafkaBroker(BrokerProcess):
                 f"kafka storage format failed: {formatted.stderr or formatted.stdout}"
             )
         self._launch()
-        try:
+        with self._undone_on_failure(self.stop):
             self._wait_ready(timeout_s)
-        except BaseException:  # a stop signal while it starts too: its caller holds nothing yet
-            self.stop()
-            raise
         return self
 
     def _launch(self) -> None:
@@ -310,11 +307,9 @@ class KafkaBroker(BrokerProcess):
         if self._workdir is None:
             raise ConfigError("restart() needs a broker that was started and crashed")
         self._launch()
-        try:
+        # Its data stays: restart() again may bring it back.
+        with self._undone_on_failure(lambda: self._terminate(10)):
             self._wait_ready(timeout_s, led=True)
-        except BaseException:
-            self._terminate(10)  # its data stays: restart() again may bring it back
-            raise
 
     def _wait_ready(self, timeout_s: float, *, led: bool = False) -> None:
         """Until the broker lists itself in its metadata (registered and unfenced) and, with

@@ -82,11 +82,8 @@ class TansuBroker(BrokerProcess):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        try:
+        with self._undone_on_failure(self.stop):
             self._wait_ready(timeout_s)
-        except BaseException:  # a stop signal while it starts too: its caller holds nothing yet
-            self.stop()
-            raise
         return self
 
     def _wait_ready(self, timeout_s: float) -> None:

@@ -1031,9 +1031,11 @@ class Ledger:
                     # Only the cancel this entry was written for: a newer one of the id has
                     # its own.
                     entry = keys.read_index(state)
-                    if isinstance(
-                        entry, keys.Cancelled
-                    ) and entry.at_ms + self._tombstone_ms == keys.unpack_ms(row[: keys.MS_WIDTH]):
+                    expires_ms = keys.unpack_ms(row[: keys.MS_WIDTH])
+                    if (
+                        isinstance(entry, keys.Cancelled)
+                        and entry.at_ms + self._tombstone_ms == expires_ms
+                    ):
                         batch.delete_index(message_id)
                         gone.append((message_id, -entry.at_ms))
                     batch.delete_expiry(row)
