@@ -14,7 +14,7 @@ from chronos.errors import DecodeError
 from chronos.kafka.batches import read_ready
 from chronos.kafka.librdkafka import ClientErrors
 from chronos.lifecycle import LoopWorker
-from chronos.schedule.progress_record import Cut, RepeatState, decode
+from chronos.schedule.progress_record import Claim, Cut, RepeatState, decode
 from chronos.settings import KafkaValue
 from chronos.types import EpochMs
 
@@ -102,9 +102,14 @@ class ProgressLog:
                 continue
             self.position = (message.offset() or 0) + 1
             try:
-                out.append(decode(message.key(), message.value()))
+                record = decode(message.key(), message.value())
             except DecodeError as exc:
                 log.error("progress_record_undecodable", offset=message.offset(), reason=str(exc))
+                continue
+            # A claim changes no store: only a winner writes cuts (``group/claims.py``), so a
+            # follower applies cuts without asking who claimed what.
+            if not isinstance(record, Claim):
+                out.append(record)
         return out
 
     def skip_to(self, offset: int) -> None:

@@ -1,4 +1,5 @@
-"""Progress records, a replica group's or a node alone's: one cut, one state per live repeat.
+"""Progress records, a replica group's or a node alone's: one cut, one state per live repeat,
+and the claims of a partition's owners (``group/claims.py``).
 
 A cut (``Cut``) is a frontier and the inner offsets of the adds written before it moved
 (``frontier.py``): with the adds' due times it says exactly which were delivered, so a store
@@ -21,6 +22,9 @@ from chronos.types import EpochMs
 CUT_KEY = b"cut"
 #: Prefix of a repeat's state; compaction keeps its latest, a tombstone once it finished.
 REPEAT_PREFIX = b"repeat:"
+#: Prefix of a claim (``group/claims.py``): ``claim:<term>:<node>:<nonce>``, a key of its own,
+#: never tombstoned, so that compaction (the last record of a key) keeps every claim.
+CLAIM_PREFIX = b"claim:"
 _VERSION = 1
 
 
@@ -69,6 +73,57 @@ class Cut:
     paced: Mapping[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A node's bid to deliver a partition from ``term`` on (``group/claims.py`` decides it).
+
+    Parameters:
+        term: one more than the highest term the claimant read.
+        node: the claimant's node id.
+        after: the offset of the last record the claimant read before it (-1: none).
+        nonce: makes the key unique: two claims of one node and term are two records.
+        fenced: the transactional ids the claimant fenced first (for the record's reader).
+    """
+
+    term: int
+    node: str
+    after: int
+    nonce: str
+    fenced: tuple[str, ...] = ()
+
+
+def encode_claim(claim: Claim) -> tuple[bytes, bytes]:
+    """(key, value) of a claim record."""
+    key = f"{CLAIM_PREFIX.decode()}{claim.term}:{claim.node}:{claim.nonce}".encode()
+    body = {
+        "v": _VERSION,
+        "term": claim.term,
+        "node": claim.node,
+        "after": claim.after,
+        "nonce": claim.nonce,
+        "fenced": list(claim.fenced),
+    }
+    return key, json.dumps(body, separators=(",", ":")).encode()
+
+
+def _decode_claim(value: bytes | None) -> Claim:
+    if value is None:
+        raise DecodeError("a claim is never tombstoned")
+    try:
+        body = json.loads(value)
+        if body.get("v") != _VERSION:
+            raise DecodeError(f"claim record version {body.get('v')!r} is not {_VERSION}")
+        return Claim(
+            term=int(body["term"]),
+            node=str(body["node"]),
+            after=int(body["after"]),
+            nonce=str(body["nonce"]),
+            fenced=tuple(str(f) for f in body.get("fenced", ())),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DecodeError(f"undecodable claim record: {exc}") from exc
+
+
 def encode_cut(cut: Cut) -> tuple[bytes, bytes]:
     """(key, value) of a cut record."""
     body: dict[str, object] = {
@@ -107,8 +162,10 @@ def encode_repeat(state: RepeatState) -> tuple[bytes, bytes | None]:
     return key, keys.pack_ms(state.slot_ms) + codec.encode(state.message)
 
 
-def decode(key: bytes | None, value: bytes | None) -> Cut | RepeatState:
+def decode(key: bytes | None, value: bytes | None) -> Cut | RepeatState | Claim:
     """A progress record; DecodeError for anything else (the topic is chronos' own)."""
+    if key is not None and key.startswith(CLAIM_PREFIX):
+        return _decode_claim(value)
     if key == CUT_KEY and value is not None:
         try:
             body = json.loads(value)

@@ -12,7 +12,7 @@ from chronos.repeat import Repeat, RepeatKind
 from chronos.schedule.floor import Floor, RebuildFloor
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
-from chronos.schedule.progress_record import Cut, RepeatState, decode
+from chronos.schedule.progress_record import Claim, Cut, RepeatState, decode
 from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store.rocks import RocksStore
 
@@ -38,7 +38,7 @@ class _Publisher(StubPublisher):
         return False
 
 
-def _published(publisher: StubPublisher) -> list[Cut | RepeatState]:
+def _published(publisher: StubPublisher) -> list[Cut | RepeatState | Claim]:
     return [decode(r.key, r.value) for r in publisher.published]
 
 

@@ -1,0 +1,354 @@
+"""Claims: who may deliver a partition is decided in its progress log, by a compare-and-set.
+
+A cluster node of the second shape (``docs/design/cluster-v2.md``) delivers every partition
+it owns through one transactional producer of its own, so a new owner can no longer fence
+the old one by sharing its transactional id. Instead the partition's progress log names its
+holder, and a node that wants the partition:
+
+1. reads the log: its highest term t, the offset X of its last record, its holder N;
+2. makes sure N can commit nothing more: N is the claimant itself (a retake), or N handed the
+   partition to it (``released_to``), or the claimant fences N's producer first
+   (``init_transactions`` on N's transactional id; a transaction N had in ``PrepareCommit``
+   completes as a commit before that returns, so its records precede the claim);
+3. commits the claim ``(t + 1, itself, after X)`` alone in a transaction of its own producer;
+4. reads the log up to the claim's own offset (not "to the end": at ``read_committed`` the end
+   is the last stable offset, which a competing claim in a still-open transaction at a lower
+   offset holds below one's own) and **wins** when no record of a term above t came first;
+5. a winner delivers from the last cut before its claim (``Decision.cut``).
+
+Two claims of one term cannot both win: the log orders them, and each is decided only by
+the records before it. ``Ownership`` applies that rule to any reading of the log, so every
+reader (claimant, follower, status) names the same holder. Only winners write cuts, so a
+follower applies cuts without looking at claims (``follower.ProgressLog`` skips them).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
+
+from chronos.errors import DecodeError
+from chronos.kafka.batches import read_ready
+from chronos.kafka.errors import TransactionAborted
+from chronos.kafka.librdkafka import ClientErrors
+from chronos.kafka.publisher import TransactionalPublisher
+from chronos.schedule.progress_record import Claim, Cut, RepeatState, decode, encode_claim
+from chronos.settings import KafkaValue
+
+log = structlog.get_logger(__name__)
+
+_BATCH = 1000
+_POLL_S = 0.05
+
+
+class Ownership:
+    """Who holds a partition, as its progress log says: fed every record in log order.
+
+    The holder of a term is the winner of its claim, or, for a log written by today's
+    per-partition replica groups (no claims), the node of its last cut. A claim wins when its
+    term is above every term of the records before it, losing claims included (their
+    claimants read a term no higher than the claim's ``after`` allowed them to, so a
+    correctly built claim has nothing above its term before ``after``; whatever lies between
+    is a competitor's).
+    """
+
+    def __init__(self) -> None:
+        #: The highest term of any record read (a losing claim's included), 0 for none.
+        self.max_term = 0
+        #: The holder's term, its node (None before any), and how it got there.
+        self.term = 0
+        self.node: str | None = None
+        #: True when the holder won a claim; False when a cut of a log without claims names it
+        #: (a per-partition replica group's: fenced by that group's transactional id).
+        self.claimed = False
+        #: The node the holder handed the partition to with its last cut, if it did.
+        self.released_to: str | None = None
+        #: The offset of the last record read, -1 before any.
+        self.last_offset = -1
+        #: The last cut read, and the offset of the holder's winning claim.
+        self.cut: Cut | None = None
+        self.claim_offset: int | None = None
+
+    def take(self, offset: int, record: Cut | RepeatState | Claim) -> None:
+        """One record of the log, in order."""
+        self.last_offset = offset
+        if isinstance(record, Claim):
+            if record.term > self.max_term:
+                self.term, self.node, self.claimed = record.term, record.node, True
+                self.released_to = None
+                self.claim_offset = offset
+            self.max_term = max(self.max_term, record.term)
+        elif isinstance(record, Cut):
+            self.cut = record
+            if record.term > self.term or (record.term == self.term and not self.claimed):
+                # A log without claims (or before its first): the cut's master holds it.
+                self.term, self.node, self.claimed = record.term, record.node, False
+                self.claim_offset = None
+            if record.term == self.term:
+                self.released_to = record.released_to
+            self.max_term = max(self.max_term, record.term)
+
+    def fences_needed(self, claimant: str) -> list[str]:
+        """Whom ``claimant`` must fence before its claim: nobody when it holds the partition
+        itself or was handed it; the holder's node when a claim made it the holder; the
+        partition's shared transactional id (``""``, named by the caller) when the log has no
+        claim for the holder's term (a replica group of the last release delivers it)."""
+        if self.node is None or self.node == claimant or self.released_to == claimant:
+            return []
+        return [self.node] if self.claimed else [""]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How a claim ended.
+
+    Parameters:
+        won: the claimant may deliver the partition from ``cut`` on, in ``claim.term``.
+        claim: the claim it committed (None when it could not commit one).
+        offset: the claim's offset in the log (-1 when none was committed).
+        cut: the last cut before the claim: where a winner delivers from (None: none yet).
+        holder: the holder the log names after the claim was read (the winner, when lost).
+        reason: why it lost or did not decide, for the log line.
+    """
+
+    won: bool
+    claim: Claim | None
+    offset: int
+    cut: Cut | None
+    holder: str | None
+    reason: str = ""
+
+
+class ClaimConsumer(Protocol):
+    """What a claim's log reader needs of a consumer (confluent-kafka's)."""
+
+    def assign(self, partitions: list[TopicPartition]) -> None: ...
+    def poll(self, timeout: float = ...) -> Message | None: ...
+    def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Message]: ...
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]: ...
+    def close(self) -> None: ...
+
+
+#: Builds a consumer: (group id, error handler, options) -> consumer (``KafkaClients.consumer``).
+OpenClaimConsumer = Callable[[str, ClientErrors, Mapping[str, KafkaValue]], ClaimConsumer]
+
+
+class ClaimLog:
+    """One partition's progress log read from its start at ``read_committed``, into an
+    ``Ownership``; a claimant keeps it between claims and reads on from where it stopped.
+
+    Parameters:
+        topic, partition: the progress log.
+        reader_group: its consumer's group id (assigned, never joined).
+        open_consumer: builds its consumer.
+        errors: the consumer's error handler.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        reader_group: str,
+        open_consumer: OpenClaimConsumer,
+        errors: ClientErrors,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._errors = errors
+        options: dict[str, KafkaValue] = {
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+        self._consumer = open_consumer(reader_group, errors, options)
+        self._consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        self.ownership = Ownership()
+        #: Every cut read with its offset, newest last (a winner starts from the one before
+        #: its claim); pruned to those after the holder's claim.
+        self._cuts: list[tuple[int, Cut]] = []
+
+    def read_until(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Read on until ``done()`` holds; False when ``timeout_s`` passed first."""
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            for message in read_ready(self._consumer, _BATCH, min(_POLL_S, left)):
+                self._take(message)
+        return True
+
+    def read_to(self, end: int, timeout_s: float) -> bool:
+        """Read everything before offset ``end`` (the log's last stable offset)."""
+        return self.read_until(lambda: self.position() >= end, timeout_s)
+
+    def position(self) -> int:
+        """The next offset this reader fetches: past control records too, which a record's
+        own offset plus one is not (a transaction's end marker follows its last record)."""
+        placed = self._consumer.position([TopicPartition(self.topic, self.partition)])
+        offset = placed[0].offset if placed else -1
+        return max(offset, self.ownership.last_offset + 1)
+
+    def cut_before(self, offset: int) -> Cut | None:
+        """The last cut read at an offset below ``offset``."""
+        before = [cut for at, cut in self._cuts if at < offset]
+        return before[-1] if before else None
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def _take(self, message: Message) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                self._errors(error)
+            return
+        offset = message.offset() or 0
+        try:
+            record = decode(message.key(), message.value())
+        except DecodeError as exc:
+            log.error("progress_record_undecodable", offset=offset, reason=str(exc))
+            return
+        self.ownership.take(offset, record)
+        if isinstance(record, Cut):
+            self._cuts.append((offset, record))
+            if len(self._cuts) > 64:
+                del self._cuts[:-64]
+
+
+class ClaimFailed(Exception):
+    """The claim could not be committed (a fence or the claim's transaction failed)."""
+
+
+#: Where a log of ``topic`` and ``partition`` may be read up to now (its last stable offset).
+StableEnd = Callable[[str, int], int]
+#: A transactional publisher for a transactional id (``KafkaClients.transactional``).
+OpenTransactional = Callable[[str], TransactionalPublisher]
+
+
+class Claimant:
+    """Claims partitions for one node, through the node's own transactional producer.
+
+    Parameters:
+        node: this node's id (what its claims and cuts name).
+        publisher: this node's transactional producer (``init`` done).
+        open_transactional: builds a throw-away producer to fence another node's id.
+        transactional_id: a node's transactional id, by node id.
+        shared_id: the transactional id of a partition's replica group of the last release
+            (fenced before the first claim of a log that has none).
+        stable_end: the log's last stable offset now.
+        timeout_s: longest wait of each step (a fence, the read-back).
+    """
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        publisher: TransactionalPublisher,
+        open_transactional: OpenTransactional,
+        transactional_id: Callable[[str], str],
+        shared_id: Callable[[str, int], str],
+        stable_end: StableEnd,
+        timeout_s: float,
+    ) -> None:
+        self.node = node
+        self._publisher = publisher
+        self._open_transactional = open_transactional
+        self._transactional_id = transactional_id
+        self._shared_id = shared_id
+        self._stable_end = stable_end
+        self._timeout_s = timeout_s
+        #: Transactional ids fenced so far, in order (a false suspicion shows as an extra one).
+        self.fenced: list[str] = []
+
+    def claim(self, claim_log: ClaimLog, expected: str | None = None) -> Decision:
+        """Claim the partition of ``claim_log``; ClaimFailed when no claim was committed,
+        ``Fenced`` when this node's own producer was fenced meanwhile.
+
+        ``expected``: the holder the caller means to take the partition from (a watcher's
+        suspect). When the log names another (somebody claimed it since), nothing is fenced
+        or claimed: a watcher whose view is stale must not fence a live owner it never
+        suspected. None: whoever holds it (a placement move, a retake)."""
+        end = self._stable_end(claim_log.topic, claim_log.partition)
+        if not claim_log.read_to(end, self._timeout_s):
+            raise ClaimFailed(f"{claim_log.topic} was not read to {end} in {self._timeout_s} s")
+        ownership = claim_log.ownership
+        holder = ownership.node
+        if expected is not None and holder not in (expected, self.node, None):
+            cut = ownership.cut
+            return Decision(False, None, -1, cut, holder, f"held by {holder}, not {expected}")
+        shared = self._shared_id(claim_log.topic, claim_log.partition)
+        fenced = tuple(
+            self._transactional_id(node) if node else shared
+            for node in ownership.fences_needed(self.node)
+        )
+        for transactional_id in fenced:
+            self.fence(transactional_id)
+        claim = Claim(
+            term=ownership.max_term + 1,
+            node=self.node,
+            after=ownership.last_offset,
+            nonce=uuid.uuid4().hex[:12],
+            fenced=fenced,
+        )
+        offset = self._commit(claim, claim_log)
+        if not claim_log.read_until(lambda: ownership.last_offset >= offset, self._timeout_s):
+            return Decision(False, claim, offset, None, ownership.node, "undecided: not read back")
+        # Won, and nobody claimed after it in what was read with it (a later winner fenced
+        # this node first: it may not deliver either way).
+        won = ownership.claim_offset == offset
+        holder = ownership.node
+        decision = Decision(won, claim, offset, claim_log.cut_before(offset), holder)
+        log.info(
+            "claim_decided",
+            topic=claim_log.topic,
+            term=claim.term,
+            won=won,
+            holder=holder,
+            offset=offset,
+            fenced=list(fenced),
+        )
+        return decision
+
+    def fence(self, transactional_id: str) -> None:
+        """Make the producer of ``transactional_id`` unable to commit: ``init_transactions``
+        on a throw-away producer, which aborts an open transaction of it (or lets one in
+        ``PrepareCommit`` complete) before it returns."""
+        producer = self._open_transactional(transactional_id)
+        try:
+            producer.init(self._timeout_s)
+        except Exception as exc:
+            raise ClaimFailed(f"could not fence {transactional_id}: {exc}") from exc
+        finally:
+            producer.close()
+        self.fenced.append(transactional_id)
+
+    def _commit(self, claim: Claim, claim_log: ClaimLog) -> int:
+        """Commit ``claim`` alone in a transaction; its offset in the log."""
+        key, value = encode_claim(claim)
+        placed: list[int] = []
+        failed: list[KafkaError] = []
+
+        def on_done(error: KafkaError | None, message: Any) -> None:
+            if error is not None:
+                failed.append(error)
+            else:
+                placed.append(int(message.offset()))
+
+        publisher = self._publisher
+        publisher.begin()
+        publisher.publish(claim_log.topic, key, value, [], on_done, claim_log.partition)
+        publisher.flush(self._timeout_s)
+        if failed or not placed:
+            publisher.abort()
+            raise ClaimFailed(f"the claim was not written: {failed[0] if failed else 'no answer'}")
+        try:
+            publisher.commit()
+        except TransactionAborted as exc:
+            raise ClaimFailed(f"the claim's transaction was aborted: {exc}") from exc
+        return placed[0]

@@ -1,0 +1,313 @@
+"""Claims on Apache Kafka (``group/claims.py``): the races the claim rule must survive, with
+real fences, transactions and ``read_committed`` reads.
+
+Each node here is what a cluster node of the second shape has: its own transactional
+producer (``<ns>.delivery.<node>``), a claimant and a reader of the partition's log. Kafka
+only: Tansu's ``read_committed`` readers also see aborted records.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from chronos.group.claims import Claimant, ClaimLog, Decision
+from chronos.kafka.admin import stable_end
+from chronos.kafka.clients import KafkaClients
+from chronos.kafka.errors import Fenced
+from chronos.kafka.publisher import TransactionalPublisher
+from chronos.schedule.progress_record import Claim, Cut, encode_claim, encode_cut
+from chronos.settings import KafkaSettings
+
+pytestmark = pytest.mark.kafka_only(reason="Tansu's read_committed readers see aborted records")
+
+TIMEOUT_MS = 30_000
+#: Wraps a fencing producer (a test's pause).
+Wrap = Callable[[TransactionalPublisher], TransactionalPublisher]
+
+
+class _Node:
+    """One node's producer, claimant and log reader; ``on_fence`` wraps each fencing
+    producer (a test's pause)."""
+
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        namespace: str,
+        topic: str,
+        admin: AdminClient,
+        on_fence: Wrap = lambda p: p,
+    ) -> None:
+        self.name = name
+        self.clients = KafkaClients(KafkaSettings(bootstrap_servers=bootstrap), name)
+        self.namespace = namespace
+        self.topic = topic
+        self.publisher = self.clients.transactional(self.id_of(name), TIMEOUT_MS, name=name)
+        self.publisher.init(30)
+        self.claimant = Claimant(
+            node=name,
+            publisher=self.publisher,
+            open_transactional=lambda tid: on_fence(
+                self.clients.transactional(tid, TIMEOUT_MS, name="fence")
+            ),
+            transactional_id=self.id_of,
+            shared_id=lambda _topic, _p: f"{namespace}.delivery.shared",
+            stable_end=lambda t, _p: stable_end(admin, t),
+            timeout_s=30.0,
+        )
+        self.log = ClaimLog(
+            topic, 0, f"{namespace}.reader.{name}", self.clients.consumer, self.clients.errors(name)
+        )
+
+    def id_of(self, node: str) -> str:
+        return f"{self.namespace}.delivery.{node}"
+
+    def claim(self, expected: str | None = None) -> Decision:
+        return self.claimant.claim(self.log, expected)
+
+    def begin_cut(self, term: int, seek: int) -> None:
+        """A delivery transaction with its cut, left open (a node frozen mid-transaction)."""
+        self.publisher.begin()
+        key, value = encode_cut(Cut(term, seek, {0: seek}, self.name, seek))
+        self.publisher.publish(self.topic, key, value, [], lambda _e, _m: None, 0)
+        self.publisher.flush(30)
+
+    def cut(self, term: int, seek: int) -> None:
+        """A delivery transaction's cut, committed (raises ``Fenced`` once fenced)."""
+        self.begin_cut(term, seek)
+        self.publisher.commit()
+
+    def renew(self) -> None:
+        """A fenced node's restart of its producer: a new epoch of its own id."""
+        self.publisher.close()
+        self.publisher = self.clients.transactional(self.id_of(self.name), TIMEOUT_MS)
+        self.publisher.init(30)
+        self.claimant._publisher = self.publisher
+
+    def close(self) -> None:
+        self.log.close()
+        self.publisher.close()
+
+
+@pytest.fixture
+def topic(admin: AdminClient, namespace: str) -> str:
+    name = f"{namespace}.progress.p0"
+    config = {"cleanup.policy": "compact"}
+    admin.create_topics([NewTopic(name, 1, 1, config=config)])[name].result(timeout=30)
+    return name
+
+
+@pytest.fixture
+def nodes(
+    kafka_bootstrap: str, admin: AdminClient, namespace: str, topic: str
+) -> Iterator[Callable[..., _Node]]:
+    made: list[_Node] = []
+
+    def make(name: str, **kwargs: Wrap) -> _Node:
+        node = _Node(name, kafka_bootstrap, namespace, topic, admin, **kwargs)
+        made.append(node)
+        return node
+
+    yield make
+    for node in made:
+        node.close()
+
+
+def holder_read_afresh(kafka_bootstrap: str, namespace: str, topic: str) -> tuple[str, int]:
+    """The holder and term a new reader finds in the whole log."""
+    clients = KafkaClients(KafkaSettings(bootstrap_servers=kafka_bootstrap), "afresh")
+    log = ClaimLog(topic, 0, f"{namespace}.afresh", clients.consumer, clients.errors("afresh"))
+    try:
+        admin = clients.admin()
+        assert log.read_to(stable_end(admin, topic), 30.0)
+        assert log.ownership.node is not None
+        return log.ownership.node, log.ownership.term
+    finally:
+        log.close()
+
+
+def _paused_at(barrier: threading.Barrier) -> Wrap:
+    def wrap(producer: TransactionalPublisher) -> TransactionalPublisher:
+        barrier.wait(60)  # every watcher has read the log before any fences or claims
+        return producer
+
+    return wrap
+
+
+def test_two_watchers_fence_a_frozen_holder_and_exactly_one_of_them_delivers(
+    nodes: Callable[..., _Node], kafka_bootstrap: str, namespace: str, topic: str
+) -> None:
+    """Three nodes: h holds the partition and freezes with a delivery transaction open; a and
+    b both suspect it, read the same log, fence it and claim the same term. The log orders
+    the claims: one wins, the other loses to it, and h's open cut never becomes visible."""
+    h = nodes("h")
+    assert h.claim().won
+    h.cut(1, 100)
+    h.begin_cut(1, 200)  # frozen here
+    barrier = threading.Barrier(2)
+    a, b = nodes("a", on_fence=_paused_at(barrier)), nodes("b", on_fence=_paused_at(barrier))
+
+    with ThreadPoolExecutor(2) as pool:
+        claims: list[Future[Decision]] = [pool.submit(n.claim, "h") for n in (a, b)]
+        decisions = {n.name: f.result(120) for n, f in zip((a, b), claims, strict=True)}
+
+    winners = [name for name, d in decisions.items() if d.won]
+    assert len(winners) == 1, decisions
+    winner, loser = (a, b) if winners == ["a"] else (b, a)
+    won, lost = decisions[winner.name], decisions[loser.name]
+    assert won.claim is not None and lost.claim is not None
+    assert won.claim.term == lost.claim.term == 2, "both read term 1 and claimed term 2"
+    assert lost.holder == winner.name and won.offset < lost.offset
+    assert won.cut is not None and won.cut.seek_ms == 100, "the frozen cut was aborted"
+    # Counting fences: each watcher fenced h once, nobody fenced a watcher.
+    assert a.claimant.fenced == b.claimant.fenced == [h.id_of("h")]
+    winner.cut(2, 300)  # the winner's producer was fenced by nobody
+    with pytest.raises(Fenced):
+        h.publisher.commit()  # thawed: its open transaction was aborted by the fences
+    assert holder_read_afresh(kafka_bootstrap, namespace, topic) == (winner.name, 2)
+
+
+def test_a_slow_watcher_loses_to_the_holder_that_retook_its_partition_first(
+    nodes: Callable[..., _Node], kafka_bootstrap: str, namespace: str, topic: str
+) -> None:
+    """w suspects a, reads the log (a at term 1), fences a and stalls before its claim; a,
+    fenced, starts a new producer and retakes its partition (no fence: the log names a) with
+    term 2. w's claim of term 2 lands after it and loses; a's new producer is never fenced."""
+    fenced_a = threading.Event()
+    go_on = threading.Event()
+
+    class _Stalling:
+        def __init__(self, producer: TransactionalPublisher) -> None:
+            self.producer = producer
+
+        def init(self, timeout_s: float) -> None:
+            self.producer.init(timeout_s)
+            fenced_a.set()
+            assert go_on.wait(60)
+
+        def close(self) -> None:
+            self.producer.close()
+
+    a = nodes("a")
+    assert a.claim().won
+    a.cut(1, 100)
+    w = nodes("w", on_fence=_Stalling)
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(w.claim, "a")
+        assert fenced_a.wait(60)
+        with pytest.raises(Fenced):
+            a.cut(1, 200)
+        a.renew()
+        retake = a.claim()
+        assert retake.won and retake.claim is not None and retake.claim.term == 2
+        assert retake.claim.fenced == (), "a retake fences nobody"
+        go_on.set()
+        late = slow.result(120)
+    assert not late.won and late.holder == "a", late
+    assert late.claim is not None and late.claim.term == 2 and late.offset > retake.offset
+    a.cut(2, 300)  # a's new producer still commits
+    assert holder_read_afresh(kafka_bootstrap, namespace, topic) == ("a", 2)
+
+
+def test_a_claim_waits_for_an_earlier_open_claim_and_loses_to_it(
+    nodes: Callable[..., _Node],
+    kafka_bootstrap: str,
+    admin: AdminClient,
+    namespace: str,
+    topic: str,
+) -> None:
+    """b's claim is written but its transaction stays open (a paused producer); c claims
+    after it. c's read-back cannot pass b's open transaction (the last stable offset), so c
+    decides only once b committed, and loses to it: deciding at the stable end instead
+    would have let both deliver."""
+    h = nodes("h")
+    assert h.claim().won
+    h.cut(1, 100)
+    paused = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "transactional.id": f"{namespace}.delivery.b",
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+    paused.init_transactions(30)
+    paused.begin_transaction()
+    assert h.log.read_to(stable_end(admin, topic), 30)
+    after = h.log.ownership.last_offset  # h's cut: what b read
+    key, value = encode_claim(Claim(term=2, node="b", after=after, nonce="open"))
+    b_offsets: list[int] = []
+    placed = lambda _e, m: b_offsets.append(m.offset() or 0)  # noqa: E731
+    paused.produce(topic, value, key, 0, on_delivery=placed)
+    paused.flush(30)
+    c = nodes("c")
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(c.claim, "h")
+        # The positive signal first: c's claim is in the log (committed, past b's record).
+        reader = Consumer(
+            {
+                "bootstrap.servers": kafka_bootstrap,
+                "group.id": f"{namespace}.hw",
+                "isolation.level": "read_uncommitted",  # the high watermark, not the LSO
+            }
+        )
+        try:
+            while reader.get_watermark_offsets(TopicPartition(topic, 0), 10)[1] < b_offsets[0] + 3:
+                assert not pending.done(), pending.result()
+        finally:
+            reader.close()
+        assert not pending.done(), "decided before b's open claim ended"
+        paused.commit_transaction(30)
+        decision = pending.result(120)
+    assert not decision.won and decision.holder == "b", decision
+    assert decision.offset > b_offsets[0]
+    assert holder_read_afresh(kafka_bootstrap, namespace, topic) == ("b", 2)
+
+
+def test_a_watcher_whose_suspect_lost_the_partition_fences_nobody(
+    nodes: Callable[..., _Node], kafka_bootstrap: str, namespace: str, topic: str
+) -> None:
+    """The compare of the compare-and-set: a stale watcher asks to take the partition from h,
+    but the log names a since: it fences nobody and claims nothing."""
+    h, a = nodes("h"), nodes("a")
+    assert h.claim().won
+    assert a.claim("h").won
+    stale = nodes("s")
+    decision = stale.claim("h")
+    assert not decision.won and decision.claim is None and decision.holder == "a"
+    assert stale.claimant.fenced == []
+    a.cut(2, 100)
+    assert holder_read_afresh(kafka_bootstrap, namespace, topic) == ("a", 2)
+
+
+def test_a_claim_over_a_replica_group_of_the_last_release_fences_its_shared_id(
+    nodes: Callable[..., _Node], kafka_bootstrap: str, namespace: str, topic: str
+) -> None:
+    """Migration: the log holds only cuts of a per-partition group, whose master's producer
+    has the partition's shared id; the first claim fences that id."""
+    old = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "transactional.id": f"{namespace}.delivery.shared",
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+    old.init_transactions(30)
+    old.begin_transaction()
+    key, value = encode_cut(Cut(5, 100, {0: 100}, "old-master", 100))
+    old.produce(topic, value, key, 0)
+    old.commit_transaction(30)
+    a = nodes("a")
+    decision = a.claim("old-master")
+    assert decision.won and decision.claim is not None and decision.claim.term == 6
+    assert a.claimant.fenced == [f"{namespace}.delivery.shared"]
+    old.begin_transaction()
+    old.produce(topic, value, key, 0)
+    with pytest.raises(KafkaException):
+        old.commit_transaction(30)
