@@ -14,7 +14,8 @@ holder, and a node that wants the partition:
 4. reads the log up to the claim's own offset (not "to the end": at ``read_committed`` the end
    is the last stable offset, which a competing claim in a still-open transaction at a lower
    offset holds below one's own) and **wins** when no record of a term above t came first;
-5. a winner delivers from the last cut before its claim (``Decision.cut``).
+5. a winner delivers from the last cut before its claim (``Decision.cut``), in the claim's
+   term (every cut it writes carries that term).
 
 Two claims of one term cannot both win: the log orders them, and each is decided only by
 the records before it. ``Ownership`` applies that rule to any reading of the log, so every
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from chronos.errors import DecodeError
 from chronos.kafka.batches import read_ready
@@ -74,6 +75,8 @@ class Ownership:
         #: The last cut read, and the offset of the holder's winning claim.
         self.cut: Cut | None = None
         self.claim_offset: int | None = None
+        #: The last cut before the holder's winning claim: where the holder delivers from.
+        self.cut_at_claim: Cut | None = None
 
     def take(self, offset: int, record: Cut | RepeatState | Claim) -> None:
         """One record of the log, in order."""
@@ -83,6 +86,7 @@ class Ownership:
                 self.term, self.node, self.claimed = record.term, record.node, True
                 self.released_to = None
                 self.claim_offset = offset
+                self.cut_at_claim = self.cut
             self.max_term = max(self.max_term, record.term)
         elif isinstance(record, Cut):
             self.cut = record
@@ -95,13 +99,21 @@ class Ownership:
             self.max_term = max(self.max_term, record.term)
 
     def fences_needed(self, claimant: str) -> list[str]:
-        """Whom ``claimant`` must fence before its claim: nobody when it holds the partition
-        itself or was handed it; the holder's node when a claim made it the holder; the
-        partition's shared transactional id (``""``, named by the caller) when the log has no
-        claim for the holder's term (a replica group of the last release delivers it)."""
-        if self.node is None or self.node == claimant or self.released_to == claimant:
+        """Whom ``claimant`` must fence before its claim, as node ids (``""``: the partition's
+        shared transactional id of the last release, named by the caller).
+
+        When a claim made the holder: nobody if that is the claimant (a retake) or the holder
+        handed the partition to it, else the holder's node. When no claim did (an empty log,
+        or a log of the last release's replica group, whose master fences by the shared id):
+        the shared id always, whatever the claimant's name (a node of the new shape is often
+        named as the old master was, which says nothing about who holds the shared
+        producer), and the named node's own id too (a cut whose claim compaction or a
+        ``delete`` policy removed)."""
+        if not self.claimed:
+            return [""] if self.node is None or self.node == claimant else [self.node, ""]
+        if self.node == claimant or self.released_to == claimant:
             return []
-        return [self.node] if self.claimed else [""]
+        return [self.node] if self.node is not None else []
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,9 @@ class Decision:
         cut: the last cut before the claim: where a winner delivers from (None: none yet).
         holder: the holder the log names after the claim was read (the winner, when lost).
         reason: why it lost or did not decide, for the log line.
+        undecided: the claim is in the log but could not be read back in time (an earlier
+            transaction held the log's stable end): it may yet win; ``Claimant.resume``
+            reads on and decides it. Neither delivering nor claiming again before that.
     """
 
     won: bool
@@ -123,6 +138,7 @@ class Decision:
     cut: Cut | None
     holder: str | None
     reason: str = ""
+    undecided: bool = False
 
 
 class ClaimConsumer(Protocol):
@@ -168,9 +184,6 @@ class ClaimLog:
         self._consumer = open_consumer(reader_group, errors, options)
         self._consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
         self.ownership = Ownership()
-        #: Every cut read with its offset, newest last (a winner starts from the one before
-        #: its claim); pruned to those after the holder's claim.
-        self._cuts: list[tuple[int, Cut]] = []
 
     def read_until(self, done: Callable[[], bool], timeout_s: float) -> bool:
         """Read on until ``done()`` holds; False when ``timeout_s`` passed first."""
@@ -194,11 +207,6 @@ class ClaimLog:
         offset = placed[0].offset if placed else -1
         return max(offset, self.ownership.last_offset + 1)
 
-    def cut_before(self, offset: int) -> Cut | None:
-        """The last cut read at an offset below ``offset``."""
-        before = [cut for at, cut in self._cuts if at < offset]
-        return before[-1] if before else None
-
     def close(self) -> None:
         self._consumer.close()
 
@@ -209,16 +217,14 @@ class ClaimLog:
                 self._errors(error)
             return
         offset = message.offset() or 0
+        if offset <= self.ownership.last_offset:
+            return  # read again (a consumer reset): the log's order is what decides
         try:
             record = decode(message.key(), message.value())
         except DecodeError as exc:
             log.error("progress_record_undecodable", offset=offset, reason=str(exc))
             return
         self.ownership.take(offset, record)
-        if isinstance(record, Cut):
-            self._cuts.append((offset, record))
-            if len(self._cuts) > 64:
-                del self._cuts[:-64]
 
 
 class ClaimFailed(Exception):
@@ -266,15 +272,23 @@ class Claimant:
         #: Transactional ids fenced so far, in order (a false suspicion shows as an extra one).
         self.fenced: list[str] = []
 
-    def claim(self, claim_log: ClaimLog, expected: str | None = None) -> Decision:
+    def claim(self, claim_log: ClaimLog, expected: str | None) -> Decision:
         """Claim the partition of ``claim_log``; ClaimFailed when no claim was committed,
         ``Fenced`` when this node's own producer was fenced meanwhile.
 
-        ``expected``: the holder the caller means to take the partition from (a watcher's
-        suspect). When the log names another (somebody claimed it since), nothing is fenced
-        or claimed: a watcher whose view is stale must not fence a live owner it never
-        suspected. None: whoever holds it (a placement move, a retake)."""
-        end = self._stable_end(claim_log.topic, claim_log.partition)
+        ``expected``: the holder the caller means to take the partition from: a watcher's
+        suspect, or this node itself for a retake (after its producer was fenced). When the
+        log names another (somebody claimed it since), nothing is fenced or claimed: a
+        watcher whose view is stale, or a node that lost its partition to a false
+        suspicion, must not fence a live owner. None only for a placement move, which takes
+        the partition from whoever holds it.
+
+        The publisher must have no transaction open: the caller runs claims on its delivery
+        thread, between two delivery transactions (the claim is alone in its own)."""
+        try:
+            end = self._stable_end(claim_log.topic, claim_log.partition)
+        except Exception as exc:
+            raise ClaimFailed(f"where {claim_log.topic} ends is unknown: {exc}") from exc
         if not claim_log.read_to(end, self._timeout_s):
             raise ClaimFailed(f"{claim_log.topic} was not read to {end} in {self._timeout_s} s")
         ownership = claim_log.ownership
@@ -297,13 +311,25 @@ class Claimant:
             fenced=fenced,
         )
         offset = self._commit(claim, claim_log)
+        return self.resume(claim_log, Decision(False, claim, offset, None, holder))
+
+    def resume(self, claim_log: ClaimLog, decision: Decision) -> Decision:
+        """Decide a committed claim: read the log on past its offset (an undecided one:
+        again). It won when the log names this node the holder through a claim once read
+        past it: this one, or an earlier undecided one of this node that a retry's claim
+        lost to (both were committed by this node with nobody's claim after them)."""
+        claim, offset = decision.claim, decision.offset
+        if claim is None:
+            return decision
+        ownership = claim_log.ownership
         if not claim_log.read_until(lambda: ownership.last_offset >= offset, self._timeout_s):
-            return Decision(False, claim, offset, None, ownership.node, "undecided: not read back")
-        # Won, and nobody claimed after it in what was read with it (a later winner fenced
-        # this node first: it may not deliver either way).
-        won = ownership.claim_offset == offset
+            reason = "undecided: not read back"
+            return Decision(False, claim, offset, None, ownership.node, reason, undecided=True)
+        # A read past the claim may name a later winner: it fenced this node before its
+        # claim, so this node may not deliver either way.
+        won = ownership.claimed and ownership.node == self.node
         holder = ownership.node
-        decision = Decision(won, claim, offset, claim_log.cut_before(offset), holder)
+        cut = ownership.cut_at_claim if won else ownership.cut
         log.info(
             "claim_decided",
             topic=claim_log.topic,
@@ -311,9 +337,9 @@ class Claimant:
             won=won,
             holder=holder,
             offset=offset,
-            fenced=list(fenced),
+            fenced=list(claim.fenced),
         )
-        return decision
+        return Decision(won, claim, offset, cut, holder)
 
     def fence(self, transactional_id: str) -> None:
         """Make the producer of ``transactional_id`` unable to commit: ``init_transactions``
@@ -341,14 +367,19 @@ class Claimant:
                 placed.append(int(message.offset()))
 
         publisher = self._publisher
-        publisher.begin()
-        publisher.publish(claim_log.topic, key, value, [], on_done, claim_log.partition)
-        publisher.flush(self._timeout_s)
-        if failed or not placed:
-            publisher.abort()
-            raise ClaimFailed(f"the claim was not written: {failed[0] if failed else 'no answer'}")
         try:
+            publisher.begin()
+            publisher.publish(claim_log.topic, key, value, [], on_done, claim_log.partition)
+            publisher.flush(self._timeout_s)
+            if failed or not placed:
+                publisher.abort()
+                written = failed[0] if failed else "no answer"
+                raise ClaimFailed(f"the claim was not written: {written}")
             publisher.commit()
         except TransactionAborted as exc:
             raise ClaimFailed(f"the claim's transaction was aborted: {exc}") from exc
+        except KafkaException as exc:
+            # Its outcome may be unknown (a commit that failed after Kafka took it): the
+            # next claim reads the log, which names this node if it won.
+            raise ClaimFailed(f"the claim's transaction failed: {exc}") from exc
         return placed[0]

@@ -9,8 +9,10 @@ only: Tansu's ``read_committed`` readers also see aborted records.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -44,6 +46,7 @@ class _Node:
         topic: str,
         admin: AdminClient,
         on_fence: Wrap = lambda p: p,
+        timeout_s: float = 30.0,
     ) -> None:
         self.name = name
         self.clients = KafkaClients(KafkaSettings(bootstrap_servers=bootstrap), name)
@@ -60,7 +63,7 @@ class _Node:
             transactional_id=self.id_of,
             shared_id=lambda _topic, _p: f"{namespace}.delivery.shared",
             stable_end=lambda t, _p: stable_end(admin, t),
-            timeout_s=30.0,
+            timeout_s=timeout_s,
         )
         self.log = ClaimLog(
             topic, 0, f"{namespace}.reader.{name}", self.clients.consumer, self.clients.errors(name)
@@ -69,7 +72,7 @@ class _Node:
     def id_of(self, node: str) -> str:
         return f"{self.namespace}.delivery.{node}"
 
-    def claim(self, expected: str | None = None) -> Decision:
+    def claim(self, expected: str | None) -> Decision:
         return self.claimant.claim(self.log, expected)
 
     def begin_cut(self, term: int, seek: int) -> None:
@@ -110,7 +113,7 @@ def nodes(
 ) -> Iterator[Callable[..., _Node]]:
     made: list[_Node] = []
 
-    def make(name: str, **kwargs: Wrap) -> _Node:
+    def make(name: str, **kwargs: Any) -> _Node:
         node = _Node(name, kafka_bootstrap, namespace, topic, admin, **kwargs)
         made.append(node)
         return node
@@ -141,6 +144,51 @@ def _paused_at(barrier: threading.Barrier) -> Wrap:
     return wrap
 
 
+def _open_claim(
+    bootstrap: str, namespace: str, topic: str, read: ClaimLog, admin: AdminClient
+) -> tuple[Producer, int]:
+    """Node b's claim of term 2, written in a transaction left open (a paused producer); its
+    offset."""
+    paused = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"{namespace}.delivery.b",
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+    paused.init_transactions(30)
+    paused.begin_transaction()
+    assert read.read_to(stable_end(admin, topic), 30)
+    after = read.ownership.last_offset  # what b read
+    key, value = encode_claim(Claim(term=2, node="b", after=after, nonce="open"))
+    offsets: list[int] = []
+    placed = lambda _e, m: offsets.append(m.offset() or 0)  # noqa: E731
+    paused.produce(topic, value, key, 0, on_delivery=placed)
+    paused.flush(30)
+    return paused, offsets[0]
+
+
+def _wait_for_records_after(
+    bootstrap: str, namespace: str, topic: str, offset: int, pending: Future[Decision]
+) -> None:
+    """Until the log's high watermark shows a committed record after ``offset`` (a claim and
+    its transaction's marker), while ``pending`` stays undecided."""
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{namespace}.hw",
+            "isolation.level": "read_uncommitted",  # the high watermark, not the LSO
+        }
+    )
+    deadline = time.monotonic() + 60
+    try:
+        while reader.get_watermark_offsets(TopicPartition(topic, 0), 10)[1] < offset + 3:
+            assert not pending.done(), pending.result()
+            assert time.monotonic() < deadline, "the claim never reached the log"
+    finally:
+        reader.close()
+
+
 def test_two_watchers_fence_a_frozen_holder_and_exactly_one_of_them_delivers(
     nodes: Callable[..., _Node], kafka_bootstrap: str, namespace: str, topic: str
 ) -> None:
@@ -148,7 +196,7 @@ def test_two_watchers_fence_a_frozen_holder_and_exactly_one_of_them_delivers(
     b both suspect it, read the same log, fence it and claim the same term. The log orders
     the claims: one wins, the other loses to it, and h's open cut never becomes visible."""
     h = nodes("h")
-    assert h.claim().won
+    assert h.claim("h").won
     h.cut(1, 100)
     h.begin_cut(1, 200)  # frozen here
     barrier = threading.Barrier(2)
@@ -196,7 +244,7 @@ def test_a_slow_watcher_loses_to_the_holder_that_retook_its_partition_first(
             self.producer.close()
 
     a = nodes("a")
-    assert a.claim().won
+    assert a.claim("a").won
     a.cut(1, 100)
     w = nodes("w", on_fence=_Stalling)
     with ThreadPoolExecutor(1) as pool:
@@ -205,7 +253,7 @@ def test_a_slow_watcher_loses_to_the_holder_that_retook_its_partition_first(
         with pytest.raises(Fenced):
             a.cut(1, 200)
         a.renew()
-        retake = a.claim()
+        retake = a.claim("a")
         assert retake.won and retake.claim is not None and retake.claim.term == 2
         assert retake.claim.fenced == (), "a retake fences nobody"
         go_on.set()
@@ -228,45 +276,19 @@ def test_a_claim_waits_for_an_earlier_open_claim_and_loses_to_it(
     decides only once b committed, and loses to it: deciding at the stable end instead
     would have let both deliver."""
     h = nodes("h")
-    assert h.claim().won
+    assert h.claim("h").won
     h.cut(1, 100)
-    paused = Producer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "transactional.id": f"{namespace}.delivery.b",
-            "transaction.timeout.ms": 60_000,
-        }
-    )
-    paused.init_transactions(30)
-    paused.begin_transaction()
-    assert h.log.read_to(stable_end(admin, topic), 30)
-    after = h.log.ownership.last_offset  # h's cut: what b read
-    key, value = encode_claim(Claim(term=2, node="b", after=after, nonce="open"))
-    b_offsets: list[int] = []
-    placed = lambda _e, m: b_offsets.append(m.offset() or 0)  # noqa: E731
-    paused.produce(topic, value, key, 0, on_delivery=placed)
-    paused.flush(30)
+    paused, b_offset = _open_claim(kafka_bootstrap, namespace, topic, h.log, admin)
     c = nodes("c")
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(c.claim, "h")
         # The positive signal first: c's claim is in the log (committed, past b's record).
-        reader = Consumer(
-            {
-                "bootstrap.servers": kafka_bootstrap,
-                "group.id": f"{namespace}.hw",
-                "isolation.level": "read_uncommitted",  # the high watermark, not the LSO
-            }
-        )
-        try:
-            while reader.get_watermark_offsets(TopicPartition(topic, 0), 10)[1] < b_offsets[0] + 3:
-                assert not pending.done(), pending.result()
-        finally:
-            reader.close()
+        _wait_for_records_after(kafka_bootstrap, namespace, topic, b_offset, pending)
         assert not pending.done(), "decided before b's open claim ended"
         paused.commit_transaction(30)
         decision = pending.result(120)
     assert not decision.won and decision.holder == "b", decision
-    assert decision.offset > b_offsets[0]
+    assert decision.offset > b_offset
     assert holder_read_afresh(kafka_bootstrap, namespace, topic) == ("b", 2)
 
 
@@ -276,7 +298,7 @@ def test_a_watcher_whose_suspect_lost_the_partition_fences_nobody(
     """The compare of the compare-and-set: a stale watcher asks to take the partition from h,
     but the log names a since: it fences nobody and claims nothing."""
     h, a = nodes("h"), nodes("a")
-    assert h.claim().won
+    assert h.claim("h").won
     assert a.claim("h").won
     stale = nodes("s")
     decision = stale.claim("h")
@@ -306,8 +328,53 @@ def test_a_claim_over_a_replica_group_of_the_last_release_fences_its_shared_id(
     a = nodes("a")
     decision = a.claim("old-master")
     assert decision.won and decision.claim is not None and decision.claim.term == 6
-    assert a.claimant.fenced == [f"{namespace}.delivery.shared"]
+    assert a.claimant.fenced == [a.id_of("old-master"), f"{namespace}.delivery.shared"]
     old.begin_transaction()
     old.produce(topic, value, key, 0)
-    with pytest.raises(KafkaException):
+    with pytest.raises(KafkaException) as raised:
         old.commit_transaction(30)
+    error = raised.value.args[0]
+    assert error.fatal() and "FENCED" in error.name(), error
+
+
+def test_an_undecided_claim_is_resumed_and_wins_once_the_earlier_open_claim_aborts(
+    nodes: Callable[..., _Node],
+    kafka_bootstrap: str,
+    admin: AdminClient,
+    namespace: str,
+    topic: str,
+) -> None:
+    """c's read-back gives up behind b's open claim (undecided: neither won nor lost); b's
+    transaction aborts; resumed, c's claim wins, from h's last cut."""
+    h = nodes("h")
+    assert h.claim("h").won
+    h.cut(1, 100)
+    paused, b_offset = _open_claim(kafka_bootstrap, namespace, topic, h.log, admin)
+    c = nodes("c", timeout_s=3.0)
+    undecided = c.claim("h")
+    assert undecided.undecided and not undecided.won and undecided.offset > b_offset
+    paused.abort_transaction(30)
+    decision = c.claimant.resume(c.log, undecided)
+    assert decision.won and not decision.undecided, decision
+    assert decision.cut is not None and decision.cut.seek_ms == 100
+    c.cut(2, 200)
+    assert holder_read_afresh(kafka_bootstrap, namespace, topic) == ("c", 2)
+
+
+def test_a_winner_starts_from_a_cut_the_holder_committed_after_the_claimant_read(
+    nodes: Callable[..., _Node], kafka_bootstrap: str, namespace: str, topic: str
+) -> None:
+    """h commits one more cut after w read the log and before w's fence: w wins and starts
+    from that cut, not from what it had read (which would deliver 100..150 again)."""
+    h = nodes("h")
+    assert h.claim("h").won
+    h.cut(1, 100)
+
+    def late_cut(producer: TransactionalPublisher) -> TransactionalPublisher:
+        h.cut(1, 150)  # w has read up to h's first cut
+        return producer
+
+    w = nodes("w", on_fence=late_cut)
+    decision = w.claim("h")
+    assert decision.won and decision.cut is not None and decision.cut.seek_ms == 150, decision
+    assert holder_read_afresh(kafka_bootstrap, namespace, topic) == ("w", 2)

@@ -85,7 +85,9 @@ def test_a_cut_the_fenced_holder_completed_after_the_read_does_not_stop_the_clai
 
 
 def test_whom_a_claimant_fences() -> None:
-    assert Ownership().fences_needed("a") == [], "an empty log has no holder"
+    """Mutants caught: the shared id left unfenced when the claimant is named as the last
+    release's master was (or was handed the partition by it), or when the log is empty."""
+    assert Ownership().fences_needed("a") == [""], "an old master's first transaction may be open"
     held = owned([claim(1, "c", -1), cut(1, "c", 10)])
     assert held.fences_needed("a") == ["c"]
     assert held.fences_needed("c") == [], "a retake of its own partition"
@@ -94,7 +96,17 @@ def test_whom_a_claimant_fences() -> None:
     assert released.fences_needed("b") == ["c"], "handed to another: c may still commit"
     old_shape = owned([cut(7, "c", 10)])
     assert (old_shape.node, old_shape.term, old_shape.claimed) == ("c", 7, False)
-    assert old_shape.fences_needed("a") == [""], "the last release's shared id"
+    assert old_shape.fences_needed("a") == ["c", ""], "the last release's shared id, and c's"
+    assert old_shape.fences_needed("c") == [""], "a name says nothing of the shared producer"
+    handed = owned([cut(7, "c", 10, released_to="a")])
+    assert handed.fences_needed("a") == ["c", ""]
+
+
+def test_a_winner_starts_from_the_last_cut_before_its_claim() -> None:
+    ownership = owned([claim(1, "c", -1), cut(1, "c", 10), cut(1, "c", 20), claim(2, "a", 2)])
+    assert ownership.cut_at_claim == cut(1, "c", 20)
+    ownership.take(4, cut(2, "a", 30))
+    assert ownership.cut_at_claim == cut(1, "c", 20) and ownership.cut == cut(2, "a", 30)
 
 
 def test_a_handover_is_undone_by_a_later_claim_of_the_holder() -> None:
