@@ -1,34 +1,23 @@
-"""RocksDB store (rocksdict, raw mode) with one column family per concern."""
+"""RocksDB store (rocksdict, raw mode): one schedule, one column family per concern, in a
+``RocksDatabase`` it may share with other partitions' schedules (``database.py``)."""
 
 from __future__ import annotations
 
 import itertools
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
-from rocksdict import (
-    BlockBasedIndexType,
-    BlockBasedOptions,
-    Cache,
-    Checkpoint,
-    ColumnFamily,
-    DBCompressionType,
-    Options,
-    Rdict,
-    ReadOptions,
-    WriteBatch,
-    WriteOptions,
-)
+from rocksdict import ColumnFamily, Rdict, ReadOptions, WriteBatch
 
 from chronos.errors import StoreError
 from chronos.names import CF_ARRIVALS, CF_EXPIRY, CF_INDEX, CF_MESSAGES, CF_META, CF_OUTCOMES
 from chronos.settings import StoreSettings
 from chronos.store import keys, outcome
-from chronos.store.disk_guard import DiskGuard, StoreFull
+from chronos.store.database import RocksDatabase
+from chronos.store.disk_guard import StoreFull
 from chronos.store.due_counts import MINUTE_MS, DueCounts
 from chronos.types import EpochMs
 
@@ -38,18 +27,8 @@ from chronos.types import EpochMs
 FORMAT_VERSION = 2
 _UPGRADABLE = {1}
 
-#: Families read by key: the index (every add looks its id up), meta and outcomes (status
-#: lookups). The others are scanned.
-_POINT_READ_FAMILIES = frozenset({CF_INDEX, CF_META, CF_OUTCOMES})
 #: Keys the initial due count reads per hold of the write lock (about 3 ms).
 _COUNT_CHUNK = 10_000
-
-_COMPRESSION = {
-    "lz4": DBCompressionType.lz4,
-    "zstd": DBCompressionType.zstd,
-    "snappy": DBCompressionType.snappy,
-    "none": DBCompressionType.none,
-}
 
 
 def lower_compaction_priority(nice: int) -> list[int]:
@@ -203,102 +182,58 @@ class RocksBatch:
 
 
 class RocksStore:
-    """The node store on RocksDB.
+    """The node store on RocksDB: one schedule (a node alone's, a replica's, or one inner
+    partition's of a cluster node).
 
     Parameters:
         path: directory of the database (created when missing).
         settings: compression, cache and durability options.
+        database: the database to hold this schedule in (shared with other partitions'),
+            None to open its own at ``path`` (closed with this store).
+        partition: the inner partition whose schedule this is, None for the default one (a
+            node alone's or a replica group's, as every earlier release stored it).
     """
 
-    def __init__(self, path: Path, settings: StoreSettings) -> None:
-        # Owner-only: the store holds every pending payload, and its requests folder takes
-        # checkpoint requests (``checkpoint.py``) from whoever may write into it.
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if path.stat().st_mode & 0o077:
-            path.chmod(0o700)
-        self._settings = settings
-        # One block cache for every column family (index and filter blocks included), and one
-        # budget for every memtable: memory stays bounded whatever the number of pending messages.
-        # Options per family used to bring their own cache each (4 x block_cache_mb), and each
-        # family's memtables grew on their own (10 M pending: 515 MiB RSS).
-        cache = Cache(settings.block_cache_mb << 20)
-        options = self._options(settings, cache)
-        options.set_db_write_buffer_size(2 * settings.write_buffer_mb << 20)
-        families = {
-            name: self._options(settings, cache, point_reads=name in _POINT_READ_FAMILIES)
-            for name in (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META, CF_ARRIVALS, CF_OUTCOMES)
-        }
-        try:
-            self._db = Rdict(str(path), options, column_families=families)
-        except Exception as exc:  # rocksdict raises plain Exceptions for open failures
-            raise StoreError(f"cannot open store at {path}: {exc}") from exc
-        self.h_messages = self._db.get_column_family_handle(CF_MESSAGES)
-        self.h_index = self._db.get_column_family_handle(CF_INDEX)
-        self.h_expiry = self._db.get_column_family_handle(CF_EXPIRY)
-        self.h_meta = self._db.get_column_family_handle(CF_META)
-        self.h_arrivals = self._db.get_column_family_handle(CF_ARRIVALS)
-        self.h_outcomes = self._db.get_column_family_handle(CF_OUTCOMES)
-        self._messages = self._db.get_column_family(CF_MESSAGES)
-        self._index = self._db.get_column_family(CF_INDEX)
-        self._expiry = self._db.get_column_family(CF_EXPIRY)
-        self._meta = self._db.get_column_family(CF_META)
-        self._arrivals = self._db.get_column_family(CF_ARRIVALS)
-        self._outcomes = self._db.get_column_family(CF_OUTCOMES)
+    def __init__(
+        self,
+        path: Path,
+        settings: StoreSettings,
+        database: RocksDatabase | None = None,
+        partition: int | None = None,
+    ) -> None:
+        self._owns_database = database is None
+        self._database = RocksDatabase(path, settings) if database is None else database
+        self.partition = partition
+        self._families = self._database.families(partition)
+        handles, tables = self._families.handles, self._families.tables
+        self.h_messages = handles[CF_MESSAGES]
+        self.h_index = handles[CF_INDEX]
+        self.h_expiry = handles[CF_EXPIRY]
+        self.h_meta = handles[CF_META]
+        self.h_arrivals = handles[CF_ARRIVALS]
+        self.h_outcomes = handles[CF_OUTCOMES]
+        self._messages = tables[CF_MESSAGES]
+        self._index = tables[CF_INDEX]
+        self._expiry = tables[CF_EXPIRY]
+        self._meta = tables[CF_META]
+        self._arrivals = tables[CF_ARRIVALS]
+        self._outcomes = tables[CF_OUTCOMES]
         #: Messages per minute, once ``start_due_counts`` ran (the forecast reads them).
         self.due_counts = DueCounts()
         # Serialises writes with the due count's scan chunks (see ``due_counts.py``).
-        self._write_lock = threading.Lock()
+        self._write_lock = self._database.write_lock
         self._closed = False
-        # Writes are visible at once without waiting for the disk; ``sync`` makes them durable,
-        # every ``wal_sync_interval_ms`` (see ``sync_if_due``).
-        self._write_opts = WriteOptions()
-        self._write_opts.sync = False
-        self._sync_interval_s = settings.wal_sync_interval_ms / 1000.0
-        self._synced_at = time.monotonic()
-        self._sync_lock = threading.Lock()
-        self._guard = DiskGuard(path, settings.min_free_mb << 20)
-        self._check_format()
-        if settings.compaction_nice:
+        self._write_opts = self._database.write_options
+        self._guard = self._database.guard
+        if partition is None:
+            self._check_format()
+        if settings.compaction_nice and self._owns_database:
             lower_compaction_priority(settings.compaction_nice)
 
-    @staticmethod
-    def _options(settings: StoreSettings, cache: Cache, point_reads: bool = False) -> Options:
-        """Options of one column family; ``point_reads`` for those read by key (a filter pays).
-
-        Index and filter blocks are partitioned (two-level) and live in the bounded cache. A
-        whole-file filter did not stay there: the cache is split in shards of 1 MiB (64 MiB /
-        64) and a full filter larger than a shard is dropped as soon as it is used, so every
-        lookup of a new id read its file's filter again. Ingest (ledger alone) fell from
-        162,635 records/s to 86,885-102,713 at 1.5-2.4 M ids (index lookup 0.6 -> 4.1-5.1 us
-        per id) and to 58,541-61,753 at 2.7-3 M (9.5-9.8 us); with 4 KiB partitions the lookup
-        stays 1.0-1.1 us per id up to 100 M (docs/benchmarks/store-ingest-*.json).
-        The messages and expiry families are only scanned, so they build no filter at all.
-        """
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        options.create_missing_column_families(True)
-        options.set_compression_type(_COMPRESSION[settings.compression]())
-        options.set_write_buffer_size(settings.write_buffer_mb << 20)
-        options.set_max_background_jobs(settings.max_background_jobs)
-        # RocksDB's defaults are 4, 20 and 36; see StoreSettings.l0_compaction_trigger.
-        trigger = settings.l0_compaction_trigger
-        slowdown = max(20, 4 * trigger)
-        options.set_level_zero_file_num_compaction_trigger(trigger)
-        options.set_level_zero_slowdown_writes_trigger(slowdown)
-        options.set_level_zero_stop_writes_trigger(slowdown + 16)
-        table = BlockBasedOptions()
-        table.set_block_cache(cache)
-        table.set_index_type(BlockBasedIndexType.two_level_index_search())
-        if point_reads:
-            table.set_bloom_filter(10, False)
-            table.set_partition_filters(True)
-        # Partitions come and go through the cache; the top level of each file stays pinned,
-        # and L0's (every read checks each L0 file) stay whole.
-        table.set_cache_index_and_filter_blocks(True)
-        table.set_pin_top_level_index_and_filter(True)
-        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
-        options.set_block_based_table_factory(table)
-        return options
+    @classmethod
+    def of_partition(cls, database: RocksDatabase, partition: int) -> RocksStore:
+        """The schedule of ``partition`` in ``database`` (created when missing)."""
+        return cls(database.path, database.settings, database, partition)
 
     def _check_format(self) -> None:
         raw = self._meta.get(keys.META_FORMAT_VERSION)
@@ -339,12 +274,7 @@ class RocksStore:
         if len(batch):
             self._guard.check()
             with self._write_lock:
-                try:
-                    self._db.write(batch.raw, self._write_opts)
-                except Exception as exc:  # rocksdict raises plain Exceptions
-                    if "No space left" in str(exc) or "NoSpace" in str(exc):
-                        raise StoreFull(f"RocksDB met a full disk: {exc}") from exc
-                    raise
+                self._database.write(batch.raw)
                 if batch.added or batch.removed:
                     self.due_counts.changed(batch.added, batch.removed)
 
@@ -400,23 +330,13 @@ class RocksStore:
         return None if found is None else found[1]
 
     def sync(self) -> None:
-        """Make every write so far durable: fsync the WAL."""
-        with self._sync_lock:
-            self._db.flush_wal(True)
-            self._synced_at = time.monotonic()
+        """Make every write so far durable: fsync the WAL (the whole database's)."""
+        self._database.sync()
 
     def sync_if_due(self) -> bool:
-        """``sync`` when the last one is older than ``wal_sync_interval_ms``; True if it ran.
-
-        Why not after every batch: the inner offsets live in the same WAL as the data they
-        cover, so an unsynced tail lost in a power cut is re-read from Kafka, never skipped;
-        and a killed process loses nothing, since written data is in the OS already. An fsync
-        per ingest batch made ingest wait on the disk most of its time (37 % at 10,000 msg/s).
-        """
-        if time.monotonic() - self._synced_at < self._sync_interval_s:
-            return False
-        self.sync()
-        return True
+        """``sync`` when the last one is older than ``wal_sync_interval_ms``; True if it ran
+        (``RocksDatabase.sync_if_due``)."""
+        return self._database.sync_if_due()
 
     def get_index(self, message_ids: list[str]) -> list[bytes | None]:
         """Index values of ``message_ids`` (None where unknown), in one multi-get."""
@@ -552,39 +472,25 @@ class RocksStore:
         self.due_counts.forget_before(keys.unpack_ms(stop) // MINUTE_MS)
 
     def create_checkpoint(self, dest: Path) -> None:
-        """A consistent copy of the whole store at ``dest`` (hard links where possible).
+        """A consistent copy of the whole store at ``dest`` (hard links where possible): the
+        whole database, every partition's schedule in it.
 
         ``dest`` must not exist yet; its parent must.
         """
-        if dest.exists():
-            raise StoreError(f"checkpoint destination {dest} already exists")
-        if not dest.parent.is_dir():
-            raise StoreError(f"checkpoint destination's folder {dest.parent} does not exist")
-        try:
-            Checkpoint(self._db).create_checkpoint(str(dest))
-        except Exception as exc:  # rocksdict raises plain Exceptions
-            raise StoreError(f"cannot create checkpoint at {dest}: {exc}") from exc
+        self._database.create_checkpoint(dest)
 
     def close(self) -> None:
-        """Flush memtables and close the database; the directory can be reopened at once.
+        """Flush memtables and close the database (when this store opened it); the directory
+        can be reopened at once.
 
         Every column-family object and handle keeps RocksDB alive (and its LOCK held), so all
         of them are dropped, not only the database object.
         """
         with self._write_lock:
             self._closed = True
-        cfs = (
-            self._messages,
-            self._index,
-            self._expiry,
-            self._meta,
-            self._arrivals,
-            self._outcomes,
-        )
-        for cf in cfs:
-            cf.close()
-        self._db.close()
+        self._families.close()
         del self._messages, self._index, self._expiry, self._meta, self._arrivals, self._outcomes
         del self.h_messages, self.h_index, self.h_expiry, self.h_meta, self.h_arrivals
         del self.h_outcomes
-        del self._db
+        if self._owns_database:
+            self._database.close()

@@ -1,0 +1,246 @@
+"""One RocksDB and the schedules it holds: a node alone's or a replica's (the default set of
+column families), or one per inner partition of a cluster node (issue 61,
+``docs/design/cluster-v2.md``).
+
+Why one database for many partitions instead of one per partition: one write-ahead log, one
+fsync, one block cache, one set of background threads and one memtable budget for the node,
+whatever the partitions it hosts; and a write batch may span partitions atomically (a
+transaction's cut of several partitions applied at once). Why a set of column families per
+partition instead of a key prefix: a partition is restored, dropped or handed over alone
+(``drop`` is a metadata change, not a range delete and a compaction), and its keys keep the
+layout a node alone's have, so every reader of a store reads a partition's unchanged.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from rocksdict import (
+    BlockBasedIndexType,
+    BlockBasedOptions,
+    Cache,
+    Checkpoint,
+    ColumnFamily,
+    DBCompressionType,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
+
+from chronos.errors import StoreError
+from chronos.names import CF_ARRIVALS, CF_EXPIRY, CF_INDEX, CF_MESSAGES, CF_META, CF_OUTCOMES
+from chronos.settings import StoreSettings
+from chronos.store.disk_guard import DiskGuard, StoreFull
+
+#: The concerns of a schedule, each a column family (``chronos/names.py``).
+CONCERNS = (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META, CF_ARRIVALS, CF_OUTCOMES)
+#: Families read by key: the index (every add looks its id up), meta and outcomes (status
+#: lookups). The others are scanned.
+_POINT_READ_FAMILIES = frozenset({CF_INDEX, CF_META, CF_OUTCOMES})
+_PARTITION_SUFFIX = ".p"
+
+_COMPRESSION = {
+    "lz4": DBCompressionType.lz4,
+    "zstd": DBCompressionType.zstd,
+    "snappy": DBCompressionType.snappy,
+    "none": DBCompressionType.none,
+}
+
+
+def family_name(concern: str, partition: int | None) -> str:
+    """The column family of ``concern`` in the schedule of ``partition`` (None: the default
+    schedule, named as every earlier release named it)."""
+    return concern if partition is None else f"{concern}{_PARTITION_SUFFIX}{partition}"
+
+
+def _partition_of(name: str) -> int | None:
+    concern, sep, number = name.rpartition(_PARTITION_SUFFIX)
+    if not sep or concern not in CONCERNS or not number.isdigit():
+        return None
+    return int(number)
+
+
+class Families:
+    """One schedule's column families: objects (to read) and handles (to write in a batch)."""
+
+    def __init__(self, db: Rdict, partition: int | None) -> None:
+        self.partition = partition
+        names = {concern: family_name(concern, partition) for concern in CONCERNS}
+        self.tables: dict[str, Rdict] = {c: db.get_column_family(n) for c, n in names.items()}
+        self.handles: dict[str, ColumnFamily] = {
+            c: db.get_column_family_handle(n) for c, n in names.items()
+        }
+
+    def close(self) -> None:
+        """Drop every object and handle: each keeps RocksDB alive (and its LOCK held)."""
+        for table in self.tables.values():
+            table.close()
+        self.tables.clear()
+        self.handles.clear()
+
+
+class RocksDatabase:
+    """The RocksDB of a node: options, the block cache, durability and the disk reserve.
+
+    Parameters:
+        path: directory of the database (created when missing, owner-only).
+        settings: compression, cache and durability options.
+    """
+
+    def __init__(self, path: Path, settings: StoreSettings) -> None:
+        # Owner-only: the store holds every pending payload, and its requests folder takes
+        # checkpoint requests (``checkpoint.py``) from whoever may write into it.
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o700)
+        self.path = path
+        self.settings = settings
+        # One block cache for every column family (index and filter blocks included), and one
+        # budget for every memtable: memory stays bounded whatever the number of pending messages.
+        # Options per family used to bring their own cache each (4 x block_cache_mb), and each
+        # family's memtables grew on their own (10 M pending: 515 MiB RSS).
+        self._cache = Cache(settings.block_cache_mb << 20)
+        options = self._options()
+        options.set_db_write_buffer_size(2 * settings.write_buffer_mb << 20)
+        names = set(family_name(c, None) for c in CONCERNS)
+        if (path / "CURRENT").exists():
+            try:
+                names |= {n for n in Rdict.list_cf(str(path), Options(raw_mode=True))}
+            except Exception as exc:  # rocksdict raises plain Exceptions
+                raise StoreError(f"cannot open store at {path}: {exc}") from exc
+        names.discard("default")
+        families = {name: self._family_options(name) for name in sorted(names)}
+        try:
+            self.db = Rdict(str(path), options, column_families=families)
+        except Exception as exc:  # rocksdict raises plain Exceptions for open failures
+            raise StoreError(f"cannot open store at {path}: {exc}") from exc
+        #: Serialises writes with the due counts' scan chunks (see ``due_counts.py``).
+        self.write_lock = threading.Lock()
+        # Writes are visible at once without waiting for the disk; ``sync`` makes them durable,
+        # every ``wal_sync_interval_ms`` (see ``sync_if_due``).
+        self.write_options = WriteOptions()
+        self.write_options.sync = False
+        self._sync_interval_s = settings.wal_sync_interval_ms / 1000.0
+        self._synced_at = time.monotonic()
+        self._sync_lock = threading.Lock()
+        self.guard = DiskGuard(path, settings.min_free_mb << 20)
+        self._families_lock = threading.Lock()
+
+    def _options(self, point_reads: bool = False) -> Options:
+        """Options of one column family; ``point_reads`` for those read by key (a filter pays).
+
+        Index and filter blocks are partitioned (two-level) and live in the bounded cache. A
+        whole-file filter did not stay there: the cache is split in shards of 1 MiB (64 MiB /
+        64) and a full filter larger than a shard is dropped as soon as it is used, so every
+        lookup of a new id read its file's filter again. Ingest (ledger alone) fell from
+        162,635 records/s to 86,885-102,713 at 1.5-2.4 M ids (index lookup 0.6 -> 4.1-5.1 us
+        per id) and to 58,541-61,753 at 2.7-3 M (9.5-9.8 us); with 4 KiB partitions the lookup
+        stays 1.0-1.1 us per id up to 100 M (docs/benchmarks/store-ingest-*.json).
+        The messages and expiry families are only scanned, so they build no filter at all.
+        """
+        settings = self.settings
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.create_missing_column_families(True)
+        options.set_compression_type(_COMPRESSION[settings.compression]())
+        options.set_write_buffer_size(settings.write_buffer_mb << 20)
+        options.set_max_background_jobs(settings.max_background_jobs)
+        # RocksDB's defaults are 4, 20 and 36; see StoreSettings.l0_compaction_trigger.
+        trigger = settings.l0_compaction_trigger
+        slowdown = max(20, 4 * trigger)
+        options.set_level_zero_file_num_compaction_trigger(trigger)
+        options.set_level_zero_slowdown_writes_trigger(slowdown)
+        options.set_level_zero_stop_writes_trigger(slowdown + 16)
+        table = BlockBasedOptions()
+        table.set_block_cache(self._cache)
+        table.set_index_type(BlockBasedIndexType.two_level_index_search())
+        if point_reads:
+            table.set_bloom_filter(10, False)
+            table.set_partition_filters(True)
+        # Partitions come and go through the cache; the top level of each file stays pinned,
+        # and L0's (every read checks each L0 file) stay whole.
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_top_level_index_and_filter(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        options.set_block_based_table_factory(table)
+        return options
+
+    def _family_options(self, name: str) -> Options:
+        concern = name.rpartition(_PARTITION_SUFFIX)[0] if _partition_of(name) is not None else name
+        return self._options(point_reads=concern in _POINT_READ_FAMILIES)
+
+    def families(self, partition: int | None) -> Families:
+        """The column families of ``partition``'s schedule (None: the default one), created
+        when missing."""
+        with self._families_lock:
+            existing = set(self.partitions()) if partition is not None else set()
+            if partition is not None and partition not in existing:
+                for concern in CONCERNS:
+                    name = family_name(concern, partition)
+                    self.db.create_column_family(name, self._family_options(name)).close()
+            return Families(self.db, partition)
+
+    def partitions(self) -> list[int]:
+        """The partitions with a schedule in this database, in order."""
+        found = {_partition_of(name) for name in Rdict.list_cf(str(self.path), Options())}
+        return sorted(p for p in found if p is not None)
+
+    def drop(self, partition: int) -> None:
+        """Remove ``partition``'s schedule, every concern of it (its store closed first)."""
+        with self._families_lock:
+            if partition not in self.partitions():
+                return
+            for concern in CONCERNS:
+                self.db.drop_column_family(family_name(concern, partition))
+
+    def write(self, batch: WriteBatch) -> None:
+        """Apply ``batch`` atomically (visible at once, durable after ``sync``); the caller
+        holds ``write_lock``. Raises ``StoreFull`` when RocksDB met a full disk."""
+        try:
+            self.db.write(batch, self.write_options)
+        except Exception as exc:  # rocksdict raises plain Exceptions
+            if "No space left" in str(exc) or "NoSpace" in str(exc):
+                raise StoreFull(f"RocksDB met a full disk: {exc}") from exc
+            raise
+
+    def sync(self) -> None:
+        """Make every write so far durable: fsync the WAL."""
+        with self._sync_lock:
+            self.db.flush_wal(True)
+            self._synced_at = time.monotonic()
+
+    def sync_if_due(self) -> bool:
+        """``sync`` when the last one is older than ``wal_sync_interval_ms``; True if it ran.
+
+        Why not after every batch: the inner offsets live in the same WAL as the data they
+        cover, so an unsynced tail lost in a power cut is re-read from Kafka, never skipped;
+        and a killed process loses nothing, since written data is in the OS already. An fsync
+        per ingest batch made ingest wait on the disk most of its time (37 % at 10,000 msg/s).
+        """
+        if time.monotonic() - self._synced_at < self._sync_interval_s:
+            return False
+        self.sync()
+        return True
+
+    def create_checkpoint(self, dest: Path) -> None:
+        """A consistent copy of the whole database at ``dest`` (hard links where possible).
+
+        ``dest`` must not exist yet; its parent must.
+        """
+        if dest.exists():
+            raise StoreError(f"checkpoint destination {dest} already exists")
+        if not dest.parent.is_dir():
+            raise StoreError(f"checkpoint destination's folder {dest.parent} does not exist")
+        try:
+            Checkpoint(self.db).create_checkpoint(str(dest))
+        except Exception as exc:  # rocksdict raises plain Exceptions
+            raise StoreError(f"cannot create checkpoint at {dest}: {exc}") from exc
+
+    def close(self) -> None:
+        """Flush memtables and close the database; the directory can be reopened at once (every
+        schedule's ``Families`` closed first)."""
+        self.db.close()
+        del self.db

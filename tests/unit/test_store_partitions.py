@@ -1,0 +1,100 @@
+"""One database, one schedule per inner partition (``store/database.py``): each partition's
+store reads and writes only its own column families, and one is restored, dropped or handed
+over alone while the others keep theirs (issue 61, step 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chronos.settings import StoreSettings
+from chronos.store import keys
+from chronos.store.database import RocksDatabase
+from chronos.store.rocks import RocksStore
+
+FAST = StoreSettings(wal_sync_interval_ms=60_000)
+
+
+def _schedule(store: RocksStore, slots: list[int], tag: str) -> None:
+    batch = store.batch()
+    for slot in slots:
+        key = keys.message_key(slot, f"{tag}-{slot}")
+        batch.put_scheduled(key, f"{tag}-{slot}", tag.encode(), keys.index_pending(key))
+    batch.set_seek(min(slots) - 1)
+    batch.set_inner_offset(0, len(slots))
+    store.write(batch)
+
+
+def _held(store: RocksStore) -> list[str]:
+    return [keys.split_message_key(k)[1] for k, _ in store.scan(b"", b"\xff" * 9, 100)]
+
+
+def test_each_partition_reads_only_its_own_schedule(tmp_path: Path) -> None:
+    database = RocksDatabase(tmp_path / "s", FAST)
+    default = RocksStore(database.path, FAST, database)
+    p1, p2 = RocksStore.of_partition(database, 1), RocksStore.of_partition(database, 2)
+    _schedule(p1, [10, 20], "a")
+    _schedule(p2, [15], "b")
+    assert _held(p1) == ["a-10", "a-20"] and _held(p2) == ["b-15"] and _held(default) == []
+    assert (p1.read_seek(), p2.read_seek(), default.read_seek()) == (9, 14, None)
+    assert p1.read_inner_offsets([0]) == {0: 2} and p2.read_inner_offsets([0]) == {0: 1}
+    assert p1.get_index(["b-15"]) == [None], "an id of another partition is unknown here"
+    assert database.partitions() == [1, 2]
+    for store in (default, p1, p2):
+        store.close()
+    database.close()
+
+
+def test_a_partition_dropped_is_gone_and_the_others_survive_a_reopen(tmp_path: Path) -> None:
+    """Mutant caught: the database opened with the default families only (RocksDB refuses a
+    database whose families are not all named: a node with partitions could not restart)."""
+    database = RocksDatabase(tmp_path / "s", FAST)
+    for partition in (1, 2, 3):
+        store = RocksStore.of_partition(database, partition)
+        _schedule(store, [10 * partition], f"p{partition}")
+        store.close()
+    database.drop(2)
+    database.close()
+    reopened = RocksDatabase(tmp_path / "s", FAST)
+    assert reopened.partitions() == [1, 3]
+    p1, p3 = RocksStore.of_partition(reopened, 1), RocksStore.of_partition(reopened, 3)
+    assert _held(p1) == ["p1-10"] and _held(p3) == ["p3-30"]
+    p2 = RocksStore.of_partition(reopened, 2)  # handed back later: starts empty
+    assert _held(p2) == [] and p2.read_seek() is None
+    for store in (p1, p2, p3):
+        store.close()
+    reopened.close()
+
+
+def test_a_partition_restored_alone_leaves_the_others_alone(tmp_path: Path) -> None:
+    """``clear`` (a partition that missed inner records starts over) touches its own
+    families only; the default schedule keeps the store's format version."""
+    database = RocksDatabase(tmp_path / "s", FAST)
+    default = RocksStore(database.path, FAST, database)
+    p1, p2 = RocksStore.of_partition(database, 1), RocksStore.of_partition(database, 2)
+    _schedule(p1, [10], "a")
+    _schedule(p2, [20], "b")
+    p1.clear()
+    assert _held(p1) == [] and p1.read_seek() is None
+    assert _held(p2) == ["b-20"] and p2.read_seek() == 19
+    for store in (default, p1, p2):
+        store.close()
+    database.close()
+    plain = RocksStore(tmp_path / "s", FAST)  # today's node alone opens it as before
+    assert _held(plain) == []
+    plain.close()
+
+
+def test_a_store_of_an_earlier_release_opens_with_partitions_added(tmp_path: Path) -> None:
+    """A node alone's store (the default families) keeps its schedule when partitions join
+    the database, and opens alone again afterwards."""
+    alone = RocksStore(tmp_path / "s", FAST)
+    _schedule(alone, [5], "x")
+    alone.close()
+    database = RocksDatabase(tmp_path / "s", FAST)
+    p0 = RocksStore.of_partition(database, 0)
+    _schedule(p0, [7], "y")
+    p0.close()
+    database.close()
+    again = RocksStore(tmp_path / "s", FAST)
+    assert _held(again) == ["x-5"] and again.read_seek() == 4
+    again.close()
