@@ -29,13 +29,13 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from chronos.errors import DecodeError
-from chronos.kafka.batches import read_ready
+from chronos.kafka.batches import AssignedConsumer, read_ready
 from chronos.kafka.errors import TransactionAborted
 from chronos.kafka.librdkafka import ClientErrors
 from chronos.kafka.publisher import TransactionalPublisher
@@ -141,18 +141,8 @@ class Decision:
     undecided: bool = False
 
 
-class ClaimConsumer(Protocol):
-    """What a claim's log reader needs of a consumer (confluent-kafka's)."""
-
-    def assign(self, partitions: list[TopicPartition]) -> None: ...
-    def poll(self, timeout: float = ...) -> Message | None: ...
-    def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Message]: ...
-    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]: ...
-    def close(self) -> None: ...
-
-
 #: Builds a consumer: (group id, error handler, options) -> consumer (``KafkaClients.consumer``).
-OpenClaimConsumer = Callable[[str, ClientErrors, Mapping[str, KafkaValue]], ClaimConsumer]
+OpenClaimConsumer = Callable[[str, ClientErrors, Mapping[str, KafkaValue]], AssignedConsumer]
 
 
 class ClaimLog:

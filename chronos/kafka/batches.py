@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from confluent_kafka import Message
+from confluent_kafka import Message, TopicPartition
 
 
 class BatchConsumer(Protocol):
@@ -20,6 +20,15 @@ class BatchConsumer(Protocol):
 
     def poll(self, timeout: float = ...) -> Message | None: ...
     def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Message]: ...
+
+
+class AssignedConsumer(BatchConsumer, Protocol):
+    """A consumer assigned its partitions (never joining a group): a progress log's claim
+    reader, a heartbeat reader (confluent-kafka's, or a test's)."""
+
+    def assign(self, partitions: list[TopicPartition]) -> None: ...
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]: ...
+    def close(self) -> None: ...
 
 
 def read_ready(consumer: BatchConsumer, most: int, timeout_s: float) -> list[Message]:

@@ -1,0 +1,99 @@
+"""The per-node failure detector (``group/peer_watch.py``) on a fake clock: a peer is
+suspected only after a silence (or a stall) watched without a break, the watcher's own
+heartbeats being the proof of watching."""
+
+from __future__ import annotations
+
+import pytest
+
+from chronos.errors import DecodeError
+from chronos.group.peer_watch import Heartbeat, PeerWatch, decode_heartbeat, encode_heartbeat
+
+SUSPECT_S = 1.5
+BEAT_S = 0.25
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def beat(node: str, commits: int = 0, due: bool = False) -> Heartbeat:
+    return Heartbeat(node, commits, due, 0)
+
+
+def run(
+    watch: PeerWatch, clock: Clock, seconds: float, beating: dict[str, tuple[int, bool]]
+) -> None:
+    """Every ``BEAT_S``, each node of ``beating`` (the watcher included when named) beats."""
+    for _ in range(round(seconds / BEAT_S)):
+        clock.t += BEAT_S
+        for node, (commits, due) in beating.items():
+            watch.heard(beat(node, commits, due))
+
+
+def test_a_heartbeat_round_trips() -> None:
+    sent = Heartbeat("n1", 42, True, 1_700_000_000_000)
+    assert decode_heartbeat(*encode_heartbeat(sent)) == sent
+    for key, value in [(None, b"{}"), (b"n1", None), (b"n1", b"{"), (b"n1", b'{"v": 2}')]:
+        with pytest.raises(DecodeError):
+            decode_heartbeat(key, value)
+
+
+def test_a_peer_that_stops_beating_is_suspected_after_the_silence_and_not_before() -> None:
+    clock = Clock()
+    watch = PeerWatch("a", SUSPECT_S, clock)
+    run(watch, clock, 2.0, {"a": (0, False), "b": (0, False), "c": (0, False)})
+    assert watch.suspects() == [] and watch.peers == ["b", "c"]
+    run(watch, clock, 1.25, {"a": (0, False), "b": (0, False)})  # c stopped
+    assert watch.suspects() == [], "1.25 s of silence"
+    run(watch, clock, 0.5, {"a": (0, False), "b": (0, False)})
+    assert watch.suspects() == ["c"]
+    assert watch.silent_s("c") >= SUSPECT_S and watch.silent_s("b") < BEAT_S + 0.01
+    watch.forget("c")
+    assert watch.suspects() == [] and watch.peers == ["b"]
+
+
+def test_a_frozen_watcher_suspects_nobody_when_it_thaws() -> None:
+    """Mutant caught: silence counted on the clock instead of along the watcher's own chain
+    of heartbeats (a watcher stopped for 5 s suspected both live peers at once)."""
+    clock = Clock()
+    watch = PeerWatch("a", SUSPECT_S, clock)
+    run(watch, clock, 2.0, {"a": (0, False), "b": (0, False), "c": (0, False)})
+    clock.t += 5.0  # frozen: nothing read, nothing sent
+    assert watch.suspects() == [], "not watching now"
+    watch.heard(beat("b"))  # the backlog of the others arrives first
+    watch.heard(beat("a"))
+    assert watch.suspects() == []
+    run(watch, clock, 1.0, {"a": (0, False), "b": (0, False)})
+    assert watch.suspects() == [], "c's silence counts from the new chain: 1 s"
+    run(watch, clock, 0.75, {"a": (0, False), "b": (0, False)})
+    assert watch.suspects() == ["c"]
+
+
+def test_a_watcher_that_reads_no_beat_of_its_own_suspects_nobody() -> None:
+    """Kafka stalls for the watcher (its own beats do not come back): no chain, no suspicion."""
+    clock = Clock()
+    watch = PeerWatch("a", SUSPECT_S, clock)
+    run(watch, clock, 1.0, {"a": (0, False), "b": (0, False)})
+    run(watch, clock, 3.0, {})
+    assert watch.suspects() == [] and watch.silent_s("b") == 0.0
+
+
+def test_a_peer_that_beats_but_does_not_commit_what_is_due_is_suspected() -> None:
+    clock = Clock()
+    watch = PeerWatch("a", SUSPECT_S, clock)
+    run(watch, clock, 1.0, {"a": (0, False), "b": (5, True), "c": (9, False)})
+    # b commits on; c idle (nothing due, commits standing still): both fine.
+    for n in range(8):
+        clock.t += BEAT_S
+        for node, commits, due in (("a", 0, False), ("b", 6 + n, True), ("c", 9, False)):
+            watch.heard(beat(node, commits, due))
+    assert watch.suspects() == []
+    run(watch, clock, 1.25, {"a": (0, False), "b": (13, True), "c": (9, False)})
+    assert watch.suspects() == [], "b stalled 1.25 s"
+    run(watch, clock, 0.5, {"a": (0, False), "b": (13, True), "c": (9, False)})
+    assert watch.suspects() == ["b"] and watch.stalled_s("c") == 0.0
