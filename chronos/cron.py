@@ -26,7 +26,7 @@ import functools
 import re
 import threading
 from datetime import UTC, datetime
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from chronos.types import EpochMs
 
@@ -56,9 +56,15 @@ class CronSchedule:
         fields = expression.split()
         self.expression = " ".join(fields)
         self.has_seconds = len(fields) == 6
+        if zone not in _known_zones():
+            # Checked against the names before any file is opened: ZoneInfo reads a file
+            # named by the input, and a folder ("Europe"), a name too long for the file
+            # system or a NUL each fail in their own way (IsADirectoryError, OSError,
+            # ValueError): a 500 with a traceback, found by a black-box fuzz (issue 62).
+            raise CronError(f"{zone[:64]!r} is not an IANA time zone (like Europe/Berlin)")
         try:
             self._zone = ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
+        except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
             raise CronError(f"{zone!r} is not an IANA time zone (like Europe/Berlin)") from exc
         self.zone = zone
         # Imported here: croniter costs ~85 ms at import, which every process that imports
@@ -128,6 +134,13 @@ class CronSchedule:
 
 
 @functools.lru_cache(maxsize=256)
+@functools.cache
+def _known_zones() -> frozenset[str]:
+    """Every IANA zone name this process can load (the system's database and ``tzdata``):
+    read once, about 40 ms."""
+    return frozenset(available_timezones())
+
+
 def schedule_of(expression: str, zone: str) -> CronSchedule:
     """Parsed once per expression and zone: messages of one schedule share it."""
     return CronSchedule(expression, zone)

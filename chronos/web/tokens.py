@@ -115,6 +115,17 @@ def parse_tokens(text: str, origin: str) -> dict[str, Token]:
     entries = document.get("tokens", [])
     if not isinstance(entries, list):
         raise TokenFileError(f"{origin}: 'tokens' must be an array of tables ([[tokens]])")
+    allow_none = document.get("allow_none", False)
+    if not isinstance(allow_none, bool):
+        raise TokenFileError(f"{origin}: 'allow_none' must be true or false")
+    if not entries and not allow_none:
+        # An empty file parses, and would refuse everyone (operators and the metrics scraper
+        # too) after one careless edit, logged only as a reload (issue 62): refused like a
+        # broken file unless it says it means it.
+        raise TokenFileError(
+            f"{origin}: no tokens: every request would be refused; write allow_none = true "
+            "at the top of the file to mean that"
+        )
     book: dict[str, Token] = {}
     for n, entry in enumerate(entries):
         where = f"{origin}: tokens[{n}]"

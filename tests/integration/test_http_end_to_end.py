@@ -249,6 +249,19 @@ def test_a_bad_deliver_at_is_refused_saying_why(
             422,
             "repeat.cron",
         ),
+        *(
+            (  # issue 62: a folder of the zone database, or a name too long: was a 500
+                {
+                    "topic": "ok",
+                    "value": "x",
+                    "delay_ms": 3_600_000,
+                    "repeat": {"kind": "cron", "cron": "0 9 * * *", "zone": zone, "times": 5},
+                },
+                422,
+                "repeat.cron",
+            )
+            for zone in ("Europe", "Etc", "America/Argentina", "A" * 300)
+        ),
         (
             {"topic": "ok", "value": "x", "delay_ms": 1, "repeat": {"kind": "fixed", "times": 3}},
             422,

@@ -200,6 +200,14 @@ def test_due_of_counts_occurrences_from_the_first_fire_in_any_order() -> None:
         ("61 9 * * *", "UTC", "not a cron expression"),
         ("0 9 * * 1-5", "Mars/Olympus", "not an IANA time zone"),
         ("0 9 * * 1-5", "../etc/passwd", "not an IANA time zone"),
+        # Issue 62: each of these was a 500 with a traceback (IsADirectoryError, OSError).
+        ("0 9 * * *", "Europe", "not an IANA time zone"),
+        ("0 9 * * *", "Etc", "not an IANA time zone"),
+        ("0 9 * * *", "America/Argentina", "not an IANA time zone"),
+        ("0 9 * * *", "A" * 300, "not an IANA time zone"),
+        ("0 9 * * *", "Europe/Berlin\x00", "not an IANA time zone"),
+        ("0 9 * * *", "Europe//Berlin", "not an IANA time zone"),
+        ("0 9 * * *", "", "not an IANA time zone"),
     ],
 )
 def test_bad_expressions_and_zones_say_what_is_wrong(
