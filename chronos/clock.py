@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from chronos.types import EpochMs
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MICROSECOND = timedelta(microseconds=1)
+
+
+def ceil_ms(moment: datetime) -> EpochMs:
+    """Epoch milliseconds of an aware ``moment``, rounded up: a due time given to the
+    microsecond is never delivered before it (rounding to the nearest was up to 0.5 ms early,
+    issue 62), and exact (``timestamp()`` is a float: 2.6 ms of 2100 may come out 2.5999).
+    """
+    micros = (moment - _EPOCH) // _ONE_MICROSECOND
+    return -(-micros // 1000)
 
 
 class Clock(Protocol):

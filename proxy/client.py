@@ -13,7 +13,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from chronos import wire
-from chronos.clock import Clock, SystemClock
+from chronos.clock import Clock, SystemClock, ceil_ms
 from chronos.errors import NotAcknowledged, ValidationError
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.errors import describe
@@ -106,7 +106,7 @@ def _deliver_at_ms(deliver_at: datetime | int | None) -> int | None:
         return deliver_at
     if deliver_at.tzinfo is None:
         raise ValidationError("deliver_at", "must be timezone-aware (e.g. UTC)")
-    return round(deliver_at.timestamp() * 1000)
+    return ceil_ms(deliver_at)
 
 
 class _Acks:

@@ -15,7 +15,7 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from chronos.clock import SystemClock
+from chronos.clock import SystemClock, ceil_ms
 from chronos.errors import ValidationError
 from chronos.model import DelayMessage
 from chronos.names import TopicNames
@@ -94,7 +94,7 @@ def deliver_at_ms(text: str, field: str = "deliver_at") -> EpochMs:
         ) from exc
     if moment.tzinfo is None:
         raise ValidationError(field, f"{text!r} has no UTC offset (e.g. +00:00 or Z)")
-    return round(moment.timestamp() * 1000)
+    return ceil_ms(moment)
 
 
 def _cron_of(fields: tuple[object, ...]) -> Repeat | None:
