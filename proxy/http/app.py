@@ -36,6 +36,7 @@ from proxy.http.schemas import (
     RescheduleIn,
     RescheduleOut,
     ScheduleIn,
+    batch_model,
 )
 from proxy.http.telemetry import CountResponses, ProxyTelemetry
 from proxy.http.tenancy import from_wire, tenant_of, to_wire
@@ -75,6 +76,9 @@ def describe_invalid_body(
         shown = repr(content_type) if content_type else "none"
         return 415, f"send a JSON body with content-type application/json (got {shown})", None
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    if error.get("type") == "too_long":  # pydantic says "after validation": it was before
+        context = error.get("ctx") or {}
+        message = f"at most {context.get('max_length')}, got {context.get('actual_length')}"
     return 422, message, field
 
 
@@ -337,11 +341,8 @@ def create_app(
         _check_topics(request, [body.topic], batch=False)
         return send(request, [body.to_request(limits)], batch=False)[0]
 
-    @app.post("/v1/messages/batch", response_model=BatchOut, status_code=201, responses=_ERRORS)
     def schedule_batch(body: BatchIn, request: Request) -> BatchOut:
         """Schedule a batch; if any message is invalid nothing is scheduled."""
-        if len(body.messages) > settings.proxy.batch_max:
-            raise ValidationError("messages", f"at most {settings.proxy.batch_max} per batch")
         _check_topics(request, [m.topic for m in body.messages], batch=True)
         requests = []
         for index, message in enumerate(body.messages):
@@ -350,6 +351,13 @@ def create_app(
             except ValidationError as exc:
                 raise ValidationError(f"messages[{index}].{exc.field}", exc.message) from exc
         return BatchOut(receipts=send(request, requests, batch=True))
+
+    # The body's model knows proxy.batch_max: a longer batch is refused before any of its
+    # messages is validated (``batch_model``).
+    schedule_batch.__annotations__["body"] = batch_model(settings.proxy.batch_max)
+    app.post("/v1/messages/batch", response_model=BatchOut, status_code=201, responses=_ERRORS)(
+        schedule_batch
+    )
 
     @app.delete(
         "/v1/messages/{message_id}", response_model=CancelOut, status_code=202, responses=_ERRORS

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
 
 from chronos.errors import ValidationError
 from chronos.repeat import CatchUp, Repeat, RepeatKind
@@ -27,6 +27,22 @@ class _Body(BaseModel):
     """Strict: ``false`` or ``"5"`` is not a number here, as the schema says."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_unknown_key_only(cls, data: Any) -> Any:
+        """Keep one unknown key of many: the refusal names the first one either way, and a
+        body of 200,000 unknown keys made 200,000 errors, 15.6 s on the event loop while
+        every other request waited (issue 62)."""
+        if not isinstance(data, dict) or len(data) <= len(cls.model_fields):
+            return data
+        known = cls.model_fields
+        unknown = next((key for key in data if key not in known), None)
+        if unknown is None:
+            return data
+        kept = {key: value for key, value in data.items() if key in known}
+        kept[unknown] = data[unknown]
+        return kept
 
 
 def _iso_8601(value: object) -> object:
@@ -191,6 +207,18 @@ class BatchIn(_Body):
     """Schedule several messages; validated all or nothing."""
 
     messages: list[ScheduleIn] = Field(min_length=1)
+
+
+def batch_model(batch_max: int) -> type[BatchIn]:
+    """``BatchIn`` with at most ``batch_max`` messages (``proxy.batch_max``), refused before
+    any of them is validated: counted after validation, a batch of 230,000 messages took
+    7.7 s on the event loop to refuse (issue 62)."""
+    return create_model(
+        "BatchIn",
+        __base__=BatchIn,
+        __doc__=BatchIn.__doc__,
+        messages=(list[ScheduleIn], Field(min_length=1, max_length=batch_max)),
+    )
 
 
 class ReceiptOut(BaseModel):

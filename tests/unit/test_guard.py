@@ -23,12 +23,14 @@ import httpx
 import pytest
 import structlog
 import trustme
+from pydantic import ValidationError as PydanticError
 
 from chronos.admin.server import AdminServer
 from chronos.errors import ConfigError
 from chronos.settings import ChronosSettings, SecuritySettings
 from chronos.web.guard import RateLimiter
 from chronos.web.tokens import hash_token, new_token
+from proxy.http.schemas import ScheduleIn, batch_model
 from proxy.http.server import ProxyServer
 from proxy.status import StatusSource, StatusUnavailable
 from tests.clocks import ManualClock
@@ -407,3 +409,27 @@ def test_https_with_a_certificate_the_test_makes(node: StubNode, tmp_path: Path)
     finally:
         server.stop()
         server.join(5)
+
+
+def test_a_body_of_many_unknown_keys_or_messages_is_refused_before_it_is_validated(
+    tmp_path: Path,
+) -> None:
+    """Issue 62: 200,000 unknown keys made 200,000 errors (15.6 s on the event loop), and a
+    batch was counted after every message was validated (230,000: 7.7 s). Refused with one
+    error each, naming the first unknown key, or the batch's length."""
+    many_keys = {**MESSAGE, **{f"k{n}": 1 for n in range(200_000)}}
+    with pytest.raises(PydanticError) as raised:
+        ScheduleIn.model_validate(many_keys)
+    assert [e["loc"] for e in raised.value.errors()] == [("k0",)]
+    batch = {"messages": [MESSAGE] * 10_001}
+    with pytest.raises(PydanticError) as raised:
+        batch_model(10_000).model_validate(batch)
+    assert [e["type"] for e in raised.value.errors()] == ["too_long"]
+    settings = _settings(tmp_path, max_body_bytes=8 << 20, body_timeout_s=60)
+    with _proxy(settings) as server:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=60) as http:
+            keys = http.post("/v1/messages", json=many_keys, headers=_auth(SENDER))
+            assert keys.status_code == 422 and keys.json()["field"] == "k0", keys.text
+            long = http.post("/v1/messages/batch", json=batch, headers=_auth(SENDER))
+            assert long.status_code == 422, long.text
+            assert long.json() == {"error": "at most 10000, got 10001", "field": "messages"}
