@@ -122,6 +122,13 @@ class Guard:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
+        if _header(scope, b"transfer-encoding") is not None and _content_length(scope) is not None:
+            # Two lengths: a front proxy that reads the other one would see another request
+            # in the rest of this body (request smuggling). RFC 9112 6.3 lets a server refuse
+            # it, and then it must close the connection.
+            self._tell(scope, 400, "two_lengths", _TWO_LENGTHS)
+            await _answer(send, 400, _TWO_LENGTHS, {"connection": "close"})
+            return
         refusal = self._refusal(scope)
         if refusal is not None:
             status, reason, error, headers = refusal
@@ -270,6 +277,9 @@ def _bearer(scope: Scope) -> str | None:
     if scheme.lower() != "bearer" or not credentials.strip():
         return None
     return credentials.strip()
+
+
+_TWO_LENGTHS = "a request may not have both Content-Length and Transfer-Encoding (RFC 9112 6.3)"
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -433,3 +433,26 @@ def test_a_body_of_many_unknown_keys_or_messages_is_refused_before_it_is_validat
             long = http.post("/v1/messages/batch", json=batch, headers=_auth(SENDER))
             assert long.status_code == 422, long.text
             assert long.json() == {"error": "at most 10000, got 10001", "field": "messages"}
+
+
+def test_a_request_with_two_lengths_is_refused_and_its_connection_closed(
+    proxy: httpx.Client,
+) -> None:
+    """Issue 62: Content-Length beside Transfer-Encoding was accepted (h11 reads the chunks);
+    behind a front proxy that reads the Content-Length, the rest is a smuggled request."""
+    port = proxy.base_url.port
+    assert port is not None
+    body = b"0\r\n\r\nGET /v1/messages/m1 HTTP/1.1\r\nHost: x\r\n\r\n"
+    head = (
+        "POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {SENDER}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+        raw.sendall(head.encode() + body)
+        answer = b""
+        while chunk := raw.recv(65536):  # ends when the proxy closes the connection
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert b"both Content-Length and Transfer-Encoding" in answer
+    assert answer.count(b"HTTP/1.1 ") == 1, "the smuggled request was answered too"
