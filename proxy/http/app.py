@@ -82,6 +82,23 @@ def describe_invalid_body(
     return 422, message, field
 
 
+def unreadable_body(exc: StarletteHTTPException) -> str | None:
+    """Why a body that FastAPI could not parse is not JSON, when that is the cause of its
+    ``400``: not UTF-8, nested too deeply, a number of too many digits. The documented
+    answer to a body that is not valid JSON is ``422`` (FastAPI answers ``400`` for every
+    parse failure but a syntax error); None for any other ``400``."""
+    if exc.status_code != 400:
+        return None
+    cause = exc.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the body is not valid JSON: not UTF-8 at byte {cause.start}"
+    if isinstance(cause, RecursionError):
+        return "the body is not valid JSON here: nested too deeply"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        return "the body is not valid JSON here: a number has more than 4,300 digits"
+    return None
+
+
 def allowed_methods(app: FastAPI, request: Request) -> list[str]:
     """Every method served at the request's path, as the OpenAPI spec lists them: Starlette's
     405 names only those of the first route matching the path (``DELETE`` of
@@ -291,6 +308,9 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # 404, 405 and the like: the documented error shape instead of {"detail": ...}.
+        unreadable = unreadable_body(exc)
+        if unreadable is not None:
+            return JSONResponse(status_code=422, content={"error": unreadable, "field": None})
         headers = exc.headers
         if exc.status_code == 405:
             headers = {**(headers or {}), "allow": ", ".join(allowed_methods(app, request))}

@@ -456,3 +456,24 @@ def test_a_request_with_two_lengths_is_refused_and_its_connection_closed(
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
     assert b"both Content-Length and Transfer-Encoding" in answer
     assert answer.count(b"HTTP/1.1 ") == 1, "the smuggled request was answered too"
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"topic": "\xff"}', "not UTF-8 at byte 11"),
+        (b"[" * 200_000 + b"]" * 200_000, "nested too deeply"),
+        (b'{"delay_ms": ' + b"9" * 5_000 + b"}", "more than 4,300 digits"),
+    ],
+)
+def test_a_body_json_cannot_read_is_a_422_saying_why(
+    tmp_path: Path, body: bytes, says: str
+) -> None:
+    """Issue 62: these were 400 "There was an error parsing the body"; the docs say 422."""
+    settings = _settings(tmp_path, max_body_bytes=1 << 20, body_timeout_s=60)
+    with _proxy(settings) as server:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=60) as http:
+            headers = {**_auth(SENDER), "content-type": "application/json"}
+            answer = http.post("/v1/messages", content=body, headers=headers)
+    assert answer.status_code == 422, answer.text
+    assert says in answer.json()["error"] and answer.json()["field"] is None
