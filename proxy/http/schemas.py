@@ -276,13 +276,21 @@ class CancelOut(BaseModel):
     status: Literal["cancel_accepted"] = "cancel_accepted"
 
 
+# Bounds inside the type, ahead of its validator: on a ``JsonInt | None`` field they went
+# into the JSON schema as ``ge``/``le``, which JSON Schema does not know, so generated clients
+# saw no bounds (issue 62); here they are ``minimum``/``maximum``.
+_Attempts = Annotated[int, Field(ge=1, le=1_000_000), BeforeValidator(_whole_number)]
+_BackoffMs = Annotated[int, Field(ge=1, le=MAX_BACKOFF_MS), BeforeValidator(_whole_number)]
+_Burst = Annotated[int, Field(ge=1, le=MAX_RATE), BeforeValidator(_whole_number)]
+
+
 class PolicyIn(_Body):
     """A target topic's delivery policy, replacing its configured one whole on every node
     (``delivery.topics`` in the configuration reference says what each field does). A field
     left out keeps the default, and a policy of a rate alone leaves retries as without one."""
 
-    max_attempts: JsonInt | None = Field(
-        None, ge=1, le=1_000_000, description="Dead-letter after this many failed attempts."
+    max_attempts: _Attempts | None = Field(
+        None, description="Dead-letter after this many failed attempts."
     )
     max_age_s: float | None = Field(
         None,
@@ -290,17 +298,17 @@ class PolicyIn(_Body):
         le=MAX_POLICY_AGE_S,
         description="Dead-letter a delivery that fails this far past its due time, s.",
     )
-    backoff_initial_ms: JsonInt | None = Field(
-        None, ge=1, le=MAX_BACKOFF_MS, description="First retry delay, ms (default 100)."
+    backoff_initial_ms: _BackoffMs | None = Field(
+        None, description="First retry delay, ms (default 100)."
     )
-    backoff_max_ms: JsonInt | None = Field(
-        None, ge=1, le=MAX_BACKOFF_MS, description="Longest retry delay, ms (default 10000)."
+    backoff_max_ms: _BackoffMs | None = Field(
+        None, description="Longest retry delay, ms (default 10000)."
     )
     rate: float | None = Field(
         None, ge=MIN_RATE, le=MAX_RATE, description="Most messages a second delivered to it."
     )
-    burst: JsonInt | None = Field(
-        None, ge=1, le=MAX_RATE, description="Messages let out at once (default rate / 10)."
+    burst: _Burst | None = Field(
+        None, description="Messages let out at once (default rate / 10)."
     )
 
     def to_policy(self) -> TopicPolicy:

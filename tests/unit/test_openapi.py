@@ -66,3 +66,27 @@ def test_the_schema_patterns_accept_what_the_server_accepts() -> None:
         by_schema = bool(re.search(policy_topic["pattern"], value)) and len(value) >= 1
         server = value == "*" or not _refused(lambda v: validate_topic(v, names), value)
         assert by_schema == server, value
+
+
+def _not_json_schema(node: object, path: str = "") -> list[str]:
+    """Paths of pydantic's constraint names (``ge``, ``le``, ``gt``, ``lt``) left in a schema:
+    JSON Schema says ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("ge", "le", "gt", "lt"):
+                found.append(f"{path}/{key}")
+            found += _not_json_schema(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for n, value in enumerate(node):
+            found += _not_json_schema(value, f"{path}/{n}")
+    return found
+
+
+def test_every_bound_is_written_as_json_schema_says() -> None:
+    """Issue 62: a policy's burst, backoffs and attempts were bounded with ``ge``/``le``, which
+    no generated client reads (schemathesis took ``{"burst": 0}`` for a valid request)."""
+    spec = json.loads((ROOT / "docs" / "openapi.json").read_text())
+    assert _not_json_schema(spec) == []
+    burst = spec["components"]["schemas"]["PolicyIn"]["properties"]["burst"]["anyOf"][0]
+    assert (burst["minimum"], burst["maximum"]) == (1, 1_000_000)
