@@ -307,9 +307,7 @@ class PolicyIn(_Body):
     rate: float | None = Field(
         None, ge=MIN_RATE, le=MAX_RATE, description="Most messages a second delivered to it."
     )
-    burst: _Burst | None = Field(
-        None, description="Messages let out at once (default rate / 10)."
-    )
+    burst: _Burst | None = Field(None, description="Messages let out at once (default rate / 10).")
 
     def to_policy(self) -> TopicPolicy:
         """The policy, with only the fields given set (a node tells them from defaults)."""
