@@ -37,6 +37,7 @@ from chronos.listing import ListState, PageQuery
 from chronos.metrics import BOUNDS_MS
 from chronos.serving import ThreadedServer
 from chronos.settings import SecuritySettings
+from chronos.web.token_gauge import TokensFileGauge
 from chronos.web.tokens import Operation
 
 log = structlog.get_logger(__name__)
@@ -255,7 +256,9 @@ class AdminServer(ThreadedServer):
         security: SecuritySettings | None = None,
         collectors: Sequence[Collector] = (),
     ) -> None:
-        app = create_app(view, collectors)
+        tokens = TokensFileGauge("chronos_tokens_file_ok")
+        app = create_app(view, [*collectors, tokens])
         super().__init__(
             name="admin", app=app, host=host, port=port, security=security, router=admin_operation
         )
+        tokens.book = self.book

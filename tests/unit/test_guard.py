@@ -389,6 +389,29 @@ def test_the_admin_api_needs_an_admin_token_but_its_probes_do_not(
         server.join(5)
 
 
+def test_the_admin_api_says_whether_its_tokens_file_is_in_force(
+    node: StubNode, tmp_path: Path
+) -> None:
+    """Issue 62: the node had no tokens-file metric (an emptied or broken file went unseen)."""
+    path = _tokens_file(tmp_path / "tokens.toml")
+    server = AdminServer(node, "127.0.0.1", 0, SecuritySettings(tokens_file=path))
+    server.start()
+    try:
+        assert server.wait_started(10)
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5) as http:
+
+            def gauge() -> str:
+                text = http.get("/metrics", headers=_auth(SENDER)).text
+                return next(line for line in text.splitlines() if line.startswith("chronos_tok"))
+
+            assert gauge() == "chronos_tokens_file_ok 1.0"
+            path.write_text("")  # every token gone: refused, the last ones kept
+            wait_until(lambda: gauge() == "chronos_tokens_file_ok 0.0", 30, "the gauge at 0")
+    finally:
+        server.stop()
+        server.join(5)
+
+
 def test_https_with_a_certificate_the_test_makes(node: StubNode, tmp_path: Path) -> None:
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
