@@ -500,3 +500,47 @@ def test_a_body_json_cannot_read_is_a_422_saying_why(
             answer = http.post("/v1/messages", content=body, headers=headers)
     assert answer.status_code == 422, answer.text
     assert says in answer.json()["error"] and answer.json()["field"] is None
+
+
+_ZONES = [
+    "Europe", "Etc", "America", "America/Argentina", "America/Indiana", "posixrules", "right",
+    "posix", "posix/Europe", "zoneinfo", "Europe/", "/Europe/Berlin", "Europe//Berlin",
+    "Europe/./Berlin", "Europe/../Europe/Berlin", "..", ".", "../../../../etc/passwd", "\x00",
+    "Europe/Berlin\x00", "A" * 300, "A" * 5000, "Europe/" + "B" * 255, "\u00e9t\u00e9",
+    "Europe\\Berlin", " Europe/Berlin", "Europe/Berlin ", "tzdata.zi", "zone.tab", "leapseconds",
+    "", "   ",
+]  # fmt: skip
+_EXPRESSIONS = [
+    "", " ", "* * * * * * *", "61 * * * *", "* 25 * * *", "0 9 31 2 *", "@reboot", "@yearly x",
+    "0 9 * * 8", "\x00 9 * * *", "0 9 * * 1-5\n", "*/0 * * * *", "0-60 * * * *", "9" * 5000,
+    "0 9 * * * " * 100, "R 9 * * *", "0 9 L * *", "0 9 ? * 2-6",
+]  # fmt: skip
+
+
+def test_no_cron_zone_or_expression_reaches_a_500(tmp_path: Path) -> None:
+    """Issue 62: folders, links, long names, NUL, ``..`` and broken expressions each get a 4xx
+    (422 naming ``repeat.cron``, or 201 where Vixie's grammar takes it), single and batch."""
+    settings = _settings(tmp_path, max_body_bytes=1 << 20, body_timeout_s=60)
+    # What it takes waits for no acknowledgement long: only its refusals are the question.
+    settings = settings.model_copy(
+        update={"proxy": settings.proxy.model_copy(update={"ack_timeout_s": 0.05})}
+    )
+    answers: list[tuple[str, str, int]] = []
+    with _proxy(settings) as server:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=60) as http:
+            cases = [("0 9 * * *", zone) for zone in _ZONES]
+            cases += [(expression, "UTC") for expression in _EXPRESSIONS]
+            for expression, zone in cases:
+                repeat = {"kind": "cron", "cron": expression, "zone": zone, "times": 5}
+                one = {**MESSAGE, "delay_ms": 3_600_000, "repeat": repeat}
+                for path, body in (
+                    ("/v1/messages", one),
+                    ("/v1/messages/batch", {"messages": [one]}),
+                ):
+                    answer = http.post(path, json=body, headers=_auth(SENDER))
+                    answers.append((expression[:20], zone[:20], answer.status_code))
+                    if answer.status_code == 422:
+                        assert answer.json()["field"].endswith("repeat.cron"), answer.text
+    # 503: taken, and not acknowledged (nothing listens at the Kafka these settings name).
+    assert [a for a in answers if a[2] >= 500 and a[2] != 503] == []
+    assert all(status == 422 for expression, _zone, status in answers if expression == "0 9 * * *")
