@@ -133,7 +133,6 @@ class CronSchedule:
         return low * 1000
 
 
-@functools.lru_cache(maxsize=256)
 @functools.cache
 def _known_zones() -> frozenset[str]:
     """Every IANA zone name this process can load (the system's database and ``tzdata``):
@@ -141,6 +140,7 @@ def _known_zones() -> frozenset[str]:
     return frozenset(available_timezones())
 
 
+@functools.lru_cache(maxsize=256)
 def schedule_of(expression: str, zone: str) -> CronSchedule:
     """Parsed once per expression and zone: messages of one schedule share it."""
     return CronSchedule(expression, zone)

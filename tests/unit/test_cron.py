@@ -220,3 +220,13 @@ def test_bad_expressions_and_zones_say_what_is_wrong(
 def test_an_expression_that_never_matches_is_refused() -> None:
     with pytest.raises(CronError, match="never matches"):
         CronSchedule("0 0 30 2 *", "UTC")
+
+
+def test_one_schedule_is_parsed_once() -> None:
+    """Mutant caught (it happened: a helper inserted under the decorator took its cache):
+    every message of a schedule parsing its expression again."""
+    from chronos.cron import schedule_of
+
+    assert schedule_of("0 9 * * 1-5", "Europe/Berlin") is schedule_of(
+        "0 9 * * 1-5", "Europe/Berlin"
+    )
