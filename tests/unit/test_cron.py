@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from chronos.cron import CronError, CronSchedule, due_of
+from chronos.cron import CronError, CronSchedule, due_of, schedule_of
 
 ZONES = [
     "Europe/Berlin",  # northern DST, changes at 02:00/03:00 local
@@ -225,8 +225,6 @@ def test_an_expression_that_never_matches_is_refused() -> None:
 def test_one_schedule_is_parsed_once() -> None:
     """Mutant caught (it happened: a helper inserted under the decorator took its cache):
     every message of a schedule parsing its expression again."""
-    from chronos.cron import schedule_of
-
     assert schedule_of("0 9 * * 1-5", "Europe/Berlin") is schedule_of(
         "0 9 * * 1-5", "Europe/Berlin"
     )
