@@ -8,6 +8,7 @@ refused in its acknowledgement shows among the failures, which ``commit.py`` jud
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -75,10 +76,15 @@ class BatchRecords:
         self.oldest: EpochMs | None = None
 
     def publish(
-        self, plan: BatchPlan, moved: list[RepeatState], cut: Cut, progress_topic: str
+        self,
+        plan: BatchPlan,
+        moved: list[RepeatState],
+        cut_of: Callable[[], Cut],
+        progress_topic: str,
     ) -> None:
         """The plan's sends, then the progress: ``moved`` (reschedules) before the plan's
-        states (always later ones), and the cut last."""
+        states (always later ones), and the cut last, made once the sends are out (its
+        time is when the transaction's records were produced)."""
         for send in plan.sends:
             if self._publish_job(send.n, send.job, send.known):
                 self.targets.append(send.n)
@@ -87,7 +93,7 @@ class BatchRecords:
         for state in (*moved, *plan.states):
             key, value = encode_repeat(state)
             self._publish(progress_topic, key, value, [], PROGRESS)
-        key, value = encode_cut(cut)
+        key, value = encode_cut(cut_of())
         on_done = partial(_cut_noted, self.failures, self.cut_at)
         self._publisher.publish(progress_topic, key, value, [], on_done)
 

@@ -349,16 +349,19 @@ class TransactionLoop(LoopWorker):
         publisher.begin()
         plan = plan_batch(jobs, upto, now, verdicts, rates, refused)
         moved = [RepeatState(i, m.message, m.slot_ms) for i, m in moves.items()]
-        cut = Cut(
-            self.term,
-            upto,
-            covered,
-            self._spec.node_id,
-            self._clock.now_ms(),
-            self._state.floor.current,
-            released_to=released_to,
-            paced={} if rates is None else rates.backlog(now),
-        )
+
+        def cut() -> Cut:
+            return Cut(
+                self.term,
+                upto,
+                covered,
+                self._spec.node_id,
+                self._clock.now_ms(),
+                self._state.floor.current,
+                released_to=released_to,
+                paced={} if rates is None else rates.backlog(now),
+            )
+
         records = BatchRecords(publisher, verdicts, self._spec.dead_letter_topic, self._metrics)
         records.publish(plan, moved, cut, self._spec.progress_topic)
         produced_at = time.monotonic()

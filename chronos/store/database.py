@@ -4,8 +4,9 @@ column families), or one per inner partition of a cluster node (issue 61,
 
 Why one database for many partitions instead of one per partition: one write-ahead log, one
 fsync, one block cache, one set of background threads and one memtable budget for the node,
-whatever the partitions it hosts; and a write batch may span partitions atomically (a
-transaction's cut of several partitions applied at once). Why a set of column families per
+whatever the partitions it hosts; and RocksDB lets a write batch span column families
+atomically, which a transaction's cut of several partitions will need (``RocksStore.write``
+keeps one schedule's due counts for now: issue 61's step 5). Why a set of column families per
 partition instead of a key prefix: a partition is restored, dropped or handed over alone
 (``drop`` is a metadata change, not a range delete and a compaction), and its keys keep the
 layout a node alone's have, so every reader of a store reads a partition's unchanged.
@@ -13,6 +14,7 @@ layout a node alone's have, so every reader of a store reads a partition's uncha
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -33,7 +35,14 @@ from rocksdict import (
 from chronos.errors import StoreError
 from chronos.names import CF_ARRIVALS, CF_EXPIRY, CF_INDEX, CF_MESSAGES, CF_META, CF_OUTCOMES
 from chronos.settings import StoreSettings
+from chronos.store import keys
 from chronos.store.disk_guard import DiskGuard, StoreFull
+
+#: Bump when the key layout or the value codec changes incompatibly. 2: stored-message codec
+#: v2. A version 1 store is upgraded on open (this release reads both codecs); older releases
+#: refuse a version 2 store instead of dead-lettering every message they cannot decode.
+FORMAT_VERSION = 2
+_UPGRADABLE = {1}
 
 #: The concerns of a schedule, each a column family (``chronos/names.py``).
 CONCERNS = (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META, CF_ARRIVALS, CF_OUTCOMES)
@@ -48,6 +57,31 @@ _COMPRESSION = {
     "snappy": DBCompressionType.snappy,
     "none": DBCompressionType.none,
 }
+
+
+def lower_compaction_priority(nice: int) -> list[int]:
+    """Renice RocksDB's compaction threads (``rocksdb:low*``) of this process; their ids.
+
+    RocksDB has this (``Env::LowerThreadPoolCPUPriority``) but rocksdict does not expose it; on
+    Linux a thread's niceness is set by its id. Elsewhere (no ``/proc``) it does nothing.
+    Compactions then run in the time the node's own threads leave, instead of taking the cores
+    from under a delivery (see ``StoreSettings.compaction_nice``).
+    """
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return []
+    reniced: list[int] = []
+    for task in tasks.iterdir():
+        try:
+            if not (task / "comm").read_text().startswith("rocksdb:low"):
+                continue
+            thread_id = int(task.name)
+            if os.getpriority(os.PRIO_PROCESS, thread_id) < nice:
+                os.setpriority(os.PRIO_PROCESS, thread_id, nice)
+            reniced.append(thread_id)
+        except (OSError, ValueError):  # the thread ended meanwhile
+            continue
+    return reniced
 
 
 def family_name(concern: str, partition: int | None) -> str:
@@ -75,11 +109,18 @@ class Families:
         }
 
     def close(self) -> None:
-        """Drop every object and handle: each keeps RocksDB alive (and its LOCK held)."""
+        """Drop every object and handle: each keeps RocksDB alive (and its LOCK held). Every
+        one is closed even when one of them refuses."""
+        failures: list[Exception] = []
         for table in self.tables.values():
-            table.close()
+            try:
+                table.close()
+            except Exception as exc:  # rocksdict raises plain Exceptions
+                failures.append(exc)
         self.tables.clear()
         self.handles.clear()
+        if failures:
+            raise StoreError(f"closing the schedule's column families: {failures[0]}")
 
 
 class RocksDatabase:
@@ -117,6 +158,10 @@ class RocksDatabase:
             self.db = Rdict(str(path), options, column_families=families)
         except Exception as exc:  # rocksdict raises plain Exceptions for open failures
             raise StoreError(f"cannot open store at {path}: {exc}") from exc
+        #: Every column family of the database, kept here rather than read from the MANIFEST.
+        self._names = set(names)
+        #: The schedules open now, by partition (None: the default one), how many times each.
+        self._open: dict[int | None, int] = {}
         #: Serialises writes with the due counts' scan chunks (see ``due_counts.py``).
         self.write_lock = threading.Lock()
         # Writes are visible at once without waiting for the disk; ``sync`` makes them durable,
@@ -128,6 +173,29 @@ class RocksDatabase:
         self._sync_lock = threading.Lock()
         self.guard = DiskGuard(path, settings.min_free_mb << 20)
         self._families_lock = threading.Lock()
+        try:
+            self._check_format()
+        except StoreError:
+            self.db.close()
+            raise
+        if settings.compaction_nice:
+            lower_compaction_priority(settings.compaction_nice)
+
+    def _check_format(self) -> None:
+        """The database's format version, on the default schedule's meta family: written
+        when new, upgraded when an earlier one this release reads, else refused (every
+        schedule of the database shares the key layout and the codec)."""
+        meta = self.db.get_column_family(family_name(CF_META, None))
+        try:
+            raw = meta.get(keys.META_FORMAT_VERSION)
+            if raw is None or int(raw) in _UPGRADABLE:
+                meta.put(keys.META_FORMAT_VERSION, str(FORMAT_VERSION).encode(), self.write_options)
+            elif int(raw) != FORMAT_VERSION:
+                raise StoreError(
+                    f"store format version {int(raw)} is not supported (expected {FORMAT_VERSION})"
+                )
+        finally:
+            meta.close()
 
     def _options(self, point_reads: bool = False) -> Options:
         """Options of one column family; ``point_reads`` for those read by key (a filter pays).
@@ -174,27 +242,43 @@ class RocksDatabase:
 
     def families(self, partition: int | None) -> Families:
         """The column families of ``partition``'s schedule (None: the default one), created
-        when missing."""
+        when missing (each one that is: a creation cut short leaves some)."""
         with self._families_lock:
-            existing = set(self.partitions()) if partition is not None else set()
-            if partition is not None and partition not in existing:
-                for concern in CONCERNS:
-                    name = family_name(concern, partition)
+            for concern in CONCERNS:
+                name = family_name(concern, partition)
+                if name not in self._names:
                     self.db.create_column_family(name, self._family_options(name)).close()
-            return Families(self.db, partition)
+                    self._names.add(name)
+            families = Families(self.db, partition)
+            self._open[partition] = self._open.get(partition, 0) + 1
+            return families
+
+    def closed(self, families: Families) -> None:
+        """A schedule's families were closed (``Families.close``)."""
+        with self._families_lock:
+            left = self._open.get(families.partition, 0) - 1
+            if left > 0:
+                self._open[families.partition] = left
+            else:
+                self._open.pop(families.partition, None)
 
     def partitions(self) -> list[int]:
         """The partitions with a schedule in this database, in order."""
-        found = {_partition_of(name) for name in Rdict.list_cf(str(self.path), Options())}
+        found = {_partition_of(name) for name in self._names}
         return sorted(p for p in found if p is not None)
 
     def drop(self, partition: int) -> None:
-        """Remove ``partition``'s schedule, every concern of it (its store closed first)."""
+        """Remove ``partition``'s schedule, every concern of it. Refused while a store of it
+        is open: a write through it would then fail, and RocksDB keeps that error for every
+        later write of the database until it is reopened."""
         with self._families_lock:
-            if partition not in self.partitions():
-                return
+            if partition in self._open:
+                raise StoreError(f"partition {partition}'s store is open: close it first")
             for concern in CONCERNS:
-                self.db.drop_column_family(family_name(concern, partition))
+                name = family_name(concern, partition)
+                if name in self._names:
+                    self.db.drop_column_family(name)
+                    self._names.discard(name)
 
     def write(self, batch: WriteBatch) -> None:
         """Apply ``batch`` atomically (visible at once, durable after ``sync``); the caller
@@ -240,7 +324,12 @@ class RocksDatabase:
             raise StoreError(f"cannot create checkpoint at {dest}: {exc}") from exc
 
     def close(self) -> None:
-        """Flush memtables and close the database; the directory can be reopened at once (every
-        schedule's ``Families`` closed first)."""
+        """Flush memtables and close the database; the directory can be reopened at once.
+        Refused while a schedule's store is open: its families would keep RocksDB alive and
+        its LOCK held."""
+        with self._families_lock:
+            if self._open:
+                open_ = sorted(self._open, key=lambda p: -1 if p is None else p)
+                raise StoreError(f"stores still open on the database: {open_}")
         self.db.close()
         del self.db

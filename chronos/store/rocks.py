@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +11,6 @@ from typing import cast
 
 from rocksdict import ColumnFamily, Rdict, ReadOptions, WriteBatch
 
-from chronos.errors import StoreError
 from chronos.names import CF_ARRIVALS, CF_EXPIRY, CF_INDEX, CF_MESSAGES, CF_META, CF_OUTCOMES
 from chronos.settings import StoreSettings
 from chronos.store import keys, outcome
@@ -21,39 +19,8 @@ from chronos.store.disk_guard import StoreFull
 from chronos.store.due_counts import MINUTE_MS, DueCounts
 from chronos.types import EpochMs
 
-#: Bump when the key layout or the value codec changes incompatibly. 2: stored-message codec
-#: v2. A version 1 store is upgraded on open (this release reads both codecs); older releases
-#: refuse a version 2 store instead of dead-lettering every message they cannot decode.
-FORMAT_VERSION = 2
-_UPGRADABLE = {1}
-
 #: Keys the initial due count reads per hold of the write lock (about 3 ms).
 _COUNT_CHUNK = 10_000
-
-
-def lower_compaction_priority(nice: int) -> list[int]:
-    """Renice RocksDB's compaction threads (``rocksdb:low*``) of this process; their ids.
-
-    RocksDB has this (``Env::LowerThreadPoolCPUPriority``) but rocksdict does not expose it; on
-    Linux a thread's niceness is set by its id. Elsewhere (no ``/proc``) it does nothing.
-    Compactions then run in the time the node's own threads leave, instead of taking the cores
-    from under a delivery (see ``StoreSettings.compaction_nice``).
-    """
-    tasks = Path("/proc/self/task")
-    if not tasks.is_dir():
-        return []
-    reniced: list[int] = []
-    for task in tasks.iterdir():
-        try:
-            if not (task / "comm").read_text().startswith("rocksdb:low"):
-                continue
-            thread_id = int(task.name)
-            if os.getpriority(os.PRIO_PROCESS, thread_id) < nice:
-                os.setpriority(os.PRIO_PROCESS, thread_id, nice)
-            reniced.append(thread_id)
-        except (OSError, ValueError):  # the thread ended meanwhile
-            continue
-    return reniced
 
 
 def _range(cf: Rdict, start: bytes, stop: bytes, limit: int) -> list[tuple[bytes, bytes]]:
@@ -225,28 +192,11 @@ class RocksStore:
         self._closed = False
         self._write_opts = self._database.write_options
         self._guard = self._database.guard
-        if partition is None:
-            self._check_format()
-        if settings.compaction_nice and self._owns_database:
-            lower_compaction_priority(settings.compaction_nice)
 
     @classmethod
     def of_partition(cls, database: RocksDatabase, partition: int) -> RocksStore:
         """The schedule of ``partition`` in ``database`` (created when missing)."""
         return cls(database.path, database.settings, database, partition)
-
-    def _check_format(self) -> None:
-        raw = self._meta.get(keys.META_FORMAT_VERSION)
-        if raw is None:
-            self._meta.put(keys.META_FORMAT_VERSION, str(FORMAT_VERSION).encode(), self._write_opts)
-            return
-        if int(raw) in _UPGRADABLE:
-            self._meta.put(keys.META_FORMAT_VERSION, str(FORMAT_VERSION).encode(), self._write_opts)
-            return
-        if int(raw) != FORMAT_VERSION:
-            raise StoreError(
-                f"store format version {int(raw)} is not supported (expected {FORMAT_VERSION})"
-            )
 
     def batch(self) -> RocksBatch:
         """A new, empty batch."""
@@ -488,7 +438,10 @@ class RocksStore:
         """
         with self._write_lock:
             self._closed = True
-        self._families.close()
+        try:
+            self._families.close()
+        finally:
+            self._database.closed(self._families)
         del self._messages, self._index, self._expiry, self._meta, self._arrivals, self._outcomes
         del self.h_messages, self.h_index, self.h_expiry, self.h_meta, self.h_arrivals
         del self.h_outcomes

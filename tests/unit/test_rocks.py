@@ -12,7 +12,8 @@ import pytest
 from chronos.errors import StoreError
 from chronos.settings import StoreSettings
 from chronos.store import keys
-from chronos.store.rocks import FORMAT_VERSION, RocksStore
+from chronos.store.database import FORMAT_VERSION
+from chronos.store.rocks import RocksStore
 
 FAST = StoreSettings(wal_sync_interval_ms=60_000)
 

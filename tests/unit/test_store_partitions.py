@@ -6,9 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from rocksdict import Options
+
+from chronos.errors import StoreError
+from chronos.names import CF_INDEX, CF_MESSAGES
 from chronos.settings import StoreSettings
 from chronos.store import keys
-from chronos.store.database import RocksDatabase
+from chronos.store.database import FORMAT_VERSION, RocksDatabase, family_name
 from chronos.store.rocks import RocksStore
 
 FAST = StoreSettings(wal_sync_interval_ms=60_000)
@@ -98,3 +103,57 @@ def test_a_store_of_an_earlier_release_opens_with_partitions_added(tmp_path: Pat
     again = RocksStore(tmp_path / "s", FAST)
     assert _held(again) == ["x-5"] and again.read_seek() == 4
     again.close()
+
+
+def test_a_partition_open_cannot_be_dropped_nor_its_database_closed(tmp_path: Path) -> None:
+    """Mutants caught: a drop under an open store (its next write failed, and RocksDB kept
+    the error for every write of every schedule until a reopen); a close that left the LOCK
+    held by the open stores' families."""
+    database = RocksDatabase(tmp_path / "s", FAST)
+    p1, p2 = RocksStore.of_partition(database, 1), RocksStore.of_partition(database, 2)
+    with pytest.raises(StoreError, match="open: close it first"):
+        database.drop(1)
+    with pytest.raises(StoreError, match=r"still open on the database: \[1, 2\]"):
+        database.close()
+    p1.close()
+    database.drop(1)
+    _schedule(p2, [5], "b")  # the others keep writing
+    assert _held(p2) == ["b-5"] and database.partitions() == [2]
+    p2.close()
+    database.close()
+
+
+def test_a_partition_whose_families_were_cut_short_opens_again(tmp_path: Path) -> None:
+    """A creation cut short (a crash, a full disk) leaves some of a partition's families:
+    each missing one is created at the next open, and a drop skips those absent."""
+    database = RocksDatabase(tmp_path / "s", FAST)
+    database.db.create_column_family(family_name(CF_MESSAGES, 4), Options(raw_mode=True)).close()
+    database.close()
+    reopened = RocksDatabase(tmp_path / "s", FAST)
+    assert reopened.partitions() == [4]
+    p4 = RocksStore.of_partition(reopened, 4)
+    _schedule(p4, [9], "c")
+    assert _held(p4) == ["c-9"]
+    p4.close()
+    reopened.drop(4)
+    assert reopened.partitions() == []
+    reopened.close()
+    half = RocksDatabase(tmp_path / "t", FAST)
+    half.db.create_column_family(family_name(CF_INDEX, 6), Options(raw_mode=True)).close()
+    half.drop(6)  # only its index family exists
+    assert half.partitions() == []
+    half.close()
+
+
+def test_a_database_of_a_newer_format_is_refused_whichever_schedule_opens_it(
+    tmp_path: Path,
+) -> None:
+    """The format version lives in the database (the default schedule's meta): a cluster
+    node opening partitions only checks it too, and leaves the LOCK free when it refuses."""
+    alone = RocksStore(tmp_path / "s", FAST)
+    alone._meta.put(keys.META_FORMAT_VERSION, str(FORMAT_VERSION + 1).encode())
+    alone.close()
+    with pytest.raises(StoreError, match="format version"):
+        RocksDatabase(tmp_path / "s", FAST)
+    with pytest.raises(StoreError, match="format version"):
+        RocksDatabase(tmp_path / "s", FAST)  # the LOCK was released by the refusal
