@@ -21,6 +21,12 @@ def ceil_ms(moment: datetime) -> EpochMs:
     return -(-micros // 1000)
 
 
+def floor_ms(moment: datetime) -> EpochMs:
+    """Epoch milliseconds of an aware ``moment``, rounded down (an ``until``: no occurrence
+    after the instant given), exact as ``ceil_ms``."""
+    return ((moment - _EPOCH) // _ONE_MICROSECOND) // 1000
+
+
 class Clock(Protocol):
     """Wall-clock milliseconds."""
 

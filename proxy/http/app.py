@@ -45,7 +45,13 @@ from proxy.status import StatusUnavailable
 _ERRORS: dict[int | str, dict[str, object]] = {
     413: {"model": ErrorOut, "description": "Message larger than the configured limit."},
     415: {"model": ErrorOut, "description": "The body is not JSON (content-type)."},
-    422: {"model": ErrorOut, "description": "A field breaks a rule; `field` names it."},
+    422: {
+        "model": ErrorOut,
+        "description": (
+            "A field breaks a rule (`field` names it), or the body is not valid JSON "
+            "(`field` null; the error says where or why)."
+        ),
+    },
     503: {"model": ErrorOut, "description": "Kafka did not acknowledge in time."},
 }
 
@@ -328,6 +334,13 @@ def create_app(
             content={"error": str(exc), "field": None},
             headers={"retry-after": str(max(1, math.ceil(exc.retry_after_s)))},
         )
+
+    @app.exception_handler(UnicodeEncodeError)
+    def _surrogate(_request: Request, exc: UnicodeEncodeError) -> JSONResponse:
+        # A string of the body with a lone surrogate ("\ud800" in JSON) met a UTF-8 encode
+        # (a topic, an id, a header name): the body's fault, not the server's.
+        error = f"the body holds text that is not UTF-8: {exc.reason}"
+        return JSONResponse(status_code=422, content={"error": error, "field": None})
 
     @app.exception_handler(NotAcknowledged)
     def _unavailable(_request: Request, exc: NotAcknowledged) -> JSONResponse:

@@ -34,7 +34,10 @@ _ID_PATTERN = f"^{ID_CHARS}+$"
 _DUE_FIELDS = ("delay_ms", "deliver_at_ms", "deliver_at")
 
 _GUARD_RESPONSES: dict[str, str] = {
-    "400": "The body could not be read as a request (e.g. not decodable).",
+    "400": (
+        "The request's framing is ambiguous: both Content-Length and Transfer-Encoding (the "
+        "connection is closed), or not HTTP/1.1 at all."
+    ),
     "401": "No bearer token, or one the tokens file does not hold (WWW-Authenticate: Bearer).",
     "403": "The token may not call this operation, or may not send to a message's topic.",
     "408": "The body did not arrive within security.body_timeout_s.",

@@ -52,7 +52,11 @@ def test_a_repeated_line_is_written_once_per_window_then_with_its_count() -> Non
 def json_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """JSON logs for one test. A module's logger first used by an earlier test keeps the
     format of that time (``cache_logger_on_first_use``; a process configures its logs once):
-    the clients' logger is taken fresh."""
+    the clients' logger is taken fresh, and so is the librdkafka lines' repeat limiter (an
+    earlier test's connect failures within its window would hold this test's back)."""
+    librdkafka = logging.getLogger(LIBRDKAFKA)
+    for old in [f for f in librdkafka.filters if isinstance(f, RepeatLimiter)]:
+        librdkafka.removeFilter(old)
     configure_logging(LogSettings(format="json"))
     monkeypatch.setattr(clients_module, "log", structlog.get_logger(clients_module.__name__))
     yield

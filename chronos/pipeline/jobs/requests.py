@@ -15,7 +15,7 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from chronos.clock import SystemClock, ceil_ms
+from chronos.clock import SystemClock, ceil_ms, floor_ms
 from chronos.errors import ValidationError
 from chronos.model import DelayMessage
 from chronos.names import TopicNames
@@ -81,8 +81,10 @@ def content_id(
     return "r-" + digest.hexdigest()
 
 
-def deliver_at_ms(text: str, field: str = "deliver_at") -> EpochMs:
-    """Epoch milliseconds, or ISO 8601 with a UTC offset (as the HTTP API takes it)."""
+def deliver_at_ms(text: str, field: str = "deliver_at", *, round_up: bool = True) -> EpochMs:
+    """Epoch milliseconds, or ISO 8601 with a UTC offset (as the HTTP API takes it); a
+    fraction of a millisecond rounds up (a due time: never before the instant given), or
+    down with ``round_up`` False (an ``until``: no occurrence after the instant given)."""
     stripped = text.strip()
     if stripped.lstrip("-").isdigit():
         return int(stripped)
@@ -94,7 +96,7 @@ def deliver_at_ms(text: str, field: str = "deliver_at") -> EpochMs:
         ) from exc
     if moment.tzinfo is None:
         raise ValidationError(field, f"{text!r} has no UTC offset (e.g. +00:00 or Z)")
-    return ceil_ms(moment)
+    return ceil_ms(moment) if round_up else floor_ms(moment)
 
 
 def _cron_of(fields: tuple[object, ...]) -> Repeat | None:
@@ -111,7 +113,9 @@ def _cron_of(fields: tuple[object, ...]) -> Repeat | None:
         str(expression),
         "UTC" if zone is None else str(zone),
         times=int(str(times_text)),
-        until_ms=0 if until_text is None else deliver_at_ms(str(until_text), "until"),
+        until_ms=0
+        if until_text is None
+        else deliver_at_ms(str(until_text), "until", round_up=False),
     )
 
 
