@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, get_args
 
 import pytest
 
@@ -84,14 +85,29 @@ def test_the_http_body_of_a_policy_has_the_settings_fields_and_bounds() -> None:
     """The proxy's ``PolicyIn`` is strict JSON and leaves defaults unset; its fields and bounds
     must stay those of ``TopicPolicy``, or the API would accept what a node then refuses."""
     from annotated_types import Ge, Gt, Le
+    from pydantic.fields import FieldInfo
 
     from proxy.http.schemas import PolicyIn
 
+    def constraints(metadata: Iterable[object]) -> set[object]:
+        found: set[object] = set()
+        for item in metadata:
+            if isinstance(item, Ge | Gt | Le):
+                found.add(item)
+            elif isinstance(item, FieldInfo):  # a Field(...) inside an Annotated type
+                found |= constraints(item.metadata)
+        return found
+
     def bounds(model: type[Any]) -> dict[str, set[object]]:
-        return {
-            name: {m for m in info.metadata if isinstance(m, Ge | Gt | Le)}
-            for name, info in model.model_fields.items()
-        }
+        """Each field's bounds, on the field or inside its type (``Annotated[int, Field(ge=1)]
+        | None``, where the JSON schema writes them as JSON Schema does)."""
+        out: dict[str, set[object]] = {}
+        for name, info in model.model_fields.items():
+            found = constraints(info.metadata)
+            for member in get_args(info.annotation):
+                found |= constraints(getattr(member, "__metadata__", ()))
+            out[name] = found
+        return out
 
     assert bounds(PolicyIn) == bounds(TopicPolicy)
     assert PolicyIn(rate=5).to_policy().model_fields_set == {"rate"}
