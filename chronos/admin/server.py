@@ -8,6 +8,7 @@
   per call with a cursor.
 * ``/v1/forecast``: pending messages per bucket over a horizon, from counts per minute.
 * ``/v1/overview``: what the dashboard draws; ``/dashboard``: the page.
+* ``/openapi.json``: this API's OpenAPI document (``openapi.py``).
 
 Nothing here writes: the API reads the node as it is (``view.NodeView``). Handlers that read
 the store are plain functions, which Starlette runs on its thread pool, off the event loop.
@@ -30,6 +31,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from chronos import __version__
+from chronos.admin.openapi import FAR, LIST_STATES, MAX_BUCKETS, MAX_HORIZON_S, document
 from chronos.admin.prometheus import ChronosCollector
 from chronos.admin.view import NodeView, Report, ScheduleReader
 from chronos.errors import NotReady
@@ -78,18 +81,18 @@ def create_app(view: NodeView, collectors: Sequence[Collector] = ()) -> Starlett
         q = request.query_params
         try:
             state = q.get("state", "pending")
-            if state not in _LIST_STATES:
-                raise ValueError(f"state must be one of {', '.join(_LIST_STATES)}")
+            if state not in LIST_STATES:
+                raise ValueError(f"state must be one of {', '.join(LIST_STATES)}")
             cursor = q.get("cursor")
             if cursor is not None:
                 bytes.fromhex(cursor)
             query = PageQuery(
-                from_ms=_int(q, "from_ms", 0, hi=_FAR),
-                to_ms=_int(q, "to_ms", _FAR, hi=_FAR),
+                from_ms=_int(q, "from_ms", 0, hi=FAR),
+                to_ms=_int(q, "to_ms", FAR, hi=FAR),
                 topic=q.get("topic"),
                 state=cast("ListState", state),
                 cursor=cursor,
-                limit=_int(q, "limit", 100, lo=1, hi=_FAR),
+                limit=_int(q, "limit", 100, lo=1, hi=FAR),
             )
             page = lookup_of(request).page(query)
         except ValueError as exc:
@@ -99,11 +102,11 @@ def create_app(view: NodeView, collectors: Sequence[Collector] = ()) -> Starlett
     def forecast(request: Request) -> JSONResponse:
         q = request.query_params
         try:
-            horizon = _int(q, "horizon_s", 3_600, lo=60, hi=_MAX_HORIZON_S)
-            bucket = _int(q, "bucket_s", 60, lo=60, hi=_MAX_HORIZON_S)
-            if horizon // bucket > _MAX_BUCKETS:
+            horizon = _int(q, "horizon_s", 3_600, lo=60, hi=MAX_HORIZON_S)
+            bucket = _int(q, "bucket_s", 60, lo=60, hi=MAX_HORIZON_S)
+            if horizon // bucket > MAX_BUCKETS:
                 raise ValueError(
-                    f"horizon_s must be 60..{_MAX_HORIZON_S} with at most {_MAX_BUCKETS} buckets"
+                    f"horizon_s must be 60..{MAX_HORIZON_S} with at most {MAX_BUCKETS} buckets"
                 )
             repeats = _flag(q, "repeats")
             answer = lookup_of(request).forecast(view.gauges().now_ms, horizon, bucket, repeats)
@@ -125,6 +128,11 @@ def create_app(view: NodeView, collectors: Sequence[Collector] = ()) -> Starlett
     async def dashboard(_request: Request) -> HTMLResponse:
         return HTMLResponse(page, headers=page_headers)
 
+    description = document(__version__)
+
+    async def openapi(_request: Request) -> JSONResponse:
+        return JSONResponse(description)
+
     app = Starlette(
         routes=[
             Route("/healthz", healthz),
@@ -136,6 +144,7 @@ def create_app(view: NodeView, collectors: Sequence[Collector] = ()) -> Starlett
             Route("/v1/overview", overview),
             Route("/v1/policies", policies),
             Route("/dashboard", dashboard),
+            Route("/openapi.json", openapi),
         ]
     )
     # A trailing slash is a 404, not a redirect to the request's Host header.
@@ -143,11 +152,7 @@ def create_app(view: NodeView, collectors: Sequence[Collector] = ()) -> Starlett
     return app
 
 
-_LIST_STATES = ("pending", "delivered", "dead_lettered", "any")
 _TOTALS = ("ingested", "delivered", "cancelled", "dead_lettered")
-_FAR = 1 << 62
-_MAX_HORIZON_S = 31 * 86_400
-_MAX_BUCKETS = 10_000
 
 
 def dashboard_headers(page: str) -> dict[str, str]:
@@ -182,7 +187,7 @@ def _flag(query: Mapping[str, str], name: str) -> bool:
     return raw == "true"
 
 
-def _int(query: Mapping[str, str], name: str, default: int, lo: int = 0, hi: int = _FAR) -> int:
+def _int(query: Mapping[str, str], name: str, default: int, lo: int = 0, hi: int = FAR) -> int:
     """A query parameter as an integer in ``lo..hi``: what the store and the arithmetic behind
     each parameter take (a slot is 0..2**62 ms: a larger or negative one is no time)."""
     raw = query.get(name)
@@ -229,7 +234,7 @@ def _overview(view: NodeView) -> dict[str, object]:
 
 #: Open to anyone: the probes (a liveness probe carries no secret) and the dashboard's page,
 #: which holds no data (its script asks the API with the token given in its address).
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/dashboard"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/dashboard", "/openapi.json"})
 
 
 def admin_operation(_method: str, path: str) -> Operation | None:
