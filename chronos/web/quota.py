@@ -48,12 +48,13 @@ class _Ledger:
         while self.heap and self.heap[0] <= now_ms:
             self.total -= self.ends.pop(heapq.heappop(self.heap))
 
-    def add(self, ends: Iterable[EpochMs]) -> None:
-        for end in ends:
+    def add(self, ends: Iterable[tuple[EpochMs, int]]) -> None:
+        """Messages counted until each ``end``, ``weight`` of them (a repeat's occurrences)."""
+        for end, weight in ends:
             if end not in self.ends:
                 heapq.heappush(self.heap, end)
-            self.ends[end] += 1
-            self.total += 1
+            self.ends[end] += weight
+            self.total += weight
 
     def wait_ms(self, now_ms: EpochMs, excess: int) -> int:
         """Time until ``excess`` counted messages have stopped counting."""
@@ -86,12 +87,18 @@ class PendingQuota:
                 return float("inf")
             return ledger.wait_ms(now_ms, excess) / 1000
 
-    def settle(self, name: str, due_ms: Iterable[EpochMs], now_ms: EpochMs) -> None:
-        """Kafka acknowledged the reserved messages, falling due at ``due_ms``."""
-        ends = [counted_until(due, now_ms) for due in due_ms]
+    def settle(
+        self, name: str, due_ms: Iterable[EpochMs], now_ms: EpochMs, weights: Iterable[int] = ()
+    ) -> None:
+        """Kafka acknowledged the reserved messages, falling due at ``due_ms`` (a repeat: its
+        last occurrence), each counted ``weights`` times (a repeat: its occurrences; 1 for
+        each when not given), as ``admit`` reserved them."""
+        dues = list(due_ms)
+        counts = list(weights) or [1] * len(dues)
+        ends = [(counted_until(due, now_ms), n) for due, n in zip(dues, counts, strict=True)]
         with self._lock:
             ledger = self._ledgers[name]
-            ledger.reserved -= len(ends)
+            ledger.reserved -= sum(counts)
             ledger.add(ends)
 
     def release(self, name: str, count: int) -> None:

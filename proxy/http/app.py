@@ -156,6 +156,13 @@ class QuotaExceeded(Exception):
         self.reason = reason
 
 
+def occurrences(request: DelayRequest) -> int:
+    """What a request costs a token's ``messages_per_s`` and ``max_pending``: each
+    delivery it can make (a repeat: its ``times``; issue 62: a token of 2 messages/s got
+    10,000 deliveries through one request of a repeat)."""
+    return 1 if request.repeat is None else request.repeat.times
+
+
 def _last_due(request: DelayRequest, receipt: Receipt) -> int:
     """When a scheduled message stops being pending: its (last occurrence's) due time."""
     repeat = request.repeat
@@ -178,16 +185,16 @@ def _send_counted(
     """Send ``requests`` within the token's ``messages_per_s`` and ``max_pending``
     (chronos/web/quota.py), and count what Kafka acknowledged."""
     token = token_of(request.state)
-    count = len(requests)
+    count = sum(occurrences(r) for r in requests)
     if token is not None and token.messages_per_s > 0:
         _refuse_over(
             limits.messages.wait_s(token.name, token.messages_per_s, count),
-            f"{count} messages are over token {token.name!r}'s messages_per_s",
+            f"{count} deliveries are over token {token.name!r}'s messages_per_s",
             f"token {token.name!r} is over its {token.messages_per_s:g} messages/s",
             "messages_per_s",
         )
     receipts = _send_within_quota(client, limits.quota, request, requests)
-    limits.telemetry.scheduled(count)
+    limits.telemetry.scheduled(len(requests))
     return receipts
 
 
@@ -221,10 +228,11 @@ def _send_within_quota(
     if token is None or token.max_pending <= 0:
         return client.send_batch(requests)
     now_ms = int(time.time() * 1000)
-    count = len(requests)
+    weights = [occurrences(r) for r in requests]
+    count = sum(weights)
     _refuse_over(
         quota.admit(token.name, token.max_pending, count, now_ms),
-        f"{count} messages are over token {token.name!r}'s max_pending",
+        f"{count} deliveries are over token {token.name!r}'s max_pending",
         f"token {token.name!r} has {token.max_pending} messages pending, its max_pending",
         "max_pending",
     )
@@ -234,7 +242,7 @@ def _send_within_quota(
         quota.release(token.name, count)
         raise
     due = [_last_due(r, receipt) for r, receipt in zip(requests, receipts, strict=True)]
-    quota.settle(token.name, due, int(time.time() * 1000))
+    quota.settle(token.name, due, int(time.time() * 1000), weights)
     return receipts
 
 

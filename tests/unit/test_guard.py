@@ -569,3 +569,28 @@ def test_a_lone_surrogate_is_a_422_not_a_500(tmp_path: Path, body: bytes) -> Non
             headers = {**_auth(SENDER), "content-type": "application/json"}
             answer = http.post("/v1/messages", content=body, headers=headers)
     assert answer.status_code == 422, answer.text
+
+
+def test_a_repeat_is_charged_its_occurrences(tmp_path: Path) -> None:
+    """Issue 62: a token of 2 messages/s got a repeat of 10,000 deliveries through one
+    request. Its messages_per_s and max_pending now count each occurrence."""
+    paced, capped = new_token(), new_token()
+    settings = _settings(tmp_path)
+    tokens = tmp_path / "rates.toml"
+    tokens.write_text(
+        f'[[tokens]]\nname = "paced"\nsha256 = "{hash_token(paced)}"\ntopics = ["*"]\n'
+        'operations = ["send"]\nmessages_per_s = 2\n'
+        f'[[tokens]]\nname = "capped"\nsha256 = "{hash_token(capped)}"\ntopics = ["*"]\n'
+        'operations = ["send"]\nmax_pending = 100\n'
+    )
+    settings = settings.model_copy(
+        update={"security": settings.security.model_copy(update={"tokens_file": tokens})}
+    )
+    repeat = {"kind": "fixed", "interval_ms": 1000, "times": 10_000}
+    body = {**MESSAGE, "repeat": repeat}
+    with _proxy(settings) as server:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as http:
+            for token in (paced, capped):
+                answer = http.post("/v1/messages", json=body, headers=_auth(token))
+                assert answer.status_code == 422, answer.text
+                assert "10000 deliveries are over" in answer.json()["error"]

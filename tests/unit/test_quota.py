@@ -45,3 +45,27 @@ def test_reservations_count_until_settled_or_released() -> None:
 
 def test_a_batch_larger_than_the_quota_can_never_pass() -> None:
     assert PendingQuota().admit("t", 5, 6, NOW) == math.inf
+
+
+def test_a_repeat_counts_its_occurrences() -> None:
+    """Issue 62: a repeat was one message to max_pending and messages_per_s, whatever its
+    ``times``. Reserved, settled and expired by its occurrences."""
+    quota = PendingQuota()
+    assert quota.admit("t", 100, 60, NOW) == 0.0  # a repeat of 60 occurrences
+    assert quota.admit("t", 100, 60, NOW) > 0, "60 reserved + 60 > 100"
+    quota.settle("t", [NOW + 30_000], NOW, weights=[60])
+    assert quota.pending("t", NOW) == 60
+    assert quota.admit("t", 100, 41, NOW) > 0 and quota.admit("t", 100, 40, NOW) == 0.0
+    assert quota.admit("t", 100, 101, NOW) == math.inf
+    assert quota.pending("t", NOW + 61_000) == 0, "its last occurrence's minute ended"
+
+
+def test_what_a_request_costs_is_its_deliveries() -> None:
+    from chronos.repeat import Repeat, RepeatKind
+    from proxy.client import DelayRequest
+    from proxy.http.app import occurrences
+
+    one = DelayRequest(topic="t", value=b"v", delay=1.0)
+    repeat = Repeat(RepeatKind.FIXED, interval_ms=1000, times=10_000)
+    assert occurrences(one) == 1
+    assert occurrences(DelayRequest(topic="t", value=b"v", delay=1.0, repeat=repeat)) == 10_000
