@@ -22,13 +22,31 @@ class StoppedEarly(BaseException):
         self.signum = signum
 
 
-def stop_early(signum: int, _frame: FrameType | None) -> None:
-    raise StoppedEarly(signum)
+class _EarlyStop:
+    """The early handler: raises ``StoppedEarly``, and keeps each signal it took in
+    ``arrived``. Why keep them: Python prints and drops an exception raised inside a weakref
+    callback, and a signal handled while one runs (the import system's module-lock cleanup,
+    ``_get_module_lock.<locals>.cb``) raised there: the stop was lost and the node went on
+    starting (seen once in CI). Whoever takes the signals over reads ``arrived`` (the node's
+    handler: ``runtime/foreground.py``; any other command: ``hand_back``)."""
+
+    def __init__(self) -> None:
+        self.arrived: list[int] = []
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        self.arrived.append(signum)
+        raise StoppedEarly(signum)
+
+
+stop_early = _EarlyStop()
 
 
 def hand_back(keep: bool) -> None:
     """Give stop signals back to Python's default handling once the command starts, unless it
-    ``keep``s the early ones until it installs its own (the node)."""
+    ``keep``s the early ones until it installs its own (the node). A stop signal that arrived
+    meanwhile, its exception dropped, is raised again here."""
+    if stop_early.arrived and not keep:
+        raise StoppedEarly(stop_early.arrived[0])
     if keep or signal.getsignal(signal.SIGTERM) is not stop_early:
         return
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

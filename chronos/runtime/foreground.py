@@ -29,8 +29,13 @@ def run_foreground(
         log.info("node_signal", signal=signal.Signals(signum).name)
         stop_requested.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
+    earlier = signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    arrived = getattr(earlier, "arrived", None)
+    if arrived:
+        # A stop signal the early handling took (``cli/early.py``) whose exception Python may
+        # have dropped (raised inside a weakref callback): the node stops as if it came now.
+        on_signal(arrived[0], None)
     try:
         start()
     except Exception as exc:
