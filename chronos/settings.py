@@ -858,6 +858,30 @@ class ProxySettings(_Section):
         "as '<token name>:<id>' on the wire, so tenants can neither collide nor see each "
         "other's ids (docs/security.md). Every proxy of a deployment must agree.",
     )
+    inline_body_bytes: int = Field(
+        64 * 1024,
+        ge=0,
+        description="A schedule body up to this size is parsed and validated on the event "
+        "loop; a larger one by a body worker, so that it cannot stall other connections.",
+    )
+    body_workers: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="Processes that parse, validate and encode schedule bodies larger than "
+        "inline_body_bytes (0: every body on the event loop, as before 2026-11).",
+    )
+    body_queue: int = Field(
+        4,
+        ge=0,
+        description="Large bodies waiting for a body worker; past it, 503 with Retry-After.",
+    )
+    request_cpu_ms: int = Field(
+        5_000,
+        ge=1,
+        description="Most CPU a body worker spends on one request's messages (a cron repeat "
+        "or many headers cost more than their bytes); past it, 413.",
+    )
 
 
 class AdminSettings(_Section):

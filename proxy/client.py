@@ -35,6 +35,9 @@ from proxy.status import StatusSource
 #: ``client.id`` of the client library's and the proxy's Kafka clients.
 CLIENT_ID = "chronos-client"
 
+#: How long one answer of Kafka stands for its health (``DelayClient.healthy``).
+HEALTH_TTL_MS = 1000
+
 HeaderInput = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]]
 
 
@@ -109,6 +112,36 @@ def _deliver_at_ms(deliver_at: datetime | int | None) -> int | None:
     return ceil_ms(deliver_at)
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A validated request as its inner-topic record, and what a token's limits charge it.
+
+    Plain data (it crosses a process boundary: the proxy validates large bodies in a child,
+    ``proxy/http/lane.py``).
+    """
+
+    id: str
+    topic: str
+    deliver_at_ms: EpochMs
+    #: When it stops being pending: its (last occurrence's) due time.
+    last_due_ms: EpochMs
+    #: The deliveries it can make: 1, or a repeat's ``times`` (issue 62: quotas charge them).
+    deliveries: int
+    record: tuple[bytes, bytes | None, Headers]
+
+    @classmethod
+    def of(cls, message: DelayMessage) -> Prepared:
+        repeat, first = message.repeat, message.first_due_ms
+        return cls(
+            id=message.id,
+            topic=message.topic,
+            deliver_at_ms=first,
+            last_due_ms=first if repeat is None else repeat.last_due(first),
+            deliveries=1 if repeat is None else repeat.times,
+            record=wire.encode_add(message),
+        )
+
+
 class _Acks:
     """Waits for the acknowledgements of several records at once."""
 
@@ -179,6 +212,9 @@ class DelayClient:
         self._timeout_s = self._settings.proxy.ack_timeout_s
         #: Whether the policy topic was made sure of (compacted; ``set_policy``).
         self._policy_topic_ready = False
+        #: When Kafka was last asked whether it answers, and what it said (``healthy``).
+        self._health: tuple[EpochMs | None, bool] = (None, False)
+        self._health_lock = threading.Lock()
 
     def __enter__(self) -> DelayClient:
         return self
@@ -226,8 +262,16 @@ class DelayClient:
         return StatusSource(proxy.status_nodes, token=token).status(id)
 
     def healthy(self, timeout_s: float = 2.0) -> bool:
-        """True when Kafka answers."""
-        return self._publisher.ping(timeout_s)
+        """True when Kafka answered a metadata request within the last ``HEALTH_TTL_MS``:
+        probes coming faster share one request (issue 62: each ``/healthz`` asked Kafka, so a
+        busy broker made every probe as slow as it, and a probe flood was a metadata flood)."""
+        with self._health_lock:
+            checked_at, healthy = self._health
+            now = self._clock.now_ms()
+            if checked_at is None or not 0 <= now - checked_at < HEALTH_TTL_MS:
+                healthy = self._publisher.ping(timeout_s)
+                self._health = (self._clock.now_ms(), healthy)
+            return healthy
 
     def build(self, request: DelayRequest) -> DelayMessage:
         """Validate a request into the message that will be scheduled (raises ValidationError)."""
@@ -267,19 +311,32 @@ class DelayClient:
 
     def send_batch(self, requests: Sequence[DelayRequest]) -> list[Receipt]:
         """Validate all requests first (all or nothing), produce them, wait for every ack."""
-        messages: list[DelayMessage] = []
+        return self.publish(self.prepare(requests))
+
+    def prepare(
+        self, requests: Sequence[DelayRequest], within: Callable[[], None] | None = None
+    ) -> list[Prepared]:
+        """Validate every request (all or nothing) into its inner record, producing nothing:
+        ``publish`` sends them. ``within`` is called after each request (the proxy's CPU
+        budget raises from it)."""
+        prepared: list[Prepared] = []
         for index, request in enumerate(requests):
             try:
-                messages.append(self.build(request))
+                prepared.append(Prepared.of(self.build(request)))
             except ValidationError as exc:
                 field_name = f"messages[{index}].{exc.field}" if len(requests) > 1 else exc.field
                 raise ValidationError(field_name, exc.message, status=exc.status) from exc
-        acks = _Acks(len(messages), self._publisher.note_error)
-        for message in messages:
-            key, value, headers = wire.encode_add(message)
-            self._publisher.publish(self._names.inner, key, value, headers, acks)
+            if within is not None:
+                within()
+        return prepared
+
+    def publish(self, prepared: Sequence[Prepared]) -> list[Receipt]:
+        """Produce prepared requests to the inner topic; return once Kafka acknowledged all."""
+        acks = _Acks(len(prepared), self._publisher.note_error)
+        for one in prepared:
+            self._publisher.publish(self._names.inner, *one.record, acks)
         acks.wait(self._timeout_s)
-        return [Receipt(m.id, m.first_due_ms) for m in messages]
+        return [Receipt(p.id, p.deliver_at_ms) for p in prepared]
 
     def cancel(self, id: str) -> CancelReceipt:
         """Cancel every remaining occurrence of message ``id``."""

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
@@ -22,7 +24,19 @@ from chronos.web.guard import RateLimiter, token_of
 from chronos.web.quota import PendingQuota
 from chronos.web.refusals import Refusals
 from chronos.web.tokens import Operation
-from proxy.client import DelayClient, DelayRequest, Receipt
+from proxy.client import DelayClient, Prepared, Receipt
+from proxy.http.invalid import describe_invalid_body, unreadable_cause
+from proxy.http.lane import (
+    BodyLane,
+    Decide,
+    LaneFull,
+    OverBudget,
+    Read,
+    Refused,
+    cpu_budget,
+    in_id_space,
+    schedule_requests,
+)
 from proxy.http.openapi_rules import state_rules
 from proxy.http.schemas import (
     BatchIn,
@@ -56,38 +70,6 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
-def field_path(loc: Sequence[object]) -> str | None:
-    """A pydantic location as the API names fields (``messages[3].topic``); None for the body
-    itself."""
-    path = ""
-    for part in loc:
-        if part == "body" and not path:
-            continue
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path or None
-
-
-def describe_invalid_body(
-    error: Mapping[str, Any], content_type: str | None
-) -> tuple[int, str, str | None]:
-    """(status, message, field) for the first problem FastAPI found in a request body."""
-    if error.get("type") == "json_invalid":
-        position = next((p for p in error.get("loc", ()) if isinstance(p, int)), None)
-        detail = (error.get("ctx") or {}).get("error", "invalid JSON")
-        where = "" if position is None else f" at character {position}"
-        return 422, f"the body is not valid JSON{where}: {detail}", None
-    field = field_path(error.get("loc", ()))
-    media = (content_type or "").split(";")[0].strip().lower()
-    if field is None and media != "application/json":
-        shown = repr(content_type) if content_type else "none"
-        return 415, f"send a JSON body with content-type application/json (got {shown})", None
-    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-    if error.get("type") == "too_long":  # pydantic says "after validation": it was before
-        context = error.get("ctx") or {}
-        message = f"at most {context.get('max_length')}, got {context.get('actual_length')}"
-    return 422, message, field
-
-
 def unreadable_body(exc: StarletteHTTPException) -> str | None:
     """Why a body that FastAPI could not parse is not JSON, when that is the cause of its
     ``400``: not UTF-8, nested too deeply, a number of too many digits. The documented
@@ -95,14 +77,7 @@ def unreadable_body(exc: StarletteHTTPException) -> str | None:
     parse failure but a syntax error); None for any other ``400``."""
     if exc.status_code != 400:
         return None
-    cause = exc.__cause__
-    if isinstance(cause, UnicodeDecodeError):
-        return f"the body is not valid JSON: not UTF-8 at byte {cause.start}"
-    if isinstance(cause, RecursionError):
-        return "the body is not valid JSON here: nested too deeply"
-    if isinstance(cause, ValueError) and "digits" in str(cause):
-        return "the body is not valid JSON here: a number has more than 4,300 digits"
-    return None
+    return unreadable_cause(exc.__cause__)
 
 
 def allowed_methods(app: FastAPI, request: Request) -> list[str]:
@@ -156,20 +131,6 @@ class QuotaExceeded(Exception):
         self.reason = reason
 
 
-def occurrences(request: DelayRequest) -> int:
-    """What a request costs a token's ``messages_per_s`` and ``max_pending``: each
-    delivery it can make (a repeat: its ``times``; issue 62: a token of 2 messages/s got
-    10,000 deliveries through one request of a repeat)."""
-    return 1 if request.repeat is None else request.repeat.times
-
-
-def _last_due(request: DelayRequest, receipt: Receipt) -> int:
-    """When a scheduled message stops being pending: its (last occurrence's) due time."""
-    repeat = request.repeat
-    first = receipt.deliver_at_ms
-    return first if repeat is None else repeat.last_due(first)
-
-
 @dataclass(frozen=True)
 class _Limits:
     """What bounds a token's sending beyond the guard's requests/s, per proxy process."""
@@ -180,12 +141,14 @@ class _Limits:
 
 
 def _send_counted(
-    client: DelayClient, limits: _Limits, request: Request, requests: list[DelayRequest]
+    limits: _Limits, request: Request, read: Read, publish: Callable[[], list[Receipt]]
 ) -> list[Receipt]:
-    """Send ``requests`` within the token's ``messages_per_s`` and ``max_pending``
-    (chronos/web/quota.py), and count what Kafka acknowledged."""
+    """``publish`` the messages ``read`` describes within the token's ``messages_per_s`` and
+    ``max_pending`` (chronos/web/quota.py), each charged its deliveries (a repeat: its
+    ``times``; issue 62: a token of 2 messages/s got 10,000 deliveries through one request of
+    a repeat), and count what Kafka acknowledged."""
     token = token_of(request.state)
-    count = sum(occurrences(r) for r in requests)
+    count = sum(read.deliveries)
     if token is not None and token.messages_per_s > 0:
         _refuse_over(
             limits.messages.wait_s(token.name, token.messages_per_s, count),
@@ -193,8 +156,8 @@ def _send_counted(
             f"token {token.name!r} is over its {token.messages_per_s:g} messages/s",
             "messages_per_s",
         )
-    receipts = _send_within_quota(client, limits.quota, request, requests)
-    limits.telemetry.scheduled(len(requests))
+    receipts = _send_within_quota(limits.quota, request, read, publish)
+    limits.telemetry.scheduled(len(read.deliveries))
     return receipts
 
 
@@ -221,15 +184,14 @@ def _tell(refusals: Refusals, request: Request, status: int, reason: str, detail
 
 
 def _send_within_quota(
-    client: DelayClient, quota: PendingQuota, request: Request, requests: list[DelayRequest]
+    quota: PendingQuota, request: Request, read: Read, publish: Callable[[], list[Receipt]]
 ) -> list[Receipt]:
-    """Send ``requests`` within the token's ``max_pending`` (chronos/web/quota.py)."""
+    """``publish`` within the token's ``max_pending`` (chronos/web/quota.py)."""
     token = token_of(request.state)
     if token is None or token.max_pending <= 0:
-        return client.send_batch(requests)
+        return publish()
     now_ms = int(time.time() * 1000)
-    weights = [occurrences(r) for r in requests]
-    count = sum(weights)
+    count = sum(read.deliveries)
     _refuse_over(
         quota.admit(token.name, token.max_pending, count, now_ms),
         f"{count} deliveries are over token {token.name!r}'s max_pending",
@@ -237,12 +199,11 @@ def _send_within_quota(
         "max_pending",
     )
     try:
-        receipts = client.send_batch(requests)
+        receipts = publish()
     except BaseException:
         quota.release(token.name, count)
         raise
-    due = [_last_due(r, receipt) for r, receipt in zip(requests, receipts, strict=True)]
-    quota.settle(token.name, due, int(time.time() * 1000), weights)
+    quota.settle(token.name, read.last_dues, int(time.time() * 1000), read.deliveries)
     return receipts
 
 
@@ -277,10 +238,15 @@ def _check_id_scope(
 
 
 def create_app(
-    client: DelayClient, settings: ChronosSettings, telemetry: ProxyTelemetry | None = None
+    client: DelayClient,
+    settings: ChronosSettings,
+    telemetry: ProxyTelemetry | None = None,
+    lane: BodyLane | None = None,
 ) -> FastAPI:
     """The HTTP API around ``client``; answers only after Kafka acknowledged. ``telemetry``
-    counts what it answered, refused and scheduled (``GET /metrics``)."""
+    counts what it answered, refused and scheduled (``GET /metrics``). ``lane`` reads large
+    schedule bodies in worker processes (started on first use when not given; the caller
+    closes it: ``app.state.lane``)."""
     app = FastAPI(
         title="chronos proxy",
         version="1",
@@ -293,6 +259,8 @@ def create_app(
     limits = settings.limits
     told = telemetry or ProxyTelemetry(Refusals("proxy"))
     sending = _Limits(PendingQuota(), RateLimiter(), told)
+    bodies = lane or BodyLane(settings)
+    app.state.lane = bodies
     registry = CollectorRegistry(auto_describe=False)
     registry.register(told)
     app.add_middleware(CountResponses, telemetry=told)
@@ -350,6 +318,20 @@ def create_app(
         error = f"the body holds text that is not UTF-8: {exc.reason}"
         return JSONResponse(status_code=422, content={"error": error, "field": None})
 
+    @app.exception_handler(LaneFull)
+    def _lane_full(request: Request, exc: LaneFull) -> JSONResponse:
+        _tell(told.refusals, request, 503, "body_workers", str(exc))
+        return JSONResponse(
+            status_code=503,
+            content={"error": str(exc), "field": None},
+            headers={"retry-after": str(exc.retry_after_s)},
+        )
+
+    @app.exception_handler(OverBudget)
+    def _over_budget(request: Request, exc: OverBudget) -> JSONResponse:
+        _tell(told.refusals, request, 413, "request_cpu_ms", str(exc))
+        return JSONResponse(status_code=413, content={"error": str(exc), "field": None})
+
     @app.exception_handler(NotAcknowledged)
     def _unavailable(_request: Request, exc: NotAcknowledged) -> JSONResponse:
         return JSONResponse(status_code=503, content={"error": str(exc), "field": None})
@@ -362,13 +344,21 @@ def create_app(
     def scoped(request: Request, message_id: str) -> str:
         return to_wire(tenant(request), message_id, limits.max_id_bytes, "message_id")
 
-    def send(request: Request, requests: list[DelayRequest], batch: bool) -> list[ReceiptOut]:
-        """Send in the token's id space; receipts carry the ids the caller gave."""
+    def prepare(request: Request, messages: list[ScheduleIn], batch: bool) -> list[Prepared]:
+        """Every message validated into its inner record, in the token's id space, within
+        ``proxy.request_cpu_ms`` (on the event loop's threads; a body worker does the same
+        for a large body: proxy/http/lane.py)."""
+        within = cpu_budget(settings.proxy.request_cpu_ms)
+        requests = schedule_requests(messages, settings, batch)
+        in_id_space(requests, tenant(request), settings, batch)
+        return client.prepare(requests, within)
+
+    def send(
+        request: Request, read: Read, publish: Callable[[], list[Receipt]]
+    ) -> list[ReceiptOut]:
+        """Send within the token's limits; receipts carry the ids the caller gave."""
         space = tenant(request)
-        for index, one in enumerate(requests):
-            field = f"messages[{index}].id" if batch else "id"
-            one.id = to_wire(space, one.id, limits.max_id_bytes, field)
-        receipts = _send_counted(client, sending, request, requests)
+        receipts = _send_counted(sending, request, read, publish)
         return [
             ReceiptOut(
                 id=from_wire(space, r.id), deliver_at_ms=r.deliver_at_ms, deliver_at=r.deliver_at
@@ -376,29 +366,72 @@ def create_app(
             for r in receipts
         ]
 
-    @app.post("/v1/messages", response_model=ReceiptOut, status_code=201, responses=_ERRORS)
+    def sent(request: Request, prepared: list[Prepared]) -> list[ReceiptOut]:
+        """``send`` for messages prepared here."""
+        return send(request, Read.of(prepared), lambda: client.publish(prepared))
+
+    def decide(batch: bool, request: Request) -> Decide:
+        """The answer to a body a worker read, as the route would give it."""
+
+        def answer(read: Read | Refused, publish: Callable[[], list[Receipt]]) -> JSONResponse:
+            if isinstance(read, Refused) and not read.after_topics:
+                return JSONResponse({"error": read.error, "field": read.field}, read.status)
+            _check_topics(request, read.topics, batch)
+            if isinstance(read, Refused):
+                if read.status == 413 and read.field is None:
+                    _tell(told.refusals, request, 413, "request_cpu_ms", read.error)
+                return JSONResponse({"error": read.error, "field": read.field}, read.status)
+            receipts = send(request, read, publish)
+            out: BaseModel = BatchOut(receipts=receipts) if batch else receipts[0]
+            return JSONResponse(out.model_dump(mode="json"), 201)
+
+        return answer
+
+    class LaneRoute(APIRoute):
+        """A schedule route whose large bodies a body worker reads (proxy/http/lane.py)."""
+
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            on_loop = super().get_route_handler()
+            batch = self.path.endswith("/batch")
+
+            async def handler(request: Request) -> Response:
+                body = await request.body()  # kept by the request: the route reads it again
+                content_type = request.headers.get("content-type")
+                if not bodies.takes(body, content_type):
+                    return await on_loop(request)
+                answer: Response = await bodies.answer(
+                    body, content_type, batch, tenant(request), decide(batch, request)
+                )
+                return answer
+
+            return handler
+
     def schedule(body: ScheduleIn, request: Request) -> ReceiptOut:
         """Schedule one message."""
         _check_topics(request, [body.topic], batch=False)
-        return send(request, [body.to_request(limits)], batch=False)[0]
+        return sent(request, prepare(request, [body], batch=False))[0]
 
     def schedule_batch(body: BatchIn, request: Request) -> BatchOut:
         """Schedule a batch; if any message is invalid nothing is scheduled."""
         _check_topics(request, [m.topic for m in body.messages], batch=True)
-        requests = []
-        for index, message in enumerate(body.messages):
-            try:
-                requests.append(message.to_request(limits))
-            except ValidationError as exc:
-                raise ValidationError(f"messages[{index}].{exc.field}", exc.message) from exc
-        return BatchOut(receipts=send(request, requests, batch=True))
+        return BatchOut(receipts=sent(request, prepare(request, body.messages, batch=True)))
 
     # The body's model knows proxy.batch_max: a longer batch is refused before any of its
     # messages is validated (``batch_model``).
     schedule_batch.__annotations__["body"] = batch_model(settings.proxy.batch_max)
-    app.post("/v1/messages/batch", response_model=BatchOut, status_code=201, responses=_ERRORS)(
-        schedule_batch
-    )
+    for path, endpoint, model in (
+        ("/v1/messages", schedule, ReceiptOut),
+        ("/v1/messages/batch", schedule_batch, BatchOut),
+    ):
+        app.router.add_api_route(
+            path,
+            endpoint,
+            methods=["POST"],
+            response_model=model,
+            status_code=201,
+            responses=_ERRORS,
+            route_class_override=LaneRoute,
+        )
 
     @app.delete(
         "/v1/messages/{message_id}", response_model=CancelOut, status_code=202, responses=_ERRORS

@@ -7,6 +7,7 @@ from chronos.settings import ChronosSettings
 from chronos.web.refusals import Refusals
 from proxy.client import DelayClient
 from proxy.http.app import create_app, proxy_operation
+from proxy.http.lane import BodyLane
 from proxy.http.telemetry import ProxyTelemetry
 
 
@@ -20,7 +21,8 @@ class ProxyServer(ThreadedServer):
     def __init__(self, settings: ChronosSettings) -> None:
         self.client = DelayClient(settings)
         self.telemetry = ProxyTelemetry(Refusals("proxy"))
-        app = create_app(self.client, settings, self.telemetry)
+        self.lane = BodyLane(settings)
+        app = create_app(self.client, settings, self.telemetry, self.lane)
         super().__init__(
             name="proxy",
             app=app,
@@ -32,13 +34,22 @@ class ProxyServer(ThreadedServer):
         )
         self.telemetry.book = self.book
 
+    def start(self) -> None:
+        """Serve on a background thread, the body workers started first (warm for the first
+        large body)."""
+        self.lane.start()
+        super().start()
+
     def join(self, timeout: float) -> None:
         super().join(timeout)
+        self.lane.close()
         self.client.close()
 
     def serve_forever(self) -> None:
         """Run in the calling thread until SIGINT/SIGTERM (uvicorn installs the handlers)."""
+        self.lane.start()
         try:
             self.serve()
         finally:
+            self.lane.close()
             self.client.close()

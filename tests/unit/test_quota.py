@@ -62,10 +62,16 @@ def test_a_repeat_counts_its_occurrences() -> None:
 
 def test_what_a_request_costs_is_its_deliveries() -> None:
     from chronos.repeat import Repeat, RepeatKind
-    from proxy.client import DelayRequest
-    from proxy.http.app import occurrences
+    from proxy.client import DelayClient, DelayRequest
 
-    one = DelayRequest(topic="t", value=b"v", delay=1.0)
+    client = DelayClient()  # validates and encodes without connecting
     repeat = Repeat(RepeatKind.FIXED, interval_ms=1000, times=10_000)
-    assert occurrences(one) == 1
-    assert occurrences(DelayRequest(topic="t", value=b"v", delay=1.0, repeat=repeat)) == 10_000
+    one, repeated = client.prepare(
+        [
+            DelayRequest(topic="t", value=b"v", delay=1.0),
+            DelayRequest(topic="t", value=b"v", delay=1.0, repeat=repeat),
+        ]
+    )
+    assert (one.deliveries, repeated.deliveries) == (1, 10_000)
+    assert one.last_due_ms == one.deliver_at_ms
+    assert repeated.last_due_ms == repeated.deliver_at_ms + 9_999 * 1000
