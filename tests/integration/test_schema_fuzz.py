@@ -135,6 +135,7 @@ def test_fuzz_from_the_openapi_schema(kafka_bootstrap: str, namespace: str, tmp_
         try:
             assert server.wait_started(10)
             report, dropped = tmp_path / "report.json", tmp_path / "dropped.txt"
+            cron_fields = tmp_path / "cron_fields.txt"
             run = subprocess.run(
                 [
                     _schemathesis(),
@@ -168,6 +169,7 @@ def test_fuzz_from_the_openapi_schema(kafka_bootstrap: str, namespace: str, tmp_
                     "SCHEMATHESIS_HOOKS": "tests.integration.schema_fuzz_hooks",
                     "PYTHONPATH": str(REPO),
                     "CHRONOS_TEST_FUZZ_DROPPED": str(dropped),
+                    "CHRONOS_TEST_FUZZ_CRON": str(cron_fields),
                 },
             )
         finally:
@@ -189,8 +191,14 @@ def test_fuzz_from_the_openapi_schema(kafka_bootstrap: str, namespace: str, tmp_
     assert records, "the fuzzer got nothing accepted: the schema or the token is wrong"
     assert not refused, refused[:10]
     clock = dropped.read_text().splitlines() if dropped.exists() else []
+    drawn = cron_fields.read_text().splitlines() if cron_fields.exists() else []
+    zones = {line for line in drawn if line.startswith("zone ")}
+    expressions = {line for line in drawn if line.startswith("cron ")}
+    # Issue 62: the cron fields are fuzzed with the hooks' lists, not only random strings.
+    assert len(zones) >= 10 and len(expressions) >= 10, (len(zones), len(expressions))
     print(
         f"schema fuzz: {cases['generated']} cases, {len(records)} inner records all accepted, "
         f"{len(clock)} valid requests refused only by a rule the schema does not state "
-        "(schema_fuzz_hooks.py)"
+        f"(schema_fuzz_hooks.py); {len(drawn)} cron fields drawn from its lists ({len(zones)} "
+        f"zones, {len(expressions)} expressions)"
     )
