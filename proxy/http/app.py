@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Match
 
 from chronos.errors import NotAcknowledged, ValidationError
@@ -395,7 +396,13 @@ def create_app(
             batch = self.path.endswith("/batch")
 
             async def handler(request: Request) -> Response:
-                body = await request.body()  # kept by the request: the route reads it again
+                try:
+                    body = await request.body()  # kept by the request: the route reads it again
+                except ClientDisconnect:
+                    # The guard cut the body off and answered (413, 408, 503), or the client
+                    # left: nothing more reaches it. Dropped here, the chunks read are freed
+                    # at once; raised, the server would log a traceback that holds them.
+                    return Response(status_code=400)
                 content_type = request.headers.get("content-type")
                 if not bodies.takes(body, content_type):
                     return await on_loop(request)
