@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 import threading
 import time
 from typing import Any
@@ -14,8 +15,10 @@ import uvicorn
 from chronos.errors import ConfigError
 from chronos.settings import SecuritySettings
 from chronos.web.connections import (
+    ACCEPT_QUEUE,
     HeadWaits,
     LoopErrors,
+    accept_batch,
     bounded_protocol,
     effective_max_connections,
 )
@@ -71,6 +74,9 @@ class ThreadedServer:
             port=port,
             **tls,
             http=bounded_protocol(self.waits),
+            # Connections the loop accepts in one turn (the kernel's queue is set apart:
+            # _PacedServer): the accepted stay below the open-files limit in any burst.
+            backlog=accept_batch(self.waits.max_connections, listeners(host, port)),
             log_level="warning",
             # uvicorn's own logging config writes plain text past chronos' handler; without
             # it, its lines reach the root logger in chronos' format (JSON in json mode).
@@ -78,7 +84,7 @@ class ThreadedServer:
             access_log=False,
             lifespan="off",
         )
-        self.server = uvicorn.Server(config)
+        self.server = _PacedServer(config)
         self._thread = threading.Thread(target=self.serve, name=name, daemon=True)
 
     def serve(self) -> None:
@@ -121,6 +127,33 @@ class ThreadedServer:
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
+
+
+class _PacedServer(uvicorn.Server):
+    """uvicorn's server, listening with a queue of ``ACCEPT_QUEUE`` connections while its event
+    loop accepts at most ``config.backlog`` of them a turn (asyncio gives both the one
+    number: ``chronos.web.connections.accept_batch``)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        for server in getattr(self, "servers", []):
+            for listening in server.sockets:
+                # listen() again on the same socket (a duplicate descriptor of it) only
+                # lengthens its queue; the loop's reader keeps its batch.
+                with socket.fromfd(listening.fileno(), listening.family, listening.type) as dup:
+                    dup.listen(ACCEPT_QUEUE)
+
+
+def listeners(host: str, port: int) -> int:
+    """How many sockets asyncio listens on for ``host`` (a name with an IPv4 and an IPv6
+    address: two; what it cannot resolve here: one)."""
+    try:
+        found = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except OSError:
+        return 1
+    return max(1, len({(family, address) for family, _, _, _, address in found}))
 
 
 def is_loopback(host: str) -> bool:

@@ -12,7 +12,12 @@ byte every few seconds, is held for ever, and enough of them exhaust the process
 * a request head over uvicorn's limit (``h11_max_incomplete_event_size``, 16 KiB) gets ``431``;
   the rest the client sends is read and dropped until it stops or the head deadline passes, so
   it reads the answer instead of a connection reset;
-* an exhausted accept is logged once a minute with a count, not once per attempt.
+* the event loop takes at most ``accept_batch`` connections off the listening socket in one
+  turn, so the connections accepted before the cap can shed their way down stay within the
+  open-files limit (the arithmetic is ``accept_batch``'s), while the kernel's accept queue
+  still holds ``ACCEPT_QUEUE`` waiting connections, which take no descriptor of the process;
+* an exhausted accept (which the above keeps from happening) is logged once a minute with a
+  count, not once per attempt.
 """
 
 from __future__ import annotations
@@ -65,6 +70,38 @@ def effective_max_connections(configured: int) -> int:
     if limit == resource.RLIM_INFINITY:
         return configured
     return max(16, min(configured, limit // 2))
+
+
+#: The kernel's queue of connections not yet accepted (uvicorn's default listen backlog): a
+#: burst waits there without taking any of the process' descriptors.
+ACCEPT_QUEUE = 2048
+
+
+def accept_batch(max_connections: int, listeners: int = 1) -> int:
+    """How many connections the event loop may accept off one listening socket in one turn
+    (the ``backlog`` asyncio's ``create_server`` takes; ``listeners``: the sockets listening).
+
+    asyncio's selector loop, when a listening socket is readable, accepts up to ``backlog``
+    sockets in a row before any of them has a protocol: uvicorn's 2,048 took the descriptors of
+    a whole flood in one turn, past the open-files limit (issue 62). What one batch costs: a
+    socket accepted in turn t gets its transport in turn t+1 and its ``connection_made`` in
+    t+2, which closes the connection waiting longest for a request head; that one's
+    descriptor is freed in t+3, before t+3's accepts (what a turn schedules runs before the
+    next turn's I/O callbacks). So while the loop accepts, at most three batches per listener
+    are open beyond the ``max_connections`` held, and with this batch
+
+        max_connections + 3 x listeners x batch <= max_connections + 3/4 (limit - max_connections)
+
+    A quarter of the room above the cap (at least an eighth of the limit, the cap being at
+    most half of it) stays for Kafka's sockets, the store's files, the loop's own and the
+    connections whose request is in flight (the cap sheds only those waiting for a head).
+    Over TLS, ``connection_made`` waits for the handshake: a socket still in one is neither
+    counted nor shed (asyncio closes it after 60 s), so this bound is plain HTTP's.
+    """
+    limit = open_files_limit()
+    if limit == resource.RLIM_INFINITY:
+        return ACCEPT_QUEUE
+    return max(1, min(ACCEPT_QUEUE, (limit - max_connections) // (4 * max(1, listeners))))
 
 
 @dataclass
@@ -201,8 +238,9 @@ def bounded_protocol(waits: HeadWaits) -> Any:
 
 class LoopErrors:
     """An event loop's exception handler that logs an exhausted accept once a minute with a
-    count (asyncio reports it once per attempt, up to the listen backlog per loop turn), and
-    passes anything else to the loop's default handler."""
+    count (asyncio reports it once per attempt, up to the accept batch per loop turn), and
+    passes anything else to the loop's default handler. ``accept_batch`` keeps the accepts
+    below the open-files limit: this is for descriptors taken by something else."""
 
     _EXHAUSTED = "socket.accept() out of system resource"
 
