@@ -868,19 +868,21 @@ class ProxySettings(_Section):
         1,
         ge=0,
         le=64,
-        description="Processes that parse, validate and encode schedule bodies larger than "
-        "inline_body_bytes (0: every body on the event loop, as before 2026-11).",
+        description="Processes that parse, validate, encode and produce schedule bodies larger "
+        "than inline_body_bytes, each one body at a time (0: every body on the event loop).",
     )
     body_queue: int = Field(
-        4,
+        64,
         ge=0,
-        description="Large bodies waiting for a body worker; past it, 503 with Retry-After.",
+        description="Large bodies waiting for a body worker (their bytes count against "
+        "security.max_bodies_bytes); past it, 503 with Retry-After.",
     )
     request_cpu_ms: int = Field(
         5_000,
         ge=1,
-        description="Most CPU a body worker spends on one request's messages (a cron repeat "
-        "or many headers cost more than their bytes); past it, 413.",
+        description="Most CPU one request's messages may take to validate, on the event "
+        "loop's threads or in a body worker (a cron repeat or many headers cost more than "
+        "their bytes); past it, 413.",
     )
 
 

@@ -58,7 +58,13 @@ from proxy.http.tenancy import from_wire, tenant_of, to_wire
 from proxy.status import StatusUnavailable
 
 _ERRORS: dict[int | str, dict[str, object]] = {
-    413: {"model": ErrorOut, "description": "Message larger than the configured limit."},
+    413: {
+        "model": ErrorOut,
+        "description": (
+            "Message larger than the configured limit, or the request's messages took more "
+            "than proxy.request_cpu_ms of CPU to validate (send smaller batches)."
+        ),
+    },
     415: {"model": ErrorOut, "description": "The body is not JSON (content-type)."},
     422: {
         "model": ErrorOut,
@@ -67,7 +73,13 @@ _ERRORS: dict[int | str, dict[str, object]] = {
             "(`field` null; the error says where or why)."
         ),
     },
-    503: {"model": ErrorOut, "description": "Kafka did not acknowledge in time."},
+    503: {
+        "model": ErrorOut,
+        "description": (
+            "Kafka did not acknowledge in time, or every body worker is busy and its queue "
+            "full (Retry-After)."
+        ),
+    },
 }
 
 

@@ -23,8 +23,10 @@ consulted, on both paths.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -39,13 +41,14 @@ import pydantic
 from anyio.to_thread import run_sync
 
 from chronos.errors import NotAcknowledged, ValidationError
+from chronos.logs import configure_logging
 from chronos.settings import ChronosSettings
 from chronos.types import EpochMs
+from chronos.web.memory import TRIM_AFTER_BYTES, glibc_malloc_trim
 from proxy.client import DelayClient, DelayRequest, Prepared, Receipt
 from proxy.http.invalid import describe_invalid_body, unreadable_cause
 from proxy.http.schemas import ScheduleIn, batch_model
 from proxy.http.tenancy import to_wire
-
 
 #: How much lower a body worker's CPU priority is than the server's (``nice``).
 _NICE = 10
@@ -89,6 +92,13 @@ class Read:
 #: What the server decides for a read body, on a thread, with the way to produce its records:
 #: the answer, or an exception the app's handlers answer.
 Decide = Callable[["Read | Refused", Callable[[], list[Receipt]]], Any]
+
+
+#: Why a body whose worker died gets 503: its records may or may not have been produced.
+_WORKER_LOST = (
+    "the body worker reading this request stopped; the outcome is unknown: retry with the same "
+    "ids (ids make scheduling idempotent)"
+)
 
 
 class LaneFull(Exception):
@@ -223,25 +233,47 @@ def serve(fd: int) -> None:
     for each body ``("read", ...)`` answered with a Read or a Refused, and after a Read
     ``("publish",)`` answered with its receipts, or ``("drop",)``; until the server closes
     the pipe."""
+    # The server decides when this ends: a Ctrl-C reaches the whole process group, and the
+    # server drains first (the node's decoder child does the same). SIGTERM keeps its default.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Below the server's priority: on a busy machine the CPU goes to the event loop (plain
     # requests, /healthz) and Kafka first, and a large body waits (edge_cost_check).
     os.nice(_NICE)
     with Connection(fd) as conn:
-        reader = BodyReader(conn.recv())
+        settings: ChronosSettings = conn.recv()
+        configure_logging(settings.log)
+        reader = BodyReader(settings)
+        trim = glibc_malloc_trim()
+        size = 0
         try:
             while True:
                 try:
                     kind, *args = conn.recv()
                 except EOFError:
                     return
-                if kind == "drop":
-                    reader.pending = []
+                if kind == "read":
+                    size = len(args[0])
+                    answer = _read(reader, *args)
+                    conn.send(answer)
+                    if isinstance(answer, Read):
+                        continue  # its records are held until published or dropped
                 elif kind == "publish":
                     conn.send(reader.publish())
                 else:
-                    conn.send(_read(reader, *args))
+                    reader.pending = []
+                if size >= TRIM_AFTER_BYTES:
+                    args = []  # the body, too
+                    _hand_back(trim)
         finally:
             reader.close()
+
+
+def _hand_back(trim: Callable[[int], int] | None) -> None:
+    """Give the memory of a large body back to the system (a 16 MiB body of small values
+    peaks at hundreds of MiB in a worker, which would otherwise keep them while idle)."""
+    gc.collect()
+    if trim is not None:
+        trim(0)
 
 
 def _read(reader: BodyReader, *args: Any) -> Read | Refused:
@@ -315,6 +347,15 @@ class _Worker:
             if isinstance(read, Read) and not published:
                 self._conn.send(("drop",))
 
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def kill(self) -> None:
+        """Stop it now (dead already, or its pipe broke): never waits on the event loop."""
+        self._conn.close()
+        self._process.kill()
+        self._process.wait()
+
     def close(self) -> None:
         """Close its pipe (it exits on EOF); killed if it does not within 5 s."""
         self._conn.close()
@@ -326,7 +367,11 @@ class _Worker:
 
 
 class BodyLane:
-    """The worker processes and their bounded queue; used from one event loop."""
+    """The worker processes and their bounded queue; used from one event loop.
+
+    At most ``body_workers`` bodies are read at once (a slot each); a worker is started when a
+    slot finds none idle, and one found dead (killed, out of memory) is dropped, so no failure
+    leaves the lane without workers for good."""
 
     def __init__(self, settings: ChronosSettings) -> None:
         proxy = settings.proxy
@@ -334,8 +379,9 @@ class BodyLane:
         self._workers = proxy.body_workers
         self._capacity = proxy.body_workers + proxy.body_queue
         self.inline_bytes = proxy.inline_body_bytes
-        self._idle: asyncio.Queue[_Worker] | None = None
-        self._started: list[_Worker] = []
+        self._slots: asyncio.Semaphore | None = None
+        #: Started workers not reading a body now.
+        self._idle: list[_Worker] = []
         self.in_flight = 0
 
     def takes(self, body: bytes, content_type: str | None) -> bool:
@@ -345,8 +391,8 @@ class BodyLane:
     def start(self) -> None:
         """Start the workers now (each imports chronos in about a second, in the background:
         the first large body waits for that only if it comes sooner)."""
-        while len(self._started) < self._workers:
-            self._started.append(_Worker(self._settings))
+        while len(self._idle) < self._workers:
+            self._idle.append(_Worker(self._settings))
 
     async def answer(
         self,
@@ -357,37 +403,44 @@ class BodyLane:
         decide: Decide,
     ) -> Any:
         """``body`` read by a worker and answered by ``decide`` (``_Worker.converse``);
-        LaneFull when the workers and the queue are taken."""
+        LaneFull when the workers and the queue are taken, or a worker failed."""
         if self.in_flight >= self._capacity:
-            raise LaneFull(f"{self.in_flight} large bodies are being read; retry")
+            raise LaneFull(f"{self.in_flight} large bodies are being read or wait; retry")
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._workers)
         self.in_flight += 1
         try:
-            idle = self._idle_workers()
-            worker = await idle.get()
-            try:
-                return await run_sync(worker.converse, body, content_type, batch, tenant, decide)
-            except (EOFError, OSError) as exc:
-                # It died (killed, out of memory): replaced, and this body is not retried.
-                self._started.remove(worker)
-                worker.close()
-                worker = _Worker(self._settings)
-                self._started.append(worker)
-                raise LaneFull("a body worker stopped; retry") from exc
-            finally:
-                idle.put_nowait(worker)
+            async with self._slots:
+                worker = self._take()
+                try:
+                    answer = await run_sync(
+                        worker.converse, body, content_type, batch, tenant, decide
+                    )
+                except (EOFError, OSError) as exc:
+                    # It died (killed, out of memory) or its pipe broke: dropped; the next
+                    # body starts another. Published or not is unknown.
+                    worker.kill()
+                    raise LaneFull(_WORKER_LOST) from exc
+                self._idle.append(worker)
+                return answer
         finally:
             self.in_flight -= 1
 
-    def _idle_workers(self) -> asyncio.Queue[_Worker]:
-        if self._idle is None:
-            self.start()
-            self._idle = asyncio.Queue()
-            for worker in self._started:
-                self._idle.put_nowait(worker)
-        return self._idle
+    def _take(self) -> _Worker:
+        """An idle worker still alive, or a new one (LaneFull when none can be started)."""
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.alive():
+                return worker
+            worker.kill()
+        try:
+            return _Worker(self._settings)
+        except OSError as exc:  # no descriptors, no memory, no processes left
+            raise LaneFull(f"no body worker could be started ({exc}); retry") from exc
 
     def close(self) -> None:
-        """Stop the workers (a body being read is abandoned)."""
-        started, self._started, self._idle = self._started, [], None
-        for worker in started:
+        """Stop the idle workers (one reading a body stops when its pipe is closed: at the
+        server's exit)."""
+        idle, self._idle = self._idle, []
+        for worker in idle:
             worker.close()

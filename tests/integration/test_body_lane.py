@@ -169,21 +169,49 @@ def test_other_requests_are_answered_while_a_worker_reads_and_its_queue_is_bound
     assert first[0].status_code == 201, first[0].text
 
 
-def test_a_worker_that_dies_is_replaced(settings: ChronosSettings, namespace: str) -> None:
+def test_a_worker_that_dies_is_replaced(
+    settings: ChronosSettings, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed while idle: the next body gets a new worker. Killed while reading a body: that
+    body gets 503 (its outcome unknown), the next one a new worker."""
+    reading, release = threading.Event(), threading.Event()
+    real_converse = lane_module._Worker.converse
+
+    def held(worker: Any, *args: Any) -> Any:
+        if not release.is_set():
+            reading.set()
+            release.wait(60)
+        return real_converse(worker, *args)
+
     server = _serve(settings, inline_body_bytes=0, body_workers=1)
+    base = f"http://127.0.0.1:{server.port}"
+    headers = {"authorization": f"Bearer {EVERY}"}
+    message = _message(namespace)
+
+    def send() -> httpx.Response:
+        return httpx.post(f"{base}/v1/messages", json=message, headers=headers, timeout=60)
+
     try:
-        base = f"http://127.0.0.1:{server.port}"
-        headers = {"authorization": f"Bearer {EVERY}"}
-        message = _message(namespace)
-        assert httpx.post(f"{base}/v1/messages", json=message, headers=headers).status_code == 201
-        (worker,) = server.lane._started
-        worker._process.kill()
-        worker._process.wait()
-        lost = httpx.post(f"{base}/v1/messages", json=message, headers=headers)
-        assert lost.status_code == 503, lost.text
-        again = httpx.post(f"{base}/v1/messages", json=message, headers=headers, timeout=60)
-        assert again.status_code == 201, again.text
+        assert send().status_code == 201
+        (idle,) = server.lane._idle
+        idle._process.kill()
+        idle._process.wait()
+        assert send().status_code == 201, "a new worker read it"
+        (reader,) = server.lane._idle
+        monkeypatch.setattr(lane_module._Worker, "converse", held)
+        answers: list[httpx.Response] = []
+        sender = threading.Thread(target=lambda: answers.append(send()))
+        sender.start()
+        assert reading.wait(60), "the worker got the body"
+        reader._process.kill()
+        reader._process.wait()
+        release.set()
+        sender.join(60)
+        assert answers[0].status_code == 503, answers[0].text
+        assert "outcome is unknown" in answers[0].json()["error"]
+        assert send().status_code == 201, "a new worker read the next one"
     finally:
+        release.set()
         server.stop()
         server.join(10)
 
