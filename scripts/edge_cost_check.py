@@ -13,7 +13,11 @@ answer, as a client does):
   size allows;
 * ``cron``: a batch of ``proxy.batch_max`` every-second cron repeats at
   ``limits.repeat_max_times``, each with its own first due (no cache helps) and every tenth
-  with an expression of its own.
+  with an expression of its own;
+* ``small-cron`` (not by default: ``--attacks``): a batch just under
+  ``proxy.inline_body_bytes`` (read on the server's side, not by a body worker) of cron
+  repeats at ``limits.repeat_max_times``, each with an expression, zone and first due of its
+  own.
 
 Meanwhile the plain client sends one small message every 50 ms and asks ``/healthz`` every
 100 ms. Passes when every plain POST is 201 with p99 under ``--post-p99-ms`` (100), every
@@ -82,6 +86,26 @@ def cron_body(topic: str, batch_max: int, times: int) -> tuple[str, bytes]:
         delay = _HOUR_MS + index * 1000
         messages.append({"topic": topic, "value": "x", "delay_ms": delay, "repeat": repeat})
     return "/v1/messages/batch", json.dumps({"messages": messages}).encode()
+
+
+def small_cron_body(topic: str, max_bytes: int, times: int) -> tuple[str, bytes]:
+    """As many cron repeats as fit in ``max_bytes`` (a body read on the event loop's side),
+    each with an expression, a zone and a first due of its own: no cache helps."""
+    zones = ("Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Tehran")
+    messages: list[dict[str, Any]] = []
+    while True:
+        index = len(messages)
+        repeat = {
+            "kind": "cron",
+            "cron": f"{index % 60} */{1 + index % 7} * * * *",
+            "zone": zones[index % len(zones)],
+            "times": times,
+        }
+        message = {"topic": topic, "value": "x", "delay_ms": _HOUR_MS + index, "repeat": repeat}
+        body = json.dumps({"messages": [*messages, message]}).encode()
+        if len(body) > max_bytes:
+            return "/v1/messages/batch", json.dumps({"messages": messages}).encode()
+        messages.append(message)
 
 
 def _attack(name: str, port: int, path: str, body: bytes, until: float, results: Any) -> None:
@@ -197,6 +221,9 @@ def main() -> None:
             ),
             "cron": cron_body(
                 stack.target, settings.proxy.batch_max, settings.limits.repeat_max_times
+            ),
+            "small-cron": small_cron_body(
+                stack.target, settings.proxy.inline_body_bytes, settings.limits.repeat_max_times
             ),
         }
         log_path = stack.workdir / "proxy.log"
