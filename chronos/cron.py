@@ -1,8 +1,9 @@
 """Calendar schedules: a cron expression read in an IANA time zone.
 
-``croniter`` finds the next wall-clock time an expression matches; this module turns wall-clock
-times into instants, which is where daylight-saving time bites. The rules (documented in the
-docs/guarantees.md and checked against a brute-force walk in ``tests/unit/test_cron.py``):
+``croniter`` reads an expression and finds the next wall-clock time it matches; this module
+turns wall-clock times into instants, which is where daylight-saving time bites. The rules
+(documented in docs/guarantees.md and checked against a brute-force walk in
+``tests/unit/test_cron.py``):
 
 - a local time that does not exist (the hour skipped when clocks go forward) fires at the next
   valid instant, the moment the clocks jumped (02:30 on the spring-forward night in Berlin
@@ -18,6 +19,28 @@ drifts by an hour at each change, is no longer the only way to say "daily".
 Expressions have 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first
 (as Quartz and Spring write them). Day-of-month and day-of-week, both restricted, match when
 either does (Vixie cron).
+
+**Counted, not walked (issue 62).** A repeat's occurrence k, the count of its fires in a span
+and the first fire after an instant cost a few bisections, whatever k: walking the fires one
+croniter step at a time cost a validation 10,000 steps for an every-second repeat of 10,000
+occurrences, in the proxy and again in every node's ingest. The fires of an expression are
+its matching days times the same set T of times of day (its hour, minute and second fields),
+so up to a wall-clock time they are counted as (matching days before it) x |T| plus the times
+of its own day (``_TimesOfDay``, ``_DaySpec``, one table of matching days per year). Wall
+clock to instant is linear between two changes of the zone's offset (``_ZoneYear``, one table
+per zone and year); a change forward collapses the wall times it skips, with the one it jumps
+to, into one fire (their count is known, so is the collapse); a change back fires its
+repeated wall times once (the earlier instant), so it collapses nothing. The walk
+(``walk_next_after``) stays as the reference the counting is tested against
+(``tests/unit/test_cron_arithmetic.py``) and as the fallback for a zone year whose offset
+changes come too close together for the table to be sure of them (none in tzdata since 1970).
+
+**The minimum gap** (``min_gap_ms``) is read on the wall clock: the shortest distance between
+two consecutive times of day in T, and from the last to the next day's first as if the next
+day matched too. A night the clocks go forward can bring two fires closer than that, by up to
+the length of the jump (``0 1,3 * * *`` in Berlin fires 1 h apart that night: 02:00 does not
+exist, so 03:00 is an hour after 01:00); fires are whole seconds and a skipped stretch fires
+once, so no two fires are ever under 1 s apart.
 """
 
 from __future__ import annotations
@@ -25,7 +48,11 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from datetime import UTC, datetime
+from bisect import bisect_left, bisect_right
+from calendar import monthrange
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from chronos.types import EpochMs
@@ -35,13 +62,279 @@ from chronos.types import EpochMs
 EXPRESSION_SHAPE = r"^ *[!-~]+( +[!-~]+){4,5} *$"
 _SHAPE = re.compile(EXPRESSION_SHAPE)
 
+_DAY_S = 86_400
+_EPOCH = datetime(1970, 1, 1)
+_EPOCH_ORDINAL = _EPOCH.toordinal()
+#: A zone's offset is read once a day (at local noon) to find its changes, so two changes
+#: within a day that cancel out would go unseen; each change seen is then found to the second
+#: in a window of 5 days, so a year whose changes come closer than this is walked instead.
+#: tzdata's closest since 1970 are 7 days apart (tests/unit/test_cron_arithmetic.py checks
+#: every zone).
+_CLOSEST_CHANGES_S = 6 * _DAY_S
+#: croniter gives up when no date matches within 50 years; so does counting.
+_MAX_YEARS = 50
+
 
 class CronError(ValueError):
     """An expression or zone chronos cannot read; the message says which and why."""
 
 
+class _Irregular(Exception):
+    """A zone year whose offset changes the table cannot be sure of: walk instead."""
+
+
 def _instant_ms(moment: datetime) -> EpochMs:
     return int(moment.timestamp() * 1000)
+
+
+def _epoch_day(year: int, month: int = 1, day: int = 1) -> int:
+    return date(year, month, day).toordinal() - _EPOCH_ORDINAL
+
+
+def _year_of_day(day: int) -> int:
+    return date.fromordinal(day + _EPOCH_ORDINAL).year
+
+
+@dataclass(frozen=True, slots=True)
+class _TimesOfDay:
+    """T: the seconds of the day an expression's hour, minute and second fields name, sorted
+    (hour, then minute, then second), counted and indexed without being listed."""
+
+    hours: tuple[int, ...]
+    minutes: tuple[int, ...]
+    seconds: tuple[int, ...]
+
+    @classmethod
+    def of(cls, expanded: list[list[Any]], has_seconds: bool) -> _TimesOfDay:
+        def field(values: list[Any], top: int) -> tuple[int, ...]:
+            if "*" in values:
+                return tuple(range(top))
+            if not all(isinstance(v, int) and 0 <= v < top for v in values):
+                raise CronError(f"unexpected time field {values!r}")
+            return tuple(sorted(set(values)))
+
+        seconds = field(expanded[5], 60) if has_seconds else (0,)
+        return cls(field(expanded[1], 24), field(expanded[0], 60), seconds)
+
+    @property
+    def per_day(self) -> int:
+        return len(self.hours) * len(self.minutes) * len(self.seconds)
+
+    def count_to(self, second: int) -> int:
+        """How many of T are at or before ``second`` of the day (0..86399)."""
+        hour, rest = divmod(second, 3600)
+        minute, sec = divmod(rest, 60)
+        per_hour = len(self.minutes) * len(self.seconds)
+        index = bisect_left(self.hours, hour)
+        count = index * per_hour
+        if index < len(self.hours) and self.hours[index] == hour:
+            index = bisect_left(self.minutes, minute)
+            count += index * len(self.seconds)
+            if index < len(self.minutes) and self.minutes[index] == minute:
+                count += bisect_right(self.seconds, sec)
+        return count
+
+    def at(self, index: int) -> int:
+        """T's ``index``-th (0-based) second of the day."""
+        hour, rest = divmod(index, len(self.minutes) * len(self.seconds))
+        minute, sec = divmod(rest, len(self.seconds))
+        return self.hours[hour] * 3600 + self.minutes[minute] * 60 + self.seconds[sec]
+
+    def min_gap_s(self) -> int:
+        """The shortest distance between consecutive times of T, the wrap past midnight
+        included (as if the next day matched too)."""
+        seconds, minutes, hours = self.seconds, self.minutes, self.hours
+        first, last = self.at(0), self.at(self.per_day - 1)
+        gaps = [_DAY_S - (last - first)]
+        gaps += [b - a for a, b in zip(seconds, seconds[1:], strict=False)]
+        span_s = seconds[-1] - seconds[0]
+        gaps += [(b - a) * 60 - span_s for a, b in zip(minutes, minutes[1:], strict=False)]
+        span_m = (minutes[-1] - minutes[0]) * 60 + span_s
+        gaps += [(b - a) * 3600 - span_m for a, b in zip(hours, hours[1:], strict=False)]
+        return min(gaps)
+
+
+def _nth_weekdays(year: int, month: int, weekday: int) -> list[int]:
+    """The days of a month that fall on ``weekday`` (cron's: 0 = Sunday), in order."""
+    first = date(year, month, 1).isoweekday() % 7
+    return list(range(1 + (weekday - first) % 7, monthrange(year, month)[1] + 1, 7))
+
+
+def _nearest_weekday(year: int, month: int, day: int) -> int:
+    """croniter's ``W``: the weekday nearest ``day``, within the month."""
+    last = monthrange(year, month)[1]
+    day = min(day, last)
+    weekday = date(year, month, day).weekday()  # 0 = Monday
+    if weekday < 5:
+        return day
+    if weekday == 5:
+        return day - 1 if day > 1 else day + 2
+    return day + 1 if day < last else day - 2
+
+
+@dataclass(frozen=True, slots=True)
+class _DaySpec:
+    """Which calendar days an expression matches, as croniter reads its fields (its
+    ``_calc``: month, then day-of-month or ``W``, then day-of-week or ``#``/``L``; both day
+    fields restricted: the union of the two sides). The one place chronos decides day
+    matching for counting; the walk asks croniter. A change of the rule (Vixie's, say)
+    changes both, and ``tests/unit/test_cron_arithmetic.py`` holds them equal."""
+
+    months: frozenset[int] | None  # None: every month
+    days: frozenset[int] | None  # day-of-month; None: "*"
+    last_day: bool  # day-of-month "L"
+    weekdays: frozenset[int] | None  # cron's weekday, 0 = Sunday; None: "*"
+    nth: tuple[tuple[int, tuple[int | str, ...]], ...]  # weekday -> nths ("l": the last)
+    nearest: tuple[int, ...]  # day-of-month "W"
+    either: bool  # both day fields restricted: either matches
+
+    @classmethod
+    def of(cls, matches: Any) -> _DaySpec:
+        if getattr(matches, "_day_or", True) is not True or getattr(
+            matches, "_implement_cron_bug", False
+        ):
+            raise CronError("unexpected croniter day rule")
+        expanded = matches.expanded
+        day_field, month_field, dow_field = expanded[2], expanded[3], expanded[4]
+        nth: dict[int, set[int | str]] = {}
+        for weekday, which in dict(matches.nth_weekday_of_month).items():
+            for wd in range(7) if weekday == "*" else (weekday,):
+                nth.setdefault(int(wd), set()).update(which)
+        for values in (day_field, month_field, dow_field):
+            if not all(v == "*" or v == "l" or isinstance(v, int) for v in values):
+                raise CronError(f"unexpected day field {values!r}")
+        return cls(
+            months=None if "*" in month_field else frozenset(month_field),
+            days=None if "*" in day_field else frozenset(v for v in day_field if v != "l"),
+            last_day="l" in day_field and "*" not in day_field,
+            weekdays=None if "*" in dow_field else frozenset(dow_field),
+            nth=tuple(sorted((wd, tuple(sorted(ns, key=str))) for wd, ns in nth.items())),
+            nearest=tuple(sorted(getattr(matches, "nearest_weekday", ()) or ())),
+            either=day_field[0] != "*" and dow_field[0] != "*",
+        )
+
+    @property
+    def every_day(self) -> bool:
+        return (
+            self.months is None
+            and self.days is None
+            and not self.last_day
+            and self.weekdays is None
+            and not self.nth
+            and not self.nearest
+        )
+
+    def days_of_month(self, year: int, month: int) -> list[int]:
+        """The matching days of one month, sorted."""
+        if self.months is not None and month not in self.months:
+            return []
+        if self.either:
+            found = self._side(year, month, True, False) | self._side(year, month, False, True)
+        else:
+            found = self._side(year, month, True, True)
+        return sorted(found)
+
+    def _side(self, year: int, month: int, by_day: bool, by_weekday: bool) -> set[int]:
+        last = monthrange(year, month)[1]
+        found = set(range(1, last + 1))
+        if self.nearest:
+            found &= {_nearest_weekday(year, month, d) for d in self.nearest}
+        elif by_day and self.days is not None:
+            found &= set(self.days) | ({last} if self.last_day else set())
+        if self.nth:
+            chosen: set[int] = set()
+            for weekday, nths in self.nth:
+                days = _nth_weekdays(year, month, weekday)
+                for n in nths:
+                    if n == "l":
+                        chosen.add(days[-1])
+                    elif isinstance(n, int) and n <= len(days):
+                        chosen.add(days[n - 1])
+            found &= chosen
+        elif by_weekday and self.weekdays is not None:
+            first = date(year, month, 1).isoweekday() % 7
+            found = {d for d in found if (first + d - 1) % 7 in self.weekdays}
+        return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _year_days(spec: _DaySpec, year: int) -> tuple[int, ...]:
+    """The matching days of a calendar year, as days since 1970-01-01, sorted."""
+    days: list[int] = []
+    for month in range(1, 13):
+        start = _epoch_day(year, month) - 1
+        days.extend(start + d for d in spec.days_of_month(year, month))
+    return tuple(days)
+
+
+@dataclass(frozen=True, slots=True)
+class _ZoneYear:
+    """A zone's offset changes in one UTC year: (instant, offset before, offset after), in
+    seconds, found by reading the offset once a day and bisecting each change."""
+
+    offset: int  # the offset just before the year starts
+    times: tuple[int, ...]
+    changes: tuple[tuple[int, int, int], ...]
+    regular: bool
+
+
+def _offset(zone: ZoneInfo, second: int) -> int:
+    offset = datetime.fromtimestamp(second, zone).utcoffset()
+    assert offset is not None
+    return offset.days * _DAY_S + offset.seconds
+
+
+@functools.lru_cache(maxsize=16_384)  # ~600 zones x 27 years; a few MB when full
+def _zone_year(zone: ZoneInfo, year: int) -> _ZoneYear:
+    start, end = _epoch_day(year) * _DAY_S, _epoch_day(year + 1) * _DAY_S
+    # The offset at each local noon from two days before the year to two days after (the
+    # cheap reading: a wall time's, no instant built). A noon the clocks skip reads the
+    # offset before the jump, so a change seen between two noons is looked for from the
+    # noon before them to the noon after.
+    first_day = _epoch_day(year) - 2
+    noons = _epoch_day(year + 1) + 2 - first_day
+    wall, day, read = (
+        datetime(year, 1, 1, 12) - 2 * timedelta(days=1),
+        timedelta(days=1),
+        zone.utcoffset,
+    )
+    readings: list[timedelta | None] = []
+    for _ in range(noons):
+        readings.append(read(wall))
+        wall += day
+    changes: list[tuple[int, int, int]] = []
+    regular = True
+    for index in range(1, noons):
+        if readings[index] == readings[index - 1]:
+            continue
+        # From the start (UTC) of the day before the noon before, to the end of the day
+        # after the noon after: whatever the offset, those noons lie within.
+        low = (first_day + index - 3) * _DAY_S
+        high = (first_day + index + 2) * _DAY_S
+        before, after = _offset(zone, low), _offset(zone, high)
+        if before == after:  # two changes in five days cancelled out
+            regular = False
+            continue
+        while high - low > 1:  # one change in between (`_CLOSEST_CHANGES_S`)
+            middle = (low + high) // 2
+            reading = _offset(zone, middle)
+            if reading == before:
+                low = middle
+            else:
+                regular = regular and reading == after
+                high = middle
+        if start <= high < end and (not changes or changes[-1][0] != high):
+            changes.append((high, before, after))
+    for (t0, _, _), (t1, _, _) in zip(changes, changes[1:], strict=False):
+        regular = regular and t1 - t0 >= _CLOSEST_CHANGES_S
+    # A change back of a day or more would repeat a stretch longer than `_bound` looks back.
+    regular = regular and all(o0 - o1 < _DAY_S for _, o0, o1 in changes)
+    offset = _offset(zone, start - 1)
+    return _ZoneYear(offset, tuple(c[0] for c in changes), tuple(changes), regular)
+
+
+def _utc_year(second: int) -> int:
+    return _year_of_day(second // _DAY_S)
 
 
 class CronSchedule:
@@ -84,16 +377,68 @@ class CronSchedule:
         except ValueError as exc:  # February 30th, say
             raise CronError(f"{expression!r} never matches a date") from exc
         self._lock = threading.Lock()
+        # What counting reads of croniter's parse: the times of day and the day rule.
+        self._times = _TimesOfDay.of(self._matches.expanded, self.has_seconds)
+        self._days = _DaySpec.of(self._matches)
+        #: The shortest gap between two fires on the wall clock (the module's docstring).
+        self.min_gap_ms = self._times.min_gap_s() * 1000
+
+    # -- the public questions, counted ---------------------------------------------------
 
     def next_after(self, instant_ms: EpochMs) -> EpochMs:
         """The first fire strictly after ``instant_ms``; CronError when there is none before
         the year 9999 (datetime's end)."""
+        return self.after(instant_ms, 1)
+
+    def at_or_after(self, instant_ms: EpochMs) -> EpochMs:
+        """The first fire at or after ``instant_ms``: a cron repeat's first occurrence."""
+        return self.next_after(instant_ms - 1)
+
+    def after(self, first_ms: EpochMs, count: int) -> EpochMs:
+        """The ``count``-th fire strictly after ``first_ms`` (``first_ms`` itself for 0): a
+        repeat's occurrence ``count + 1`` when ``first_ms`` is its first due."""
+        if count <= 0:
+            return first_ms
         try:
-            return self._next_after(instant_ms)
+            try:
+                return self._after(first_ms, count)
+            except _Irregular:
+                due = first_ms
+                for _ in range(count):
+                    due = self._walk_next_after(due)
+                return due
+        except (OverflowError, ValueError, OSError) as exc:
+            raise CronError(f"no fire of {self.expression!r} after {first_ms} ms") from exc
+
+    def fires_between(self, after_ms: EpochMs, until_ms: EpochMs, most: int) -> int:
+        """How many fires lie in (``after_ms``, ``until_ms``], counting to ``most`` at most."""
+        if until_ms <= after_ms or most <= 0:
+            return 0
+        try:
+            try:
+                return min(most, self._count(after_ms, until_ms, most))
+            except _Irregular:
+                count, due = 0, after_ms
+                while count < most:
+                    due = self._walk_next_after(due)
+                    if due > until_ms:
+                        break
+                    count += 1
+                return count
+        except (OverflowError, ValueError, OSError) as exc:
+            raise CronError(f"cannot count the fires of {self.expression!r}") from exc
+
+    # -- the walk: the rules, one croniter step per fire -----------------------------------
+
+    def walk_next_after(self, instant_ms: EpochMs) -> EpochMs:
+        """``next_after`` by walking croniter's matches: the reference counting is tested
+        against, and the fallback for a zone year counting cannot be sure of."""
+        try:
+            return self._walk_next_after(instant_ms)
         except (OverflowError, ValueError, OSError) as exc:
             raise CronError(f"no fire of {self.expression!r} after {instant_ms} ms") from exc
 
-    def _next_after(self, instant_ms: EpochMs) -> EpochMs:
+    def _walk_next_after(self, instant_ms: EpochMs) -> EpochMs:
         local = datetime.fromtimestamp(instant_ms / 1000, self._zone).replace(tzinfo=None)
         with self._lock:
             self._matches.set_current(local, force=True)
@@ -103,10 +448,6 @@ class CronSchedule:
                 fire = self._instant(self._matches.get_next(datetime))
                 if fire > instant_ms:
                     return fire
-
-    def at_or_after(self, instant_ms: EpochMs) -> EpochMs:
-        """The first fire at or after ``instant_ms``: a cron repeat's first occurrence."""
-        return self.next_after(instant_ms - 1)
 
     def _instant(self, wall: datetime) -> EpochMs:
         """The instant a matching wall-clock time fires at (the module's rules)."""
@@ -132,6 +473,163 @@ class CronSchedule:
                 low = middle + 1
         return low * 1000
 
+    # -- counting ----------------------------------------------------------------------
+    #
+    # A wall time is a second of local time counted from 1970-01-01 00:00 (naive); W is the
+    # set of wall times the expression matches. Every fire is the instant of some w in W,
+    # instants grow with w, and only a change forward maps several w to one instant.
+
+    def _zone_year(self, year: int) -> _ZoneYear:
+        table = _zone_year(self._zone, year)
+        if not table.regular:
+            raise _Irregular
+        return table
+
+    def _bound(self, instant_ms: EpochMs) -> int:
+        """The last wall time whose fire is at or before ``instant_ms``."""
+        second = instant_ms // 1000  # fires are whole seconds
+        year = _utc_year(second)
+        table = self._zone_year(year)
+        index = bisect_right(table.times, second)
+        if index:
+            change: tuple[int, int, int] | None = table.changes[index - 1]
+            offset = table.changes[index - 1][2]
+        else:
+            offset, change = table.offset, None
+            if second - _epoch_day(year) * _DAY_S < _DAY_S:  # a repeated stretch since?
+                earlier = self._zone_year(year - 1)
+                change = earlier.changes[-1] if earlier.changes else None
+        if change is not None:
+            at, before, after = change
+            if after < before and second + offset < at + before:
+                # The second pass of a repeated stretch: its wall times fired in the first.
+                return at + before - 1
+        return second + offset
+
+    def _has(self, day: int) -> bool:
+        if self._days.every_day:
+            return True
+        days = _year_days(self._days, _year_of_day(day))
+        index = bisect_left(days, day)
+        return index < len(days) and days[index] == day
+
+    def _days_in(self, start: int, end: int) -> int:
+        """Matching days in [start, end) (days since 1970-01-01)."""
+        if end <= start:
+            return 0
+        if self._days.every_day:
+            return end - start
+        count = 0
+        for year in range(_year_of_day(start), _year_of_day(end - 1) + 1):
+            days = _year_days(self._days, year)
+            count += bisect_left(days, end) - bisect_left(days, start)
+        return count
+
+    def _day_from(self, start: int, index: int) -> int:
+        """The ``index``-th (0-based) matching day at or after ``start``."""
+        if self._days.every_day:
+            return start + index
+        year = _year_of_day(start)
+        empty = 0  # years in a row without a matching day
+        while empty <= _MAX_YEARS:
+            days = _year_days(self._days, year)
+            skipped = bisect_left(days, start)
+            if index < len(days) - skipped:
+                return days[skipped + index]
+            index -= len(days) - skipped
+            empty = 0 if len(days) > skipped else empty + 1
+            year += 1
+        raise ValueError(f"no matching day within {_MAX_YEARS} years")
+
+    def _walls(self, low: int, high: int) -> int:
+        """How many wall times of W lie in (low, high]."""
+        if high <= low:
+            return 0
+        times = self._times
+        day_low, second_low = divmod(low, _DAY_S)
+        day_high, second_high = divmod(high, _DAY_S)
+        if day_low == day_high:
+            if not self._has(day_low):
+                return 0
+            return times.count_to(second_high) - times.count_to(second_low)
+        count = self._days_in(day_low + 1, day_high) * times.per_day
+        if self._has(day_low):
+            count += times.per_day - times.count_to(second_low)
+        if self._has(day_high):
+            count += times.count_to(second_high)
+        return count
+
+    def _wall_after(self, low: int, n: int) -> int:
+        """The ``n``-th (1-based) wall time of W after ``low``."""
+        times = self._times
+        day, second = divmod(low, _DAY_S)
+        if self._has(day):
+            left = times.per_day - times.count_to(second)
+            if n <= left:
+                return day * _DAY_S + times.at(times.per_day - left + n - 1)
+            n -= left
+        skip, index = divmod(n - 1, times.per_day)
+        return self._day_from(day + 1, skip) * _DAY_S + times.at(index)
+
+    def _collapsed(self, change: tuple[int, int, int]) -> int:
+        """How many of W a change forward skips, with the one it jumps to, less one: the
+        fires the collapse into one costs."""
+        at, before, after = change
+        return max(0, self._walls(at + before - 1, at + after) - 1)
+
+    def _fire(self, wall: int) -> EpochMs:
+        return self._instant(_EPOCH + timedelta(seconds=wall))
+
+    def _after(self, first_ms: EpochMs, count: int) -> EpochMs:
+        first = first_ms // 1000
+        low = self._bound(first_ms)
+        extra = 0  # wall times that collapsed into a fire already counted
+        wall = self._wall_after(low, count)
+        year = _utc_year(first)
+        while (_epoch_day(year) - 1) * _DAY_S <= wall:  # later changes come after `wall`
+            if self._quiet(year):
+                year += 1
+                continue
+            for change in self._zone_year(year).changes:
+                at, before, after = change
+                if at <= first or after <= before:
+                    continue
+                if at + before > wall:
+                    return self._fire(wall)
+                collapsed = self._collapsed(change)
+                if collapsed and self._walls(at + before - 1, wall) > 1:
+                    extra += collapsed  # `wall` is not the collapse's first: count past it
+                    wall = self._wall_after(low, count + extra)
+            year += 1
+        return self._fire(wall)
+
+    def _count(self, after_ms: EpochMs, until_ms: EpochMs, most: int) -> int:
+        """Fires in (after_ms, until_ms], a UTC year at a time, until ``most`` are found: a
+        first due far in the past costs the years its ``times`` span, not all since."""
+        count, low, year = 0, after_ms, _utc_year(after_ms // 1000)
+        while low < until_ms and count < most:
+            high = min(until_ms, _epoch_day(year + 1) * _DAY_S * 1000 - 1)
+            if not self._quiet(year):
+                count += self._count_in_year(year, low, high)
+            low, year = high, year + 1
+        return count
+
+    def _count_in_year(self, year: int, after_ms: EpochMs, until_ms: EpochMs) -> int:
+        low, high = after_ms // 1000, until_ms // 1000
+        count = self._walls(self._bound(after_ms), self._bound(until_ms))
+        for change in self._zone_year(year).changes:
+            at, before, after = change
+            if low < at <= high and after > before:
+                count -= self._collapsed(change)
+        return count
+
+    def _quiet(self, year: int) -> bool:
+        """Whether W has no wall time within two days of UTC year ``year``: no fire in it,
+        and none of its offset changes collapses anything (its table is not needed)."""
+        if self._days.every_day:
+            return False
+        return self._days_in(_epoch_day(year) - 2, _epoch_day(year + 1) + 2) == 0
+
 
 @functools.lru_cache(maxsize=256)
 def schedule_of(expression: str, zone: str) -> CronSchedule:
@@ -139,35 +637,28 @@ def schedule_of(expression: str, zone: str) -> CronSchedule:
     return CronSchedule(expression, zone)
 
 
-class _Walk:
-    """How far the fires of one schedule from one first due have been counted."""
-
-    def __init__(self, first_ms: EpochMs) -> None:
-        self.lock = threading.Lock()
-        self.occurrence = 1
-        self.due_ms = first_ms
-
-
-@functools.lru_cache(maxsize=4096)
-def _walk(expression: str, zone: str, first_ms: EpochMs) -> _Walk:
-    return _Walk(first_ms)
-
-
 def due_of(expression: str, zone: str, first_ms: EpochMs, occurrence: int) -> EpochMs:
-    """Due time of ``occurrence`` (1-based) of a cron repeat whose first fire is ``first_ms``.
-
-    Occurrence k is k-1 fires after the first; counting from the first is O(k), so the last
-    position counted is kept per message: delivering occurrence k, then scheduling k+1,
-    costs one step each.
-    """
+    """Due time of ``occurrence`` (1-based) of a cron repeat whose first fire is ``first_ms``:
+    the (occurrence-1)-th fire after it, counted (a few bisections, whatever the
+    occurrence)."""
     if occurrence == 1:
         return first_ms
-    schedule = schedule_of(expression, zone)
-    walk = _walk(expression, zone, first_ms)
-    with walk.lock:
-        if walk.occurrence > occurrence:
-            walk.occurrence, walk.due_ms = 1, first_ms
-        while walk.occurrence < occurrence:
-            walk.due_ms = schedule.next_after(walk.due_ms)
-            walk.occurrence += 1
-        return walk.due_ms
+    return schedule_of(expression, zone).after(first_ms, occurrence - 1)
+
+
+def fires_between(
+    expression: str, zone: str, after_ms: EpochMs, until_ms: EpochMs, most: int
+) -> int:
+    """How many fires of the schedule lie in (``after_ms``, ``until_ms``], up to ``most``."""
+    if until_ms <= after_ms or most <= 0:
+        return 0
+    return schedule_of(expression, zone).fires_between(after_ms, until_ms, most)
+
+
+def clear_caches(zones: bool = True) -> None:
+    """Empties the caches of this module (a benchmark's cold start; tests): the parsed
+    schedules and their day tables, and with ``zones`` the zones' tables too."""
+    schedule_of.cache_clear()
+    _year_days.cache_clear()
+    if zones:
+        _zone_year.cache_clear()

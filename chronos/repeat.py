@@ -109,14 +109,25 @@ class Repeat:
             dues.append(due)
         return dues
 
-    def last_due(self, first_due: EpochMs) -> EpochMs:
-        """Due time of the last occurrence (cron: O(times) the first time it is asked)."""
-        if not self.until_ms:
-            return self.due_of(first_due, self.times)
+    def last_occurrence(self, first_due: EpochMs) -> int:
+        """The number of the last occurrence: ``times``, or for a cron repeat with
+        ``until_ms`` the last fire at or before it, if that comes first (counted: cost
+        independent of ``times``)."""
+        if not self.until_ms or self.times == 1:
+            return self.times
+        if self.kind is RepeatKind.CRON:
+            more = cron.fires_between(
+                self.cron, self.zone, first_due, self.until_ms, self.times - 1
+            )
+            return 1 + more
         occurrence = 1
         while not self.is_last(first_due, occurrence):
             occurrence += 1
-        return self.due_of(first_due, occurrence)
+        return occurrence
+
+    def last_due(self, first_due: EpochMs) -> EpochMs:
+        """Due time of the last occurrence."""
+        return self.due_of(first_due, self.last_occurrence(first_due))
 
     def gap_after(self, occurrence: int) -> int:
         """Milliseconds between ``occurrence`` and the next one (fixed and exponential: a
@@ -163,6 +174,14 @@ class Repeat:
                 return occurrence, due
             steps = min((now - due) // self.interval_ms, self.times - occurrence)
             return occurrence + steps, due + steps * self.interval_ms
+        if self.kind is RepeatKind.CRON:  # counted: a repeat far behind costs no more
+            if now <= due or occurrence >= self.times:
+                return occurrence, due
+            left = self.last_occurrence(first_due) - occurrence
+            steps = cron.fires_between(self.cron, self.zone, due, now, left)
+            if steps <= 0:
+                return occurrence, due
+            return occurrence + steps, self.due_of(first_due, occurrence + steps)
         while not self.is_last(first_due, occurrence):
             nxt = self.next_due(first_due, occurrence, due)
             if nxt > now:

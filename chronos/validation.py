@@ -132,21 +132,36 @@ def validate_repeat(repeat: Repeat, limits: LimitSettings) -> None:
 
 
 def _cron_last_due(repeat: Repeat, first: EpochMs, limits: LimitSettings, horizon: int) -> int:
-    """Walk a cron repeat's occurrences (at most ``times``, the count the node will walk too):
-    none closer than the shortest repeat interval, the last one's due time (or the first past
-    the horizon)."""
+    """A cron repeat's last occurrence's due time, or a fire past the horizon when not all of
+    its ``times`` fit before it; its fires no closer than the shortest repeat interval.
+
+    Counted, not walked (issue 62): the proxy and every node's ingest run this, and the
+    node's cost per record must not grow with ``times``. The gap is the expression's shortest
+    on the wall clock (``CronSchedule.min_gap_ms``: a night the clocks go forward can bring
+    two fires closer, by up to the jump), checked when the repeat has a second occurrence.
+    """
     if repeat.until_ms and repeat.until_ms < first:
         raise ValidationError("repeat.until", "is before the first occurrence")
-    occurrence, due = 1, first
-    while due <= horizon and not repeat.is_last(first, occurrence):
-        occurrence += 1
-        previous, due = due, repeat.due_of(first, occurrence)
-        if due - previous < limits.repeat_min_interval_ms:
-            raise ValidationError(
-                "repeat.cron",
-                f"fires {due - previous} ms apart, less than {limits.repeat_min_interval_ms} ms",
-            )
-    return due
+    if first > horizon:
+        return first
+    try:
+        schedule = cron.schedule_of(repeat.cron, repeat.zone)
+        bounded = bool(repeat.until_ms) and repeat.until_ms <= horizon
+        end = repeat.until_ms if bounded else horizon
+        more = schedule.fires_between(first, end, repeat.times - 1)  # after the first, in time
+        last = schedule.after(first, more)
+        if more < repeat.times - 1 and not bounded:
+            following = schedule.after(last, 1)  # the first past the horizon
+            if not repeat.until_ms or following <= repeat.until_ms:
+                last = following
+    except cron.CronError as exc:
+        raise ValidationError("repeat.cron", str(exc)) from exc
+    if last != first and schedule.min_gap_ms < limits.repeat_min_interval_ms:
+        raise ValidationError(
+            "repeat.cron",
+            f"fires {schedule.min_gap_ms} ms apart, less than {limits.repeat_min_interval_ms} ms",
+        )
+    return last
 
 
 def validate_message(
