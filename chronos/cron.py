@@ -1,7 +1,7 @@
 """Calendar schedules: a cron expression read in an IANA time zone.
 
-``croniter`` reads an expression and finds the next wall-clock time it matches; this module
-turns wall-clock times into instants, which is where daylight-saving time bites. The rules
+An expression names wall-clock times; this module turns them into instants, which is where
+daylight-saving time bites. The rules
 (documented in docs/guarantees.md and checked against a brute-force walk in
 ``tests/unit/test_cron.py``):
 
@@ -16,9 +16,25 @@ turns wall-clock times into instants, which is where daylight-saving time bites.
 So "0 9 * * 1-5" in Europe/Berlin is 09:00 local all year, and a fixed 24 h interval, which
 drifts by an hour at each change, is no longer the only way to say "daily".
 
-Expressions have 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first
-(as Quartz and Spring write them). Day-of-month and day-of-week, both restricted, match when
-either does (Vixie cron).
+**The grammar (issue 63)** is Vixie cron's, listed in docs/guarantees.md and read here
+(``_vixie``), not by croniter: 5 fields (minute hour day-of-month month day-of-week), or 6 with
+a seconds field first; day-of-week 0-7, 0 and 7 Sunday (Vixie's numbering, not Quartz's). A
+day field starting with ``*`` leaves the day to the other: when either starts with ``*`` a day
+must match both, when neither does, either (so ``0 12 */10 * 1`` is the 1st, 11th, 21st or
+31st when it is a Monday). Beyond Vixie: ``L`` and ``nW`` in day-of-month, ``d#n`` in
+day-of-week, ``v/step``, names in ranges. Refused, with the field and why: ``R`` and ``H`` (a
+value each process draws), Quartz's ``?``, ``L`` in day-of-week, ranges that wrap or name one
+value, ``*`` in a list, ``W`` or ``#`` beside a restricted other day field, a step of 0 or
+wider than its field: what has no one meaning, or one croniter read otherwise than Vixie.
+
+An expression outside the grammar that an earlier release accepted, and so may have stored,
+still loads, read as it read it (croniter; ``R`` and ``H`` pinned to a hash of the
+expression): ``CronSchedule.refused`` says why a new request may not use it
+(``validation.first_due_for``). Inside the grammar, earlier releases read one kind
+differently: a day field starting with ``*`` other than ``*`` itself (``*/10``) beside a
+restricted other fired when either matched; it now fires by Vixie's rule, stored ones too,
+since the expression is all that every reader of a repeat (the node's store, the inner topic,
+the pipeline) has to go by (docs/guarantees.md).
 
 **Counted, not walked (issue 62).** A repeat's occurrence k, the count of its fires in a span
 and the first fire after an instant cost a few bisections, whatever k: walking the fires one
@@ -26,14 +42,15 @@ croniter step at a time cost a validation 10,000 steps for an every-second repea
 occurrences, in the proxy and again in every node's ingest. The fires of an expression are
 its matching days times the same set T of times of day (its hour, minute and second fields),
 so up to a wall-clock time they are counted as (matching days before it) x |T| plus the times
-of its own day (``_TimesOfDay``, ``_DaySpec``, one table of matching days per year). Wall
-clock to instant is linear between two changes of the zone's offset (``_ZoneYear``, one table
-per zone and year); a change forward collapses the wall times it skips, with the one it jumps
-to, into one fire (their count is known, so is the collapse); a change back fires its
-repeated wall times once (the earlier instant), so it collapses nothing. The walk
-(``walk_next_after``) stays as the reference the counting is tested against
-(``tests/unit/test_cron_arithmetic.py``) and as the fallback for a zone year whose offset
-changes come too close together for the table to be sure of them (none in tzdata since 1970).
+of its own day (``_TimesOfDay``, ``_VixieDays`` or ``_DaySpec``, one table of matching days
+per year). Wall clock to instant is linear between two changes of the zone's offset
+(``_ZoneYear``, one table per zone and year); a change forward collapses the wall times it
+skips, with the one it jumps to, into one fire (their count is known, so is the collapse); a
+change back fires its repeated wall times once (the earlier instant), so it collapses
+nothing. The walk (``walk_next_after``: one wall time of the day tables at a time, or
+croniter's steps for an expression read as before) is the fallback for a zone year whose
+offset changes come too close together for the table to be sure of them (none in tzdata
+since 1970).
 
 **The minimum gap** (``min_gap_ms``) is read on the wall clock: the shortest distance between
 two consecutive times of day in T, and from the last to the next day's first as if the next
@@ -172,13 +189,310 @@ def _nearest_weekday(year: int, month: int, day: int) -> int:
     return day + 1 if day < last else day - 2
 
 
+# -- the documented grammar: Vixie cron's, a few extensions, nothing drawn at random ----------
+#
+# docs/guarantees.md ("Cron repeats") lists it; ``tests/unit/test_cron_vixie.py`` holds the
+# fires of what it accepts equal to a brute-force walk that owes nothing to this module or to
+# croniter, and what it accepts equal to croniter's reading apart from the day rule (what an
+# earlier release stored keeps its meaning, but for that rule: see ``CronSchedule``).
+
+_MONTH_NAMES = {
+    name: number
+    for number, name in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+        start=1,
+    )
+}
+_WEEKDAY_NAMES = {
+    name: number for number, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))
+}
+_DIGITS = re.compile(r"[0-9]{1,2}")
+_HASHED = re.compile(r"[rh](?:\([0-9]+-[0-9]+\))?(?:/[0-9]+)?")
+_NTH = re.compile(r"([0-9a-z]+)#([0-9]+)")
+_NEAREST = re.compile(r"([0-9]{1,2})w")
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    """One field of an expression: its name, its values and the names it takes."""
+
+    name: str
+    low: int
+    high: int
+    names: tuple[tuple[str, int], ...] = ()
+
+
+_SECOND = _Field("second", 0, 59)
+_MINUTE = _Field("minute", 0, 59)
+_HOUR = _Field("hour", 0, 23)
+_DAY = _Field("day-of-month", 1, 31)
+_MONTH = _Field("month", 1, 12, tuple(_MONTH_NAMES.items()))
+_WEEKDAY = _Field("day-of-week", 0, 7, tuple(_WEEKDAY_NAMES.items()))  # 0 and 7: Sunday
+
+
+class _Refused(Exception):
+    """An expression outside the documented grammar; the message names the field and why."""
+
+    def __init__(self, field: _Field, text: str, why: str) -> None:
+        super().__init__(f"{field.name} {text!r}: {why}")
+
+
+def _value(field: _Field, text: str, whole: str) -> int:
+    """One value of ``field``: digits or one of its names."""
+    if _DIGITS.fullmatch(text):
+        value = int(text)
+    else:
+        value = dict(field.names).get(text, -1)
+        if value < 0:
+            raise _Refused(field, whole, f"{text!r} is not a value of the {field.name}")
+    if not field.low <= value <= field.high:
+        raise _Refused(field, whole, f"{value} is out of range {field.low}-{field.high}")
+    return value
+
+
+def _item(field: _Field, item: str, whole: str) -> set[int]:
+    """The values one list item names: ``*``, ``v``, ``a-b``, each optionally ``/step``, or
+    ``v/step`` (``v-high/step``)."""
+    if item == "*" and whole != "*":
+        raise _Refused(
+            field,
+            whole,
+            "'*' names every value: write it alone (as a day field's first item it also "
+            "changes which day rule applies)",
+        )
+    base, slash, step_text = item.partition("/")
+    step = 1
+    if slash:
+        width = field.high - field.low + 1
+        if not _DIGITS.fullmatch(step_text) or not 1 <= int(step_text) <= width:
+            raise _Refused(field, whole, f"a step is a number from 1 to {width}")
+        step = int(step_text)
+    if base == "*":
+        low, high = field.low, field.high
+    elif "-" in base:
+        first, _, last = base.partition("-")
+        low, high = _value(field, first, whole), _value(field, last, whole)
+        if low > high:
+            raise _Refused(
+                field,
+                whole,
+                f"a range runs upwards: {first}-{last} wraps around in some crons and is empty "
+                "or an error in others; write it as two ranges",
+            )
+        if low == high:
+            raise _Refused(
+                field,
+                whole,
+                f"write {first} alone: croniter, which earlier releases read expressions with, "
+                f"read {first}-{last} as the whole field",
+            )
+    else:
+        low = high = _value(field, base, whole)
+        if slash:
+            if field is _WEEKDAY:
+                raise _Refused(
+                    field,
+                    whole,
+                    f"{base}/{step_text} runs to 6 in some crons and to 7 in others: write the "
+                    f"range ({base}-6/{step_text} or {base}-7/{step_text})",
+                )
+            high = field.high
+    return set(range(low, high + 1, step))
+
+
+def _special(field: _Field, text: str) -> str:
+    """Refuses what no field takes (a random or hashed value, Quartz's ``?``); the field in
+    lower case (names and letters are read in either)."""
+    lower = text.lower()
+    if "?" in text:
+        raise _Refused(
+            field,
+            text,
+            "'?' is Quartz's; chronos reads Vixie cron's fields, where '*' says the same. Mind "
+            "the day-of-week numbering: Vixie's 0 and 7 are Sunday, 1 Monday ... 6 Saturday "
+            "(Quartz's 1 is Sunday, 7 Saturday)",
+        )
+    if _HASHED.fullmatch(lower):
+        why = (
+            "R stands for a value drawn at random by each process that reads it, so replicas "
+            "and restarts would disagree about when a message is due"
+            if lower[0] == "r"
+            else "H stands for a value hashed from a job's name, which a repeat does not have"
+        )
+        raise _Refused(field, text, f"{why}; write the value")
+    return lower
+
+
+def _numbers(field: _Field, text: str) -> set[int]:
+    """A field of list items, none of the day fields' extensions."""
+    values: set[int] = set()
+    for item in _special(field, text).split(","):
+        if not item:
+            raise _Refused(field, text, "an empty list item")
+        values |= _item(field, item, text)
+    return values
+
+
+def _month_days(text: str, weekday_star: bool) -> tuple[frozenset[int] | None, bool, int | None]:
+    """Day-of-month: its days (None: every day), whether ``L`` (the month's last day) is one
+    of them, and the day of ``nW`` (the weekday nearest day n)."""
+    field = _DAY
+    lower = _special(field, text)
+    nearest = _NEAREST.fullmatch(lower)
+    if nearest:
+        if not weekday_star:
+            raise _Refused(
+                field,
+                text,
+                "W takes a day-of-week of '*' (no cron combines it with a day-of-week; Quartz "
+                "forbids it)",
+            )
+        return frozenset(), False, _value(field, nearest.group(1), text)
+    days: set[int] = set()
+    last = False
+    for item in lower.split(","):
+        if not item:
+            raise _Refused(field, text, "an empty list item")
+        if item == "l":
+            last = True
+            continue
+        if "l" in item or "w" in item:
+            raise _Refused(
+                field,
+                text,
+                "L stands alone in a list (the month's last day), W in a field of its own (nW, "
+                "the weekday nearest day n); no LW, L-n or ranges of them",
+            )
+        days |= _item(field, item, text)
+    every = not last and days == set(range(1, 32))
+    return (None if every else frozenset(days)), last, None
+
+
+def _weekdays(
+    text: str, month_day_star: bool
+) -> tuple[frozenset[int] | None, tuple[tuple[int, int], ...]]:
+    """Day-of-week: its weekdays, 0 = Sunday (None: every day), and its ``d#n`` (the n-th
+    weekday d of the month)."""
+    field = _WEEKDAY
+    lower = _special(field, text)
+    if "l" in lower:
+        raise _Refused(
+            field,
+            text,
+            "L in day-of-week has no spelling crons agree on (Quartz's L is Saturday and its 6L "
+            "the last Friday, croniter's L5 the last Friday): chronos takes none",
+        )
+    items = lower.split(",")
+    nths = [_NTH.fullmatch(item) for item in items]
+    if any(nths):
+        if not all(nths):
+            raise _Refused(field, text, "a day-of-week with d#n holds only d#n items")
+        if not month_day_star:
+            raise _Refused(
+                field,
+                text,
+                "d#n takes a day-of-month of '*' (no cron combines it with a day-of-month; "
+                "Quartz forbids it)",
+            )
+        found: set[tuple[int, int]] = set()
+        for match in nths:
+            assert match is not None
+            which = int(match.group(2)) if _DIGITS.fullmatch(match.group(2)) else 0
+            if not 1 <= which <= 5:
+                raise _Refused(field, text, "the n of d#n is 1 to 5")
+            found.add((_value(field, match.group(1), text) % 7, which))
+        return frozenset(), tuple(sorted(found))
+    values: set[int] = set()
+    for item in items:
+        if not item:
+            raise _Refused(field, text, "an empty list item")
+        values |= _item(field, item, text)
+    weekdays = frozenset(v % 7 for v in values)
+    return (None if len(weekdays) == 7 else weekdays), ()
+
+
+def _vixie(fields: list[str]) -> tuple[_TimesOfDay, _VixieDays]:
+    """An expression of the documented grammar: its times of day and its days; _Refused for
+    anything else."""
+    if len(fields) == 6:
+        seconds = tuple(sorted(_numbers(_SECOND, fields[0])))
+        fields = fields[1:]
+    else:
+        seconds = (0,)
+    minutes = tuple(sorted(_numbers(_MINUTE, fields[0])))
+    hours = tuple(sorted(_numbers(_HOUR, fields[1])))
+    day_text, month_text, weekday_text = fields[2], fields[3], fields[4]
+    months = _numbers(_MONTH, month_text)
+    days, last_day, nearest = _month_days(day_text, weekday_text == "*")
+    weekdays, nth = _weekdays(weekday_text, day_text == "*")
+    spec = _VixieDays(
+        months=None if len(months) == 12 else frozenset(months),
+        days=days,
+        last_day=last_day,
+        nearest=nearest,
+        weekdays=weekdays,
+        nth=nth,
+        # Vixie cron: a day field starting with '*' leaves the day to the other (both must
+        # match); when neither does, either matches.
+        either=not day_text.startswith("*") and not weekday_text.startswith("*"),
+    )
+    return _TimesOfDay(hours, minutes, seconds), spec
+
+
+@dataclass(frozen=True, slots=True)
+class _VixieDays:
+    """Which calendar days an expression of the documented grammar matches: day-of-month's
+    days (with ``L`` and ``nW``) and day-of-week's (with ``d#n``), each within the month, then
+    Vixie cron's rule: both when either field starts with ``*``, either otherwise."""
+
+    months: frozenset[int] | None  # None: every month
+    days: frozenset[int] | None  # None: every day of the month
+    last_day: bool  # "L"
+    nearest: int | None  # "nW"
+    weekdays: frozenset[int] | None  # 0 = Sunday; None: every weekday
+    nth: tuple[tuple[int, int], ...]  # (weekday, n) of "d#n"
+    either: bool
+
+    @property
+    def every_day(self) -> bool:
+        month_all = self.days is None and self.nearest is None
+        week_all = self.weekdays is None and not self.nth
+        if self.months is not None:
+            return False
+        return (month_all or week_all) if self.either else (month_all and week_all)
+
+    def days_of_month(self, year: int, month: int) -> list[int]:
+        """The matching days of one month, sorted."""
+        if self.months is not None and month not in self.months:
+            return []
+        last = monthrange(year, month)[1]
+        every = set(range(1, last + 1))
+        if self.nearest is not None:
+            by_day = {_nearest_weekday(year, month, self.nearest)}
+        else:
+            by_day = every if self.days is None else {d for d in self.days if d <= last}
+            if self.last_day:
+                by_day = by_day | {last}
+        if self.weekdays is None and not self.nth:
+            by_weekday = every
+        else:
+            first = date(year, month, 1).isoweekday() % 7
+            weekdays = self.weekdays or frozenset()
+            by_weekday = {d for d in every if (first + d - 1) % 7 in weekdays}
+            for weekday, which in self.nth:
+                found = _nth_weekdays(year, month, weekday)
+                if which <= len(found):
+                    by_weekday.add(found[which - 1])
+        return sorted(by_day | by_weekday if self.either else by_day & by_weekday)
+
+
 @dataclass(frozen=True, slots=True)
 class _DaySpec:
-    """Which calendar days an expression matches, as croniter reads its fields (its
-    ``_calc``: month, then day-of-month or ``W``, then day-of-week or ``#``/``L``; both day
-    fields restricted: the union of the two sides). The one place chronos decides day
-    matching for counting; the walk asks croniter. A change of the rule (Vixie's, say)
-    changes both, and ``tests/unit/test_cron_arithmetic.py`` holds them equal."""
+    """Which calendar days an expression outside the documented grammar matches, as croniter
+    reads its fields (its ``_calc``: month, then day-of-month or ``W``, then day-of-week or
+    ``#``/``L``; both day fields restricted: the union of the two sides), as releases before
+    issue 63 read them; the walk asks croniter, and ``tests/unit/test_cron_arithmetic.py``
+    holds the two equal. The documented grammar's days are ``_VixieDays``."""
 
     months: frozenset[int] | None  # None: every month
     days: frozenset[int] | None  # day-of-month; None: "*"
@@ -258,7 +572,7 @@ class _DaySpec:
 
 
 @functools.lru_cache(maxsize=1024)
-def _year_days(spec: _DaySpec, year: int) -> tuple[int, ...]:
+def _year_days(spec: _DaySpec | _VixieDays, year: int) -> tuple[int, ...]:
     """The matching days of a calendar year, as days since 1970-01-01, sorted."""
     days: list[int] = []
     for month in range(1, 13):
@@ -360,28 +674,60 @@ class CronSchedule:
             shown = zone if len(zone) <= 64 else zone[:64] + "..."
             raise CronError(f"{shown!r} is not an IANA time zone (like Europe/Berlin)") from exc
         self.zone = zone
+        self._lock = threading.Lock()
+        self._matches: Any = None  # croniter's parse: only for an expression read as before
+        #: Why a new request may not use this expression (None: it may): an expression
+        #: outside the documented grammar that an earlier release accepted, and so may have
+        #: stored, still loads, read as that release read it.
+        self.refused: str | None = None
+        self._times: _TimesOfDay
+        self._days: _DaySpec | _VixieDays
+        try:
+            self._times, self._days = _vixie(fields)
+        except _Refused as exc:
+            self.refused = f"{expression!r} is not a cron expression: {exc}"
+            self._read_as_before()
+        else:
+            # Some day of 1970-2020 (the calendar repeats within 28 years), or none ever:
+            # read month by month, no year's table cached for an expression refused.
+            days = self._days
+            if not any(
+                days.days_of_month(year, month)
+                for year in range(1970, 1971 + _MAX_YEARS)
+                for month in range(1, 13)
+            ):  # February 30th, say
+                raise CronError(f"{expression!r} never matches a date")
+        #: The shortest gap between two fires on the wall clock (the module's docstring).
+        self.min_gap_ms = self._times.min_gap_s() * 1000
+
+    def _read_as_before(self) -> None:
+        """An expression outside the documented grammar, read as releases before issue 63
+        read it (croniter, either day field matching when both are restricted), so that what
+        they acknowledged fires as it did; ``refused`` keeps new requests from using it.
+        ``R`` and ``H`` are pinned: each process drew its own ``R`` (and croniter refuses
+        ``H`` without a job to hash), so the value is now croniter's hash of the expression,
+        the same in every process."""
+        assert self.refused is not None
         # Imported here: croniter costs ~85 ms at import, which every process that imports
-        # chronos.repeat (the CLI's --help, the proxy, decoder children) would pay without a
-        # single cron repeat. Its errors are ValueErrors.
+        # chronos.repeat would pay without a single such expression. Its errors are
+        # ValueErrors.
         from croniter import croniter
 
+        fields = self.expression.split()
+        hashed = [_HASHED.fullmatch(f.lower()) is not None for f in fields]
+        text = " ".join("H" + f[1:] if h else f for f, h in zip(fields, hashed, strict=True))
+        hash_id = self.expression.encode() if any(hashed) else None
         try:
             # Parsed once; each search moves it (set_current is a fifth of a new parse).
             self._matches = croniter(
-                self.expression, datetime(2000, 1, 1), second_at_beginning=self.has_seconds
+                text, datetime(2000, 1, 1), second_at_beginning=self.has_seconds, hash_id=hash_id
             )
-        except (ValueError, KeyError) as exc:
-            raise CronError(f"{expression!r} is not a cron expression: {exc}") from exc
-        try:
             self._matches.get_next(datetime)
-        except ValueError as exc:  # February 30th, say
-            raise CronError(f"{expression!r} never matches a date") from exc
-        self._lock = threading.Lock()
+        except (ValueError, KeyError) as exc:  # not even then: say what the grammar says
+            raise CronError(self.refused) from exc
         # What counting reads of croniter's parse: the times of day and the day rule.
         self._times = _TimesOfDay.of(self._matches.expanded, self.has_seconds)
         self._days = _DaySpec.of(self._matches)
-        #: The shortest gap between two fires on the wall clock (the module's docstring).
-        self.min_gap_ms = self._times.min_gap_s() * 1000
 
     # -- the public questions, counted ---------------------------------------------------
 
@@ -431,8 +777,8 @@ class CronSchedule:
     # -- the walk: the rules, one croniter step per fire -----------------------------------
 
     def walk_next_after(self, instant_ms: EpochMs) -> EpochMs:
-        """``next_after`` by walking croniter's matches: the reference counting is tested
-        against, and the fallback for a zone year counting cannot be sure of."""
+        """``next_after`` by walking the matching wall times one by one: the fallback for a
+        zone year counting cannot be sure of."""
         try:
             return self._walk_next_after(instant_ms)
         except (OverflowError, ValueError, OSError) as exc:
@@ -440,6 +786,13 @@ class CronSchedule:
 
     def _walk_next_after(self, instant_ms: EpochMs) -> EpochMs:
         local = datetime.fromtimestamp(instant_ms / 1000, self._zone).replace(tzinfo=None)
+        if self._matches is None:  # the documented grammar: the day tables, a wall time a step
+            wall = (local - _EPOCH) // timedelta(seconds=1)
+            while True:
+                wall = self._wall_after(wall, 1)
+                fire = self._fire(wall)
+                if fire > instant_ms:
+                    return fire
         with self._lock:
             self._matches.set_current(local, force=True)
             while True:  # ends: every expression matches some date (checked when parsed)

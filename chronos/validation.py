@@ -97,11 +97,20 @@ def validate_reschedule(
 
 
 def first_due_for(repeat: Repeat | None, start: EpochMs) -> EpochMs:
-    """Occurrence 1's due time for a request that may start at ``start``: a cron repeat's
-    first fire at or after it (an unreadable expression is the caller's error)."""
+    """Occurrence 1's due time for a new request that may start at ``start``: a cron repeat's
+    first fire at or after it (an unreadable expression is the caller's error).
+
+    Every producer of new requests (the proxy, the client library, the pipeline) asks this
+    first, so here a cron expression is held to the documented grammar (``R``, ``H``, ``?``
+    and the rest of ``cron.CronSchedule.refused`` are a 422 naming ``repeat.cron``).
+    ``validate_message``, which a node's ingest also runs on records an earlier release
+    acknowledged, only asks that the expression loads."""
     if repeat is None or repeat.kind is not RepeatKind.CRON:
         return start
     try:
+        refused = cron.schedule_of(repeat.cron, repeat.zone).refused
+        if refused is not None:
+            raise cron.CronError(refused)
         return repeat.first_due(start)
     except cron.CronError as exc:
         raise ValidationError("repeat.cron", str(exc)) from exc

@@ -20,8 +20,10 @@ names, for the test to count.
 A cron repeat's ``zone`` and ``cron`` are drawn, beside the generator's own strings, from
 ``_ZONES`` and ``_CRONS`` (issue 62: a zone naming a folder was a 500): names of folders, links,
 files of the zone database that are no zone, long names, NUL, ``..``; expressions of every
-syntax croniter reads. Only a string is replaced, and an expression only by another of the
-schema's shape, so a case the generator made invalid stays invalid.
+syntax the documented grammar takes or refuses (docs/guarantees.md, issue 63: ``R``, ``H``,
+``?``, wrapping ranges and the rest are a 422 saying "is not a cron expression"). Only a
+string is replaced, and an expression only by another of the schema's shape, so a case the
+generator made invalid stays invalid.
 """
 
 from __future__ import annotations
@@ -47,13 +49,15 @@ _ZONES = (
     "tzdata.zi", "leapseconds", "iso3166.tab", "__init__.py", "", " ", "UTC", "Etc/GMT+14",
     "Europe/Berlin", "Australia/Lord_Howe", "America/Santiago", "Asia/Tehran", "Pacific/Apia",
 )  # fmt: skip
-#: Expressions of the schema's shape in every syntax croniter reads, valid or not.
+#: Expressions of the schema's shape in every syntax the grammar takes or refuses.
 _CRONS = (
     "* * * * * *", "0 12 */10 * 1", "0 9 * * 1-5", "R R * * *", "H H * * *", "0 0 L * *",
     "0 0 ? * 5#3", "0 0 * * 5L", "0 0 30 2 *", "0 0 31 4 *", "60 * * * *", "*/0 * * * *",
     "5-1 * * * *", "0 9 * * mon-fri", "0 0 1 jan *", "0 0 1W * *",
     "59 59 23 31 12 *", "0 0 29 2 *", "*/7 */5 */3 */2 */4", "0-59/61 * * * *",
     ",".join(str(m) for m in range(60)) + " * * * *",
+    "0 0 9 ? * 2-6", "0 0 * * L5", "0 0 1-1 * *", "0 0 15W * 1", "0 0 * * 1#1,5#3",
+    "0 0 1 * 5#3", "0 0 * * 7", "5/15 * * * *", "0 0 * * 1/2", "0 0 1,* * *",
 )  # fmt: skip
 _SHAPE = re.compile(EXPRESSION_SHAPE)
 #: Whose turn it is in ``flatmap_body``.

@@ -1,13 +1,17 @@
 """Counting a cron repeat's fires equals walking them (issue 62).
 
 ``chronos.cron`` counts: occurrence k, the fires in a span and the first fire after an instant
-cost a few bisections. The reference here walks, and owes nothing to ``chronos.cron``: croniter
-lists the wall-clock matches one by one from the local time just before the start, and each
-becomes an instant by the documented rules, written out again (a skipped local time fires
-when the clocks jumped, a repeated one once, at its first instant; equal instants are one
-fire). Zones: the changes that bite (30-minute and 2-hour shifts, changes at midnight, a
-skipped calendar day), starts around their 2027-2028 changes (or the years they last had
-some) and random ones.
+cost a few bisections. The reference here walks: croniter lists the wall-clock matches one by
+one from the local time just before the start, and each becomes an instant by the documented
+rules, written out again (a skipped local time fires when the clocks jumped, a repeated one
+once, at its first instant; equal instants are one fire). croniter reads an expression of the
+documented grammar with Vixie's day rule (its ``implement_cron_bug``: a day field starting
+with ``*`` makes a day match only when both fields do), one outside it as releases before
+issue 63 did (its default); which of the two applies is the one thing asked of
+``chronos.cron`` (``CronSchedule.refused``), and ``tests/unit/test_cron_vixie.py`` holds the
+grammar's reading to a walk that owes nothing to croniter either. Zones: the changes that
+bite (30-minute and 2-hour shifts, changes at midnight, a skipped calendar day), starts
+around their 2027-2028 changes (or the years they last had some) and random ones.
 """
 
 from __future__ import annotations
@@ -84,13 +88,25 @@ def reference_fires(
     """The first ``count`` fires at or after ``start_ms``, walked."""
     zone = zone or ZoneInfo(zone_name)
     local = datetime.fromtimestamp((start_ms - 1) / 1000, zone).replace(tzinfo=None)
-    walls = croniter(expression, local, second_at_beginning=len(expression.split()) == 6)
+    walls = croniter(
+        expression,
+        local,
+        second_at_beginning=len(expression.split()) == 6,
+        implement_cron_bug=_documented(expression),
+    )
     fires: list[int] = []
     while len(fires) < count:
         fire = _reference_instant(walls.get_next(datetime), zone)
         if fire >= start_ms and (not fires or fire > fires[-1]):
             fires.append(fire)
     return fires
+
+
+@functools.cache
+def _documented(expression: str) -> bool:
+    """Whether the expression is of the documented grammar (a new request may use it), so
+    read with Vixie's day rule; otherwise as releases before issue 63 read it."""
+    return CronSchedule(expression, "UTC").refused is None
 
 
 @functools.cache
