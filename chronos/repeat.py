@@ -1,5 +1,5 @@
 """Repeat schedules: fixed interval N times, exponential backoff capped at a maximum gap, or
-a cron expression in a time zone (``chronos/cron.py``), up to N times and optionally until a
+a cron expression in a time zone (``chronos/cron/``), up to N times and optionally until a
 time.
 
 Occurrences are numbered from 1; occurrence 1 is due at the message's first due time.

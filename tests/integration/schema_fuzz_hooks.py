@@ -107,7 +107,7 @@ def flatmap_body(context: Any, body: Any) -> Any:
 
 
 #: "more than 31536000 s ahead", "last occurrence is more than ...", "is not valid base64",
-#: "must be between interval_ms and 86400000 ms", then the cron rules (``chronos/cron.py``,
+#: "must be between interval_ms and 86400000 ms", then the cron rules (``chronos/cron/``,
 #: ``chronos/validation.py``).
 _UNSTATED_RULES = (
     "s ahead",

@@ -31,8 +31,8 @@ from croniter import croniter
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from chronos import cron
-from chronos.cron import CronError, CronSchedule, due_of, fires_between
+from chronos.cron import CronError, CronSchedule, due_of, fires_between, zones
+from chronos.cron import schedule as schedule_module
 from chronos.errors import ValidationError
 from chronos.model import DelayMessage
 from chronos.names import TopicNames
@@ -426,12 +426,12 @@ def test_the_odd_changes_count_as_they_walk(
 
 def test_a_zone_year_counting_cannot_trust_is_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Offset changes closer than the table can be sure of: the walk answers, the same."""
-    regular = cron._zone_year
+    regular = zones._zone_year
 
     def irregular(zone: ZoneInfo, year: int) -> Any:
         return dataclasses.replace(regular(zone, year), regular=False)
 
-    monkeypatch.setattr(cron, "_zone_year", irregular)
+    monkeypatch.setattr(schedule_module, "_zone_year", irregular)
     schedule = CronSchedule("*/20 * * * *", "Europe/Berlin")
     start = _ms("2027-10-31T01:30+02:00")
     walked = reference_fires("*/20 * * * *", "Europe/Berlin", start, 20)
@@ -505,10 +505,10 @@ def test_no_zone_changes_its_offset_twice_within_the_tables_sampling() -> None:
     for key in sorted(zoneinfo.available_timezones()):
         changes = _python_changes(key, low, high)
         for (a, _, _), (b, _, _) in zip(changes, changes[1:], strict=False):
-            assert b - a >= cron._CLOSEST_CHANGES_S, (key, datetime.fromtimestamp(a, UTC))
+            assert b - a >= zones._CLOSEST_CHANGES_S, (key, datetime.fromtimestamp(a, UTC))
         tables = [
             change
             for year in range(1970, 2040)
-            for change in cron._zone_year(ZoneInfo(key), year).changes
+            for change in zones._zone_year(ZoneInfo(key), year).changes
         ]
         assert tables == [c for c in changes if table_low <= c[0] < table_high], key

@@ -52,6 +52,8 @@ FORBIDDEN: dict[str, set[str]] = {
         "store",
         "cli",
     },
+    # Calendar arithmetic beneath the shared model (repeat.py, validation.py): pure.
+    "cron": _NODE | {"schedule", "delivery", "kafka", "store", "admin", "web", "pipeline", "proxy"},
     # Tokens, the guard, quotas: shared by the proxy and the admin API, beneath both.
     "web": _NODE | {"schedule", "delivery", "kafka", "store", "admin", "pipeline", "proxy"},
     # The front door validates and produces; it never reads a store or runs a node.
