@@ -877,6 +877,13 @@ class ProxySettings(_Section):
         description="Large bodies waiting for a body worker (their bytes count against "
         "security.max_bodies_bytes); past it, 503 with Retry-After.",
     )
+    inline_cpu_ms: int = Field(
+        20,
+        ge=1,
+        description="A body read on the event loop's side whose messages take more CPU than "
+        "this to validate is handed to a body worker, read again there (cron repeats cost "
+        "more than their bytes); with body_workers 0, request_cpu_ms alone bounds it.",
+    )
     request_cpu_ms: int = Field(
         5_000,
         ge=1,

@@ -30,6 +30,7 @@ from proxy.http.invalid import describe_invalid_body, unreadable_cause
 from proxy.http.lane import (
     BodyLane,
     Decide,
+    HandOver,
     LaneFull,
     OverBudget,
     Read,
@@ -360,8 +361,11 @@ def create_app(
     def prepare(request: Request, messages: list[ScheduleIn], batch: bool) -> list[Prepared]:
         """Every message validated into its inner record, in the token's id space, within
         ``proxy.request_cpu_ms`` (on the event loop's threads; a body worker does the same
-        for a large body: proxy/http/lane.py)."""
-        within = cpu_budget(settings.proxy.request_cpu_ms)
+        for a large body: proxy/http/lane.py), or HandOver past ``proxy.inline_cpu_ms`` when
+        there are body workers to take it."""
+        proxy = settings.proxy
+        hand_over = proxy.inline_cpu_ms if proxy.body_workers else None
+        within = cpu_budget(proxy.request_cpu_ms, hand_over)
         requests = schedule_requests(messages, settings, batch)
         in_id_space(requests, tenant(request), settings, batch)
         return client.prepare(requests, within)
@@ -417,7 +421,10 @@ def create_app(
                     return Response(status_code=400)
                 content_type = request.headers.get("content-type")
                 if not bodies.takes(body, content_type):
-                    return await on_loop(request)
+                    try:
+                        return await on_loop(request)
+                    except HandOver:
+                        pass  # its messages cost more than their bytes said: read it again
                 answer: Response = await bodies.answer(
                     body, content_type, batch, tenant(request), decide(batch, request)
                 )

@@ -117,14 +117,24 @@ class OverBudget(Exception):
         )
 
 
-def cpu_budget(budget_ms: int) -> Callable[[], None]:
+class HandOver(Exception):
+    """A body read on the server's side whose messages took more than
+    ``proxy.inline_cpu_ms``: a body worker reads it again, from the start."""
+
+
+def cpu_budget(budget_ms: int, hand_over_ms: int | None = None) -> Callable[[], None]:
     """A check that raises OverBudget once this thread spent ``budget_ms`` of CPU since the
-    check was made (the thread's own time: a server's other threads do not count)."""
+    check was made (the thread's own time: a server's other threads do not count), or
+    HandOver once it spent ``hand_over_ms``, when given and smaller."""
     started = time.thread_time()
     budget_s = budget_ms / 1000
+    hand_over_s = None if hand_over_ms is None or hand_over_ms >= budget_ms else hand_over_ms / 1000
 
     def within() -> None:
-        if time.thread_time() - started > budget_s:
+        spent = time.thread_time() - started
+        if hand_over_s is not None and spent > hand_over_s:
+            raise HandOver
+        if spent > budget_s:
             raise OverBudget(budget_ms)
 
     return within

@@ -236,3 +236,43 @@ def test_a_request_whose_messages_cost_more_cpu_than_its_budget_is_refused(
     finally:
         server.stop()
         server.join(10)
+
+
+def test_a_small_body_whose_messages_cost_more_than_inline_cpu_ms_is_read_by_a_worker(
+    settings: ChronosSettings, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch under inline_body_bytes of cron repeats (each costs more than its bytes):
+    past proxy.inline_cpu_ms on the server's side, a worker reads it again and answers."""
+    read_by_workers: list[bool] = []
+    real_converse = lane_module._Worker.converse
+
+    def counted(worker: Any, *args: Any) -> Any:
+        read_by_workers.append(True)
+        return real_converse(worker, *args)
+
+    monkeypatch.setattr(lane_module._Worker, "converse", counted)
+    server = _serve(settings, inline_cpu_ms=1)
+    try:
+        repeat = {"kind": "cron", "cron": "0 9 * * 1-5", "zone": "Europe/Berlin", "times": 1000}
+        batch = {
+            "messages": [
+                _message(
+                    namespace, id=f"c{i}", deliver_at_ms=DUE_MS + i * 86_400_000, repeat=repeat
+                )
+                for i in range(200)
+            ]
+        }
+        body = json.dumps(batch).encode()
+        assert len(body) < server.lane.inline_bytes, "a body read on the server's side first"
+        answer = httpx.post(
+            f"http://127.0.0.1:{server.port}/v1/messages/batch",
+            content=body,
+            headers={"content-type": "application/json", "authorization": f"Bearer {EVERY}"},
+            timeout=60,
+        )
+        assert answer.status_code == 201, answer.text
+        assert [r["id"] for r in answer.json()["receipts"]] == [f"c{i}" for i in range(200)]
+        assert read_by_workers == [True], "handed to a worker once"
+    finally:
+        server.stop()
+        server.join(10)
