@@ -22,6 +22,12 @@ class DelayMessage:
         first_due_ms: due time of occurrence 1 (epoch ms).
         repeat: the repeat schedule, None for a one-shot message.
         occurrence: which occurrence this is (1-based).
+        moved_due_ms: the due time a reschedule gave this occurrence of a repeat; 0 when it is
+            where the repeat's schedule puts it. The schedule itself (``first_due_ms``) stays:
+            the occurrences after a moved one are due where it puts them, and those it puts
+            at or before the moved one's new time are passed over (``schedule.ledger.
+            next_occurrence``; docs/using.md, Reschedule). A one-shot is moved by its
+            ``first_due_ms``.
     """
 
     id: str
@@ -32,10 +38,18 @@ class DelayMessage:
     first_due_ms: EpochMs = 0
     repeat: Repeat | None = None
     occurrence: int = 1
+    moved_due_ms: EpochMs = 0
 
     @property
     def due_ms(self) -> EpochMs:
         """Due time of this occurrence."""
+        if self.moved_due_ms:
+            return self.moved_due_ms
+        return self.scheduled_due_ms
+
+    @property
+    def scheduled_due_ms(self) -> EpochMs:
+        """Where the repeat's schedule puts this occurrence, moved or not."""
         if self.repeat is None or self.occurrence == 1:
             return self.first_due_ms
         return self.repeat.due_of(self.first_due_ms, self.occurrence)
@@ -55,9 +69,10 @@ class CancelRequest:
 
 @dataclass(frozen=True, slots=True)
 class RescheduleRequest:
-    """Move the pending occurrence of message ``id`` to ``due_ms`` (later occurrences of a
-    repeat keep their gaps from it). A node that delivers decides: a message already due and
-    handed to Kafka is not moved (see ``chronos/schedule/ledger.py``)."""
+    """Move the pending occurrence of message ``id`` to ``due_ms``: that occurrence alone; a
+    repeat's later occurrences stay where its schedule puts them, those at or before
+    ``due_ms`` passed over (``DelayMessage.moved_due_ms``). A node that delivers decides: a
+    message already due and handed to Kafka is not moved (see ``chronos/schedule/ledger.py``)."""
 
     id: str
     due_ms: EpochMs

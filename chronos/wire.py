@@ -32,6 +32,8 @@ A delay request is one Kafka record on the inner topic:
   chronos-repeat-until-ms                 no        cron: no occurrence after this instant
   chronos-slot-ms                         refresh   the slot the delivering node stored it at
   chronos-occurrence                      refresh   the pending occurrence (1-based)
+  chronos-moved-due-ms                    no        refresh: the due time a reschedule gave
+                                                    the pending occurrence of a repeat
   chronos-cancelled-ms                    no        a restated cancel: when it was first
                                                     applied (compact mode)
   chronos-null-value                      no        ``1``: a refresh of a null payload (the
@@ -63,6 +65,9 @@ A *refresh* is an add that chronos itself re-appends for a message its store sti
 carries the slot the delivering node gave it and its current occurrence; a node that knows the
 id ignores it (or moves a repeat forward to it), a node rebuilding from the topic stores it at
 that slot. Only chronos writes these two headers; an add from any other producer must not.
+A refresh of a repeat whose pending occurrence a reschedule moved also carries
+``chronos-moved-due-ms`` (added after release 0.25, issue 63: a node of an earlier release
+dead-letters such a refresh), and its ``chronos-due-ms`` stays the schedule's start.
 
 Delivered records carry the user's key, value and headers plus ``chronos-id``,
 ``chronos-due-ms`` and ``chronos-occurrence`` (and ``chronos-skipped`` when overdue repeat
@@ -108,6 +113,9 @@ H_REPEAT_CRON = "chronos-repeat-cron"
 H_REPEAT_ZONE = "chronos-repeat-zone"
 H_REPEAT_UNTIL = "chronos-repeat-until-ms"
 H_OCCURRENCE = "chronos-occurrence"
+#: A refresh of a repeat whose pending occurrence was rescheduled: its new due time
+#: (``DelayMessage.moved_due_ms``).
+H_MOVED = "chronos-moved-due-ms"
 H_SKIPPED = "chronos-skipped"
 H_SLOT = "chronos-slot-ms"
 #: A restated cancel's (``schedule/restatement.py``): when the cancel was first applied.
@@ -143,6 +151,7 @@ INNER_HEADERS = frozenset(
         H_REPEAT_UNTIL,
         H_SLOT,
         H_OCCURRENCE,
+        H_MOVED,
         H_CANCELLED,
         H_NULL_VALUE,
     }
@@ -208,6 +217,8 @@ def encode_refresh(message: DelayMessage, slot_ms: int) -> tuple[bytes, bytes | 
     """The refresh record of a stored ``message`` (its current occurrence) held at ``slot_ms``."""
     key, value, headers = encode_add(message)
     headers += [(H_SLOT, _num(slot_ms)), (H_OCCURRENCE, _num(message.occurrence))]
+    if message.moved_due_ms:
+        headers.append((H_MOVED, _num(message.moved_due_ms)))
     if value is None:
         headers.append((H_NULL_VALUE, b"1"))
         value = KEPT
@@ -347,7 +358,7 @@ def decode(value: bytes | None, headers: Headers | None, origin: str = "") -> In
             due if repeat is None else _first_fire(repeat, due, origin),
             repeat,
         )
-        if H_SLOT not in fields and H_OCCURRENCE not in fields:
+        if H_SLOT not in fields and H_OCCURRENCE not in fields and H_MOVED not in fields:
             return message
         return _refresh(message, fields, origin)
     if op == OP_CANCEL:
@@ -382,6 +393,13 @@ def _refresh(message: DelayMessage, fields: dict[str, bytes | None], origin: str
     if not 1 <= occurrence <= times:
         raise DecodeError(f"header {H_OCCURRENCE}={occurrence} is not in 1..{times}", origin=origin)
     message.occurrence = occurrence
+    if H_MOVED in fields:
+        if message.repeat is None:
+            raise DecodeError(f"header {H_MOVED} belongs to a repeat's refresh", origin=origin)
+        moved = _int(fields, H_MOVED, origin)
+        if moved <= 0:
+            raise DecodeError(f"header {H_MOVED}={moved} is not a time", origin=origin)
+        message.moved_due_ms = moved
     if H_NULL_VALUE in fields:
         message.value = None
     slot = _int(fields, H_SLOT, origin)

@@ -383,7 +383,9 @@ class DelayClient:
         deliver_at: datetime | int | None = None,
     ) -> RescheduleReceipt:
         """Move the pending occurrence of message ``id`` to ``delay`` from now or to
-        ``deliver_at`` (later occurrences of a repeat keep their gaps). Through the inner
+        ``deliver_at``: of a repeat, that occurrence alone, delivered then with that
+        ``chronos-due-ms``; the later ones stay where the repeat's schedule puts them, those at
+        or before the new time passed over (docs/using.md, Reschedule). Through the inner
         topic, so every replica applies it in the same order as the add and any cancel; the
         node that delivers decides whether it came too late (``status`` then shows the due
         time the message has)."""

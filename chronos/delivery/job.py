@@ -92,8 +92,9 @@ def jobs_for(
     catch_up_window_ms: int = CATCH_UP_WINDOW_MS,
 ) -> list[DeliveryJob]:
     """Delivery jobs of scanned rows: undecodable ones marked for dead letters, repeats at
-    the occurrence their catch-up policy delivers now (``Repeat.due_now``) with the next one
-    as follow-up, superseded repeats done."""
+    the occurrence their catch-up policy delivers now (``Repeat.due_now``; a rescheduled
+    occurrence is itself, at its new due time) with the next one as follow-up, superseded
+    repeats done."""
     jobs: list[DeliveryJob] = []
     repeats: list[tuple[int, str]] = []
     for key, raw in rows:
@@ -105,6 +106,13 @@ def jobs_for(
             continue
         if message.repeat is None:
             jobs.append(DeliveryJob(key, message, message.first_due_ms))
+            continue
+        if message.moved_due_ms:
+            # An occurrence a reschedule moved goes out as itself, at its new time; the
+            # schedule resumes after it (``next_occurrence``), catch-up included.
+            due = message.moved_due_ms
+            jobs.append(DeliveryJob(key, message, due, followup=next_occurrence(message)))
+            repeats.append((len(jobs) - 1, message.id))
             continue
         first = message.occurrence
         occurrence, due = message.repeat.due_now(

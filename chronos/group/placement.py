@@ -205,9 +205,14 @@ class ReplicaStore:
 
 def _not_newer(state: DelayMessage, stored: DelayMessage, same_slot: bool) -> bool:
     """Whether a progress state says nothing new about the stored message: an earlier
-    occurrence, or the same one, not rescheduled (a reschedule shifts its first due time), at
-    the same slot. A different slot for the same message is the master's word: a demoted
-    master's own uncommitted move of it put it elsewhere."""
+    occurrence, or the same one, not rescheduled (a reschedule sets a one-shot's first due
+    time, a repeat occurrence's moved one), at the same slot. A different slot for the same
+    message is the master's word: a demoted master's own uncommitted move of it put it
+    elsewhere."""
     if stored.occurrence != state.occurrence:
         return stored.occurrence > state.occurrence
-    return stored.first_due_ms == state.first_due_ms and same_slot
+    return (
+        stored.first_due_ms == state.first_due_ms
+        and stored.moved_due_ms == state.moved_due_ms
+        and same_slot
+    )

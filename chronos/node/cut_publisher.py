@@ -163,7 +163,7 @@ class CutPublisher(LoopWorker):
 
 def _newer_moves(moves: Mapping[str, Move], repeats: list[RepeatState]) -> list[RepeatState]:
     """The reschedules to publish after ``repeats``: a move of an earlier occurrence than a
-    committed next occurrence is older than it (and that occurrence already carries the move);
+    committed next occurrence is older than it (that occurrence was computed from the move);
     one of the same or a later occurrence was made after it."""
     latest = {st.message_id: st.message.occurrence for st in repeats if st.message is not None}
     return [

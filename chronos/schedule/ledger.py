@@ -673,6 +673,12 @@ class Ledger:
         ``slot_for(frontier, due)``, like an add received now, and is kept in ``moves`` for
         the progress record that tells followers and a rebuilt store where it went.
 
+        A one-shot's due time is its ``first_due_ms``; a repeat's pending occurrence alone
+        moves (``moved_due_ms``): its schedule stays, so the occurrences after it are due
+        where the schedule puts them (``next_occurrence``: those at or before the new time
+        are passed over). Shifting the schedule instead made a cron repeat's moved
+        occurrence report the fire after the shifted start (issue 63).
+
         A replica (``_Applying.journal``: it may stop leading before a commit carries the move)
         journals, for the first move of an id since its last published one, where the message
         was, in the same batch, so ``undo_moves`` can put it back.
@@ -688,10 +694,14 @@ class Ledger:
         if stored is None:  # pragma: no cover - the index points at a stored key
             return None
         message = codec.decode(stored)
-        # A due time before the pending occurrence's offset from the first would put the first
-        # before 1970 (the codec's times are unsigned): both mean "now", so clamp.
-        due = max(request.due_ms, message.due_ms - message.first_due_ms)
-        moved = replace(message, first_due_ms=message.first_due_ms + due - message.due_ms)
+        # 0 (or any time past) means "now"; a moved due time is never 0, which says "not
+        # moved" (``DelayMessage.moved_due_ms``).
+        due = request.due_ms
+        if message.repeat is None:
+            moved = replace(message, first_due_ms=due)
+        else:
+            due = max(due, 1)
+            moved = replace(message, moved_due_ms=due)
         slot = self._frontier.slot_for(frontier, due)
         key = keys.message_key(slot, request.id)
         value = codec.encode(moved)
@@ -1080,9 +1090,11 @@ def _expiry_left_unstated(current: bytes | None, ends: EpochMs) -> bool:
 
 def _moved(restated: bytes, stored: bytes) -> bool:
     """Whether a restatement states the stored message moved: the same occurrence with
-    another first due time (a reschedule shifts it)."""
+    another due time (a reschedule sets a one-shot's first due time, a repeat's moved one;
+    stores of earlier releases shifted a repeat's first due time)."""
     return codec.occurrence_of(restated) == codec.occurrence_of(stored) and (
         codec.first_due_of(restated) != codec.first_due_of(stored)
+        or codec.moved_due_of(restated) != codec.moved_due_of(stored)
     )
 
 
@@ -1100,7 +1112,18 @@ def _expiry_ends(current: bytes | None, ends: EpochMs) -> bool:
 
 
 def next_occurrence(message: DelayMessage) -> DelayMessage | None:
-    """The occurrence after ``message``'s, or None when the repeat is finished."""
-    if message.repeat is None or message.repeat.is_last(message.first_due_ms, message.occurrence):
+    """The occurrence after ``message``'s, or None when the repeat is finished.
+
+    After an occurrence a reschedule moved, the schedule's first occurrence due after the
+    moved one's new time: those it puts at or before that time are passed over (counted for
+    fixed and cron repeats, as catch-up counts them), and ``times`` and ``until`` still end
+    the schedule where they did."""
+    repeat = message.repeat
+    if repeat is None:
         return None
-    return replace(message, occurrence=message.occurrence + 1)
+    first, occurrence = message.first_due_ms, message.occurrence
+    if message.moved_due_ms:
+        occurrence, _due = repeat.latest_due(first, occurrence, message.moved_due_ms)
+    if repeat.is_last(first, occurrence):
+        return None
+    return replace(message, occurrence=occurrence + 1, moved_due_ms=0)

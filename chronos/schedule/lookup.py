@@ -23,6 +23,7 @@ from typing import Literal
 from chronos.errors import DecodeError, NotReady
 from chronos.listing import ListState, PageQuery
 from chronos.model import DelayMessage
+from chronos.repeat import Repeat
 from chronos.schedule.ledger import Ledger, next_occurrence
 from chronos.store import codec, keys, outcome
 from chronos.store.due_counts import MINUTE_MS
@@ -203,9 +204,7 @@ class Lookup:
                 following = next_occurrence(message)
                 status.next_due_ms = None if following is None else following.due_ms
                 if message.repeat is not None:
-                    status.upcoming_ms = message.repeat.following(
-                        message.first_due_ms, message.occurrence, UPCOMING
-                    )
+                    status.upcoming_ms = _upcoming(message.repeat, following)
             if last is not None:
                 status.last_delivery = _outcome_json(last)
             return status
@@ -353,22 +352,36 @@ class Lookup:
             message = _decoded(raw)
             if message is None or message.repeat is None:
                 continue
+            following = next_occurrence(message)  # after a moved one: the schedule's next
+            if following is None:
+                continue
             repeat, first = message.repeat, message.first_due_ms
-            occurrence, due = message.occurrence, message.due_ms
-            while not repeat.is_last(first, occurrence):
-                due = repeat.next_due(first, occurrence, due)
-                occurrence += 1
+            occurrence, due = following.occurrence, following.due_ms
+            while True:
                 if due >= end_ms:
                     break
                 if due >= from_ms:
                     buckets[(due - from_ms) // (bucket_s * 1000)] += 1
                     added += 1
+                if repeat.is_last(first, occurrence):
+                    break
+                due = repeat.next_due(first, occurrence, due)
+                occurrence += 1
         return added, len(rows) <= self._scan_max
 
     def _count(self, start_ms: EpochMs, end_ms: EpochMs) -> int:
         if end_ms <= start_ms:
             return 0
         return self._store.count_messages(keys.slot_bound(start_ms), keys.slot_bound(end_ms))
+
+
+def _upcoming(repeat: Repeat, following: DelayMessage | None) -> list[EpochMs]:
+    """Due times of up to ``UPCOMING`` occurrences from ``following`` (the pending one's
+    next, ``next_occurrence``) on."""
+    if following is None:
+        return []
+    first, occurrence = following.first_due_ms, following.occurrence
+    return [following.due_ms, *repeat.following(first, occurrence, UPCOMING - 1)]
 
 
 def _decoded(raw: bytes | None) -> DelayMessage | None:

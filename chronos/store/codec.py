@@ -5,17 +5,20 @@ decode is two ``struct`` calls and slices::
 
     B  version (2)
     B  flags: 1 key present, 2 value present, 4 repeat present, 8 repeat catches up with the
-       latest occurrence only (``CatchUp.LATEST``; unset: all, which older stores meant too)
+       latest occurrence only (``CatchUp.LATEST``; unset: all, which older stores meant too),
+       16 the occurrence was moved by a reschedule (``DelayMessage.moved_due_ms``)
     Q  first_due_ms
     I  occurrence
     H  len(topic)     H  len(id)     I  len(key)     I  len(value)     I  header count
+    [moved] Q moved_due_ms
     [repeat] B kind, Q interval_ms, I times, I multiplier, Q max_interval_ms
     [cron repeat] Q until_ms, H len(expression), H len(zone), expression, zone
     per header: I len(name), i len(value) (-1 = null)
     topic, id, [key], [value], then per header: name, [value]
 
 Version 1 (lengths in front of each field) is still decoded: stores written by earlier
-releases keep working.
+releases keep working. (A moved occurrence, flag 16, is new in version 2: an earlier release
+cannot read a store holding one.)
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ _CRON = struct.Struct(">QHH")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
-_F_KEY, _F_VALUE, _F_REPEAT, _F_LATEST = 1, 2, 4, 8
+_U64 = struct.Struct(">Q")
+_F_KEY, _F_VALUE, _F_REPEAT, _F_LATEST, _F_MOVED = 1, 2, 4, 8, 16
 
 
 @functools.lru_cache(maxsize=64)
@@ -97,6 +101,7 @@ def encode(message: DelayMessage) -> bytes:
         | (_F_VALUE if value is not None else 0)
         | (_F_REPEAT if repeat is not None else 0)
         | (_F_LATEST if repeat is not None and repeat.catch_up is CatchUp.LATEST else 0)
+        | (_F_MOVED if message.moved_due_ms else 0)
     )
     parts = [
         _HEAD.pack(
@@ -111,6 +116,8 @@ def encode(message: DelayMessage) -> bytes:
             len(headers),
         )
     ]
+    if message.moved_due_ms:
+        parts.append(_U64.pack(message.moved_due_ms))
     if repeat is not None:
         parts.append(
             _REPEAT.pack(
@@ -178,6 +185,15 @@ def first_due_of(raw: bytes) -> int:
     return first_due
 
 
+def moved_due_of(raw: bytes) -> int:
+    """The due time a reschedule gave a stored message's occurrence, 0 when none (version 1
+    never has one), without decoding the rest."""
+    if not raw[1] & _F_MOVED:
+        return 0
+    moved: int = _U64.unpack_from(raw, _HEAD.size)[0]
+    return moved
+
+
 _OCCURRENCE_AT = struct.calcsize(">BBQ")
 
 
@@ -217,6 +233,10 @@ def _decode(raw: bytes) -> DelayMessage:
         _HEAD.unpack_from(raw, 0)
     )
     pos = _HEAD.size
+    moved = 0
+    if flags & _F_MOVED:
+        (moved,) = _U64.unpack_from(raw, pos)
+        pos += 8
     repeat = None
     if flags & _F_REPEAT:
         repeat, pos = _repeat_at(raw, pos, flags)
@@ -252,7 +272,9 @@ def _decode(raw: bytes) -> DelayMessage:
             headers.append((name, raw[end:pos]))
     if pos != len(raw):
         raise ValueError(f"truncated or {len(raw) - pos} trailing bytes")
-    return DelayMessage(message_id, topic, key, value, headers, first_due, repeat, occurrence)
+    return DelayMessage(
+        message_id, topic, key, value, headers, first_due, repeat, occurrence, moved
+    )
 
 
 def _decode_v1(raw: bytes) -> DelayMessage:

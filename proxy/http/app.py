@@ -476,8 +476,9 @@ def create_app(
         responses=_ERRORS,
     )
     def reschedule(message_id: str, body: RescheduleIn, request: Request) -> RescheduleOut:
-        """Move a pending message to a new due time (later occurrences of a repeat keep their
-        gaps). Not moved when already delivered or being delivered: the status says."""
+        """Move a pending message to a new due time (of a repeat, that occurrence alone: the
+        later ones keep the repeat's schedule; docs/using.md, Reschedule). Not moved when
+        already delivered or being delivered: the status says."""
         delay, deliver_at = body.due()
         wire = scoped(request, message_id)
         _check_id_scope(client, request, wire, "reschedule")

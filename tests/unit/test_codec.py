@@ -41,7 +41,12 @@ def _repeats(
     )
 
 
-def _messages(repeats: st.SearchStrategy[Repeat]) -> st.SearchStrategy[DelayMessage]:
+NOT_MOVED = st.just(0)
+
+
+def _messages(
+    repeats: st.SearchStrategy[Repeat], moved: st.SearchStrategy[int] = NOT_MOVED
+) -> st.SearchStrategy[DelayMessage]:
     return st.builds(
         DelayMessage,
         id=TEXT,
@@ -52,13 +57,15 @@ def _messages(repeats: st.SearchStrategy[Repeat]) -> st.SearchStrategy[DelayMess
         first_due_ms=U64,
         repeat=st.none() | repeats,
         occurrence=st.integers(min_value=1, max_value=2**32 - 1),
+        moved_due_ms=moved,
     )
 
 
 #: Version 1 (stores of earlier releases) knew no cron repeats.
 REPEATS_V1 = _repeats([RepeatKind.FIXED, RepeatKind.EXPONENTIAL])
 REPEATS = REPEATS_V1 | _repeats([RepeatKind.CRON], cron=TEXT, zone=TEXT, until_ms=U64)
-MESSAGES = _messages(REPEATS)
+#: A moved occurrence (issue 63) is stored by version 2 only; 0 is "not moved".
+MESSAGES = _messages(REPEATS, st.just(0) | U64)
 MESSAGES_V1 = _messages(REPEATS_V1)
 
 
@@ -234,3 +241,22 @@ def test_decoded_request_maps_each_kind_to_its_fields() -> None:
 def test_decoded_request_refuses_what_is_not_a_request() -> None:
     with pytest.raises(TypeError, match="not an inner request: str"):
         codec.decoded_request("a")  # type: ignore[arg-type]
+
+
+def test_a_moved_occurrence_keeps_its_schedule_and_is_read_without_decoding() -> None:
+    """Issue 63: the moved due time is a field of its own (flag 16), the first due time
+    stays; ``moved_due_of`` reads it where a restatement compares two stored values."""
+    message = _sample()
+    assert codec.moved_due_of(codec.encode(message)) == 0
+    message.moved_due_ms = 1_700_000_123_457
+    raw = codec.encode(message)
+    back = codec.decode(raw)
+    assert (back.moved_due_ms, back.due_ms, back.first_due_ms) == (
+        1_700_000_123_457,
+        1_700_000_123_457,
+        1_700_000_000_123,
+    )
+    assert back.scheduled_due_ms == message.repeat.due_of(1_700_000_000_123, 2)  # type: ignore[union-attr]
+    assert codec.moved_due_of(raw) == 1_700_000_123_457
+    assert (codec.first_due_of(raw), codec.occurrence_of(raw)) == (1_700_000_000_123, 2)
+    assert codec.has_repeat(raw)

@@ -312,3 +312,26 @@ def test_a_cron_repeat_lists_its_next_occurrences_in_its_zone(env: Env) -> None:
     assert status.upcoming_ms == [friday + 3 * 24 * hour - hour + k * 24 * hour for k in range(3)]
     assert status.next_due_ms == status.upcoming_ms[0]
     assert status.times == 4
+
+
+def test_a_moved_occurrence_shows_its_new_due_time_and_the_schedule_after_it(env: Env) -> None:
+    """Issue 63: status and forecast of a repeat whose pending occurrence a reschedule moved
+    past the next one's due time: due at the requested millisecond, the next one the
+    schedule's first after it (occurrence 3 passed over), the rest of the schedule unshifted."""
+    store, _frontier, ledger, lookup = env
+    store.start_due_counts()
+    fixed = Repeat(RepeatKind.FIXED, 600_000, 6)
+    second = _msg("r", T0 + 60_000, repeat=fixed)
+    second.occurrence = 2  # due T0 + 660,000
+    ledger.apply([second])
+    ledger.apply([RescheduleRequest("r", T0 + 1_300_007)])  # past occurrence 3 (1,260,000)
+    status = lookup.status("r")
+    assert (status.occurrence, status.due_ms, status.slot_ms) == (2, T0 + 1_300_007, T0 + 1_300_007)
+    assert status.next_due_ms == T0 + 1_860_000  # occurrence 4, the schedule's
+    assert status.upcoming_ms == [T0 + 60_000 + k * 600_000 for k in (3, 4, 5)]
+    assert store.due_counts.wait_ready(10)
+    forecast = lookup.forecast(T0, 3_600, 600, repeats=True)
+    dues = [T0 + 1_300_007, T0 + 1_860_000, T0 + 2_460_000, T0 + 3_060_000]
+    assert forecast.counts == [sum(n * 600_000 <= d - T0 < (n + 1) * 600_000 for d in dues)
+                               for n in range(6)]  # fmt: skip
+    assert forecast.repeats == 3

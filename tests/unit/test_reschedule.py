@@ -11,6 +11,7 @@ import pytest
 
 from chronos import wire
 from chronos.clock import FakeClock
+from chronos.delivery.job import jobs_for
 from chronos.errors import DecodeError
 from chronos.group.follower import Follower
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
@@ -25,7 +26,7 @@ from chronos.names import TopicNames
 from chronos.node.cut_publisher import _newer_moves
 from chronos.repeat import Repeat, RepeatKind
 from chronos.schedule.frontier import Frontier
-from chronos.schedule.ledger import Ledger, Move
+from chronos.schedule.ledger import Ledger, Move, next_occurrence
 from chronos.schedule.progress_record import Cut, RepeatState
 from chronos.settings import DeleteSettings, LimitSettings, StoreSettings
 from chronos.store import codec, keys
@@ -125,16 +126,60 @@ def test_a_pending_message_moves_later_or_earlier_and_its_index_follows(alone: N
     }
 
 
-def test_a_repeat_moves_its_pending_occurrence_and_keeps_its_gaps(alone: Node) -> None:
-    repeat = Repeat(RepeatKind.FIXED, 10_000, 3)
+def test_a_repeat_moves_its_pending_occurrence_alone_and_keeps_its_schedule(alone: Node) -> None:
+    """Issue 63: the moved occurrence is due (and reports) the requested millisecond; the
+    schedule stays, the occurrences at or before the new time passed over."""
+    repeat = Repeat(RepeatKind.FIXED, 10_000, 4)
     message = _msg("r", T0 + 1000, repeat)
     message.occurrence = 2  # the first was delivered
     alone.ledger.apply([message])
     assert alone.slots() == {"r": T0 + 11_000}
-    alone.ledger.apply([RescheduleRequest("r", T0 + 30_000)])
+    alone.ledger.apply([RescheduleRequest("r", T0 + 15_007)])
     ((slot, moved),) = alone.stored().values()
-    assert (slot, moved.occurrence, moved.due_ms) == (T0 + 30_000, 2, T0 + 30_000)
-    assert repeat.due_of(moved.first_due_ms, 3) == T0 + 40_000
+    assert (slot, moved.occurrence, moved.due_ms) == (T0 + 15_007, 2, T0 + 15_007)
+    assert (moved.first_due_ms, moved.scheduled_due_ms) == (T0 + 1000, T0 + 11_000)
+    following = next_occurrence(moved)
+    assert following is not None
+    assert (following.occurrence, following.due_ms, following.moved_due_ms) == (3, T0 + 21_000, 0)
+    # Moved again, onto occurrence 4's due time: 3 and 4 (the last) are passed over.
+    alone.ledger.apply([RescheduleRequest("r", T0 + 31_000)])
+    ((slot, moved),) = alone.stored().values()
+    assert (slot, moved.occurrence, moved.due_ms) == (T0 + 31_000, 2, T0 + 31_000)
+    assert next_occurrence(moved) is None
+    # Earlier than the schedule put it: the next one is the schedule's next.
+    alone.ledger.apply([RescheduleRequest("r", T0 + 2_000)])
+    ((slot, moved),) = alone.stored().values()
+    following = next_occurrence(moved)
+    assert (slot, moved.due_ms) == (T0 + 2_000, T0 + 2_000)
+    assert following is not None and (following.occurrence, following.due_ms) == (3, T0 + 21_000)
+
+
+def test_a_cron_repeats_moved_occurrence_reports_its_new_time_not_a_fire_after_a_shifted_start(
+    alone: Node,
+) -> None:
+    """The issue's case: every 10 s, occurrence 2 (07:56:50) moved to 07:57:03.007. It
+    reported 07:57:00.000 (the fire after a first due time shifted by the move) and
+    occurrence 3 came 7 s after it; now it is due 07:57:03.007 and occurrence 3 (07:57:00)
+    is passed over for occurrence 4 at 07:57:10, the schedule's."""
+    fire = 1_795_852_600_000  # 2026-11-28 07:56:40 UTC
+    repeat = Repeat.calendar("*/10 * * * * *", "UTC", times=5)
+    message = _msg("c", fire, repeat)
+    message.occurrence = 2
+    assert message.due_ms == fire + 10_000
+    alone.ledger.apply([message])
+    alone.ledger.apply([RescheduleRequest("c", fire + 23_007)])
+    ((slot, moved),) = alone.stored().values()
+    assert (slot, moved.due_ms, moved.first_due_ms) == (fire + 23_007, fire + 23_007, fire)
+    jobs = jobs_for(
+        [(keys.message_key(slot, "c"), codec.encode(moved))], fire + 23_007, alone.ledger
+    )
+    (job,) = jobs
+    assert (job.due_ms, job.skipped) == (fire + 23_007, 0)
+    headers = dict(wire.delivery_headers(moved, job.due_ms, job.skipped))
+    assert headers[wire.H_DUE] == b"%d" % (fire + 23_007)
+    assert job.followup is not None
+    assert (job.followup.occurrence, job.followup.due_ms) == (4, fire + 30_000)
+    assert job.followup.moved_due_ms == 0
 
 
 def test_a_message_the_frontier_passed_is_too_late_and_stays(alone: Node) -> None:
@@ -313,8 +358,9 @@ def test_a_reschedule_in_the_batch_of_an_ignored_duplicate_add_moves_the_first_a
 
 
 def test_a_repeat_rescheduled_to_the_epoch_is_delivered_now_not_refused(alone: Node) -> None:
-    """``deliver_at_ms: 0`` means "now"; for a repeat's third occurrence the first due time
-    would go below 1970, which the store cannot hold (the batch would fail every retry)."""
+    """``deliver_at_ms: 0`` means "now" (a moved due time of 1 ms: 0 says "not moved"); when a
+    reschedule shifted the first due time, a third occurrence's went below 1970, which the
+    store cannot hold (the batch failed every retry)."""
     repeat = Repeat(RepeatKind.FIXED, 86_400_000, 5)
     message = _msg("r", T0 + 1000, repeat)
     message.occurrence = 3
@@ -323,7 +369,11 @@ def test_a_repeat_rescheduled_to_the_epoch_is_delivered_now_not_refused(alone: N
     outcome = alone.ledger.apply([RescheduleRequest("r", 0)])
     assert outcome.rescheduled == 1
     ((slot, moved),) = alone.stored().values()
-    assert slot == T0 + 1 and moved.first_due_ms == 0 and moved.occurrence == 3
+    assert (slot, moved.occurrence, moved.moved_due_ms) == (T0 + 1, 3, 1)
+    assert moved.first_due_ms == T0 + 1000, "the schedule stays"
+    following = next_occurrence(moved)
+    assert following is not None
+    assert (following.occurrence, following.due_ms) == (4, T0 + 1000 + 3 * 86_400_000)
 
 
 def _commit(leader: Node, followers: list[Node], upto: int) -> tuple[int, dict[int, int]]:
@@ -339,6 +389,34 @@ def _commit(leader: Node, followers: list[Node], upto: int) -> tuple[int, dict[i
     for node in followers:
         node.replica.apply_cut(seek, states, covered)
     return seek, covered
+
+
+def test_a_backup_takes_a_moved_repeat_occurrence_from_the_progress_record(
+    pair: tuple[Node, Node],
+) -> None:
+    """A repeat's moved occurrence travels in the master's progress (its stored encoding,
+    flag 16): the backup holds it at the new time with the schedule unshifted, and a state
+    of the same occurrence not moved, at the same slot, is news to it (``_not_newer``)."""
+    master, backup = pair
+    repeat = Repeat.calendar("*/10 * * * * *", "UTC", times=5)
+    fire = 1_795_852_600_000
+    for node in pair:
+        node.add(_msg("c", fire, repeat), 0)
+        node.reschedule("c", fire + 3_007, 1)
+    _commit(master, [backup], fire - 1)
+    assert backup.stored() == master.stored()
+    ((slot, held),) = backup.stored().values()
+    assert (slot, held.due_ms, held.first_due_ms, held.occurrence) == (
+        fire + 3_007,
+        fire + 3_007,
+        fire,
+        1,
+    )
+    # Back to its scheduled time (a later move), at the slot it has: a different state.
+    back = _msg("c", fire, repeat)
+    backup.replica.apply_cut(fire - 1, [RepeatState("c", back, fire + 3_007)], {0: 2})
+    ((slot, held),) = backup.stored().values()
+    assert (slot, held.moved_due_ms, held.due_ms) == (fire + 3_007, 0, fire)
 
 
 def _pending(node: Node) -> dict[str, int]:

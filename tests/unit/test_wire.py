@@ -377,6 +377,22 @@ def test_a_refresh_round_trips_with_its_slot_and_occurrence() -> None:
     assert key == b"r" and decoded == Refresh(message, 4500)
 
 
+def test_a_refresh_of_a_moved_occurrence_carries_its_new_due_time_and_the_schedule() -> None:
+    """Issue 63: a cron repeat's refresh kept only the first due time, which a reschedule
+    had shifted off the schedule; read back, it snapped to the next fire. The moved due time
+    travels on its own header; the first due time stays a fire."""
+    repeat = Repeat.calendar("*/10 * * * * *", "UTC", times=5)
+    fire = 1_795_852_600_000
+    message = DelayMessage("c", "orders", b"k", b"v", [], fire, repeat, 2, fire + 23_007)
+    key, value, headers = wire.encode_refresh(message, fire + 23_007)
+    assert (wire.H_MOVED, b"%d" % (fire + 23_007)) in headers
+    decoded = wire.decode(value, headers)
+    assert key == b"c" and decoded == Refresh(message, fire + 23_007)
+    assert isinstance(decoded, Refresh) and decoded.message.due_ms == fire + 23_007
+    plain = DelayMessage("c", "orders", b"k", b"v", [], fire, repeat, 2)
+    assert all(name != wire.H_MOVED for name, _ in wire.encode_refresh(plain, fire + 10_000)[2])
+
+
 def test_a_refresh_of_a_null_payload_is_not_a_tombstone_and_reads_back_null() -> None:
     """Mutants caught: the null value written as is (the cleaner would remove the message);
     the marker ignored when read (an empty payload delivered instead of null)."""
@@ -406,6 +422,15 @@ def test_an_expiry_tombstone_has_a_null_value_and_names_what_it_ends() -> None:
         ([("chronos-slot-ms", b"999"), ("chronos-occurrence", b"1")], "before the due time"),
         ([("chronos-slot-ms", b"2000"), ("chronos-occurrence", b"2")], "not in 1..1"),
         ([("chronos-slot-ms", b"2000"), ("chronos-occurrence", b"0")], "not in 1..1"),
+        ([("chronos-moved-due-ms", b"2000")], "come together"),
+        (
+            [
+                ("chronos-slot-ms", b"2000"),
+                ("chronos-occurrence", b"1"),
+                ("chronos-moved-due-ms", b"2000"),
+            ],
+            "belongs to a repeat",
+        ),
     ],
 )
 def test_a_refresh_that_cannot_be_right_is_refused(extra: Headers, reason: str) -> None:
