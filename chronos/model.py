@@ -42,10 +42,13 @@ class DelayMessage:
 
     @property
     def due_ms(self) -> EpochMs:
-        """Due time of this occurrence."""
+        """Due time of this occurrence (``scheduled_due_ms`` inlined: a delivery asks it a
+        few times per repeat)."""
         if self.moved_due_ms:
             return self.moved_due_ms
-        return self.scheduled_due_ms
+        if self.repeat is None or self.occurrence == 1:
+            return self.first_due_ms
+        return self.repeat.due_of(self.first_due_ms, self.occurrence)
 
     @property
     def scheduled_due_ms(self) -> EpochMs:
