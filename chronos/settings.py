@@ -671,6 +671,19 @@ class GroupSettings(_Section):
             "mid-transaction); its records never become visible."
         ),
     )
+    rate_lookahead_ms: int = Field(
+        10_000,
+        ge=0,
+        le=3_600_000,
+        description=(
+            "How far ahead of now a master plans the messages of topics with a rate "
+            "(delivery.topics.<t>.rate): a burst scheduled at least this long ahead is spread "
+            "over its slots before it is due, so that at due time it neither holds back other "
+            "topics nor goes out faster than the rate. A message that arrives after the "
+            "look-ahead passed its slot is planned as it falls due, behind its topic's "
+            "backlog. 0: plan only as messages fall due."
+        ),
+    )
     takeover_catch_up_s: float = Field(
         30.0,
         gt=0,

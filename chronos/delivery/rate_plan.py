@@ -3,93 +3,187 @@ topic that falls due faster than its ``rate`` into a later slot, instead of hold
 
 Why not a node alone's :mod:`delivery.pacing`: a master's delivery is a transaction over a range
 of slots, and what it does not publish must be moved out of that range, durably, or the cut
-would pass it. So a message over the rate moves to the slot its token comes in (a progress
-state, as a deferred retry moves) and goes out there without asking again. The bookkeeping is a
-GCRA per topic (the "virtual scheduling" form of a token bucket): ``tat`` is the theoretical
-arrival time of the topic's next message; one conforms while ``tat - tolerance <= now``, and
-each one, sent or planned, moves ``tat`` on by ``1000 / rate`` ms. Planned messages take slots in
-the order they came (due order), and a message due later never goes before them: it finds
-``tat`` past them.
+would pass it. So a message over the rate moves to a later slot (a progress state, as a
+deferred retry moves) and goes out there without asking again.
 
-The plan survives a takeover: each cut carries the ``tat`` of every topic with a backlog
-(``Cut.paced``). The successor starts from it, and lets the backlog it inherits (messages at a
-slot after their due time, up to the end of that plan) go at their slots: it cannot tell them
-from a message that arrived late into that window, which therefore skips the rate too.
+**Steps, not a single clock.** The bookkeeping is a GCRA per topic (the "virtual scheduling"
+form of a token bucket): each message takes a *theoretical arrival time*, one step of
+``1000 / rate`` ms each, and goes at that time less the tolerance (``burst - 1`` steps), never
+before its earliest time. A GCRA keeps only the next free time (``tat``); here each topic keeps
+the set of steps taken (``_Topic``), because a master also plans *ahead* (below), so it plans
+messages out of the order they are delivered in, and a message planned late must still find
+a free step before the plan's end instead of queueing behind all of it. Planned in due order,
+the two are the same; in any window of one second at most ``rate + burst`` messages go.
+
+**Ahead of time.** Moving a message costs a progress record and a store write on every
+replica (about 50 µs on the master). A burst of 100,000 planned as it falls due held the
+master's frontier, and every other topic behind it, for seconds, and what was planned for
+those seconds then went out at once. So the transaction loop also reads what falls due in
+the next ``group.rate_lookahead_ms`` (``ahead_for``, in key order, a bounded number per
+transaction) and plans it before it is due: at due time the burst is already spread over its
+slots. A message that conforms stays where it is (no move), but takes its step.
+
+**What goes out, counted.** A plan holds ``rate + burst`` in every second of *slots*; what
+Kafka stamps is when the transaction produced it, a few milliseconds after its slot, and by
+more when a transaction waited on the one before. So each send of a limited topic is also
+counted in the trailing second as it goes (``admit``): one that would take it past ``rate +
+burst`` moves to the slot where the count has room again (a few, at a burst's edges).
+
+**Order.** Messages planned ahead come in due order, and a message never goes before one
+moved behind it (``last_moved``); messages moved into one slot are put in due order by the
+transaction that delivers them. A message that arrives after the look-ahead passed its slot
+is planned as it falls due: into the first free step from now, so behind a backlog of its
+topic, and at once when there is none.
+
+**A successor.** Each cut carries the end of every topic's backlog (``Cut.paced``, as a
+theoretical arrival time, which an earlier release also reads) and how far the look-ahead
+read (``Cut.ahead_ms``). A successor lets what the previous master planned go at its slots:
+a message moved past its due time up to its topic's backlog end, and any message of a limited
+topic at or before ``ahead_ms``. It cannot tell those from a message that arrived late into
+that span, which therefore skips the rate; its own plans start after the inherited backlog.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from chronos.delivery.policies import Policies
 from chronos.settings import TopicPolicy
 from chronos.types import EpochMs
 
+#: The trailing window ``admit`` counts sends in, ms: a second, and the time a transaction
+#: takes to produce what it planned at its start (its records' timestamps are that much later).
+_SENT_WINDOW_MS = 1_050
+
 
 @dataclass(slots=True)
 class _Topic:
-    """One limited topic's plan: its interval and tolerance (ms), and its ``tat``."""
+    """One limited topic's plan: the theoretical times its messages took.
 
+    A GCRA's theoretical arrival times, kept as a set instead of a single clock: time is cut
+    into steps of ``interval_ms`` (``1000 / rate``), each message takes one step and goes at
+    its step less ``tolerance_ms`` (``(burst - 1)`` steps: a burst after a quiet spell), never
+    before its earliest time. In due order this is a GCRA exactly; a message planned later
+    than messages due after it takes the first free step from its own time.
+    """
+
+    name: str
     interval_ms: float
     tolerance_ms: float
-    tat: float
-    #: The latest slot a message of the topic was planned into.
-    last_slot: EpochMs = 0
+    #: Steps taken (``ceil(time / interval_ms)``), and the highest one.
+    taken: set[int] = field(default_factory=set)
+    highest: int = 0
+    #: Steps below it count as taken: an inherited plan's.
+    floor: int = 0
+    #: The latest slot a message of the topic was moved to (0: none), and the due time of
+    #: the first message moved since the moves last caught up with their due times: a
+    #: message due before it may go before them.
+    last_moved: EpochMs = 0
+    backlog_due: EpochMs = 0
+    #: [full_from, full_to): steps found taken (only an abort frees one).
+    full_from: int = 0
+    full_to: int = 0
+    #: How many steps were taken at the last ``forget_before``.
+    kept: int = 0
+    #: Most sends in ``_SENT_WINDOW_MS``, and when the latest ones went (ms, ascending).
+    limit: int = 1
+    sent: deque[EpochMs] = field(default_factory=deque)
+
+    def step(self, t: float) -> int:
+        """The first step at or after ``t``."""
+        return math.ceil(t / self.interval_ms - 1e-9)
+
+    def goes_at(self, step: int) -> EpochMs:
+        """When a message of ``step`` may go at the earliest."""
+        return math.ceil(step * self.interval_ms - self.tolerance_ms - 1e-6)
+
+    def tat(self) -> float:
+        """The theoretical arrival time of the next message in due order."""
+        return (max(self.highest, self.floor - 1) + 1) * self.interval_ms
 
 
 class RatePlan:
     """Slots for a master's messages of rate-limited topics; one per transaction loop.
 
-    Use: ``slot_for`` for each first attempt in a transaction, then ``committed`` or
-    ``aborted``: an aborted transaction planned nothing.
+    Use: ``slot_for`` for each first attempt falling due in a transaction and ``ahead_for``
+    for each message read ahead, then ``committed`` or ``aborted``: an aborted transaction
+    planned nothing.
 
     Parameters:
         policies: each topic's policy now (its ``rate`` and ``burst``).
-        inherited: the ``tat`` per topic of the last committed cut (the previous master's plan).
+        inherited: the backlog per topic of the last committed cut (``Cut.paced``).
+        ahead_ms: how far the previous master's look-ahead read (``Cut.ahead_ms``).
     """
 
-    def __init__(self, policies: Policies, inherited: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        policies: Policies,
+        inherited: Mapping[str, float] | None = None,
+        ahead_ms: EpochMs | None = None,
+    ) -> None:
         self._policies = policies
         self._version = -1
         self._inherited = dict(inherited or {})
+        self._inherited_ahead = ahead_ms
         #: The end of the inherited backlog per topic: slots up to it were planned before.
         self._inherited_end: dict[str, float] = {}
         self._topics: dict[str, _Topic | None] = {}
         #: Ids planned and not yet delivered (they go at their slot without a token), with what
-        #: their lateness counts from: their due time, or the slot they were stored at if later.
-        self._planned: dict[str, EpochMs] = {}
+        #: their lateness counts from (their due time, or the slot they were stored at if
+        #: later) and the slot they were planned into.
+        self._planned: dict[str, tuple[EpochMs, EpochMs]] = {}
+        #: (slot, id) of every plan, to forget plans whose slot passed undelivered (cancelled).
+        self._by_slot: list[tuple[EpochMs, str]] = []
+        #: The look-ahead's next key, and how far it read (both committed with the plans).
+        self.ahead_key: bytes | None = None
+        self.ahead_ms: EpochMs | None = None
         #: What the open transaction changed, undone by ``aborted``.
-        self._saved: dict[str, float] = {}
-        self._saved_slot: dict[str, EpochMs] = {}
+        self._charged: list[tuple[_Topic, int]] = []
+        self._saved: dict[str, tuple[EpochMs, EpochMs, int]] = {}
         self._new: list[str] = []
+        self._saved_ahead: tuple[bytes | None, EpochMs | None] | None = None
+        self._admitted: list[_Topic] = []
+        #: Plans ``admit`` replaced in the open transaction (restored by ``aborted``).
+        self._replaced: list[tuple[str, tuple[EpochMs, EpochMs]]] = []
 
     @property
     def active(self) -> bool:
         """Whether any topic has a rate or anything planned is still to come."""
         return self._policies.any_rate or bool(self._planned) or bool(self._inherited_end)
 
-    def _topic(self, name: str, now_ms: EpochMs) -> _Topic | None:
+    def _topic(self, name: str) -> _Topic | None:
         if self._version != self._policies.version:
             self._version = self._policies.version
-            self._topics = {t: self._new_topic(t, old, now_ms) for t, old in self._topics.items()}
+            self._topics = {t: self._new_topic(t, old) for t, old in self._topics.items()}
         if name not in self._topics:
-            self._topics[name] = self._new_topic(name, None, now_ms)
+            self._topics[name] = self._new_topic(name, None)
         return self._topics[name]
 
-    def _new_topic(self, name: str, old: _Topic | None, now_ms: EpochMs) -> _Topic | None:
+    def _new_topic(self, name: str, old: _Topic | None) -> _Topic | None:
         policy = self._policies.policy_of(name)
         if policy is None or policy.rate is None:
             return None
         interval, tolerance = _shape(policy)
+        plan = _Topic(
+            name, interval, tolerance, limit=math.floor(policy.rate or 0) + policy.burst_size
+        )
         if old is not None:
-            return _Topic(interval, tolerance, old.tat, old.last_slot)
+            plan.sent = old.sent
+        if old is not None:
+            # A new shape: its steps start after the old plan's, as a successor's do.
+            plan.last_moved, plan.backlog_due = old.last_moved, old.backlog_due
+            plan.floor = plan.step(old.tat())
+            return plan
         tat = self._inherited.pop(name, None)
-        if tat is None:
-            return _Topic(interval, tolerance, float(now_ms))
-        self._inherited_end[name] = tat - tolerance
-        return _Topic(interval, tolerance, tat, math.ceil(tat - tolerance - interval))
+        if tat is not None:
+            self._inherited_end[name] = tat - tolerance
+            plan.last_moved = math.ceil(tat - tolerance - interval)
+            plan.floor = plan.step(tat)
+        return plan
 
     def limited(self, topic: str) -> bool:
         """Whether ``topic`` has a rate (as of the plan's last look at the policies)."""
@@ -110,74 +204,190 @@ class RatePlan:
     ) -> EpochMs | None:
         """Where the message ``ident`` (at ``slot_ms``, due ``due_ms``) goes in a transaction
         delivering up to ``upto`` at ``now_ms``: None to publish it now, else the later slot
-        its token comes in.
+        it is moved to.
 
-        A message that conforms still waits while an earlier one is planned past ``upto``
-        (the cancel gate holds ``upto`` behind ``now``, which the tolerance may reach): it
-        takes that one's slot, and the transaction delivering the slot puts them in due order.
+        It goes now when it conforms (a free step within the tolerance of ``now_ms``) and no
+        message of its topic due before it waits in a later slot past ``upto`` (the cancel gate
+        holds ``upto`` behind ``now``): else it goes behind that one, in its slot, and the
+        transaction delivering the slot puts them in due order.
         """
         if ident in self._planned:
             return None
-        plan = self._topic(topic, now_ms)
-        if plan is None:
+        plan = self._topic(topic)
+        if plan is None or self._planned_before(topic, slot_ms, due_ms, now_ms):
             return None
-        end = self._inherited_end.get(topic)
-        if end is not None:
-            if slot_ms > due_ms and slot_ms <= end:
-                return None  # planned by the previous master
-            if now_ms > end:
-                del self._inherited_end[topic]
-        if topic not in self._saved:
-            self._saved[topic] = plan.tat
-            self._saved_slot[topic] = plan.last_slot
-        tat = max(plan.tat, float(now_ms))
-        plan.tat = tat + plan.interval_ms
-        conforms = tat - plan.tolerance_ms <= now_ms
-        if conforms and plan.last_slot <= upto:
-            return None
-        slot = (
-            plan.last_slot if conforms else max(plan.last_slot, math.ceil(tat - plan.tolerance_ms))
-        )
-        plan.last_slot = slot
-        self._planned[ident] = max(due_ms, slot_ms)
-        self._new.append(ident)
+        waits = plan.last_moved > upto and due_ms >= plan.backlog_due
+        after = plan.last_moved if waits else 0
+        slot = self._place(plan, now_ms, after)
+        if slot <= now_ms:  # conforms
+            if not waits:
+                return None
+            slot = after  # behind the one planned past the gate, in its slot
+        self._plan(ident, plan, max(due_ms, slot_ms), slot)
         return slot
 
-    def committed(self, tried: list[str]) -> None:
-        """The transaction committed: its plans stand; the ids it ``tried`` and did not plan
-        went out (or to the dead-letter topic, or to a retry): no longer planned."""
+    def ahead_for(self, ident: str, topic: str, slot_ms: EpochMs, due_ms: EpochMs) -> EpochMs:
+        """Plan the message ``ident`` (at ``slot_ms``, due ``due_ms``) before it is due: the
+        slot it goes at, ``slot_ms`` itself when it stays. Messages come in key order."""
+        if ident in self._planned:
+            return slot_ms
+        plan = self._topic(topic)
+        if plan is None or self._planned_before(topic, slot_ms, due_ms, None):
+            return slot_ms
+        after = plan.last_moved if plan.last_moved > slot_ms else 0
+        slot = self._place(plan, slot_ms, after)
+        if slot == slot_ms:
+            self._planned[ident] = (max(due_ms, slot_ms), slot)
+            heapq.heappush(self._by_slot, (slot, ident))
+            self._new.append(ident)
+        else:
+            self._plan(ident, plan, max(due_ms, slot_ms), slot)
+        return slot
+
+    def admit(self, ident: str, topic: str, base: EpochMs, now_ms: EpochMs) -> EpochMs | None:
+        """Count a message of ``topic`` that goes now (lateness counted from ``base``): None
+        when the trailing second has room, else the slot it moves to instead."""
+        plan = self._topic(topic)
+        if plan is None:
+            return None
+        sent = plan.sent
+        while sent and sent[0] <= now_ms - _SENT_WINDOW_MS:
+            sent.popleft()
+        if len(sent) < plan.limit:
+            sent.append(now_ms)
+            self._admitted.append(plan)
+            return None
+        slot = max(now_ms + 1, sent[len(sent) - plan.limit] + _SENT_WINDOW_MS)
+        before = self._planned.pop(ident, None)
+        if before is not None:
+            self._replaced.append((ident, before))
+        self._plan(ident, plan, base, slot)
+        return slot
+
+    def _planned_before(
+        self, topic: str, slot_ms: EpochMs, due_ms: EpochMs, now_ms: EpochMs | None
+    ) -> bool:
+        """Whether the previous master planned this message: it goes at its slot."""
+        ahead = self._inherited_ahead
+        if ahead is not None and slot_ms <= ahead:
+            return True
+        end = self._inherited_end.get(topic)
+        if end is None:
+            return False
+        if slot_ms > due_ms and slot_ms <= end:
+            return True
+        if now_ms is not None and now_ms > end:
+            del self._inherited_end[topic]
+        return False
+
+    def _place(self, plan: _Topic, earliest: EpochMs, after: EpochMs) -> EpochMs:
+        """Take the first free step from ``earliest``: when its message goes (not before
+        ``after`` either: the order)."""
+        first = max(plan.step(earliest), plan.floor)
+        step = first
+        if plan.full_from <= step < plan.full_to:
+            step = plan.full_to
+        taken = plan.taken
+        while step in taken:
+            step += 1
+        if step > first:
+            if plan.full_from <= first <= plan.full_to:
+                plan.full_to = max(plan.full_to, step)
+            else:
+                plan.full_from, plan.full_to = first, step
+        if plan.name not in self._saved:
+            self._saved[plan.name] = (plan.last_moved, plan.backlog_due, plan.highest)
+        taken.add(step)
+        plan.highest = max(plan.highest, step)
+        self._charged.append((plan, step))
+        return max(earliest, after, plan.goes_at(step))
+
+    def _plan(self, ident: str, plan: _Topic, base: EpochMs, slot: EpochMs) -> None:
+        """``ident`` (lateness counted from ``base``) moves to ``slot``."""
+        if plan.last_moved < base:
+            plan.backlog_due = base  # the earlier moves go before this one's due time
+        plan.last_moved = max(plan.last_moved, slot)
+        self._planned[ident] = (base, slot)
+        heapq.heappush(self._by_slot, (slot, ident))
+        self._new.append(ident)
+
+    def read_ahead(self, next_key: bytes, through_ms: EpochMs) -> None:
+        """The look-ahead of the open transaction read up to ``next_key`` (exclusive), every
+        message with a slot up to ``through_ms`` among them."""
+        if self._saved_ahead is None:
+            self._saved_ahead = (self.ahead_key, self.ahead_ms)
+        self.ahead_key = next_key
+        self.ahead_ms = through_ms if self.ahead_ms is None else max(self.ahead_ms, through_ms)
+
+    def committed(self, tried: list[str], upto: EpochMs | None = None) -> None:
+        """The transaction (delivering up to ``upto``) committed: its plans stand; the ids it
+        ``tried`` and did not plan went out (or to the dead-letter topic, or to a retry): no
+        longer planned, nor is a plan whose slot it passed (a message cancelled meanwhile)."""
         planned = self._planned
         if planned:
             new = set(self._new)
             for ident in tried:
                 if ident not in new:
                     planned.pop(ident, None)
-        self._saved.clear()
-        self._saved_slot.clear()
-        self._new.clear()
+            by_slot = self._by_slot
+            while upto is not None and by_slot and by_slot[0][0] <= upto:
+                slot, ident = heapq.heappop(by_slot)
+                found = planned.get(ident)
+                if found is not None and found[1] == slot and ident not in new:
+                    del planned[ident]
+        self._settle()
 
     def aborted(self) -> None:
         """The transaction aborted: what it planned never happened."""
-        for topic, tat in self._saved.items():
-            plan = self._topics.get(topic)
-            if plan is not None:
-                plan.tat, plan.last_slot = tat, self._saved_slot[topic]
+        for plan, step in self._charged:
+            plan.taken.discard(step)
+            plan.full_from = plan.full_to = 0
+        for name, (last, due, highest) in self._saved.items():
+            topic = self._topics.get(name)
+            if topic is not None:
+                topic.last_moved, topic.backlog_due, topic.highest = last, due, highest
         for ident in self._new:
             self._planned.pop(ident, None)
+        if self._saved_ahead is not None:
+            self.ahead_key, self.ahead_ms = self._saved_ahead
+        for plan in reversed(self._admitted):
+            plan.sent.pop()
+        self._planned.update(self._replaced)
+        self._settle()
+
+    def _settle(self) -> None:
+        self._charged.clear()
         self._saved.clear()
-        self._saved_slot.clear()
         self._new.clear()
+        self._saved_ahead = None
+        self._admitted.clear()
+        self._replaced.clear()
+
+    def forget_before(self, now_ms: EpochMs) -> None:
+        """Forget the steps whose messages went before ``now_ms`` (nothing plans there any
+        more), once a topic's steps doubled since it last did."""
+        for plan in self._topics.values():
+            if plan is None or len(plan.taken) < max(1024, 2 * plan.kept):
+                continue
+            past = plan.step(now_ms + plan.tolerance_ms) - 1
+            plan.taken = {step for step in plan.taken if step > past}
+            plan.kept = len(plan.taken)
+            plan.full_from = plan.full_to = 0
 
     def backlog(self, now_ms: EpochMs) -> dict[str, float]:
-        """The ``tat`` of each topic whose plan reaches past ``now_ms`` (what a cut carries)."""
-        found = {t: p.tat for t, p in self._topics.items() if p is not None and p.tat > now_ms}
+        """The theoretical arrival time of the next message of each topic whose plan reaches
+        past ``now_ms`` (what a cut carries)."""
+        found = {
+            t: tat for t, p in self._topics.items() if p is not None and (tat := p.tat()) > now_ms
+        }
         # An inherited plan not used yet (no message of its topic came) is still the plan.
         return {t: tat for t, tat in self._inherited.items() if tat > now_ms} | found
 
     def lateness_base(self, ident: str) -> EpochMs | None:
         """What a planned message's lateness counts from (its slot moved); None if not
         planned by this master."""
-        return self._planned.get(ident)
+        found = self._planned.get(ident)
+        return None if found is None else found[0]
 
     def planned(self) -> int:
         """How many planned messages are still to go."""

@@ -97,10 +97,19 @@ class ReplicaStore:
         return seek
 
     def apply_cut(
-        self, seek_ms: EpochMs, states: Sequence[RepeatState], covered: Mapping[int, int]
+        self,
+        seek_ms: EpochMs,
+        states: Sequence[RepeatState],
+        covered: Mapping[int, int],
+        unchanged: Mapping[str, bytes] | None = None,
     ) -> None:
         """Apply one committed progress record: the next occurrences of repeats at the slots
         the master gave them, the seek, and forget arrivals the record covers.
+
+        ``unchanged`` (the master's own store): states that move a message only while it
+        is still stored as these bytes, by id; a message the master planned ahead of its
+        frontier may have been cancelled or rescheduled since it was read, and the
+        reschedule's own state follows in a later record for the backups.
 
         A state moves its repeat only forward (a later occurrence than the stored one, or the
         same one rescheduled or at another slot: ``_not_newer``) and never revives a cancelled
@@ -118,6 +127,8 @@ class ReplicaStore:
                 if message is None or old_key is None:
                     continue
                 raw = stored.get(old_key)
+                if unchanged and message.id in unchanged and raw != unchanged[message.id]:
+                    continue
                 key = keys.message_key(st.slot_ms, message.id)
                 if raw is not None and _not_newer(message, codec.decode(raw), key == old_key):
                     continue

@@ -8,6 +8,7 @@ a record; ``execute.py`` does, in the plan's order, and ``commit.py`` settles it
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from chronos.delivery.deadletter import NOT_YET, Before, TopicMissing
@@ -15,7 +16,7 @@ from chronos.delivery.job import DeliveryJob
 from chronos.delivery.rate_plan import RatePlan
 from chronos.group.verdicts import Verdicts, not_authorized
 from chronos.schedule.progress_record import RepeatState
-from chronos.store import keys
+from chronos.store import codec, keys
 from chronos.types import EpochMs
 
 
@@ -46,6 +47,10 @@ class BatchPlan:
 
     sends: list[Send] = field(default_factory=list)
     states: list[RepeatState] = field(default_factory=list)
+    #: Messages moved before they are due by the rate's look-ahead, with the stored bytes
+    #: they were read as: the master's store moves one only while it still holds those bytes
+    #: (a cancel or a reschedule may have come since).
+    ahead: dict[str, bytes] = field(default_factory=dict)
 
 
 def plan_batch(
@@ -90,12 +95,37 @@ def plan_batch(
         known = verdicts.dead.get(job.key) or known
         if known is NOT_YET:
             raise TopicNotYet(message.topic if message else "")
+        if rates is not None and message is not None and known is None:
+            # Counted as it goes: what the trailing second holds (``RatePlan.admit``).
+            base = max(job.due_ms, keys.slot_of(job.key))
+            slot = rates.admit(message.id, message.topic, base, now)
+            if slot is not None:
+                states.append(RepeatState(message.id, message, slot))  # over the rate
+                continue
         plan.sends.append(Send(n, job, known))
         if message is not None and message.repeat is not None:
             followup = job.followup
             slot_ms = 0 if followup is None else max(followup.due_ms, upto + 1)
             states.append(RepeatState(message.id, followup, slot_ms))
     return plan
+
+
+def plan_ahead(
+    rows: list[tuple[bytes, bytes]], rates: RatePlan, plan: BatchPlan, skip: Container[str]
+) -> None:
+    """Plan the messages of rate-limited topics among ``rows`` (stored past the transaction's
+    range, read in key order) before they fall due: each one the rate moves becomes a
+    progress state of ``plan``. ``skip``: ids moved otherwise in this transaction (a deferred
+    retry, a reschedule)."""
+    for key, raw in rows:
+        message = codec.decode(raw)
+        if message.id in skip or not rates.limited(message.topic):
+            continue
+        slot = keys.slot_of(key)
+        found = rates.ahead_for(message.id, message.topic, slot, message.due_ms)
+        if found != slot:
+            plan.states.append(RepeatState(message.id, message, found))
+            plan.ahead[message.id] = raw
 
 
 def _missing_deferred(

@@ -569,6 +569,7 @@ class Replica(LoopWorker):
                 self._fatal.report,
                 floor,
                 paced=cut.paced if cut is not None else {},
+                ahead_ms=cut.ahead_ms if cut is not None else None,
             ),
         )
         self._master.start()

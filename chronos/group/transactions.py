@@ -48,7 +48,7 @@ from chronos.delivery.rate_plan import RatePlan
 from chronos.group.commit import judge_abort, observe_paced, outcomes
 from chronos.group.execute import BatchRecords
 from chronos.group.placement import ReplicaStore
-from chronos.group.plan import BatchPlan, TopicNotYet, in_due_order, plan_batch
+from chronos.group.plan import BatchPlan, TopicNotYet, in_due_order, plan_ahead, plan_batch
 from chronos.group.spec import GroupSpec
 from chronos.group.verdicts import Verdicts
 from chronos.kafka.errors import Fenced, NotAuthorized, TransactionAborted, describe
@@ -70,6 +70,22 @@ log = structlog.get_logger(__name__)
 _MAX_WAIT_S = 1.0
 #: How soon a loop held back by the cancel gate looks again.
 _GATE_RECHECK_S = 0.01
+#: Most messages the rate's look-ahead reads per transaction: each one it moves costs about
+#: 50 µs on the master, so a transaction stays short and other topics go on meanwhile.
+_AHEAD_ROWS = 1_000
+#: Longest a look-ahead waits for the writes it may have seen to end (``Frontier.settled``).
+_SETTLE_S = 0.05
+
+
+@dataclass
+class _ReadAhead:
+    """What the rate's look-ahead read before a transaction: rows past the frontier, in key
+    order, and the offsets that cover their adds (``Frontier.settled``)."""
+
+    rows: list[tuple[bytes, bytes]]
+    covered: dict[int, int]
+    next_key: bytes
+    through_ms: EpochMs
 
 
 @dataclass(frozen=True)
@@ -89,6 +105,8 @@ class MasterState:
     floor: RebuildFloor = field(default_factory=RebuildFloor)
     #: The rate plans of the last committed cut (``Cut.paced``): where this term's start.
     paced: Mapping[str, float] = field(default_factory=dict)
+    #: How far the last committed cut's master had planned ahead (``Cut.ahead_ms``).
+    ahead_ms: EpochMs | None = None
 
 
 class TransactionLoop(LoopWorker):
@@ -135,7 +153,7 @@ class TransactionLoop(LoopWorker):
     ) -> None:
         super().__init__("transactions")
         self._verdicts = Verdicts(policy, clock, attempts)
-        self._rates = None if policies is None else RatePlan(policies, state.paced)
+        self._rates = None if policies is None else RatePlan(policies, state.paced, state.ahead_ms)
         self._horizon = horizon
         self._keep_outcomes = keep_outcomes
         group = spec.settings
@@ -147,6 +165,7 @@ class TransactionLoop(LoopWorker):
         self._backoff_ms = retry.retry_backoff_initial_ms
         self._backoff_max_ms = retry.retry_backoff_max_ms
         self._catch_up_ms = int(retry.catch_up_window_s * 1000)
+        self._lookahead_ms = group.rate_lookahead_ms
         self._publisher = publisher
         self._store = store
         self._ledger = ledger
@@ -223,15 +242,29 @@ class TransactionLoop(LoopWorker):
             self._stop.wait(self._interval_s - since)
             return
         limit = now if self._horizon is None else self._horizon(now)
+        # Before the frontier moves: the rows it reads must be covered by this cut.
+        ahead = self._read_ahead(now, limit)
         target = self._target(limit)
         self._frontier.advance(target)
         upto, covered = self._frontier.cut()
+        if ahead is not None:
+            covered = {p: max(o, covered.get(p, 0)) for p, o in ahead.covered.items()} | {
+                p: o for p, o in covered.items() if p not in ahead.covered
+            }
         rows = self._rows_through(upto)
         # After the cut: every reschedule whose write the cut covers is among these; the rest
         # wait for a cut that covers them (``Move``).
         moves = self._ledger.moves(covered)
         releasing = self._release_to
-        if not rows and not moves and since < self._heartbeat_s and releasing is None:
+        if ahead is not None:
+            ahead.rows = [r for r in ahead.rows if keys.slot_of(r[0]) > upto]
+        if (
+            not rows
+            and not moves
+            and since < self._heartbeat_s
+            and releasing is None
+            and ahead is None
+        ):
             upcoming = self._store.first_key_from(keys.slot_bound(upto + 1))
             wake = None if upcoming is None else keys.slot_of(upcoming)
             wait_s = min(_MAX_WAIT_S, self._heartbeat_s - since)
@@ -247,7 +280,7 @@ class TransactionLoop(LoopWorker):
         if rates is not None and rates.active:
             in_due_order(jobs, rates)
         try:
-            committed = self._transact(jobs, upto, covered, moves, releasing)
+            committed = self._transact(jobs, upto, covered, moves, releasing, ahead)
         except TransactionAborted:
             committed = False
         except TopicNotYet as exc:
@@ -294,6 +327,49 @@ class TransactionLoop(LoopWorker):
             self._metrics.incr("transactions_aborted")
             self._stop.wait(backoff / 1000.0)
 
+    def _read_ahead(self, now: EpochMs, limit: EpochMs) -> _ReadAhead | None:
+        """Plan the rows past ``limit`` (what this transaction may deliver) up to
+        ``rate_lookahead_ms`` ahead, from where the last look-ahead stopped, when some topic
+        has a rate (``_AHEAD_ROWS`` at most). What is due by ``limit`` is planned as it falls
+        due: its earliest time is now, not its slot.
+
+        What stays in place is only remembered, at once. When something must move, the
+        transaction publishes the moves: this returns the rows and the offsets that cover
+        their adds, or None when the writes it may have seen did not end in time (the next
+        transaction reads again)."""
+        rates = self._rates
+        if rates is None or not self._lookahead_ms or not rates.active:
+            return None
+        start = keys.slot_bound(max(self._ledger.seek_ms, limit) + 1)
+        if rates.ahead_key is not None and rates.ahead_key > start:
+            start = rates.ahead_key
+        end = now + self._lookahead_ms
+        rows = self._store.scan(start, keys.slot_bound(end + 1), _AHEAD_ROWS)
+        if not rows:
+            return None
+        # What a successor may take as planned: up to the last row read, not to ``end`` (a
+        # message that arrives later before ``end`` was not), and short of the last slot
+        # when the read stopped inside it.
+        last = keys.slot_of(rows[-1][0])
+        through = last if len(rows) < _AHEAD_ROWS else last - 1
+        ahead = _ReadAhead(rows, {}, rows[-1][0] + b"\x00", through)
+        trial = BatchPlan()
+        plan_ahead(rows, rates, trial, self._verdicts.retry_at)
+        if not trial.states:
+            rates.read_ahead(ahead.next_key, ahead.through_ms)
+            rates.committed([])
+            return None
+        rates.aborted()  # planned again inside the transaction
+        covered = self._frontier.settled(_SETTLE_S)
+        if covered is None:
+            return None
+        ahead.covered = covered
+        return ahead
+
+    def _skipped_ahead(self, moves: Mapping[str, Move]) -> set[str]:
+        """Ids the look-ahead leaves alone: moved by a reschedule or deferred to a retry."""
+        return set(moves) | set(self._verdicts.retry_at)
+
     def _target(self, now: EpochMs) -> EpochMs:
         """How far this transaction may move the frontier: to now, or short of the slot where
         the due messages pass ``transaction_max_records`` (a whole slot at least)."""
@@ -327,6 +403,7 @@ class TransactionLoop(LoopWorker):
         covered: dict[int, int],
         moves: Mapping[str, Move],
         released_to: str | None = None,
+        ahead: _ReadAhead | None = None,
     ) -> bool:
         """One transaction; True once committed. Raises Fenced, NotAuthorized,
         TransactionAborted, TopicNotYet.
@@ -348,6 +425,9 @@ class TransactionLoop(LoopWorker):
         began = time.monotonic()
         publisher.begin()
         plan = plan_batch(jobs, upto, now, verdicts, rates, refused)
+        if ahead is not None and rates is not None:
+            plan_ahead(ahead.rows, rates, plan, self._skipped_ahead(moves))
+            rates.read_ahead(ahead.next_key, ahead.through_ms)
         moved = [RepeatState(i, m.message, m.slot_ms) for i, m in moves.items()]
 
         def cut() -> Cut:
@@ -360,6 +440,7 @@ class TransactionLoop(LoopWorker):
                 self._state.floor.current,
                 released_to=released_to,
                 paced={} if rates is None else rates.backlog(now),
+                ahead_ms=None if rates is None else rates.ahead_ms,
             )
 
         records = BatchRecords(publisher, verdicts, self._spec.dead_letter_topic, self._metrics)
@@ -399,7 +480,7 @@ class TransactionLoop(LoopWorker):
             log.info("master_first_commit", node=self._spec.node_id, term=self.term, seek_ms=upto)
         self._last_commit = time.monotonic()
         # Not the moves: this store made them (and may have moved a message again since).
-        self._replica.apply_cut(upto, plan.states, covered)
+        self._replica.apply_cut(upto, plan.states, covered, plan.ahead)
         self._ledger.forget_moves(moves)
         targets = records.targets
         if self._keep_outcomes:
@@ -408,7 +489,8 @@ class TransactionLoop(LoopWorker):
         tried = self._verdicts.settled(jobs, upto)
         if rates is not None:
             observe_paced(self._metrics, rates, jobs, targets, now)
-            rates.committed(tried)
+            rates.committed(tried, upto)
+            rates.forget_before(now)
         if targets:
             self._metrics.incr("delivered", len(targets))
         if records.oldest is not None:

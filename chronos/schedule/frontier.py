@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -45,6 +46,8 @@ class Frontier:
         self._value = start_ms
         #: Lowest slot of every write in progress, by reservation number.
         self._reserved: dict[int, EpochMs] = {}
+        #: Every write in progress (placing or not), by reservation number.
+        self._open: set[int] = set()
         self._numbers = itertools.count()
         self._held_back = False
         self._earliest: EpochMs | None = None
@@ -70,6 +73,7 @@ class Frontier:
         with self._lock:
             frontier = self._value
             number = next(self._numbers)
+            self._open.add(number)
             if earliest_due is not None:
                 self._reserved[number] = max(earliest_due, frontier + 1)
         completed = False
@@ -79,6 +83,7 @@ class Frontier:
         finally:
             with self._lock:
                 self._reserved.pop(number, None)
+                self._open.discard(number)
                 if completed and offsets:
                     self._completed.update(offsets)
                 held_back, self._held_back = self._held_back, False
@@ -106,6 +111,25 @@ class Frontier:
                 self._value = target
                 self._cut = dict(self._completed)
             return self._value
+
+    def settled(self, timeout_s: float) -> dict[int, int] | None:
+        """The inner offsets of every completed write, once each write begun before this call
+        has ended: a row that a scan just before saw is then below them. None when one is
+        still open after ``timeout_s`` (a write takes milliseconds).
+
+        Why: a master that plans messages ahead of its frontier (``delivery/rate_plan.py``)
+        publishes their moves with a cut whose offsets must cover those messages' adds, or a
+        backup could apply a move before it stored the message (``group/follower.py``)."""
+        with self._lock:
+            begun = next(self._numbers)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                if not any(number < begun for number in self._open):
+                    return dict(self._completed)
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.0005)
 
     def cut(self) -> tuple[EpochMs, dict[int, int]]:
         """(frontier, offsets): the inner offsets of the writes completed before the frontier

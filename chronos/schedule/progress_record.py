@@ -61,6 +61,8 @@ class Cut:
         paced: the rate plan of each target topic with a backlog: the theoretical arrival
             time (epoch ms) of its next message (``delivery/rate_plan.py``); a successor
             starts from it.
+        ahead_ms: how far the master's rate look-ahead had read: a message of a limited topic
+            at or before it was planned (``delivery/rate_plan.py``); None without one.
     """
 
     term: int
@@ -71,6 +73,7 @@ class Cut:
     floor: Floor | None = None
     released_to: str | None = None
     paced: Mapping[str, float] = field(default_factory=dict)
+    ahead_ms: EpochMs | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +147,9 @@ def encode_cut(cut: Cut) -> tuple[bytes, bytes]:
     if cut.paced:
         # An earlier release's master starts without it: a backlog's rate restarts full.
         body["paced"] = {t: round(tat, 3) for t, tat in sorted(cut.paced.items())}
+    if cut.ahead_ms is not None:
+        # An earlier release's master plans those messages again as they fall due.
+        body["ahead_ms"] = cut.ahead_ms
     return CUT_KEY, json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -180,6 +186,7 @@ def decode(key: bytes | None, value: bytes | None) -> Cut | RepeatState | Claim:
                 floor=_floor(body),
                 released_to=None if body.get("released_to") is None else str(body["released_to"]),
                 paced={str(t): float(tat) for t, tat in body.get("paced", {}).items()},
+                ahead_ms=None if body.get("ahead_ms") is None else int(body["ahead_ms"]),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DecodeError(f"undecodable cut record: {exc}") from exc

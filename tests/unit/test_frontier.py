@@ -192,3 +192,31 @@ def test_pending_notify_consumed_by_wait() -> None:
     f.notify(NOW - 5)
     assert _waited(f, None) < _CAP_S / 2  # consumes the notification
     assert _waited(f, None, max_wait_s=0.2) >= 0.15  # nothing pending: sleeps max_wait
+
+
+def test_settled_waits_for_the_writes_begun_before_it() -> None:
+    """A row a scan saw may belong to a write still open: the offsets ``settled`` returns
+    cover it only once that write ended. Mutant caught: the completed offsets returned at
+    once (the open write's offset missing)."""
+    f = Frontier(NOW)
+    inside, release = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with f.placing(NOW + 5000, {0: 8}):
+            inside.set()
+            release.wait(30)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert inside.wait(30)
+    assert f.settled(0.01) is None  # the write is still open
+    found: list[dict[int, int] | None] = []
+    waiter = threading.Thread(target=lambda: found.append(f.settled(30)))
+    waiter.start()
+    release.set()
+    waiter.join(30)
+    writer.join(30)
+    assert found == [{0: 8}]
+    with f.placing(NOW + 6000, {0: 9}):
+        pass
+    assert f.settled(0.01) == {0: 9}  # nothing open: at once

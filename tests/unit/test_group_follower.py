@@ -19,6 +19,8 @@ T0 = 1_700_000_000_000
 def test_a_cut_round_trips() -> None:
     cut = Cut(term=3, seek_ms=T0, offsets={0: 10, 3: 7}, node="a", committed_at_ms=T0 + 5)
     assert decode(*encode_cut(cut)) == cut
+    planned = Cut(3, T0, {0: 10}, "a", T0 + 5, paced={"t": T0 + 900.5}, ahead_ms=T0 + 10_000)
+    assert decode(*encode_cut(planned)) == planned
 
 
 def test_a_repeat_state_round_trips_and_finishes_as_a_tombstone() -> None:

@@ -57,3 +57,116 @@ def test_a_rate_set_live_applies_to_the_next_message() -> None:
     assert plan.active and plan.limited("slow")
     assert plan.slot_for("b", "slow", T0, T0, T0, T0) is None
     assert plan.slot_for("c", "slow", T0, T0, T0, T0) == T0 + 100
+
+
+def _most_in_a_second(slots: list[int]) -> int:
+    slots = sorted(slots)
+    most, start = 0, 0
+    for end, slot in enumerate(slots):
+        while slot - slots[start] >= 1000:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
+
+
+def test_a_burst_planned_ahead_goes_at_the_rate_in_due_order() -> None:
+    """1,000 messages due within 100 ms, read ahead in key order: the first burst stays where
+    it is, the rest move to one step each, never before a message due earlier. Mutants
+    caught: the tolerance ignored (the burst moved too), ``after`` ignored (order)."""
+    plan = _plan(rate=100, burst=10)
+    due = [T0 + 5000 + n // 10 for n in range(1000)]
+    slots = [plan.ahead_for(f"m{n:04}", "slow", d, d) for n, d in enumerate(due)]
+    assert slots[:10] == due[:10]  # the burst: in place
+    assert all(a <= b for a, b in zip(slots, slots[1:], strict=False))
+    assert all(s >= d for s, d in zip(slots, due, strict=True))
+    assert _most_in_a_second(slots) <= 100 + 10
+    assert 9_800 <= slots[-1] - slots[0] <= 10_000  # (1,000 - 10) steps of 10 ms
+    plan.committed([])
+    assert plan.planned() == 1000
+    # At due time each goes at its slot without asking again.
+    assert all(
+        plan.slot_for(f"m{n:04}", "slow", s, d, s, s) is None
+        for n, (s, d) in enumerate(zip(slots, due, strict=True))
+    )
+
+
+def test_a_message_planned_late_finds_the_room_left_before_the_plan_s_end() -> None:
+    """Why the plan keeps steps, not one clock: messages read ahead at one a second leave
+    room, and one that falls due unplanned (it arrived after the look-ahead passed it) goes
+    at once. Mutant caught: a GCRA's single ``tat`` (it waited for the plan's end, 10 s)."""
+    plan = _plan(rate=10, burst=1)
+    for n in range(10):
+        slot = T0 + 1000 + 1000 * n
+        assert plan.ahead_for(f"a{n}", "slow", slot, slot) == slot  # in place
+    plan.committed([])
+    assert plan.slot_for("late", "slow", T0 + 500, T0 + 500, T0 + 500, T0 + 500) is None
+
+
+def test_a_message_planned_late_during_a_backlog_goes_behind_it() -> None:
+    plan = _plan(rate=10, burst=1)
+    slots = [plan.ahead_for(f"b{n}", "slow", T0 + 1000, T0 + 1000) for n in range(50)]
+    assert slots[-1] == T0 + 1000 + 4900
+    plan.committed([])
+    late = plan.slot_for("late", "slow", T0 + 1500, T0 + 1500, T0 + 1500, T0 + 1500)
+    assert late is not None and late >= slots[-1]
+
+
+def test_an_abort_undoes_the_look_ahead_and_its_reading() -> None:
+    """Mutant caught: steps taken by an aborted look-ahead kept (the redo planned each
+    message later)."""
+    plan = _plan(rate=10, burst=1)
+    first = [plan.ahead_for(f"c{n}", "slow", T0 + 1000, T0 + 1000) for n in range(5)]
+    plan.read_ahead(b"next", T0 + 9000)
+    plan.aborted()
+    assert (plan.ahead_key, plan.ahead_ms, plan.planned()) == (None, None, 0)
+    again = [plan.ahead_for(f"c{n}", "slow", T0 + 1000, T0 + 1000) for n in range(5)]
+    assert again == first == [T0 + 1000 + 100 * n for n in range(5)]
+
+
+def test_a_successor_lets_what_was_read_ahead_go_at_its_slot() -> None:
+    """``Cut.ahead_ms``: a message of a limited topic at or before it was planned by the
+    previous master (in place or moved); one after it is planned anew, behind the inherited
+    backlog. Mutant caught: ``ahead_ms`` not inherited (the in-place burst moved behind the
+    backlog, out of order)."""
+    policies = Policies({"slow": TopicPolicy(rate=10, burst=1)})
+    plan = RatePlan(policies, {"slow": T0 + 3000.0}, ahead_ms=T0 + 2000)
+    for n in range(5):
+        assert plan.slot_for(f"d{n}", "slow", T0, T0, T0, T0) is None
+    assert plan.slot_for("new", "slow", T0 + 2500, T0 + 2500, T0, T0) == T0 + 3000
+
+
+def test_what_goes_is_counted_in_the_trailing_second() -> None:
+    """Planned slots hold the rate; what a transaction produces late (its slots waited on
+    the transaction before) would not. Mutants caught: nothing counted; an abort's sends
+    kept counted."""
+    plan = _plan(rate=10, burst=2)
+    assert all(plan.admit(f"e{n}", "slow", T0, T0) is None for n in range(12))
+    assert plan.admit("e12", "slow", T0, T0 + 10) == T0 + 1050
+    plan.aborted()
+    assert plan.planned() == 0
+    assert all(plan.admit(f"f{n}", "slow", T0, T0 + 20) is None for n in range(12))
+    plan.committed([f"f{n}" for n in range(12)])
+    assert plan.admit("f12", "slow", T0, T0 + 1069) == T0 + 1070
+    assert plan.admit("fast", "other", T0, T0) is None  # no rate: not counted
+
+
+def test_a_plan_whose_slot_passed_undelivered_is_forgotten() -> None:
+    """A message planned ahead and then cancelled never comes: its plan must not stay.
+    Mutant caught: plans kept until delivered (one per cancelled message, for good)."""
+    plan = _plan(rate=10, burst=1)
+    plan.ahead_for("g", "slow", T0 + 1000, T0 + 1000)
+    plan.committed([], T0 + 500)
+    assert plan.planned() == 1
+    plan.committed([], T0 + 1000)
+    assert plan.planned() == 0
+
+
+def test_a_message_read_ahead_never_goes_before_one_moved_behind_it() -> None:
+    """A message moved to a slot of its own (here by the trailing second's count) is due
+    before one read ahead later: that one goes no earlier. Mutant caught: ``after`` ignored
+    by the look-ahead (it stayed in place, before the moved one)."""
+    plan = _plan(rate=10, burst=2)
+    for n in range(12):
+        assert plan.admit(f"h{n}", "slow", T0, T0) is None
+    assert plan.admit("moved", "slow", T0, T0) == T0 + 1050
+    assert plan.ahead_for("later", "slow", T0 + 1010, T0 + 1010) >= T0 + 1050

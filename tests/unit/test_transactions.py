@@ -644,3 +644,84 @@ def test_a_missing_topic_under_a_retry_policy_is_deferred_then_delivered_once_cr
     master.loop.step()
     assert master.delivered("nowhere") == ["waits"]
     assert master.publisher.visible_on(master.spec.dead_letter_topic) == []
+
+
+def test_a_burst_due_later_is_planned_before_it_falls_due(tmp_path: Path) -> None:
+    """The rate's look-ahead (``group.rate_lookahead_ms``): messages due in 5 s are moved to
+    their slots now, so at due time the master only delivers them. Mutants caught: no
+    look-ahead (nothing moved before due); ``ahead_ms`` not carried by the cut."""
+    master = make_master(tmp_path, policies=TEN_A_SECOND)
+    for n in range(6):
+        master.add(f"m{n}", T0 + 5000)
+    master.loop.step()
+    assert master.delivered() == []
+    assert planned_slots(master) == {
+        "m0": T0 + 5000,
+        "m1": T0 + 5000,  # the burst stays where it is
+        **{f"m{n}": T0 + 5000 + 100 * (n - 1) for n in range(2, 6)},
+    }
+    (cut,) = master.cuts()
+    assert cut.ahead_ms == T0 + 5000  # read up to the last message stored
+    moves = len(_states(master))
+    master.clock.advance(5000)
+    master.loop.step()
+    assert master.delivered() == ["m0", "m1"]
+    for _ in range(4):
+        master.clock.advance(100)
+        master.loop.step()
+    assert master.delivered() == [f"m{n}" for n in range(6)]
+    assert len(_states(master)) == moves  # nothing moved again at due time
+
+
+def test_what_changed_between_the_look_ahead_and_its_commit_keeps_the_change(
+    tmp_path: Path,
+) -> None:
+    """A cancel and a reschedule applied between the look-ahead's read and the commit that
+    moves their messages: the master's store keeps them cancelled and rescheduled, and the
+    reschedule goes to the backups in the next transaction. Mutant caught: the master's own
+    store applying a look-ahead move whatever it holds now (m3 back at its planned slot)."""
+    master = make_master(tmp_path, policies=TEN_A_SECOND)
+    for n in range(5):
+        master.add(f"m{n}", T0 + 5000)
+    begin = master.publisher.begin
+
+    def begin_after_changes() -> None:
+        changes = [(Op.CANCEL, "m2", 0, None), (Op.RESCHEDULE, "m3", T0 + 8000, None)]
+        offsets = [(0, master.offset), (0, master.offset + 1)]
+        master.ledger.apply_decoded(changes, {0: master.offset + 2}, offsets)
+        master.offset += 2
+        begin()
+
+    master.publisher.begin = begin_after_changes  # type: ignore[method-assign]
+    master.loop.step()
+    master.publisher.begin = begin  # type: ignore[method-assign]
+    moved = {st.message_id: st.slot_ms for st in _states(master)}
+    assert moved["m3"] == T0 + 5200  # the look-ahead's move went out ...
+    assert planned_slots(master) == {
+        "m0": T0 + 5000,
+        "m1": T0 + 5000,
+        "m3": T0 + 8000,  # ... but this store kept the reschedule
+        "m4": T0 + 5300,
+    }
+    master.clock.advance(10)
+    master.loop.step()
+    assert [(st.message_id, st.slot_ms) for st in _states(master)][-1] == ("m3", T0 + 8000)
+    master.clock.advance(8000)
+    master.loop.step()
+    assert master.delivered() == ["m0", "m1", "m4", "m3"]
+
+
+def test_moves_read_ahead_go_with_a_cut_that_covers_their_adds(tmp_path: Path) -> None:
+    """A backup applies a cut only once its own ingest stored every add below the cut's
+    offsets (``group/follower.py``): a move of a message the cut does not cover could reach
+    it before the message, which it would then keep at its first slot. Mutant caught: the
+    look-ahead's moves published with the frontier's older cut (the clock, and so the
+    frontier, did not move between the adds and the transaction)."""
+    master = make_master(tmp_path, policies=TEN_A_SECOND)
+    master.loop.step()
+    assert master.cuts()[-1].offsets == {}
+    for n in range(4):
+        master.add(f"m{n}", T0 + 5000)
+    master.loop.step()
+    assert {st.message_id for st in _states(master)} == {"m2", "m3"}
+    assert master.cuts()[-1].offsets == {0: master.offset}
