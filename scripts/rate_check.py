@@ -106,9 +106,8 @@ def run(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     copies = seen.of(limited)
     ids = {d.id for d in copies}
     in_order = sorted(copies, key=lambda d: d.offset)
-    out_of_order = sum(
-        1 for a, b in zip(in_order, in_order[1:], strict=False) if b.due_ms < a.due_ms
-    )
+    pairs = [(a, b) for a, b in zip(in_order, in_order[1:], strict=False) if b.due_ms < a.due_ms]
+    out_of_order = len(pairs)
     sent = sorted(d.produced_ms for d in copies)
     span_s = (sent[-1] - sent[0]) / 1000 if sent else 0.0
     other = seen.of(stack.target)
@@ -130,6 +129,11 @@ def run(args: argparse.Namespace, mode: str) -> dict[str, Any]:
             "duplicates": len(copies) - len(ids),
             "early": sum(1 for d in copies if d.lateness_ms < 0),
             "out_of_order": out_of_order,
+            # The first pairs out of order: (id, due, record timestamp) of each, ms from due.
+            "out_of_order_pairs": [
+                [(d.id, d.due_ms - due_ms, d.produced_ms - due_ms) for d in pair]
+                for pair in pairs[:5]
+            ],
             "span_s": round(span_s, 2),
             "expected_span_s": round(expected_span_s, 2),
             "first_late_ms": sent[0] - due_ms if sent else None,

@@ -153,6 +153,19 @@ def _day_has(fields: list[str], day: date) -> bool:
     return by_day or by_weekday
 
 
+def reference_match(expression: str, wall: datetime) -> bool:
+    """Whether ``expression`` names the local wall time ``wall`` (to the second), by the
+    reference's own rules (a five-field expression fires at second 0)."""
+    fields = expression.split()
+    seconds_field = fields[0] if len(fields) == 6 else "0"
+    return (
+        _field_has(seconds_field, wall.second, 0, 59)
+        and _field_has(fields[-5], wall.minute, 0, 59)
+        and _field_has(fields[-4], wall.hour, 0, 23)
+        and _day_has(fields, wall.date())
+    )
+
+
 @functools.cache
 def reference_walls(expression: str) -> tuple[datetime, ...]:
     """Every local second of 2026-2027 the expression matches, in order."""
