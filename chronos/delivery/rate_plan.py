@@ -94,8 +94,9 @@ class _Topic:
     sent: deque[EpochMs] = field(default_factory=deque)
 
     def step(self, t: float) -> int:
-        """The first step at or after ``t``."""
-        return math.ceil(t / self.interval_ms - 1e-9)
+        """The step ``t`` falls in: a message at ``t`` taking it goes at ``t`` (a GCRA's
+        ``tat = max(tat, t)``)."""
+        return math.floor(t / self.interval_ms + 1e-9)
 
     def goes_at(self, step: int) -> EpochMs:
         """When a message of ``step`` may go at the earliest."""
@@ -138,9 +139,10 @@ class RatePlan:
         self._planned: dict[str, tuple[EpochMs, EpochMs]] = {}
         #: (slot, id) of every plan, to forget plans whose slot passed undelivered (cancelled).
         self._by_slot: list[tuple[EpochMs, str]] = []
-        #: The look-ahead's next key, and how far it read (both committed with the plans).
+        #: The look-ahead's next key, and how far it (or the previous master's) read: both
+        #: committed with the plans; the cut passes ``ahead_ms`` on.
         self.ahead_key: bytes | None = None
-        self.ahead_ms: EpochMs | None = None
+        self.ahead_ms: EpochMs | None = ahead_ms
         #: What the open transaction changed, undone by ``aborted``.
         self._charged: list[tuple[_Topic, int]] = []
         self._saved: dict[str, tuple[EpochMs, EpochMs, int]] = {}
@@ -172,11 +174,11 @@ class RatePlan:
             name, interval, tolerance, limit=math.floor(policy.rate or 0) + policy.burst_size
         )
         if old is not None:
-            plan.sent = old.sent
-        if old is not None:
-            # A new shape: its steps start after the old plan's, as a successor's do.
+            # A new shape: its steps start after the old plan's backlog (what it planned in
+            # place keeps its slots; the trailing second's count holds the new rate).
             plan.last_moved, plan.backlog_due = old.last_moved, old.backlog_due
-            plan.floor = plan.step(old.tat())
+            plan.floor = plan.step(old.last_moved) + 1 if old.last_moved else 0
+            plan.sent = old.sent
             return plan
         tat = self._inherited.pop(name, None)
         if tat is not None:
@@ -369,8 +371,8 @@ class RatePlan:
         for plan in self._topics.values():
             if plan is None or len(plan.taken) < max(1024, 2 * plan.kept):
                 continue
-            past = plan.step(now_ms + plan.tolerance_ms) - 1
-            plan.taken = {step for step in plan.taken if step > past}
+            current = plan.step(now_ms)  # no plan starts before it
+            plan.taken = {step for step in plan.taken if step >= current}
             plan.kept = len(plan.taken)
             plan.full_from = plan.full_to = 0
 

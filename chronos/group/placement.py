@@ -107,8 +107,9 @@ class ReplicaStore:
         the master gave them, the seek, and forget arrivals the record covers.
 
         ``unchanged`` (the master's own store): states that move a message only while it
-        is still stored as these bytes, by id; a message the master planned ahead of its
-        frontier may have been cancelled or rescheduled since it was read, and the
+        is still stored as these bytes, by id, with no reschedule of it unpublished; a
+        message the master planned ahead of its frontier may have been cancelled or
+        rescheduled since it was read (even to the same time: the same bytes), and the
         reschedule's own state follows in a later record for the backups.
 
         A state moves its repeat only forward (a later occurrence than the stored one, or the
@@ -127,8 +128,9 @@ class ReplicaStore:
                 if message is None or old_key is None:
                     continue
                 raw = stored.get(old_key)
-                if unchanged and message.id in unchanged and raw != unchanged[message.id]:
-                    continue
+                if unchanged and message.id in unchanged:
+                    if raw != unchanged[message.id] or self._ledger.moving(message.id):
+                        continue  # changed since it was read: the change wins
                 key = keys.message_key(st.slot_ms, message.id)
                 if raw is not None and _not_newer(message, codec.decode(raw), key == old_key):
                     continue

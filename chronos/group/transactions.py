@@ -80,7 +80,9 @@ _SETTLE_S = 0.05
 @dataclass
 class _ReadAhead:
     """What the rate's look-ahead read before a transaction: rows past the frontier, in key
-    order, and the offsets that cover their adds (``Frontier.settled``)."""
+    order, and the offsets of the writes that stored them (``Frontier.settled``): the
+    transaction's cut must cover these, or a backup could apply a move before it stored the
+    message (``group/follower.py`` applies a cut once its ingest covers the cut's offsets)."""
 
     rows: list[tuple[bytes, bytes]]
     covered: dict[int, int]
@@ -247,10 +249,12 @@ class TransactionLoop(LoopWorker):
         target = self._target(limit)
         self._frontier.advance(target)
         upto, covered = self._frontier.cut()
-        if ahead is not None:
-            covered = {p: max(o, covered.get(p, 0)) for p, o in ahead.covered.items()} | {
-                p: o for p, o in covered.items() if p not in ahead.covered
-            }
+        if ahead is not None and any(covered.get(p, 0) < o for p, o in ahead.covered.items()):
+            # The frontier did not move since the read (the cancel gate held it, or the clock
+            # did not tick): its cut may not cover the moves' adds, and raising its offsets
+            # would count as delivered an add that was already due when it arrived (stored
+            # past the frontier, due before it). The next transaction reads again.
+            ahead = None
         rows = self._rows_through(upto)
         # After the cut: every reschedule whose write the cut covers is among these; the rest
         # wait for a cut that covers them (``Move``).

@@ -760,6 +760,13 @@ class Ledger:
                         break
             return found
 
+    def moving(self, message_id: str) -> bool:
+        """Whether a reschedule of ``message_id`` applied while leading is not yet published
+        (covered by a cut or not). Asked under the ledger's lock (``writing``), as the
+        reschedule registers its move under it."""
+        with self._moves_lock:
+            return message_id in self._moves
+
     def forget_moves(self, published: Mapping[str, Move]) -> None:
         """Drop moves a committed progress record carries, and the older ones of their ids.
 

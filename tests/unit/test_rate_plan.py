@@ -170,3 +170,26 @@ def test_a_message_read_ahead_never_goes_before_one_moved_behind_it() -> None:
         assert plan.admit(f"h{n}", "slow", T0, T0) is None
     assert plan.admit("moved", "slow", T0, T0) == T0 + 1050
     assert plan.ahead_for("later", "slow", T0 + 1010, T0 + 1010) >= T0 + 1050
+
+
+def test_a_lone_message_goes_at_its_own_time() -> None:
+    """Off a step's boundary, with no tolerance (burst 1, the default up to 10/s): a GCRA
+    sends it at once, and a plan ahead leaves it in place. Mutant caught: steps counted
+    from the next boundary (it went up to one interval late, 10 s at 0.1/s, as a move: a
+    review found it)."""
+    plan = _plan(rate=10, burst=1)
+    assert plan.slot_for("a", "slow", T0 + 1, T0 + 1, T0 + 1, T0 + 1) is None
+    assert plan.ahead_for("b", "slow", T0 + 5001, T0 + 5001) == T0 + 5001
+    slow = _plan(rate=0.1, burst=1)
+    assert slow.slot_for("c", "slow", T0 + 7, T0 + 7, T0 + 7, T0 + 7) is None
+    assert slow.slot_for("d", "slow", T0 + 8, T0 + 8, T0 + 8, T0 + 8) == T0 + 10_000
+
+
+def test_a_successor_passes_on_how_far_the_previous_master_read() -> None:
+    """Until its own look-ahead reads further, a successor's cuts carry the inherited
+    ``ahead_ms``: a third master must not plan again what the first planned in place (a
+    review found it dropped)."""
+    plan = RatePlan(Policies({"slow": TopicPolicy(rate=10)}), {}, ahead_ms=T0 + 2000)
+    assert plan.ahead_ms == T0 + 2000
+    plan.read_ahead(b"k", T0 + 1000)
+    assert plan.ahead_ms == T0 + 2000

@@ -678,18 +678,24 @@ def test_what_changed_between_the_look_ahead_and_its_commit_keeps_the_change(
 ) -> None:
     """A cancel and a reschedule applied between the look-ahead's read and the commit that
     moves their messages: the master's store keeps them cancelled and rescheduled, and the
-    reschedule goes to the backups in the next transaction. Mutant caught: the master's own
-    store applying a look-ahead move whatever it holds now (m3 back at its planned slot)."""
+    reschedules go to the backups in the next transaction. Mutants caught: the master's own
+    store applying a look-ahead move whatever it holds now (m3 back at its planned slot);
+    one that checks the bytes only (m4, rescheduled to its own time, at its planned slot on
+    the master and at its own on the backups: a review found it)."""
     master = make_master(tmp_path, policies=TEN_A_SECOND)
     for n in range(5):
         master.add(f"m{n}", T0 + 5000)
     begin = master.publisher.begin
 
     def begin_after_changes() -> None:
-        changes = [(Op.CANCEL, "m2", 0, None), (Op.RESCHEDULE, "m3", T0 + 8000, None)]
-        offsets = [(0, master.offset), (0, master.offset + 1)]
-        master.ledger.apply_decoded(changes, {0: master.offset + 2}, offsets)
-        master.offset += 2
+        changes = [
+            (Op.CANCEL, "m2", 0, None),
+            (Op.RESCHEDULE, "m3", T0 + 8000, None),
+            (Op.RESCHEDULE, "m4", T0 + 5000, None),  # to its own time: the same bytes
+        ]
+        offsets = [(0, master.offset + n) for n in range(3)]
+        master.ledger.apply_decoded(changes, {0: master.offset + 3}, offsets)
+        master.offset += 3
         begin()
 
     master.publisher.begin = begin_after_changes  # type: ignore[method-assign]
@@ -700,28 +706,38 @@ def test_what_changed_between_the_look_ahead_and_its_commit_keeps_the_change(
     assert planned_slots(master) == {
         "m0": T0 + 5000,
         "m1": T0 + 5000,
-        "m3": T0 + 8000,  # ... but this store kept the reschedule
-        "m4": T0 + 5300,
+        "m3": T0 + 8000,  # ... but this store kept the reschedules
+        "m4": T0 + 5000,
     }
     master.clock.advance(10)
     master.loop.step()
-    assert [(st.message_id, st.slot_ms) for st in _states(master)][-1] == ("m3", T0 + 8000)
+    later = {st.message_id: st.slot_ms for st in _states(master)[len(moved) :]}
+    assert later == {"m3": T0 + 8000, "m4": T0 + 5000}  # the backups follow them
     master.clock.advance(8000)
     master.loop.step()
     assert master.delivered() == ["m0", "m1", "m4", "m3"]
 
 
-def test_moves_read_ahead_go_with_a_cut_that_covers_their_adds(tmp_path: Path) -> None:
+def test_moves_read_ahead_wait_for_a_cut_that_covers_their_adds(tmp_path: Path) -> None:
     """A backup applies a cut only once its own ingest stored every add below the cut's
     offsets (``group/follower.py``): a move of a message the cut does not cover could reach
-    it before the message, which it would then keep at its first slot. Mutant caught: the
-    look-ahead's moves published with the frontier's older cut (the clock, and so the
-    frontier, did not move between the adds and the transaction)."""
+    it before the message. When the frontier did not move since the read, its cut is older
+    than the read, and raising its offsets would count as delivered an add that was already
+    due when it arrived (stored past the frontier, due before it): the moves wait for the
+    next transaction. Mutant caught: the cut's offsets raised to the read's (a review found
+    ``late`` then lost on a takeover)."""
     master = make_master(tmp_path, policies=TEN_A_SECOND)
-    master.loop.step()
-    assert master.cuts()[-1].offsets == {}
+    master.loop.step()  # the frontier at T0
+    late_offset = master.offset
+    master.add("late", T0 - 500)  # due already: stored at T0 + 1
     for n in range(4):
         master.add(f"m{n}", T0 + 5000)
+    master.loop.step()  # the clock did not move: neither did the frontier
+    assert master.delivered() == []
+    assert _states(master) == []
+    assert all(cut.offsets.get(0, 0) <= late_offset for cut in master.cuts())
+    master.clock.advance(1)
     master.loop.step()
+    assert master.delivered() == ["late"]
     assert {st.message_id for st in _states(master)} == {"m2", "m3"}
     assert master.cuts()[-1].offsets == {0: master.offset}
