@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.broker import is_tansu, kafka_broker
+from tests.integration.harness import Group
 
 HERE = Path(__file__).resolve().parent
 
@@ -91,3 +92,14 @@ def spark() -> Iterator[Any]:
     session.conf.set("spark.sql.shuffle.partitions", "4")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def group(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Iterator[Group]:
+    """A replica group of this test's namespace (nodes started by the test), every node
+    stopped at the end. A module that needs other settings defines its own ``group``."""
+    g = Group(kafka_bootstrap, namespace, tmp_path)
+    try:
+        yield g
+    finally:
+        g.stop_all()

@@ -12,7 +12,6 @@ time; how late a failover makes an occurrence is the benchmarks' business, not t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -89,15 +88,6 @@ def _verify(inbox: Inbox, expected: dict[str, list[int]]) -> None:
         if got != want or min(late) < 0:
             wrong[message_id] = {"expected": want, "got": got, "lateness_ms": late}
     assert not wrong, f"occurrences differ from the reference: {wrong}"
-
-
-@pytest.fixture
-def group(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Iterator[Group]:
-    g = Group(kafka_bootstrap, namespace, tmp_path)
-    try:
-        yield g
-    finally:
-        g.stop_all()
 
 
 @pytest.mark.kafka_only(

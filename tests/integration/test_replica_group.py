@@ -7,9 +7,7 @@ once for ``read_committed`` consumers needs a broker that hides aborted records:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,15 +29,6 @@ PARTITIONS = 4
 pytestmark = pytest.mark.kafka_only(
     reason="exactly once for read_committed consumers needs aborted records hidden"
 )
-
-
-@pytest.fixture
-def group(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Iterator[Group]:
-    g = Group(kafka_bootstrap, namespace, tmp_path)
-    try:
-        yield g
-    finally:
-        g.stop_all()
 
 
 def _send(client: DelayClient, topic: str, count: int, delay_s: float, prefix: str) -> set[str]:

@@ -16,7 +16,6 @@ never for a fixed time.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -155,15 +154,6 @@ def test_a_rescheduled_occurrence_of_a_repeat_on_a_node_alone(
         inbox.settle(client, topic, 4, deliver_at_ms=last + GAP_MS + 500)
         _verify(inbox, firsts, moved, GAP_MS, times, moved_occurrence=1)
         assert _totals(node).get("reschedule_too_late", 0) == 0
-
-
-@pytest.fixture
-def group(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Iterator[Group]:
-    g = Group(kafka_bootstrap, namespace, tmp_path)
-    try:
-        yield g
-    finally:
-        g.stop_all()
 
 
 @pytest.mark.kafka_only(
