@@ -274,7 +274,7 @@ class TransactionLoop(LoopWorker):
             wait_s = min(_MAX_WAIT_S, self._heartbeat_s - since)
             if wake is not None and wake <= now:
                 # Due, and held by the cancel gate: ingest has not applied up to it yet.
-                self._metrics.observe("cancel_gate_held_ms", now - limit)
+                self._metrics.observe("cancel_gate_held_ms", now - max(limit, wake))
                 wait_s = min(wait_s, _GATE_RECHECK_S)
                 wake = None
             self._frontier.wait(wake, self._clock.now_ms(), wait_s)

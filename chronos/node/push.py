@@ -171,7 +171,11 @@ class PushWorker(LoopWorker):
         waiting = self._store.first_key_from(keys.slot_bound(limit + 1))
         held = waiting is not None and keys.slot_of(waiting) <= now
         if held:
-            self._metrics.observe("cancel_gate_held_ms", now - limit)
+            assert waiting is not None
+            # How late the first held message is made, at most: with no watermark yet (the
+            # horizon is 0 after a start whose first probe failed) ``now - limit`` was the
+            # epoch, and one such sample made the histogram's max meaningless.
+            self._metrics.observe("cancel_gate_held_ms", now - max(limit, keys.slot_of(waiting)))
         self._tell_held(held, limit, now)
 
     def _tell_held(self, held: bool, limit: EpochMs, now: EpochMs) -> None:

@@ -17,7 +17,7 @@ import structlog
 from chronos.clock import FakeClock
 from chronos.delivery.job import DeliveryJob
 from chronos.logs import configure_logging
-from chronos.metrics import NullMetrics
+from chronos.metrics import CountingMetrics, NullMetrics
 from chronos.model import DelayMessage
 from chronos.node import push as push_module
 from chronos.node.progress import ProgressTracker
@@ -301,3 +301,18 @@ def test_a_scan_shorter_than_a_batch_ends_the_sweep(
     env.push.scan_due()
     assert scans == [3, 2]  # a full batch, then the rest: no empty scan after it
     assert sorted(j.message.id for j in env.drain() if j.message) == [f"m{n}" for n in range(5)]
+
+
+def test_a_gate_without_a_watermark_samples_the_held_message_s_lateness(env: Env) -> None:
+    """After a start whose first watermark probe failed the horizon is 0: the gate holds
+    everything, and each sample is how late the held message is, not the epoch. Mutant
+    caught: ``now - limit`` (one sample of about 1.7 x 10^12 ms, seen after a restart in
+    ``test_cron_everywhere``)."""
+    metrics = CountingMetrics()
+    push = env.worker(horizon=lambda now: 0, metrics=metrics)
+    env.add("a", T0 + 10)
+    env.clock.advance(1_000)
+    push.scan_due()
+    assert env.drain() == []
+    held = metrics.histograms()["cancel_gate_held_ms"]
+    assert held.max_ms == 990
