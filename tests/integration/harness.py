@@ -142,6 +142,19 @@ class Inbox:
         with self._lock:
             return self.by_id[message_id][0]
 
+    def occurrences(self, message_id: str) -> list[Delivered]:
+        """Every delivery of a repeat ``message_id`` so far, by occurrence."""
+        with self._lock:
+            return sorted(self.by_id.get(message_id, []), key=lambda d: d.occurrence)
+
+    def wait_occurrence(self, message_id: str, occurrence: int, timeout_s: float) -> None:
+        """Until occurrence ``occurrence`` (or a later one) of ``message_id`` arrived."""
+        wait_until(
+            lambda: any(d.occurrence >= occurrence for d in self.occurrences(message_id)),
+            timeout_s,
+            f"{message_id}: occurrence {occurrence} arrived",
+        )
+
     def settle(
         self,
         client: DelayClient,

@@ -18,7 +18,6 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from chronos.devstack.watch import Delivered
 from chronos.repeat import Repeat
 from proxy.client import DelayClient
 from tests.integration.harness import Group, Inbox, make_settings, running_node, wait_until
@@ -64,25 +63,12 @@ def _schedule(client: DelayClient, topic: str, prefix: str) -> dict[str, list[in
     return expected
 
 
-def _deliveries(inbox: Inbox, message_id: str) -> list[Delivered]:
-    with inbox._lock:
-        return sorted(inbox.by_id.get(message_id, []), key=lambda d: d.occurrence)
-
-
-def _wait_occurrence(inbox: Inbox, message_id: str, occurrence: int, timeout_s: float) -> None:
-    wait_until(
-        lambda: any(d.occurrence >= occurrence for d in _deliveries(inbox, message_id)),
-        timeout_s,
-        f"{message_id}: occurrence {occurrence} arrived",
-    )
-
-
 def _verify(inbox: Inbox, expected: dict[str, list[int]]) -> None:
     """Each occurrence once, at the reference's due time, never early."""
     wrong: dict[str, object] = {}
     for message_id, fires in expected.items():
-        got = [(d.occurrence, d.due_ms, d.skipped) for d in _deliveries(inbox, message_id)]
-        late = [d.produced_ms - d.due_ms for d in _deliveries(inbox, message_id)]
+        got = [(d.occurrence, d.due_ms, d.skipped) for d in inbox.occurrences(message_id)]
+        late = [d.produced_ms - d.due_ms for d in inbox.occurrences(message_id)]
         want = [(k, due, 0) for k, due in enumerate(fires, start=1)]
         print(message_id, "lateness ms by occurrence:", late)  # shown with -rP
         if got != want or min(late) < 0:
@@ -107,16 +93,16 @@ def test_cron_occurrences_hold_across_two_failovers_and_a_restart(
     with Inbox(a.settings, [topic]) as inbox, DelayClient(a.settings) as client:
         expected = _schedule(client, topic, "g-")
         for message_id in expected:
-            _wait_occurrence(inbox, message_id, 2, 60)
+            inbox.wait_occurrence(message_id, 2, 60)
         a.stop()
         wait_until(lambda: group.masters() == ["b"], 60, "b took over")
         for message_id in expected:
-            _wait_occurrence(inbox, message_id, 4, 60)
+            inbox.wait_occurrence(message_id, 4, 60)
         group.start("a")  # the same store: a restarted replica
         b.stop()
         wait_until(lambda: group.masters() == ["a"], 90, "a took over again")
         for message_id, fires in expected.items():
-            _wait_occurrence(inbox, message_id, len(fires), 90)
+            inbox.wait_occurrence(message_id, len(fires), 90)
         # An occurrence too many would come before markers due after the last one.
         last = max(fires[-1] for fires in expected.values())
         inbox.settle(client, topic, 4, deliver_at_ms=last + 4_000)
@@ -136,14 +122,14 @@ def test_cron_occurrences_hold_across_a_node_alone_s_restart(
         with running_node(settings):
             expected = _schedule(client, topic, "n-")
             for message_id in expected:
-                _wait_occurrence(inbox, message_id, 2, 60)
+                inbox.wait_occurrence(message_id, 2, 60)
         with running_node(settings):
             for message_id, fires in expected.items():
-                _wait_occurrence(inbox, message_id, len(fires), 90)
+                inbox.wait_occurrence(message_id, len(fires), 90)
             last = max(fires[-1] for fires in expected.values())
             inbox.settle(client, topic, 4, deliver_at_ms=last + 4_000)
         for message_id, fires in expected.items():
-            seen = {(d.occurrence, d.due_ms) for d in _deliveries(inbox, message_id)}
+            seen = {(d.occurrence, d.due_ms) for d in inbox.occurrences(message_id)}
             want = set(enumerate(fires, start=1))
             assert seen == want, (message_id, sorted(seen), sorted(want))
-            assert all(d.produced_ms >= d.due_ms for d in _deliveries(inbox, message_id))
+            assert all(d.produced_ms >= d.due_ms for d in inbox.occurrences(message_id))

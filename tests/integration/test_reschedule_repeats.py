@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from chronos.devstack.watch import Delivered
 from chronos.repeat import Repeat, RepeatKind
 from chronos.runtime.node import Node
 from chronos.store import keys
@@ -47,19 +46,6 @@ def _totals(node: Node) -> dict[str, int]:
     context = node.context
     assert context is not None
     return dict(context.metrics.totals())
-
-
-def _deliveries(inbox: Inbox, message_id: str) -> list[Delivered]:
-    with inbox._lock:
-        return sorted(inbox.by_id.get(message_id, []), key=lambda d: d.occurrence)
-
-
-def _wait_occurrence(inbox: Inbox, message_id: str, occurrence: int, timeout_s: float) -> None:
-    wait_until(
-        lambda: any(d.occurrence >= occurrence for d in _deliveries(inbox, message_id)),
-        timeout_s,
-        f"{message_id}: occurrence {occurrence} arrived",
-    )
 
 
 def _repeats(gap_ms: int, times: int) -> dict[str, Repeat]:
@@ -96,7 +82,7 @@ def _verify(
     in ms from its first due time: (occurrence, chronos-due-ms, lateness)."""
     wrong: dict[str, object] = {}
     for message_id, first in firsts.items():
-        delivered = _deliveries(inbox, message_id)
+        delivered = inbox.occurrences(message_id)
         expected = _expected(first, moved_occurrence, moved[message_id], gap_ms, times)
         got = [(d.occurrence, d.due_ms) for d in delivered]
         late = [d.produced_ms - d.due_ms for d in delivered]
@@ -149,7 +135,7 @@ def test_a_rescheduled_occurrence_of_a_repeat_on_a_node_alone(
         wait_until(lambda: _totals(node).get("rescheduled", 0) >= 4, 30, "every move applied")
         last = max(first + (times - 1) * GAP_MS for first in firsts.values())
         for message_id in firsts:
-            _wait_occurrence(inbox, message_id, times, 60)
+            inbox.wait_occurrence(message_id, times, 60)
         # An occurrence too many would come before a marker due after the last one.
         inbox.settle(client, topic, 4, deliver_at_ms=last + GAP_MS + 500)
         _verify(inbox, firsts, moved, GAP_MS, times, moved_occurrence=1)
@@ -175,7 +161,7 @@ def test_a_rescheduled_occurrence_of_a_repeat_in_a_replica_group_across_a_failov
         firsts = _schedule(client, topic, "g-", gap, times)
         moved: dict[str, int] = {}
         for message_id, first in firsts.items():
-            _wait_occurrence(inbox, message_id, 1, 60)
+            inbox.wait_occurrence(message_id, 1, 60)
             shift = NUDGE_MS if message_id.endswith("nudge") else PAST_MS
             moved[message_id] = first + gap + shift
             client.reschedule(message_id, deliver_at=moved[message_id])
@@ -201,7 +187,7 @@ def test_a_rescheduled_occurrence_of_a_repeat_in_a_replica_group_across_a_failov
         )
         last = max(first + (times - 1) * gap for first in firsts.values())
         for message_id in firsts:
-            _wait_occurrence(inbox, message_id, times, 90)
+            inbox.wait_occurrence(message_id, times, 90)
         inbox.settle(client, topic, 4, deliver_at_ms=last + gap + 500)
         # A failover may delay an occurrence (b takes over in about 2 s), never make it early.
         _verify(inbox, firsts, moved, gap, times)
