@@ -23,11 +23,11 @@ from proxy.client import DelayClient
 from tests.integration.harness import Group, Inbox, make_settings, running_node, wait_until
 from tests.unit.test_cron_vixie import reference_match
 
-#: (expression, zone, times): fires every 3 and 4 s, so that a failover (about 2 s) delays
-#: an occurrence or two rather than collapsing them (the catch-up window is 600 s anyway).
+#: (expression, zone, times): fires every 2 and 3 s. A failover (about 2 s) delays an
+#: occurrence or two; the catch-up window (600 s) delivers each of them, none collapsed.
 REPEATS = [
-    ("*/3 * * * * *", "Asia/Kolkata", 8),
-    ("1-59/4 * * * * *", "America/New_York", 6),
+    ("*/2 * * * * *", "Asia/Kolkata", 7),
+    ("1-59/3 * * * * *", "America/New_York", 5),
 ]
 
 
