@@ -74,7 +74,7 @@ class _Topic:
     name: str
     interval_ms: float
     tolerance_ms: float
-    #: Steps taken (``ceil(time / interval_ms)``), and the highest one.
+    #: Steps taken (``step``), and the highest one.
     taken: set[int] = field(default_factory=set)
     highest: int = 0
     #: Steps below it count as taken: an inherited plan's.
@@ -239,9 +239,7 @@ class RatePlan:
         after = plan.last_moved if plan.last_moved > slot_ms else 0
         slot = self._place(plan, slot_ms, after)
         if slot == slot_ms:
-            self._planned[ident] = (max(due_ms, slot_ms), slot)
-            heapq.heappush(self._by_slot, (slot, ident))
-            self._new.append(ident)
+            self._remember(ident, max(due_ms, slot_ms), slot)  # stays: nothing moves
         else:
             self._plan(ident, plan, max(due_ms, slot_ms), slot)
         return slot
@@ -309,6 +307,10 @@ class RatePlan:
         if plan.last_moved < base:
             plan.backlog_due = base  # the earlier moves go before this one's due time
         plan.last_moved = max(plan.last_moved, slot)
+        self._remember(ident, base, slot)
+
+    def _remember(self, ident: str, base: EpochMs, slot: EpochMs) -> None:
+        """``ident`` is planned into ``slot`` by the open transaction."""
         self._planned[ident] = (base, slot)
         heapq.heappush(self._by_slot, (slot, ident))
         self._new.append(ident)

@@ -15,6 +15,7 @@ from chronos.delivery.deadletter import NOT_YET, Before, TopicMissing
 from chronos.delivery.job import DeliveryJob
 from chronos.delivery.rate_plan import RatePlan
 from chronos.group.verdicts import Verdicts, not_authorized
+from chronos.model import DelayMessage
 from chronos.schedule.progress_record import RepeatState
 from chronos.store import codec, keys
 from chronos.types import EpochMs
@@ -110,16 +111,29 @@ def plan_batch(
     return plan
 
 
-def plan_ahead(
-    rows: list[tuple[bytes, bytes]], rates: RatePlan, plan: BatchPlan, skip: Container[str]
-) -> None:
-    """Plan the messages of rate-limited topics among ``rows`` (stored past the transaction's
-    range, read in key order) before they fall due: each one the rate moves becomes a
-    progress state of ``plan``. ``skip``: ids moved otherwise in this transaction (a deferred
-    retry, a reschedule)."""
+#: A row read ahead of a transaction's range: its key, its stored bytes, the message.
+AheadRow = tuple[bytes, bytes, DelayMessage]
+
+
+def limited_rows(rows: list[tuple[bytes, bytes]], rates: RatePlan) -> list[AheadRow]:
+    """The rows of rate-limited topics among ``rows``, decoded once (a transaction plans them
+    again after a trial)."""
+    found: list[AheadRow] = []
     for key, raw in rows:
         message = codec.decode(raw)
-        if message.id in skip or not rates.limited(message.topic):
+        if rates.limited(message.topic):
+            found.append((key, raw, message))
+    return found
+
+
+def plan_ahead(
+    rows: list[AheadRow], rates: RatePlan, plan: BatchPlan, skip: Container[str]
+) -> None:
+    """Plan ``rows`` (stored past the transaction's range, in key order) before they fall
+    due: each one the rate moves becomes a progress state of ``plan``. ``skip``: ids moved
+    otherwise in this transaction (a deferred retry, a reschedule)."""
+    for key, raw, message in rows:
+        if message.id in skip:
             continue
         slot = keys.slot_of(key)
         found = rates.ahead_for(message.id, message.topic, slot, message.due_ms)

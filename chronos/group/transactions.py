@@ -48,7 +48,15 @@ from chronos.delivery.rate_plan import RatePlan
 from chronos.group.commit import judge_abort, observe_paced, outcomes
 from chronos.group.execute import BatchRecords
 from chronos.group.placement import ReplicaStore
-from chronos.group.plan import BatchPlan, TopicNotYet, in_due_order, plan_ahead, plan_batch
+from chronos.group.plan import (
+    AheadRow,
+    BatchPlan,
+    TopicNotYet,
+    in_due_order,
+    limited_rows,
+    plan_ahead,
+    plan_batch,
+)
 from chronos.group.spec import GroupSpec
 from chronos.group.verdicts import Verdicts
 from chronos.kafka.errors import Fenced, NotAuthorized, TransactionAborted, describe
@@ -79,12 +87,13 @@ _SETTLE_S = 0.05
 
 @dataclass
 class _ReadAhead:
-    """What the rate's look-ahead read before a transaction: rows past the frontier, in key
-    order, and the offsets of the writes that stored them (``Frontier.settled``): the
+    """What the rate's look-ahead read before a transaction: the rows of limited topics past
+    the frontier, in key order, and the offsets of the writes that stored them
+    (``Frontier.settled``): the
     transaction's cut must cover these, or a backup could apply a move before it stored the
     message (``group/follower.py`` applies a cut once its ingest covers the cut's offsets)."""
 
-    rows: list[tuple[bytes, bytes]]
+    rows: list[AheadRow]
     covered: dict[int, int]
     next_key: bytes
     through_ms: EpochMs
@@ -260,8 +269,6 @@ class TransactionLoop(LoopWorker):
         # wait for a cut that covers them (``Move``).
         moves = self._ledger.moves(covered)
         releasing = self._release_to
-        if ahead is not None:
-            ahead.rows = [r for r in ahead.rows if keys.slot_of(r[0]) > upto]
         if (
             not rows
             and not moves
@@ -356,9 +363,10 @@ class TransactionLoop(LoopWorker):
         # when the read stopped inside it.
         last = keys.slot_of(rows[-1][0])
         through = last if len(rows) < _AHEAD_ROWS else last - 1
-        ahead = _ReadAhead(rows, {}, rows[-1][0] + b"\x00", through)
+        # Every row read lies past ``limit``, so past what this transaction delivers.
+        ahead = _ReadAhead(limited_rows(rows, rates), {}, rows[-1][0] + b"\x00", through)
         trial = BatchPlan()
-        plan_ahead(rows, rates, trial, self._verdicts.retry_at)
+        plan_ahead(ahead.rows, rates, trial, self._verdicts.retry_at)
         if not trial.states:
             rates.read_ahead(ahead.next_key, ahead.through_ms)
             rates.committed([])
