@@ -42,10 +42,10 @@ from chronos.clock import Clock
 from chronos.group import announcement
 from chronos.group.announcement import Announcer
 from chronos.group.follower import Follower, FollowWorker, ProgressReader
+from chronos.group.lane import MasterState
 from chronos.group.master_watch import MasterWatch
 from chronos.group.placement import ReplicaStore
 from chronos.group.spec import GroupSpec
-from chronos.group.transactions import MasterState
 from chronos.kafka.errors import Fenced, NotAuthorized
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.lifecycle import Component, Fatal, LoopWorker
@@ -84,13 +84,17 @@ OpenElection = Callable[[Callable[[bool], None]], Elector]
 class MasterLoop(Component, Protocol):
     """One term's delivery loop (``TransactionLoop``)."""
 
-    term: int
     #: Why it stopped delivering for good, else None.
     fenced: str | None
     #: Set once it committed its last record, handing the delivery over (``release``).
     released: threading.Event
-    #: The progress topic offset of its last committed cut (None before one).
-    cut_offset: int | None
+
+    @property
+    def term(self) -> int: ...
+
+    @property
+    def cut_offset(self) -> int | None:
+        """The progress topic offset of its last committed cut (None before one)."""
 
     def release(self, successor: str) -> None: ...
 

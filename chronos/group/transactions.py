@@ -16,6 +16,12 @@ occurrence), **execute** (``execute.py``: the plan's records and Kafka's answers
 the master remembers of failures between transactions is ``verdicts.py``. This loop decides
 when a transaction runs and what it covers.
 
+A transaction covers one or more *lanes* (``lane.py``), one per partition the node delivers:
+a replica group's loop has one; a cluster node's one per owned partition, all in the same
+transaction (one producer per node, not per partition). Each lane's cut goes to its own
+progress topic; the transaction commits all of them or none, so every rule of a replica group
+holds per lane unchanged.
+
 What goes to the dead-letter topic is the shared policy's call (``delivery/deadletter.py``), as
 for a node alone. A record refused at once is dead-lettered in the same transaction; one refused
 in its acknowledgement aborts the transaction, and the redo (at once) dead-letters it, or, when
@@ -33,43 +39,25 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from chronos.clock import Clock
-from chronos.delivery.attempts import Attempts
-from chronos.delivery.deadletter import UNKNOWN_TOPIC_CONFIRM_S, DeadLetterPolicy
-from chronos.delivery.job import DeliveryJob, jobs_for
-from chronos.delivery.policies import Policies
-from chronos.delivery.rate_plan import RatePlan
+from chronos.delivery.deadletter import UNKNOWN_TOPIC_CONFIRM_S
+from chronos.delivery.job import jobs_for
 from chronos.group.commit import judge_abort, observe_paced, outcomes
 from chronos.group.execute import BatchRecords
-from chronos.group.placement import ReplicaStore
-from chronos.group.plan import (
-    AheadRow,
-    BatchPlan,
-    TopicNotYet,
-    in_due_order,
-    limited_rows,
-    plan_ahead,
-    plan_batch,
-)
+from chronos.group.lane import Lane, LaneBatch
+from chronos.group.plan import TopicNotYet, in_due_order, plan_ahead, plan_batch
 from chronos.group.spec import GroupSpec
-from chronos.group.verdicts import Verdicts
 from chronos.kafka.errors import Fenced, NotAuthorized, TransactionAborted, describe
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
-from chronos.schedule.floor import RebuildFloor
-from chronos.schedule.frontier import Frontier
-from chronos.schedule.ledger import Ledger, Move
 from chronos.schedule.progress_record import Cut, RepeatState
 from chronos.settings import DeliverySettings
-from chronos.store import keys
-from chronos.store.rocks import RocksStore
 from chronos.types import EpochMs
 
 log = structlog.get_logger(__name__)
@@ -78,69 +66,20 @@ log = structlog.get_logger(__name__)
 _MAX_WAIT_S = 1.0
 #: How soon a loop held back by the cancel gate looks again.
 _GATE_RECHECK_S = 0.01
-#: Most messages the rate's look-ahead reads per transaction: each one it moves costs about
-#: 50 µs on the master, so a transaction stays short and other topics go on meanwhile.
-_AHEAD_ROWS = 1_000
-#: Longest a look-ahead waits for the writes it may have seen to end (``Frontier.settled``).
-_SETTLE_S = 0.05
-
-
-@dataclass
-class _ReadAhead:
-    """What the rate's look-ahead read before a transaction: the rows of limited topics past
-    the frontier, in key order, and the offsets of the writes that stored them
-    (``Frontier.settled``): the
-    transaction's cut must cover these, or a backup could apply a move before it stored the
-    message (``group/follower.py`` applies a cut once its ingest covers the cut's offsets)."""
-
-    rows: list[AheadRow]
-    covered: dict[int, int]
-    next_key: bytes
-    through_ms: EpochMs
-
-
-@dataclass(frozen=True)
-class MasterState:
-    """What one term of a master is: passed to its loop by the takeover.
-
-    Parameters:
-        term: this master's term.
-        on_fenced: called once, from the loop's thread, when it may not deliver any more.
-        on_fatal: called once when Kafka refuses chronos' credentials (the node ends).
-        floor: the rebuild floor each progress record publishes (moved by the refresh worker).
-    """
-
-    term: int
-    on_fenced: Callable[[str], None]
-    on_fatal: Callable[[str], None]
-    floor: RebuildFloor = field(default_factory=RebuildFloor)
-    #: The rate plans of the last committed cut (``Cut.paced``): where this term's start.
-    paced: Mapping[str, float] = field(default_factory=dict)
-    #: How far the last committed cut's master had planned ahead (``Cut.ahead_ms``).
-    ahead_ms: EpochMs | None = None
 
 
 class TransactionLoop(LoopWorker):
-    """Delivers through one fenced transactional publisher until stopped or fenced.
+    """Delivers its lanes through one fenced transactional publisher until stopped or fenced.
 
     Parameters:
         spec: the group's names and timings.
         publisher: initialised (``init`` done: the old master is fenced).
-        store: the schedule, scanned.
-        ledger: the store's writer (owner of the seek; repeat checks).
-        replica: applies the committed progress to the store.
-        frontier: the push frontier (reset to the seek by the takeover).
-        policy: when a delivery goes to the dead-letter topic (shared with a node alone).
+        lanes: the partitions it delivers (at least one; ``add_lane`` adds more between
+            transactions). A replica group's loop has one.
         retry: backoff between failed transactions.
         clock: time source.
         metrics: counters.
-        state: term and callbacks.
-        horizon: the last slot that may be delivered at a given now (the cancel gate,
-            ``node/watermark.py``); None: now.
         keep_outcomes: record where each committed delivery went (``store/outcome.py``).
-        attempts: where failed attempts are kept for the status lookup.
-        policies: each target topic's policy, for its rate (``delivery/rate_plan.py``);
-            None: no rates.
     """
 
     def __init__(
@@ -148,24 +87,17 @@ class TransactionLoop(LoopWorker):
         *,
         spec: GroupSpec,
         publisher: TransactionalPublisher,
-        store: RocksStore,
-        ledger: Ledger,
-        replica: ReplicaStore,
-        frontier: Frontier,
-        policy: DeadLetterPolicy,
+        lanes: Iterable[Lane],
         retry: DeliverySettings,
         clock: Clock,
         metrics: Metrics,
-        state: MasterState,
-        horizon: Callable[[EpochMs], EpochMs] | None = None,
         keep_outcomes: bool = False,
-        attempts: Attempts | None = None,
-        policies: Policies | None = None,
     ) -> None:
         super().__init__("transactions")
-        self._verdicts = Verdicts(policy, clock, attempts)
-        self._rates = None if policies is None else RatePlan(policies, state.paced, state.ahead_ms)
-        self._horizon = horizon
+        self._lanes = list(lanes)
+        if not self._lanes:
+            raise ValueError("a transaction loop delivers at least one lane")
+        self._first = self._lanes[0]
         self._keep_outcomes = keep_outcomes
         group = spec.settings
         self._spec = spec
@@ -178,43 +110,64 @@ class TransactionLoop(LoopWorker):
         self._catch_up_ms = int(retry.catch_up_window_s * 1000)
         self._lookahead_ms = group.rate_lookahead_ms
         self._publisher = publisher
-        self._store = store
-        self._ledger = ledger
-        self._replica = replica
-        self._frontier = frontier
         self._clock = clock
         self._metrics = metrics
-        self._state = state
-        self.term = state.term
+        #: Lanes added since the last transaction (``add_lane``), taken in by the loop.
+        self._joining: list[Lane] = []
+        self._joining_lock = threading.Lock()
         #: The last abort judged every failure (no outage): the redo need not wait.
         self._redo_at_once = False
         self._last_commit = 0.0
         self._failures = 0
         #: Why this loop stopped delivering for good (fenced, or not authorized), else None.
         self.fenced: str | None = None
-        #: The progress topic offset of this term's last committed cut (None before one).
-        self.cut_offset: int | None = None
         #: Monotonic time of the first committed transaction (failover measurements).
         self.first_commit_at: float | None = None
-        #: The replica to hand the delivery to with the next commit (``release``).
-        self._release_to: str | None = None
-        #: Set once a commit handed the delivery over: this loop delivers no more.
+        #: Set once every lane was handed over: this loop delivers no more.
         self.released = threading.Event()
+
+    @property
+    def term(self) -> int:
+        """The term of the lane the loop was built with (a replica group's only one)."""
+        return self._first.term
+
+    @property
+    def cut_offset(self) -> int | None:
+        """Where the first lane's last committed cut lies (a replica group's retake reads
+        from it); None before one."""
+        return self._first.cut_offset
+
+    @property
+    def lanes(self) -> list[Lane]:
+        """The lanes delivered now (a copy; those handed over are left out)."""
+        return [lane for lane in self._lanes if not lane.released.is_set()]
+
+    def add_lane(self, lane: Lane) -> None:
+        """Deliver ``lane`` too, from the next transaction on; that transaction publishes its
+        cut even with nothing due, so its progress log shows the new term at once. Its
+        frontier must share the loop's wake (``Frontier(wake=...)``) for a write to it to
+        wake the loop."""
+        with self._joining_lock:
+            self._joining.append(lane)
+        lane.frontier.notify(0)
 
     def stop(self) -> None:
         super().stop()
-        self._frontier.stop()
+        for lane in self._lanes:
+            lane.frontier.stop()
         self._publisher.interrupt()
 
     def release(self, successor: str) -> None:
-        """Hand the delivery to ``successor`` (a replica's node id): the next transaction
-        delivers what is due, commits a cut naming it, and is this loop's last
+        """Hand every lane to ``successor`` (a replica's node id): the next transaction
+        delivers what is due, commits cuts naming it, and is this loop's last
         (``released``). The successor takes over on reading it, without waiting for the
         progress topic to stand still: a handover's gap is one commit and one takeover."""
-        self._release_to = successor
-        self._frontier.notify(0)  # wake a wait for the next due message
+        for lane in self._lanes:
+            lane.release(successor)
 
     def step(self) -> None:
+        if self.fenced is None:
+            self._take_lanes()
         if self.fenced is not None or self.released.is_set():
             self._stop.wait(0.1)
             return
@@ -224,11 +177,13 @@ class TransactionLoop(LoopWorker):
             self.fenced = str(exc)
             log.error("master_fenced", term=self.term, reason=self.fenced)
             self._metrics.incr("fenced")
-            self._state.on_fenced(self.fenced)
+            for lane in self._lanes:
+                lane.state.on_fenced(self.fenced)
         except NotAuthorized as exc:
             self.fenced = str(exc)
             self._quiet_abort()
-            self._state.on_fatal(str(exc))
+            for lane in self._lanes:
+                lane.state.on_fatal(str(exc))
 
     def finish(self) -> None:
         # Nothing of an open transaction may become visible later; Kafka would also abort it
@@ -246,52 +201,39 @@ class TransactionLoop(LoopWorker):
         except (Fenced, NotAuthorized, KafkaException):
             pass
 
+    def _take_lanes(self) -> None:
+        """Between transactions only: take in the lanes added, leave out those handed over."""
+        with self._joining_lock:
+            joining, self._joining = self._joining, []
+        if joining or any(lane.released.is_set() for lane in self._lanes):
+            kept = [lane for lane in self._lanes if not lane.released.is_set()]
+            self._lanes = kept + joining if kept or joining else self._lanes
+        if joining:
+            self.released.clear()  # delivering again: a lane came after every other left
+
     def _deliver_once(self) -> None:
         now = self._clock.now_ms()
         since = time.monotonic() - self._last_commit
         if since < self._interval_s:
             self._stop.wait(self._interval_s - since)
             return
-        limit = now if self._horizon is None else self._horizon(now)
-        # Before the frontier moves: the rows it reads must be covered by this cut.
-        ahead = self._read_ahead(now, limit)
-        target = self._target(limit)
-        self._frontier.advance(target)
-        upto, covered = self._frontier.cut()
-        if ahead is not None and any(covered.get(p, 0) < o for p, o in ahead.covered.items()):
-            # The frontier did not move since the read (the cancel gate held it, or the clock
-            # did not tick): its cut may not cover the moves' adds, and raising its offsets
-            # would count as delivered an add that was already due when it arrived (stored
-            # past the frontier, due before it). The next transaction reads again.
-            ahead = None
-        rows = self._rows_through(upto)
-        # After the cut: every reschedule whose write the cut covers is among these; the rest
-        # wait for a cut that covers them (``Move``).
-        moves = self._ledger.moves(covered)
-        releasing = self._release_to
-        if (
-            not rows
-            and not moves
-            and since < self._heartbeat_s
-            and releasing is None
-            and ahead is None
-        ):
-            upcoming = self._store.first_key_from(keys.slot_bound(upto + 1))
-            wake = None if upcoming is None else keys.slot_of(upcoming)
-            wait_s = min(_MAX_WAIT_S, self._heartbeat_s - since)
-            if wake is not None and wake <= now:
-                # Due, and held by the cancel gate: ingest has not applied up to it yet.
-                self._metrics.observe("cancel_gate_held_ms", now - max(limit, wake))
-                wait_s = min(wait_s, _GATE_RECHECK_S)
-                wake = None
-            self._frontier.wait(wake, self._clock.now_ms(), wait_s)
+        batches: list[LaneBatch] = []
+        wake: EpochMs | None = None
+        wait_s = _MAX_WAIT_S
+        for lane in self._lanes:
+            batch = self._prepare(lane, now)
+            if isinstance(batch, LaneBatch):
+                batches.append(batch)
+                continue
+            lane_wake, lane_wait_s = batch
+            if lane_wake is not None and (wake is None or lane_wake < wake):
+                wake = lane_wake
+            wait_s = min(wait_s, lane_wait_s)
+        if not batches:
+            self._first.frontier.wait(wake, self._clock.now_ms(), wait_s)
             return
-        jobs = jobs_for(rows, now, self._ledger, self._catch_up_ms)
-        rates = self._rates
-        if rates is not None and rates.active:
-            in_due_order(jobs, rates)
         try:
-            committed = self._transact(jobs, upto, covered, moves, releasing, ahead)
+            committed = self._transact(batches)
         except TransactionAborted:
             committed = False
         except TopicNotYet as exc:
@@ -315,19 +257,13 @@ class TransactionLoop(LoopWorker):
             self._quiet_abort()
             raise
         finally:
-            if rates is not None:
-                rates.aborted()  # nothing after a commit: it settled the plan
+            for batch in batches:
+                rates = batch.lane.rates
+                if rates is not None:
+                    rates.aborted()  # nothing after a commit: it settled the plan
         if committed:
             self._failures = 0
-            if releasing is not None:
-                self.released.set()
-                log.info(
-                    "master_released",
-                    node=self._spec.node_id,
-                    term=self.term,
-                    successor=releasing,
-                    seek_ms=upto,
-                )
+            self._released(batches)
         elif self._redo_at_once:
             self._redo_at_once = False
             self._metrics.incr("transactions_aborted")
@@ -338,187 +274,185 @@ class TransactionLoop(LoopWorker):
             self._metrics.incr("transactions_aborted")
             self._stop.wait(backoff / 1000.0)
 
-    def _read_ahead(self, now: EpochMs, limit: EpochMs) -> _ReadAhead | None:
-        """Plan the rows past ``limit`` (what this transaction may deliver) up to
-        ``rate_lookahead_ms`` ahead, from where the last look-ahead stopped, when some topic
-        has a rate (``_AHEAD_ROWS`` at most). What is due by ``limit`` is planned as it falls
-        due: its earliest time is now, not its slot.
+    def _prepare(self, lane: Lane, now: EpochMs) -> LaneBatch | tuple[EpochMs | None, float]:
+        """Move ``lane``'s frontier and read what its share of the transaction covers; or,
+        when it has nothing to publish, when to look again: (the slot to wake at, the
+        longest wait)."""
+        limit = lane.limit(now)
+        # Before the frontier moves: the rows it reads must be covered by this cut.
+        ahead = lane.read_ahead(now, limit, self._lookahead_ms)
+        lane.frontier.advance(lane.target(limit, self._max_records))
+        upto, covered = lane.frontier.cut()
+        if ahead is not None and any(covered.get(p, 0) < o for p, o in ahead.covered.items()):
+            # The frontier did not move since the read (the cancel gate held it, or the clock
+            # did not tick): its cut may not cover the moves' adds, and raising its offsets
+            # would count as delivered an add that was already due when it arrived (stored
+            # past the frontier, due before it). The next transaction reads again.
+            ahead = None
+        rows = lane.rows_through(upto)
+        # After the cut: every reschedule whose write the cut covers is among these; the rest
+        # wait for a cut that covers them (``Move``).
+        moves = lane.ledger.moves(covered)
+        releasing = lane.release_to
+        since = time.monotonic() - lane.last_commit
+        if not rows and not moves and since < self._heartbeat_s and releasing is None and not ahead:
+            wake = lane.upcoming(upto)
+            wait_s = min(_MAX_WAIT_S, self._heartbeat_s - since)
+            if wake is not None and wake <= now:
+                # Due, and held by the cancel gate: ingest has not applied up to it yet.
+                self._metrics.observe("cancel_gate_held_ms", now - max(limit, wake))
+                wait_s = min(wait_s, _GATE_RECHECK_S)
+                wake = None
+            return wake, wait_s
+        jobs = jobs_for(rows, now, lane.ledger, self._catch_up_ms)
+        rates = lane.active_rates()
+        if rates is not None:
+            in_due_order(jobs, rates)
+        return LaneBatch(lane, upto, covered, moves, jobs, releasing, ahead)
 
-        What stays in place is only remembered, at once. When something must move, the
-        transaction publishes the moves: this returns the rows and the offsets that cover
-        their adds, or None when the writes it may have seen did not end in time (the next
-        transaction reads again)."""
-        rates = self._rates
-        if rates is None or not self._lookahead_ms or not rates.active:
-            return None
-        start = keys.slot_bound(max(self._ledger.seek_ms, limit) + 1)
-        if rates.ahead_key is not None and rates.ahead_key > start:
-            start = rates.ahead_key
-        end = now + self._lookahead_ms
-        rows = self._store.scan(start, keys.slot_bound(end + 1), _AHEAD_ROWS)
-        if not rows:
-            return None
-        # What a successor may take as planned: up to the last row read, not to ``end`` (a
-        # message that arrives later before ``end`` was not), and short of the last slot
-        # when the read stopped inside it.
-        last = keys.slot_of(rows[-1][0])
-        through = last if len(rows) < _AHEAD_ROWS else last - 1
-        # Every row read lies past ``limit``, so past what this transaction delivers.
-        ahead = _ReadAhead(limited_rows(rows, rates), {}, rows[-1][0] + b"\x00", through)
-        trial = BatchPlan()
-        plan_ahead(ahead.rows, rates, trial, self._verdicts.retry_at)
-        if not trial.states:
-            rates.read_ahead(ahead.next_key, ahead.through_ms)
-            rates.committed([])
-            return None
-        rates.aborted()  # planned again inside the transaction
-        covered = self._frontier.settled(_SETTLE_S)
-        if covered is None:
-            return None
-        ahead.covered = covered
-        return ahead
+    def _released(self, batches: list[LaneBatch]) -> None:
+        """After a commit: the lanes whose cut named a successor are handed over."""
+        for batch in batches:
+            if batch.releasing is None:
+                continue
+            batch.lane.released.set()
+            log.info(
+                "master_released",
+                node=self._spec.node_id,
+                term=batch.lane.term,
+                partition=batch.lane.partition,
+                successor=batch.releasing,
+                seek_ms=batch.upto,
+            )
+        if all(lane.released.is_set() for lane in self._lanes):
+            self.released.set()
 
-    def _skipped_ahead(self, moves: Mapping[str, Move]) -> set[str]:
-        """Ids the look-ahead leaves alone: moved by a reschedule or deferred to a retry."""
-        return set(moves) | set(self._verdicts.retry_at)
-
-    def _target(self, now: EpochMs) -> EpochMs:
-        """How far this transaction may move the frontier: to now, or short of the slot where
-        the due messages pass ``transaction_max_records`` (a whole slot at least)."""
-        seek = self._ledger.seek_ms
-        rows = self._store.scan(
-            keys.slot_bound(seek + 1), keys.slot_bound(now + 1), self._max_records + 1
-        )
-        if len(rows) <= self._max_records:
-            return now
-        slot = keys.slot_of(rows[self._max_records][0])
-        return slot - 1 if slot - 1 > seek else slot
-
-    def _rows_through(self, upto: EpochMs) -> list[tuple[bytes, bytes]]:
-        """Every stored message with a slot in (seek, upto]: all of them, or the cut lies.
-
-        A second scan after ``_target``'s on purpose: writes that completed between that one
-        and the frontier's move may hold slots in range."""
-        rows: list[tuple[bytes, bytes]] = []
-        start, stop = keys.slot_bound(self._ledger.seek_ms + 1), keys.slot_bound(upto + 1)
-        while True:
-            chunk = self._store.scan(start, stop, 10_000)
-            rows += chunk
-            if len(chunk) < 10_000:
-                return rows
-            start = chunk[-1][0] + b"\x00"
-
-    def _transact(
-        self,
-        jobs: list[DeliveryJob],
-        upto: EpochMs,
-        covered: dict[int, int],
-        moves: Mapping[str, Move],
-        released_to: str | None = None,
-        ahead: _ReadAhead | None = None,
-    ) -> bool:
-        """One transaction; True once committed. Raises Fenced, NotAuthorized,
-        TransactionAborted, TopicNotYet.
+    def _transact(self, batches: list[LaneBatch]) -> bool:
+        """One transaction over ``batches`` (one per lane with something to publish); True
+        once committed. Raises Fenced, NotAuthorized, TransactionAborted, TopicNotYet.
 
         Its three steps: plan (``plan.py``: each job sent, deferred, paced, followed by its
         next occurrence), execute (``execute.py``: the records, in the plan's order) and
         commit (``commit.py``: judge the failures of an abort, or settle what was
-        delivered). ``moves`` (reschedules applied since the last commit) go out as repeat
-        states before the delivered repeats' next occurrences, which are always later ones:
-        followers and a store rebuilt from Kafka move the message where this store has it.
-        ``released_to``: this commit hands the delivery over (``release``), as read once
-        before the transaction, so the loop stops after exactly the commit that says so."""
+        delivered). A lane's ``moves`` (reschedules applied since the last commit) go out as
+        repeat states before the delivered repeats' next occurrences, which are always later
+        ones: followers and a store rebuilt from Kafka move the message where this store has
+        it. A lane's ``releasing``: this commit hands it over (``release``), as read once
+        before the transaction, so it stops after exactly the commit that says so."""
         publisher = self._publisher
-        verdicts = self._verdicts
-        verdicts.judged = set()
-        refused = verdicts.refused_now(jobs, upto)
-        rates = self._rates if self._rates is not None and self._rates.active else None
+        refused: list[set[str]] = []
+        for batch in batches:
+            verdicts = batch.lane.verdicts
+            verdicts.judged = set()
+            refused.append(verdicts.refused_now(batch.jobs, batch.upto))
         now = self._clock.now_ms()
         began = time.monotonic()
         publisher.begin()
-        plan = plan_batch(jobs, upto, now, verdicts, rates, refused)
-        if ahead is not None and rates is not None:
-            plan_ahead(ahead.rows, rates, plan, self._skipped_ahead(moves))
-            rates.read_ahead(ahead.next_key, ahead.through_ms)
-        moved = [RepeatState(i, m.message, m.slot_ms) for i, m in moves.items()]
-
-        def cut() -> Cut:
-            return Cut(
-                self.term,
-                upto,
-                covered,
-                self._spec.node_id,
-                self._clock.now_ms(),
-                self._state.floor.current,
-                released_to=released_to,
-                paced={} if rates is None else rates.backlog(now),
-                ahead_ms=None if rates is None else rates.ahead_ms,
-            )
-
-        records = BatchRecords(publisher, verdicts, self._spec.dead_letter_topic, self._metrics)
-        records.publish(plan, moved, cut, self._spec.progress_topic)
+        for batch, refused_topics in zip(batches, refused, strict=True):
+            self._publish(batch, refused_topics, now)
         produced_at = time.monotonic()
         left = publisher.flush(self._timeout_s)
-        if records.failures or left:
-            self._abort(jobs, records.failures, left)
+        if left or any(batch.records and batch.records.failures for batch in batches):
+            self._abort(batches, left)
             return False
         flushed_at = time.monotonic()
         publisher.commit()
         committed_at = time.monotonic()
-        if records.cut_at:
-            self.cut_offset = records.cut_at[0]
         # Where a transaction's time goes (node_stats): producing, acknowledgements, commit.
         self._metrics.observe("transaction_produce_ms", round((produced_at - began) * 1000))
         self._metrics.observe("transaction_flush_ms", round((flushed_at - produced_at) * 1000))
         self._metrics.observe("transaction_commit_ms", round((committed_at - flushed_at) * 1000))
-        self._committed(jobs, plan, records, upto, covered, moves, rates)
-        return True
-
-    def _committed(
-        self,
-        jobs: list[DeliveryJob],
-        plan: BatchPlan,
-        records: BatchRecords,
-        upto: EpochMs,
-        covered: dict[int, int],
-        moves: Mapping[str, Move],
-        rates: RatePlan | None,
-    ) -> None:
-        """What a commit settles: the store follows it, the verdicts of what it tried are
-        forgotten, and its outcomes and metrics are recorded."""
-        now = self._clock.now_ms()
         if self.first_commit_at is None:
             self.first_commit_at = time.monotonic()
-            log.info("master_first_commit", node=self._spec.node_id, term=self.term, seek_ms=upto)
+            log.info(
+                "master_first_commit",
+                node=self._spec.node_id,
+                term=self.term,
+                seek_ms=batches[0].upto,
+            )
         self._last_commit = time.monotonic()
+        for batch in batches:
+            self._committed(batch)
+        self._metrics.incr("transactions")
+        return True
+
+    def _publish(self, batch: LaneBatch, refused: set[str], now: EpochMs) -> None:
+        """Plan one lane's share and publish its records and cut (the transaction begun)."""
+        lane = batch.lane
+        rates = lane.active_rates()
+        plan = plan_batch(batch.jobs, batch.upto, now, lane.verdicts, rates, refused)
+        if batch.ahead is not None and rates is not None:
+            plan_ahead(batch.ahead.rows, rates, plan, lane.skipped_ahead(batch.moves))
+            rates.read_ahead(batch.ahead.next_key, batch.ahead.through_ms)
+        batch.plan = plan
+        moved = [RepeatState(i, m.message, m.slot_ms) for i, m in batch.moves.items()]
+
+        def cut() -> Cut:
+            return Cut(
+                lane.term,
+                batch.upto,
+                batch.covered,
+                self._spec.node_id,
+                self._clock.now_ms(),
+                lane.state.floor.current,
+                released_to=batch.releasing,
+                paced={} if rates is None else rates.backlog(now),
+                ahead_ms=None if rates is None else rates.ahead_ms,
+            )
+
+        records = BatchRecords(
+            self._publisher, lane.verdicts, self._spec.dead_letter_topic, self._metrics
+        )
+        batch.records = records
+        records.publish(plan, moved, cut, lane.progress_topic)
+
+    def _committed(self, batch: LaneBatch) -> None:
+        """What a commit settles for one lane: its store follows it, the verdicts of what it
+        tried are forgotten, and its outcomes and metrics are recorded."""
+        lane, records, jobs = batch.lane, batch.records, batch.jobs
+        assert records is not None  # published before any commit
+        now = self._clock.now_ms()
+        lane.last_commit = self._last_commit
+        if records.cut_at:
+            lane.cut_offset = records.cut_at[0]
         # Not the moves: this store made them (and may have moved a message again since).
-        self._replica.apply_cut(upto, plan.states, covered, plan.ahead)
-        self._ledger.forget_moves(moves)
+        lane.replica.apply_cut(batch.upto, batch.plan.states, batch.covered, batch.plan.ahead)
+        lane.ledger.forget_moves(batch.moves)
         targets = records.targets
         if self._keep_outcomes:
-            found = outcomes(jobs, targets, records.placed, self._verdicts.dead, now)
-            self._ledger.record_outcomes(found)
-        tried = self._verdicts.settled(jobs, upto)
+            found = outcomes(jobs, targets, records.placed, lane.verdicts.dead, now)
+            lane.ledger.record_outcomes(found)
+        tried = lane.verdicts.settled(jobs, batch.upto)
+        rates = lane.active_rates()
         if rates is not None:
             observe_paced(self._metrics, rates, jobs, targets, now)
-            rates.committed(tried, upto)
+            rates.committed(tried, batch.upto)
             rates.forget_before(now)
         if targets:
             self._metrics.incr("delivered", len(targets))
         if records.oldest is not None:
             # Due -> committed, which is when read_committed consumers can see it.
             self._metrics.observe("ack_lateness_ms", now - records.oldest)
-        self._metrics.incr("transactions")
 
-    def _abort(self, jobs: list[DeliveryJob], failures: dict[int, KafkaError], left: int) -> None:
-        """Abort; judge each failure (dead-letter or defer in the redo), and say whether the
-        redo may follow at once (``_redo_at_once``: every failure was the record's own)."""
-        topics = (self._spec.progress_topic, self._spec.dead_letter_topic)
+    def _abort(self, batches: list[LaneBatch], left: int) -> None:
+        """Abort; judge each lane's failures (dead-letter or defer in the redo), and say
+        whether the redo may follow at once (``_redo_at_once``: every failure, of every lane,
+        was the record's own). One lane's refused record aborts every lane's deliveries: the
+        redo at once keeps that to one more round trip."""
+        at_once = True
         try:
-            self._redo_at_once = judge_abort(
-                jobs, failures, left, self._verdicts, topics, self.term
-            )
+            for n, batch in enumerate(batches):
+                records = batch.records
+                failures = records.failures if records is not None else {}
+                if not failures and not (left and n == 0):
+                    continue
+                topics = (batch.lane.progress_topic, self._spec.dead_letter_topic)
+                judged = judge_abort(
+                    batch.jobs, failures, left, batch.lane.verdicts, topics, batch.lane.term
+                )
+                at_once = at_once and judged
         except Fenced:
             self._quiet_abort()
             raise
+        self._redo_at_once = at_once
         self._publisher.abort()

@@ -22,11 +22,12 @@ from chronos.group import announcement
 from chronos.group.announcement import Announcer
 from chronos.group.election import Election
 from chronos.group.follower import ProgressLog
+from chronos.group.lane import Lane, MasterState
 from chronos.group.master_watch import MasterWatch
 from chronos.group.placement import ReplicaStore
 from chronos.group.replica import Elector, Replica
 from chronos.group.spec import GroupSpec
-from chronos.group.transactions import MasterState, TransactionLoop
+from chronos.group.transactions import TransactionLoop
 from chronos.kafka.admin import StableEnds, unwritable_topics
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.lifecycle import Component
@@ -326,22 +327,27 @@ def _replica(
         policy = DeadLetterPolicy.of(
             s.delivery, publisher, unwritable=unwritable, policies=ctx.policies
         )
-        return TransactionLoop(
-            spec=spec,
-            publisher=publisher,
+        lane = Lane(
+            progress_topic=spec.progress_topic,
             store=ctx.store,
             ledger=ctx.ledger,
             replica=store,
             frontier=ctx.frontier,
+            state=state,
             policy=policy,
+            clock=ctx.clock,
+            attempts=ctx.attempts,
+            policies=ctx.policies,
+            horizon=ctx.watermark.horizon,
+        )
+        return TransactionLoop(
+            spec=spec,
+            publisher=publisher,
+            lanes=[lane],
             retry=s.delivery,
             clock=ctx.clock,
             metrics=ctx.metrics,
-            state=state,
-            horizon=ctx.watermark.horizon,
             keep_outcomes=s.admin.keeps_outcomes,
-            attempts=ctx.attempts,
-            policies=ctx.policies,
         )
 
     def new_refresher(floor: RebuildFloor) -> Component:

@@ -40,9 +40,9 @@ class Frontier:
         start_ms: the initial frontier, the persisted seek timestamp.
     """
 
-    def __init__(self, start_ms: EpochMs) -> None:
+    def __init__(self, start_ms: EpochMs, wake: Wake | None = None) -> None:
         self._lock = threading.Lock()
-        self._wake = threading.Condition(threading.Lock())
+        self._wake = wake or Wake()
         self._value = start_ms
         #: Lowest slot of every write in progress, by reservation number.
         self._reserved: dict[int, EpochMs] = {}
@@ -50,8 +50,6 @@ class Frontier:
         self._open: set[int] = set()
         self._numbers = itertools.count()
         self._held_back = False
-        self._earliest: EpochMs | None = None
-        self._stopped = False
         #: Next inner offset per partition of every completed write, and its copy as of the
         #: last move of the frontier (see ``cut``).
         self._completed: dict[int, int] = {}
@@ -144,8 +142,7 @@ class Frontier:
             self._value = value
             self._completed = dict(offsets)
             self._cut = dict(offsets)
-        with self._wake:
-            self._stopped = False
+        self._wake.restart()
 
     def slot_for(self, frontier: EpochMs, due_ms: EpochMs) -> EpochMs:
         """Where a message due at ``due_ms`` must be stored given the reserved ``frontier``."""
@@ -153,25 +150,54 @@ class Frontier:
 
     def notify(self, slot_ms: EpochMs) -> None:
         """Tell the push worker a message now waits at ``slot_ms`` (wakes it if earlier)."""
-        with self._wake:
-            if self._earliest is None or slot_ms < self._earliest:
-                self._earliest = slot_ms
-                self._wake.notify_all()
+        self._wake.notify(slot_ms)
 
     def wait(self, until_ms: EpochMs | None, now_ms: EpochMs, max_wait_s: float) -> None:
         """Sleep until ``until_ms``, an earlier ``notify``, ``stop`` or ``max_wait_s``."""
-        with self._wake:
+        self._wake.wait(until_ms, now_ms, max_wait_s)
+
+    def stop(self) -> None:
+        """Wake a waiting push worker for shutdown."""
+        self._wake.stop()
+
+
+class Wake:
+    """The wake-up channel from writers to the one thread that delivers: the earliest slot
+    notified since it last looked. A node delivering several partitions (``group/lane.py``)
+    gives each partition's frontier the same one, so a write to any of them wakes its loop.
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._earliest: EpochMs | None = None
+        self._stopped = False
+
+    def notify(self, slot_ms: EpochMs) -> None:
+        """A message now waits at ``slot_ms``: wake the waiter if that is earlier."""
+        with self._condition:
+            if self._earliest is None or slot_ms < self._earliest:
+                self._earliest = slot_ms
+                self._condition.notify_all()
+
+    def wait(self, until_ms: EpochMs | None, now_ms: EpochMs, max_wait_s: float) -> None:
+        """Sleep until ``until_ms``, an earlier ``notify``, ``stop`` or ``max_wait_s``."""
+        with self._condition:
             if self._stopped:
                 return
             if self._earliest is not None and (until_ms is None or self._earliest < until_ms):
                 until_ms = self._earliest
             timeout = max_wait_s if until_ms is None else (until_ms - now_ms) / 1000.0
             if timeout > 0:
-                self._wake.wait(min(timeout, max_wait_s))
+                self._condition.wait(min(timeout, max_wait_s))
             self._earliest = None
 
     def stop(self) -> None:
-        """Wake a waiting push worker for shutdown."""
-        with self._wake:
+        """Wake the waiter for shutdown; later waits return at once until ``restart``."""
+        with self._condition:
             self._stopped = True
-            self._wake.notify_all()
+            self._condition.notify_all()
+
+    def restart(self) -> None:
+        """Waits sleep again (a promoted replica's loop after a stopped one)."""
+        with self._condition:
+            self._stopped = False

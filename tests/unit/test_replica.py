@@ -21,10 +21,11 @@ from chronos.delivery.deadletter import DeadLetterPolicy
 from chronos.group import announcement
 from chronos.group import replica as replica_module
 from chronos.group.announcement import Announcement, Announcer
+from chronos.group.lane import Lane, MasterState
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.group.replica import Elector, Replica
 from chronos.group.spec import GroupSpec
-from chronos.group.transactions import MasterState, TransactionLoop
+from chronos.group.transactions import TransactionLoop
 from chronos.kafka.errors import Fenced, NotAuthorized
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.kafka.publishers.stub import StubPublisher
@@ -248,18 +249,18 @@ def world(tmp_path: Path, origin: StoreOrigin) -> Iterator[World]:
 
     def new_master(publisher: TransactionalPublisher, state: MasterState) -> TransactionLoop:
         retry = DeliverySettings(retry_backoff_initial_ms=1, retry_backoff_max_ms=1)
-        return TransactionLoop(
-            spec=spec,
-            publisher=publisher,
+        lane = Lane(
+            progress_topic=spec.progress_topic,
             store=store,
             ledger=ledger,
             replica=replica_store,
             frontier=frontier,
-            policy=DeadLetterPolicy.of(retry, publisher),
-            retry=retry,
-            clock=clock,
-            metrics=metrics,
             state=state,
+            policy=DeadLetterPolicy.of(retry, publisher),
+            clock=clock,
+        )
+        return TransactionLoop(
+            spec=spec, publisher=publisher, lanes=[lane], retry=retry, clock=clock, metrics=metrics
         )
 
     inner = StubPublisher(topics={spec.inner_topic}, auto=True)

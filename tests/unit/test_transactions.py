@@ -18,9 +18,10 @@ from chronos.clock import FakeClock
 from chronos.delivery.attempts import Attempts
 from chronos.delivery.deadletter import DeadLetterPolicy
 from chronos.delivery.policies import Policies
+from chronos.group.lane import Lane, MasterState
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.group.spec import GroupSpec
-from chronos.group.transactions import MasterState, TransactionLoop
+from chronos.group.transactions import TransactionLoop
 from chronos.kafka.errors import Fenced, NotAuthorized, TransactionAborted
 from chronos.kafka.publishers.stub import StubPublisher
 from chronos.metrics import CountingMetrics
@@ -120,25 +121,25 @@ def make_master(
     fenced: list[str] = []
     fatal: list[str] = []
     attempts = Attempts()
-    loop = TransactionLoop(
-        spec=spec,
-        publisher=publisher,
+    lane = Lane(
+        progress_topic=spec.progress_topic,
         store=store,
         ledger=ledger,
         replica=replica,
         frontier=frontier,
+        state=MasterState(7, fenced.append, fatal.append, paced=paced or {}),
         policy=DeadLetterPolicy(
             retry,
             lambda t: publisher.topic_exists(t, 1.0),
             monotonic=(lambda: clock.now_ms() / 1000) if fake_monotonic else time.monotonic,
             unwritable=unwritable,
         ),
-        retry=retry,
         clock=clock,
-        metrics=metrics,
-        state=MasterState(7, fenced.append, fatal.append, paced=paced or {}),
         attempts=attempts,
         policies=policies,
+    )
+    loop = TransactionLoop(
+        spec=spec, publisher=publisher, lanes=[lane], retry=retry, clock=clock, metrics=metrics
     )
     return Master(store, ledger, publisher, clock, metrics, spec, loop, fenced, fatal, attempts)
 

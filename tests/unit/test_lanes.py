@@ -1,0 +1,291 @@
+"""One transaction loop over several partitions (lanes), as a cluster node of the second shape
+delivers every partition it owns through one producer (issue 61, step 5 a): the stub publisher
+and one RocksDB holding a schedule per partition.
+
+Each test names the mutant it was seen to catch (the code changed, the test failed, the change
+undone).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError
+
+from chronos.clock import FakeClock
+from chronos.delivery.deadletter import DeadLetterPolicy
+from chronos.group.lane import Lane, MasterState
+from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.group.spec import GroupSpec
+from chronos.group.transactions import TransactionLoop
+from chronos.kafka.errors import Fenced
+from chronos.kafka.publishers.stub import StubPublisher
+from chronos.metrics import CountingMetrics
+from chronos.model import DelayMessage, Op
+from chronos.schedule.frontier import Frontier, Wake
+from chronos.schedule.ledger import Ledger
+from chronos.schedule.progress_record import Cut, decode
+from chronos.settings import ChronosSettings, DeleteSettings, DeliverySettings, StoreSettings
+from chronos.store import codec
+from chronos.store.database import RocksDatabase
+from chronos.store.rocks import RocksStore
+from chronos.wire import H_DLQ_REASON, H_ID
+
+T0 = 1_700_000_000_000
+TARGET = "orders"
+RETRY = DeliverySettings(retry_backoff_initial_ms=1, retry_backoff_max_ms=1, give_up_after_s=5)
+FAST = StoreSettings(wal_sync_interval_ms=60_000)
+
+
+def progress_topic(partition: int) -> str:
+    return f"ns.progress.c.p{partition}"
+
+
+@dataclass
+class Partition:
+    """One partition's schedule and what its lane's callbacks heard."""
+
+    number: int
+    store: RocksStore
+    ledger: Ledger
+    lane: Lane
+    fenced: list[str] = field(default_factory=list)
+    offset: int = 0
+
+    def add(self, message_id: str, due_ms: int) -> None:
+        message = DelayMessage(message_id, TARGET, b"k", b"v", [], due_ms)
+        item = (Op.ADD, message_id, due_ms, codec.encode(message))
+        p = self.number
+        self.ledger.apply_decoded([item], {p: self.offset + 1}, [(p, self.offset)])
+        self.offset += 1
+
+
+@dataclass
+class Node:
+    """A node delivering several partitions through one publisher."""
+
+    database: RocksDatabase
+    publisher: StubPublisher
+    clock: FakeClock
+    metrics: CountingMetrics
+    spec: GroupSpec
+    wake: Wake
+    partitions: dict[int, Partition]
+    loop: TransactionLoop
+
+    def delivered(self) -> list[str]:
+        return [(r.header(H_ID) or b"").decode() for r in self.publisher.visible_on(TARGET)]
+
+    def cuts(self, partition: int) -> list[Cut]:
+        records = self.publisher.visible_on(progress_topic(partition))
+        return [c for c in (decode(r.key, r.value) for r in records) if isinstance(c, Cut)]
+
+    def lane(self, partition: int, term: int) -> Partition:
+        """A partition's schedule and a lane over it, leading from ``T0 - 1000``."""
+        store = RocksStore.of_partition(self.database, partition)
+        frontier = Frontier(0, self.wake)
+        placement = ReplicaPlacement()
+        ledger = Ledger(store, frontier, self.clock, DeleteSettings(), placement)
+        replica = ReplicaStore(store, frontier, ledger, placement)
+        replica.lead(T0 - 1000, [partition])
+        fenced: list[str] = []
+        publisher = self.publisher
+        lane = Lane(
+            progress_topic=progress_topic(partition),
+            store=store,
+            ledger=ledger,
+            replica=replica,
+            frontier=frontier,
+            state=MasterState(term, fenced.append, fenced.append),
+            policy=DeadLetterPolicy(RETRY, lambda t: publisher.topic_exists(t, 1.0)),
+            clock=self.clock,
+            partition=partition,
+        )
+        made = Partition(partition, store, ledger, lane, fenced)
+        self.partitions[partition] = made
+        return made
+
+
+def make_node(tmp_path: Path, terms: dict[int, int], progress_interval_ms: int = 60_000) -> Node:
+    """A node owning ``terms``' partitions (partition -> its term); an idle lane publishes
+    its cut every ``progress_interval_ms``."""
+    settings = ChronosSettings.model_validate(
+        {
+            "topics": {"namespace": "ns"},
+            "group": {
+                "name": "c",
+                "transaction_interval_ms": 0,
+                "progress_interval_ms": progress_interval_ms,
+                "suspect_after_ms": 3 * progress_interval_ms,
+            },
+        }
+    )
+    spec = GroupSpec.of(settings)
+    assert spec is not None
+    topics = {TARGET, spec.dead_letter_topic} | {progress_topic(p) for p in range(8)}
+    publisher = StubPublisher(topics=topics)
+    clock, metrics = FakeClock(T0), CountingMetrics()
+    database = RocksDatabase(tmp_path / "s", FAST)
+    node = Node(database, publisher, clock, metrics, spec, Wake(), {}, None)  # type: ignore[arg-type]
+    lanes = [node.lane(p, term).lane for p, term in terms.items()]
+    node.loop = TransactionLoop(
+        spec=spec, publisher=publisher, lanes=lanes, retry=RETRY, clock=clock, metrics=metrics
+    )
+    return node
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    made = make_node(tmp_path, {1: 4, 2: 9})
+    yield made
+    for partition in made.partitions.values():
+        partition.store.close()
+    made.database.close()
+
+
+def test_every_lane_delivers_in_one_transaction_with_its_own_cut(node: Node) -> None:
+    """Mutants caught: every cut to the first lane's progress topic; the first lane's term in
+    every cut; a lane's store left where it was (only the first lane's cut applied)."""
+    p1, p2 = node.partitions[1], node.partitions[2]
+    p1.add("a", T0 - 10)
+    p2.add("b", T0 - 5)
+    p2.add("c", T0 - 4)
+    p1.add("later", T0 + 5000)
+    node.loop.step()
+    assert node.publisher.calls == ["begin", "commit"]
+    assert sorted(node.delivered()) == ["a", "b", "c"]
+    (cut1,) = node.cuts(1)
+    (cut2,) = node.cuts(2)
+    assert (cut1.term, cut1.seek_ms, cut1.offsets) == (4, T0, {1: 2})
+    assert (cut2.term, cut2.seek_ms, cut2.offsets) == (9, T0, {2: 2})
+    assert p1.ledger.seek_ms == T0 and p2.ledger.seek_ms == T0
+
+
+def test_an_idle_lane_publishes_no_cut_until_its_heartbeat(tmp_path: Path) -> None:
+    """A partition with nothing due writes nothing in the other lanes' transactions, and its
+    cut once per ``progress_interval_ms``. Mutant caught: every lane in every transaction."""
+    node = make_node(tmp_path, {1: 1, 2: 1}, progress_interval_ms=200)
+    p1 = node.partitions[1]
+    node.loop.step()  # the first transaction publishes both lanes' cuts
+    assert (len(node.cuts(1)), len(node.cuts(2))) == (1, 1)
+    p1.add("a", T0 + 10)
+    node.clock.advance(20)
+    node.loop.step()
+    assert node.delivered() == ["a"]
+    assert (len(node.cuts(1)), len(node.cuts(2))) == (2, 1)
+    beat = node.metrics.totals()["transactions"]
+    while len(node.cuts(2)) == 1:  # lane 2's heartbeat is due within 200 ms of real time
+        node.loop.step()
+    assert node.metrics.totals()["transactions"] > beat
+
+
+def test_a_record_refused_in_one_lane_aborts_every_lane_and_the_redo_delivers_each_once(
+    node: Node,
+) -> None:
+    """One transaction, one outcome: lane 2's refused record aborts lane 1's delivery too; the
+    redo follows at once, dead-letters it and delivers the rest once. Mutants caught: the
+    failures of lanes after the first not judged (an abort loop); the redo waiting a backoff
+    (only the first lane's verdict counted)."""
+    node.publisher.outcome = lambda r: (
+        KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+        if r.topic == TARGET and r.header(H_ID) == b"huge"
+        else None
+    )
+    node.partitions[1].add("a", T0 - 10)
+    node.partitions[2].add("huge", T0 - 10)
+    node.partitions[2].add("b", T0 - 9)
+    node.loop.step()
+    assert node.publisher.calls == ["begin", "abort"]
+    assert node.metrics.totals().get("transactions_redone") == 1
+    node.loop.step()
+    assert node.publisher.calls == ["begin", "abort", "begin", "commit"]
+    assert sorted(node.delivered()) == ["a", "b"]
+    (dead,) = node.publisher.visible_on(node.spec.dead_letter_topic)
+    assert dead.header(H_ID) == b"huge"
+    assert (dead.header(H_DLQ_REASON) or b"").startswith(b"MSG_SIZE_TOO_LARGE")
+    assert [c.seek_ms for c in node.cuts(1)] == [T0] and [c.seek_ms for c in node.cuts(2)] == [T0]
+
+
+def test_a_released_lane_names_its_successor_once_and_the_others_go_on(node: Node) -> None:
+    """Mutants caught: the loop released whole when one lane is (the other stops delivering);
+    the released lane left in later transactions (a second owner's cuts after the handover)."""
+    p1, p2 = node.partitions[1], node.partitions[2]
+    p1.add("a", T0 - 10)
+    p1.lane.release("node-b")
+    node.loop.step()
+    assert node.delivered() == ["a"]
+    assert [c.released_to for c in node.cuts(1)] == ["node-b"]
+    assert p1.lane.released.is_set() and not node.loop.released.is_set()
+    assert [lane.partition for lane in node.loop.lanes] == [2]
+    p1.add("left-behind", T0 + 10)
+    p2.add("b", T0 + 10)
+    node.clock.advance(20)
+    node.loop.step()
+    assert node.delivered() == ["a", "b"]
+    assert len(node.cuts(1)) == 1
+
+
+def test_a_lane_added_between_transactions_publishes_its_cut_at_once(node: Node) -> None:
+    """A won claim adds a lane: its first transaction publishes its cut with nothing due, so
+    its log shows the new term at once. Mutant caught: a lane added publishes only once
+    something is due."""
+    node.loop.step()
+    added = node.lane(3, 12)
+    node.loop.add_lane(added.lane)
+    node.clock.advance(5)
+    node.loop.step()
+    (cut,) = node.cuts(3)
+    assert (cut.term, cut.seek_ms) == (12, T0 + 5)
+    added.add("c", T0 + 6)
+    node.clock.advance(5)
+    node.loop.step()
+    assert node.delivered() == ["c"]
+
+
+def test_a_write_to_any_lane_wakes_the_loop(node: Node) -> None:
+    """The lanes' frontiers share one wake: a message placed in lane 2 wakes a loop waiting
+    on lane 1's frontier for its next due message. Mutant caught: a wake of its own per
+    frontier (the waiter slept its whole 60 s)."""
+    waiting = threading.Event()
+
+    def wait() -> None:
+        waiting.set()
+        node.partitions[1].lane.frontier.wait(None, T0, 60.0)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiting.wait(10)
+    node.partitions[2].add("b", T0 + 5)  # the ledger's write notifies lane 2's frontier
+    waiter.join(30)
+    assert not waiter.is_alive()
+
+
+def test_a_fence_ends_every_lane(node: Node) -> None:
+    """The producer is the node's: a fence ends each lane's term. Mutant caught: only the
+    first lane told."""
+    node.partitions[1].add("a", T0 - 10)
+    node.partitions[2].add("b", T0 - 10)
+    node.publisher.fail_next("commit", Fenced("PRODUCER_FENCED"))
+    node.loop.step()
+    assert node.loop.fenced is not None
+    assert node.partitions[1].fenced and node.partitions[2].fenced
+    assert node.delivered() == []
+
+
+def test_a_loop_whose_lanes_all_left_delivers_again_when_one_is_added(node: Node) -> None:
+    """A node that handed every partition over and then wins one back. Mutant caught: a
+    loop released once stays released (the new lane never delivered)."""
+    for partition in node.partitions.values():
+        partition.lane.release("node-b")
+    node.loop.step()
+    assert node.loop.released.is_set()
+    added = node.lane(3, 2)
+    node.loop.add_lane(added.lane)
+    added.add("c", T0 + 1)
+    node.clock.advance(5)
+    node.loop.step()
+    assert node.delivered() == ["c"] and not node.loop.released.is_set()
