@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 import structlog
 
@@ -12,9 +13,10 @@ from chronos.clock import Clock
 from chronos.delivery.deadletter import DeadLetters
 from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
+from chronos.model import DecodedRequest
 from chronos.node.inner_reader import BatchSource, DecodedBatch
 from chronos.node.watermark import IngestWatermark
-from chronos.schedule.ledger import ApplyOutcome, Ledger
+from chronos.schedule.ledger import ApplyOutcome
 from chronos.store.disk_guard import StoreFull
 
 log = structlog.get_logger(__name__)
@@ -22,6 +24,24 @@ log = structlog.get_logger(__name__)
 _DEAD_LETTER_TIMEOUT_S = 30.0
 #: How often a batch the full disk refused is tried again.
 _DISK_RETRY_S = 0.02
+
+
+class IngestTarget(Protocol):
+    """Where an ingest writes: a ``Ledger`` (one schedule), or ``PartitionLedgers`` (one
+    schedule per inner partition, ``schedule/partition_ledgers.py``)."""
+
+    def inner_offsets(self, partitions: list[int]) -> dict[int, int]: ...
+
+    def apply_decoded(
+        self,
+        items: Sequence[DecodedRequest],
+        offsets: Mapping[int, int] | None = None,
+        origins: Sequence[tuple[int, int]] | None = None,
+    ) -> ApplyOutcome: ...
+
+    def sync(self) -> None: ...
+
+    def sync_if_due(self) -> bool: ...
 
 
 class IngestWorker(LoopWorker):
@@ -37,7 +57,7 @@ class IngestWorker(LoopWorker):
         index: thread number.
         partitions: the inner partitions this worker owns.
         open_source: builds a new, unopened source for these partitions.
-        ledger: applies decoded requests.
+        ledger: applies decoded requests (one schedule, or one per partition).
         dead_letters: where undecodable records go.
         clock: time source, for the ingest lag.
         poll_timeout_ms: how long one read waits.
@@ -53,7 +73,7 @@ class IngestWorker(LoopWorker):
         index: int,
         partitions: list[int],
         open_source: Callable[[], BatchSource],
-        ledger: Ledger,
+        ledger: IngestTarget,
         dead_letters: DeadLetters,
         clock: Clock,
         poll_timeout_ms: int,

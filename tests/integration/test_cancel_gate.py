@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from chronos.model import DecodedRequest, Op
-from chronos.node.ingest import IngestWorker
+from chronos.node.ingest import IngestTarget, IngestWorker
 from chronos.runtime.node import Node
-from chronos.schedule.ledger import Ledger
 from proxy.client import DelayClient
 from tests.integration.harness import (
     INNER_PARTITIONS,
@@ -32,7 +31,7 @@ class _StallingCancels:
     """The node's ledger, except that a batch holding a cancel is applied ``_STALL_S`` late:
     ingest falls behind exactly when it matters (as in a burst, or after a broker outage)."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: IngestTarget) -> None:
         self._ledger = ledger
         self.stalled = threading.Event()
         #: Ids of the adds applied so far.
