@@ -1,0 +1,215 @@
+"""A node's standbys: the committed progress of every partition it hosts and does not deliver,
+read through one consumer and applied to each partition's schedule.
+
+A cluster node of the second shape (``docs/design/cluster-v2.md``) keeps each partition it
+stands by for warm, as a replica group's backup does (``follower.py``): its one ingest stores
+every add (``schedule/partition_ledgers.py``), and this applies the owner's committed cuts, so
+that a takeover starts from a store that says "delivered" for exactly what the log covers.
+Before, each hosted partition had a reader of its own (one consumer and its fetch session per
+partition); here one consumer is assigned every followed progress topic, and a partition
+joins or leaves it (``incremental_assign``) without a rebalance: the reader never joins its
+group.
+
+Each partition keeps its own ``Follower``: a cut waits until that partition's ingest covers
+its offsets, whatever the others do.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
+
+from chronos.errors import DecodeError
+from chronos.group.follower import Follower
+from chronos.kafka.batches import read_ready
+from chronos.kafka.librdkafka import ClientErrors
+from chronos.lifecycle import LoopWorker
+from chronos.schedule.progress_record import Claim, Cut, RepeatState, decode
+from chronos.settings import KafkaValue
+
+log = structlog.get_logger(__name__)
+
+#: How long one read waits for a record: also how soon a partition added or left is seen.
+_POLL_S = 0.05
+_BATCH = 1000
+
+
+class ProgressLogsConsumer(Protocol):
+    """What ``ProgressLogs`` needs of a consumer (confluent-kafka's)."""
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None: ...
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None: ...
+    def poll(self, timeout: float = ...) -> Message | None: ...
+    def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Message]: ...
+    def close(self) -> None: ...
+
+
+class OpenProgressLogsConsumer(Protocol):
+    """Builds the consumer (``KafkaClients.consumer``)."""
+
+    def __call__(
+        self,
+        group_id: str,
+        errors: ClientErrors,
+        overrides: Mapping[str, KafkaValue] | None = ...,
+    ) -> ProgressLogsConsumer: ...
+
+
+@dataclass
+class Read:
+    """What one read returned for one partition: its records in order, and whether the read
+    reached the end of its progress topic."""
+
+    records: list[Cut | RepeatState]
+    end_reached: bool = False
+
+
+class ProgressLogs:
+    """Reads the progress topics of several partitions with ``read_committed``, through one
+    consumer: what committed delivery transactions wrote, nothing of an aborted or open one.
+    Only the thread that reads may call ``follow`` and ``leave``.
+
+    Parameters:
+        reader_group: the consumer's group id (never joined: librdkafka wants one).
+        open_consumer: builds its consumer.
+        errors: the consumer's error handler (an authorization failure ends the node).
+    """
+
+    def __init__(
+        self, reader_group: str, open_consumer: OpenProgressLogsConsumer, errors: ClientErrors
+    ) -> None:
+        options: dict[str, KafkaValue] = {
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+        self._errors = errors
+        self._consumer = open_consumer(reader_group, errors, options)
+        #: The inner partition whose progress each followed topic holds.
+        self._partitions: dict[str, int] = {}
+
+    @property
+    def followed(self) -> list[int]:
+        """The partitions whose progress is read, in order."""
+        return sorted(self._partitions.values())
+
+    def follow(self, partition: int, topic: str, offset: int = OFFSET_BEGINNING) -> None:
+        """Read ``partition``'s progress topic from ``offset`` (its beginning by default)."""
+        if topic in self._partitions:
+            return
+        self._consumer.incremental_assign([TopicPartition(topic, 0, offset)])
+        self._partitions[topic] = partition
+
+    def leave(self, partition: int) -> None:
+        """Stop reading ``partition``'s progress; records of it still in flight are dropped."""
+        for topic, followed in list(self._partitions.items()):
+            if followed == partition:
+                del self._partitions[topic]
+                self._consumer.incremental_unassign([TopicPartition(topic, 0)])
+
+    def read(self, timeout_s: float) -> dict[int, Read]:
+        """What arrived, by partition, in each topic's order (at most a batch in all)."""
+        out: dict[int, Read] = {}
+        for message in read_ready(self._consumer, _BATCH, timeout_s):
+            partition = self._partitions.get(message.topic() or "")
+            if partition is None:
+                continue  # left meanwhile
+            read = out.setdefault(partition, Read([]))
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    read.end_reached = True
+                else:
+                    self._errors(error)
+                continue
+            try:
+                record = decode(message.key(), message.value())
+            except DecodeError as exc:
+                log.error(
+                    "progress_record_undecodable",
+                    topic=message.topic(),
+                    offset=message.offset(),
+                    reason=str(exc),
+                )
+                continue
+            # A claim changes no store: only a winner writes cuts (``group/claims.py``).
+            if not isinstance(record, Claim):
+                read.records.append(record)
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class StandbysWorker(LoopWorker):
+    """Applies each followed partition's committed progress to its schedule, as ingest
+    covers it. Partitions join (``add``) and leave (``remove``) between two reads.
+
+    Parameters:
+        logs: the reader of every followed progress topic.
+    """
+
+    def __init__(self, logs: ProgressLogs) -> None:
+        super().__init__("standbys")
+        self._logs = logs
+        self._followers: dict[int, Follower] = {}
+        self._lock = threading.Lock()
+        self._joining: list[tuple[int, str, Follower, int]] = []
+        self._leaving: list[tuple[int, threading.Event]] = []
+
+    def add(
+        self, partition: int, topic: str, follower: Follower, offset: int = OFFSET_BEGINNING
+    ) -> None:
+        """Follow ``partition``'s progress ``topic`` from ``offset`` into ``follower``."""
+        with self._lock:
+            self._joining.append((partition, topic, follower, offset))
+
+    def remove(self, partition: int) -> threading.Event:
+        """Stop following ``partition``; the event is set once no read of this worker
+        applies anything to it any more (a takeover waits for it before it relocates)."""
+        done = threading.Event()
+        with self._lock:
+            if self.is_alive():
+                self._leaving.append((partition, done))
+                return done
+            # No read runs (not started, or ended): nothing to wait for.
+            self._joining = [j for j in self._joining if j[0] != partition]
+            self._followers.pop(partition, None)
+        done.set()
+        return done
+
+    def follower(self, partition: int) -> Follower | None:
+        """The follower of ``partition`` (None: not followed)."""
+        return self._followers.get(partition)
+
+    def step(self) -> None:
+        self._membership()
+        for partition, read in self._logs.read(_POLL_S).items():
+            follower = self._followers.get(partition)
+            if follower is None:
+                continue
+            follower.take(read.records, read.end_reached)
+        for follower in self._followers.values():
+            follower.apply_covered()
+
+    def finish(self) -> None:
+        self._membership()
+        self._logs.close()
+
+    def _membership(self) -> None:
+        with self._lock:
+            joining, self._joining = self._joining, []
+            leaving, self._leaving = self._leaving, []
+        for partition, done in leaving:
+            self._logs.leave(partition)
+            self._followers.pop(partition, None)
+            done.set()
+        for partition, topic, follower, offset in joining:
+            self._followers[partition] = follower
+            self._logs.follow(partition, topic, offset)
+            log.info("standby_following", partition=partition, topic=topic)

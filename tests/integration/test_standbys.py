@@ -1,0 +1,152 @@
+"""A node's standbys on Apache Kafka (``group/standbys.py``): one consumer follows the progress
+topics of several partitions at ``read_committed`` and applies each one's committed cuts to
+that partition's schedule, nothing of an aborted transaction; a partition leaves without
+disturbing the others (issue 61, step 5 c).
+
+Kafka only: Tansu's ``read_committed`` readers also see aborted records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from chronos.clock import FakeClock
+from chronos.group.follower import Follower
+from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.group.standbys import ProgressLogs, StandbysWorker
+from chronos.kafka.clients import KafkaClients
+from chronos.kafka.publisher import TransactionalPublisher
+from chronos.schedule.frontier import Frontier, Wake
+from chronos.schedule.ledger import Ledger
+from chronos.schedule.progress_record import Cut, RepeatState, encode_cut
+from chronos.settings import DeleteSettings, KafkaSettings, StoreSettings
+from chronos.store.database import RocksDatabase
+from chronos.store.rocks import RocksStore
+from chronos.types import EpochMs
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.kafka_only(reason="Tansu's read_committed readers see aborted records")
+
+T0 = 1_700_000_000_000
+WAIT_S = 30.0
+
+
+@dataclass
+class Standby:
+    """One partition's schedule, following its owner's cuts; the seeks applied, in order."""
+
+    store: RocksStore
+    replica: ReplicaStore
+    follower: Follower
+    applied: list[EpochMs] = field(default_factory=list)
+
+
+def _standby(database: RocksDatabase, partition: int, wake: Wake) -> Standby:
+    store = RocksStore.of_partition(database, partition)
+    frontier = Frontier(0, wake)
+    placement = ReplicaPlacement()
+    ledger = Ledger(store, frontier, FakeClock(T0), DeleteSettings(), placement)
+    replica = ReplicaStore(store, frontier, ledger, placement)
+    replica.follow()
+    applied: list[EpochMs] = []
+
+    def apply(seek: EpochMs, states: Sequence[RepeatState], covered: Mapping[int, int]) -> None:
+        applied.append(seek)
+        replica.apply_cut(seek, states, covered)
+
+    follower = Follower(apply, lambda: ledger.inner_offsets([partition]))
+    return Standby(store, replica, follower, applied)
+
+
+@pytest.fixture
+def topics(admin: AdminClient, namespace: str) -> dict[int, str]:
+    names = {p: f"{namespace}.progress.c.p{p}" for p in (1, 2)}
+    config = {"cleanup.policy": "compact"}
+    created = admin.create_topics([NewTopic(n, 1, 1, config=config) for n in names.values()])
+    for future in created.values():
+        future.result(timeout=30)
+    return names
+
+
+@pytest.fixture
+def owner(kafka_bootstrap: str, namespace: str) -> Iterator[TransactionalPublisher]:
+    """The owner of both partitions: one producer, one transaction for both cuts."""
+    clients = KafkaClients(KafkaSettings(bootstrap_servers=kafka_bootstrap), "owner")
+    publisher = clients.transactional(f"{namespace}.delivery.owner", 30_000, name="owner")
+    publisher.init(30)
+    yield publisher
+    publisher.close()
+
+
+def _cuts(
+    publisher: TransactionalPublisher, topics: dict[int, str], seeks: dict[int, int], commit: bool
+) -> None:
+    """One transaction with a cut per partition (seek ``seeks[p]``), committed or aborted."""
+    publisher.begin()
+    for partition, seek in seeks.items():
+        key, value = encode_cut(Cut(1, seek, {partition: 0}, "owner", seek))
+        publisher.publish(topics[partition], key, value, [], lambda _e, _m: None)
+    assert publisher.flush(30) == 0
+    if commit:
+        publisher.commit()
+    else:
+        publisher.abort()
+
+
+def test_one_consumer_applies_each_partitions_committed_cuts_and_lets_one_leave(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    namespace: str,
+    topics: dict[int, str],
+    owner: TransactionalPublisher,
+) -> None:
+    """Mutants caught: a record applied to the partition the consumer read first (a topic's
+    records routed by arrival, not by topic); an aborted cut applied (read_uncommitted); a
+    partition that left still applied."""
+    clients = KafkaClients(KafkaSettings(bootstrap_servers=kafka_bootstrap), "standby")
+    database = RocksDatabase(tmp_path / "s", StoreSettings(wal_sync_interval_ms=60_000))
+    wake = Wake()
+    standbys = {p: _standby(database, p, wake) for p in (1, 2)}
+    logs = ProgressLogs(f"{namespace}.reader.standby", clients.consumer, clients.errors("s"))
+    worker = StandbysWorker(logs)
+    for partition, standby in standbys.items():
+        worker.add(partition, topics[partition], standby.follower)
+    worker.start()
+    try:
+        _cuts(owner, topics, {1: T0 + 10, 2: T0 + 20}, commit=True)
+        _cuts(owner, topics, {1: T0 + 30, 2: T0 + 40}, commit=True)
+        wait_until(
+            lambda: standbys[1].applied[-1:] == [T0 + 30] and standbys[2].applied[-1:] == [T0 + 40],
+            WAIT_S,
+            "both partitions' last committed cuts applied",
+        )
+        _cuts(owner, topics, {1: T0 + 99}, commit=False)
+        _cuts(owner, topics, {2: T0 + 45}, commit=True)
+        wait_until(
+            lambda: standbys[2].applied[-1:] == [T0 + 45], WAIT_S, "a commit after the abort"
+        )
+        assert T0 + 99 not in standbys[1].applied, "an aborted cut was applied"
+        assert standbys[1].replica.seek_ms == T0 + 30 and standbys[2].replica.seek_ms == T0 + 45
+        assert worker.follower(1) is standbys[1].follower
+
+        left = worker.remove(1)
+        assert left.wait(WAIT_S)
+        _cuts(owner, topics, {1: T0 + 50, 2: T0 + 60}, commit=True)
+        wait_until(
+            lambda: standbys[2].applied[-1:] == [T0 + 60], WAIT_S, "partition 2 goes on alone"
+        )
+        # Partition 1's cut of the same transaction was read by now, had it been followed.
+        assert standbys[1].applied[-1] == T0 + 30 and standbys[1].replica.seek_ms == T0 + 30
+        assert worker.follower(1) is None
+    finally:
+        worker.stop()
+        worker.join(10)
+        for standby in standbys.values():
+            standby.store.close()
+        database.close()
