@@ -378,3 +378,70 @@ def test_a_winner_starts_from_a_cut_the_holder_committed_after_the_claimant_read
     decision = w.claim("h")
     assert decision.won and decision.cut is not None and decision.cut.seek_ms == 150, decision
     assert holder_read_afresh(kafka_bootstrap, namespace, topic) == ("w", 2)
+
+
+def test_a_round_fences_a_suspect_once_and_claims_its_partitions_in_one_transaction(
+    nodes: Callable[..., _Node],
+    kafka_bootstrap: str,
+    admin: AdminClient,
+    namespace: str,
+    topic: str,
+) -> None:
+    """A watcher that suspects a node holding several partitions (``Claimant.claim_all``):
+    one fence for the round, every claim in one transaction, each decided alone; a partition
+    whose log names another holder is left alone. h freezes with a transaction open over
+    all its partitions. Mutants caught: a fence per partition (the suspect fenced three
+    times); a transaction per claim; the round claiming a partition held by another."""
+    others = [f"{namespace}.progress.p{p}" for p in (1, 2, 3)]
+    config = {"cleanup.policy": "compact"}
+    for future in admin.create_topics([NewTopic(t, 1, 1, config=config) for t in others]).values():
+        future.result(timeout=30)
+    held = [topic, *others[:2]]  # h's partitions; others[2] is o's
+
+    def logs_of(node: _Node, topics: list[str]) -> list[ClaimLog]:
+        clients = node.clients
+        return [
+            ClaimLog(t, 0, f"{namespace}.round.{node.name}", clients.consumer, clients.errors("r"))
+            for t in topics
+        ]
+
+    h, w, o = nodes("h"), nodes("w"), nodes("o")
+    assert all(d.won for d in h.claimant.claim_all(logs_of(h, held), "h"))
+    assert h.claimant.fenced == [f"{namespace}.delivery.shared"], "the shared id, once"
+    assert o.claimant.claim_all(logs_of(o, others[2:]), "o")[0].won
+
+    def cuts(seek: int, commit: bool) -> None:
+        h.publisher.begin()
+        for t in held:
+            key, value = encode_cut(Cut(1, seek, {0: seek}, "h", seek))
+            h.publisher.publish(t, key, value, [], lambda _e, _m: None, 0)
+        assert h.publisher.flush(30) == 0
+        if commit:
+            h.publisher.commit()
+
+    cuts(100, commit=True)
+    cuts(200, commit=False)  # frozen with a transaction open on all three
+    begun: list[int] = []
+    begin = w.publisher.begin
+
+    def counted_begin() -> None:
+        begun.append(1)
+        begin()
+
+    w.publisher.begin = counted_begin  # type: ignore[method-assign]
+    w_logs = logs_of(w, [*held, others[2]])
+    decisions = w.claimant.claim_all(w_logs, "h")
+    assert [d.won for d in decisions] == [True, True, True, False], decisions
+    assert w.claimant.fenced == [h.id_of("h")], "the suspect fenced once for the round"
+    assert len(begun) == 1, "the round's claims in one transaction"
+    for decision in decisions[:3]:
+        assert decision.claim is not None and decision.claim.term == 2
+        assert decision.cut is not None and decision.cut.seek_ms == 100, "the open cut aborted"
+    skipped = decisions[3]
+    assert skipped.claim is None and skipped.holder == "o"
+    with pytest.raises(Fenced):
+        h.publisher.commit()  # thawed: the round's fence aborted its transaction
+    for claim_log in w_logs:
+        claim_log.close()
+    assert holder_read_afresh(kafka_bootstrap, namespace, others[0]) == ("w", 2)
+    assert holder_read_afresh(kafka_bootstrap, namespace, others[2]) == ("o", 1)
