@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
@@ -80,6 +80,14 @@ class TransactionLoop(LoopWorker):
         clock: time source.
         metrics: counters.
         keep_outcomes: record where each committed delivery went (``store/outcome.py``).
+        between: run on the loop's thread before each transaction, none being open: what must
+            use the producer between two transactions (a cluster node's claims, which may
+            ``add_lane``). ``Fenced`` from it ends the loop as a fenced commit does.
+        idle_cuts: a lane with nothing to publish still commits its cut once per
+            ``group.progress_interval_ms``: a replica group's master watch reads that as the
+            master's sign of life. A cluster node's sign of life is its heartbeat
+            (``peer_watch.py``): there an idle lane writes nothing after its first cut, or
+            its heartbeat cuts alone would cost the broker in proportion to the partitions.
     """
 
     def __init__(
@@ -92,8 +100,12 @@ class TransactionLoop(LoopWorker):
         clock: Clock,
         metrics: Metrics,
         keep_outcomes: bool = False,
+        between: Callable[[], None] | None = None,
+        idle_cuts: bool = True,
     ) -> None:
         super().__init__("transactions")
+        self._between = between
+        self._idle_cuts = idle_cuts
         self._lanes = list(lanes)
         if not self._lanes:
             raise ValueError("a transaction loop delivers at least one lane")
@@ -166,12 +178,14 @@ class TransactionLoop(LoopWorker):
             lane.release(successor)
 
     def step(self) -> None:
-        if self.fenced is None:
-            self._take_lanes()
-        if self.fenced is not None or self.released.is_set():
-            self._stop.wait(0.1)
-            return
         try:
+            if self.fenced is None:
+                if self._between is not None:
+                    self._between()
+                self._take_lanes()
+            if self.fenced is not None or self.released.is_set():
+                self._stop.wait(0.1)
+                return
             self._deliver_once()
         except Fenced as exc:
             self.fenced = str(exc)
@@ -295,9 +309,12 @@ class TransactionLoop(LoopWorker):
         moves = lane.ledger.moves(covered)
         releasing = lane.release_to
         since = time.monotonic() - lane.last_commit
-        if not rows and not moves and since < self._heartbeat_s and releasing is None and not ahead:
+        beat = lane.last_commit == 0.0 or (self._idle_cuts and since >= self._heartbeat_s)
+        if not rows and not moves and not beat and releasing is None and not ahead:
             wake = lane.upcoming(upto)
-            wait_s = min(_MAX_WAIT_S, self._heartbeat_s - since)
+            wait_s = _MAX_WAIT_S
+            if self._idle_cuts:
+                wait_s = min(wait_s, self._heartbeat_s - since)
             if wake is not None and wake <= now:
                 # Due, and held by the cancel gate: ingest has not applied up to it yet.
                 self._metrics.observe("cancel_gate_held_ms", now - max(limit, wake))

@@ -9,6 +9,7 @@ undone).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,9 +111,14 @@ class Node:
         return made
 
 
-def make_node(tmp_path: Path, terms: dict[int, int], progress_interval_ms: int = 60_000) -> Node:
+def make_node(
+    tmp_path: Path,
+    terms: dict[int, int],
+    progress_interval_ms: int = 60_000,
+    idle_cuts: bool = True,
+) -> Node:
     """A node owning ``terms``' partitions (partition -> its term); an idle lane publishes
-    its cut every ``progress_interval_ms``."""
+    its cut every ``progress_interval_ms`` when ``idle_cuts``."""
     settings = ChronosSettings.model_validate(
         {
             "topics": {"namespace": "ns"},
@@ -133,7 +139,13 @@ def make_node(tmp_path: Path, terms: dict[int, int], progress_interval_ms: int =
     node = Node(database, publisher, clock, metrics, spec, Wake(), {}, None)  # type: ignore[arg-type]
     lanes = [node.lane(p, term).lane for p, term in terms.items()]
     node.loop = TransactionLoop(
-        spec=spec, publisher=publisher, lanes=lanes, retry=RETRY, clock=clock, metrics=metrics
+        spec=spec,
+        publisher=publisher,
+        lanes=lanes,
+        retry=RETRY,
+        clock=clock,
+        metrics=metrics,
+        idle_cuts=idle_cuts,
     )
     return node
 
@@ -181,6 +193,23 @@ def test_an_idle_lane_publishes_no_cut_until_its_heartbeat(tmp_path: Path) -> No
     while len(node.cuts(2)) == 1:  # lane 2's heartbeat is due within 200 ms of real time
         node.loop.step()
     assert node.metrics.totals()["transactions"] > beat
+
+
+def test_without_idle_cuts_an_idle_lane_writes_only_its_first_cut(tmp_path: Path) -> None:
+    """A cluster node's lanes (``idle_cuts=False``): its heartbeat is its sign of life, so an
+    idle partition costs the broker nothing after its first cut. Mutant caught: idle cuts
+    whatever the setting."""
+    node = make_node(tmp_path, {1: 1, 2: 1}, progress_interval_ms=100, idle_cuts=False)
+    node.loop.step()
+    assert (len(node.cuts(1)), len(node.cuts(2))) == (1, 1), "each lane's first cut at once"
+    passed = time.monotonic() + 0.3  # three progress intervals, waited by the loop's steps
+    n = 0
+    while time.monotonic() < passed:
+        node.partitions[1].add(f"a{n}", T0 + n)
+        node.clock.advance(1)
+        node.loop.step()
+        n += 1
+    assert len(node.cuts(1)) == n + 1 and len(node.cuts(2)) == 1
 
 
 def test_a_record_refused_in_one_lane_aborts_every_lane_and_the_redo_delivers_each_once(
@@ -289,3 +318,60 @@ def test_a_loop_whose_lanes_all_left_delivers_again_when_one_is_added(node: Node
     node.clock.advance(5)
     node.loop.step()
     assert node.delivered() == ["c"] and not node.loop.released.is_set()
+
+
+def test_work_between_transactions_runs_with_none_open_and_may_add_a_lane(
+    tmp_path: Path,
+) -> None:
+    """A cluster node's claims run on the loop's thread between two transactions
+    (``between``), and a won claim's lane is delivered in the same step. Mutants caught: the
+    hook run after the lanes were taken in (the new lane waited a step); the hook not run."""
+    node = make_node(tmp_path, {1: 1})
+    seen: list[bool] = []
+    added = node.lane(2, 5)
+    added.add("b", T0 - 1)
+
+    def claims() -> None:
+        seen.append(node.publisher.in_transaction)
+        if len(seen) == 1:
+            node.loop.add_lane(added.lane)
+
+    node.loop = TransactionLoop(
+        spec=node.spec,
+        publisher=node.publisher,
+        lanes=[node.partitions[1].lane],
+        retry=RETRY,
+        clock=node.clock,
+        metrics=node.metrics,
+        between=claims,
+    )
+    node.loop.step()
+    assert seen == [False]
+    assert node.delivered() == ["b"] and [c.term for c in node.cuts(2)] == [5]
+    node.loop.step()
+    assert seen == [False, False]
+
+
+def test_a_fence_met_between_transactions_ends_the_loop(tmp_path: Path) -> None:
+    """A claim that finds this node's own producer fenced ends every lane, as a fenced
+    commit does. Mutant caught: the hook's ``Fenced`` escaping the loop's step (the worker
+    backs off and calls it again, delivering meanwhile)."""
+    node = make_node(tmp_path, {1: 1})
+    node.partitions[1].add("a", T0 - 1)
+
+    def fenced() -> None:
+        raise Fenced("PRODUCER_FENCED")
+
+    node.loop = TransactionLoop(
+        spec=node.spec,
+        publisher=node.publisher,
+        lanes=[node.partitions[1].lane],
+        retry=RETRY,
+        clock=node.clock,
+        metrics=node.metrics,
+        between=fenced,
+    )
+    node.loop.step()
+    assert node.loop.fenced is not None and node.partitions[1].fenced
+    node.loop.step()
+    assert node.delivered() == [] and node.publisher.calls == []
