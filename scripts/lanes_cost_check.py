@@ -20,6 +20,10 @@ Run it with the machine otherwise quiet: both shapes share it.
 
     python scripts/lanes_cost_check.py --partitions 1 16 64 --seconds 20 --rate 2000
 
+``--shared-progress`` (an experiment, not a shape chronos has): every lane writes its cut to the
+first partition's progress topic, to tell what the broker pays per partition a transaction
+touches from what it pays per record.
+
 ``--interval-ms`` sets ``group.transaction_interval_ms`` (5 by default): the fewest ms between
 two transactions, so how many messages and partitions one transaction carries.
 
@@ -157,7 +161,7 @@ def _run_shape(
 
     def lane_of(part: _Partition, publisher_policy: DeadLetterPolicy) -> Lane:
         return Lane(
-            progress_topic=progress[part.number],
+            progress_topic=progress[0 if args.shared_progress else part.number],
             store=part.store,
             ledger=part.ledger,
             replica=part.replica,
@@ -264,6 +268,9 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--seconds", type=float, default=20.0, help="each window")
     parser.add_argument("--rate", type=int, default=2000, help="messages/s under load")
+    parser.add_argument(
+        "--shared-progress", action="store_true", help="every cut to one topic (experiment)"
+    )
     parser.add_argument("--interval-ms", type=int, default=5, help="transaction_interval_ms")
     parser.add_argument(
         "--shapes", nargs="+", choices=("lanes", "loops"), default=["lanes", "loops"]
