@@ -285,10 +285,11 @@ class Claimant:
         Each id to fence is fenced once for the round, not once per partition (16 serial
         fences of 40-280 ms would break a 3 s failover), and every claim goes in one
         transaction; each is then read back and decided alone. Every fence ends before the
-        commit, so each claim still follows the fence its log needs. ClaimFailed when a log
+        commit, so each claim still follows the fence its log needs; a claim whose fence
+        failed is not made (its decision says why), the others are. ClaimFailed when a log
         cannot be read or the claims' transaction fails: nothing of the round was claimed
         then, or its outcome is unknown (the next round reads the logs, which name this
-        node where a claim of it won)."""
+        node where a claim of it won); and for a round of one whose fence failed (``claim``)."""
         decisions: list[Decision | None] = []
         claims: list[tuple[ClaimLog, Claim, str | None]] = []
         fences: list[str] = []
@@ -314,14 +315,29 @@ class Claimant:
             )
             claims.append((claim_log, claim, holder))
             decisions.append(None)
+        unfenced: dict[str, str] = {}
         for transactional_id in fences:
-            self.fence(transactional_id)
-        offsets = self._commit([(claim_log, claim) for claim_log, claim, _ in claims])
-        decided = iter(
-            self.resume(claim_log, Decision(False, claim, offset, None, holder))
-            for (claim_log, claim, holder), offset in zip(claims, offsets, strict=True)
-        )
-        return [d if d is not None else next(decided) for d in decisions]
+            try:
+                self.fence(transactional_id)
+            except ClaimFailed as exc:
+                unfenced[transactional_id] = str(exc)
+        if len(claim_logs) == 1 and unfenced:
+            raise ClaimFailed(next(iter(unfenced.values())))
+        # A claim whose fence failed is not made; the others go on (a round is not lost
+        # whole to one holder that could not be fenced in time).
+        made = [c for c in claims if not set(c[1].fenced) & unfenced.keys()]
+        offsets = iter(self._commit([(claim_log, claim) for claim_log, claim, _ in made]))
+        slots = [n for n, decision in enumerate(decisions) if decision is None]
+        for n, (claim_log, claim, holder) in zip(slots, claims, strict=True):
+            failed = [unfenced[f] for f in claim.fenced if f in unfenced]
+            if failed:
+                cut = claim_log.ownership.cut
+                decisions[n] = Decision(False, None, -1, cut, holder, failed[0])
+            else:
+                decisions[n] = self.resume(
+                    claim_log, Decision(False, claim, next(offsets), None, holder)
+                )
+        return [d for d in decisions if d is not None]
 
     def _read(self, claim_log: ClaimLog) -> Ownership:
         """Read ``claim_log`` to its last stable offset now: who holds it."""

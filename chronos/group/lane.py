@@ -235,7 +235,9 @@ class LaneBatch:
 
     ``upto``/``covered`` are the cut (F, O); ``moves`` the reschedules the cut covers;
     ``releasing`` the successor this commit names (read once before the transaction);
-    ``ahead`` what the rate's look-ahead read."""
+    ``ahead`` what the rate's look-ahead read; ``rates`` the lane's rate plans when some
+    topic had a rate as the batch was read (kept for the whole transaction: a policy changed
+    meanwhile must not leave a committed plan unsettled)."""
 
     lane: Lane
     upto: EpochMs
@@ -244,5 +246,6 @@ class LaneBatch:
     jobs: list[DeliveryJob]
     releasing: str | None
     ahead: ReadAhead | None
+    rates: RatePlan | None = None
     plan: BatchPlan = field(default_factory=BatchPlan)
     records: BatchRecords | None = None

@@ -159,15 +159,16 @@ class StandbysWorker(LoopWorker):
         self._logs = logs
         self._followers: dict[int, Follower] = {}
         self._lock = threading.Lock()
-        self._joining: list[tuple[int, str, Follower, int]] = []
-        self._leaving: list[tuple[int, threading.Event]] = []
+        #: Joins (partition, topic, follower, offset) and leaves (partition, done), in the
+        #: order asked: a leave right after a join must not be undone by it.
+        self._changes: list[_Join | _Leave] = []
 
     def add(
         self, partition: int, topic: str, follower: Follower, offset: int = OFFSET_BEGINNING
     ) -> None:
         """Follow ``partition``'s progress ``topic`` from ``offset`` into ``follower``."""
         with self._lock:
-            self._joining.append((partition, topic, follower, offset))
+            self._changes.append(_Join(partition, topic, follower, offset))
 
     def remove(self, partition: int) -> threading.Event:
         """Stop following ``partition``; the event is set once no read of this worker
@@ -175,10 +176,12 @@ class StandbysWorker(LoopWorker):
         done = threading.Event()
         with self._lock:
             if self.is_alive():
-                self._leaving.append((partition, done))
+                self._changes.append(_Leave(partition, done))
                 return done
             # No read runs (not started, or ended): nothing to wait for.
-            self._joining = [j for j in self._joining if j[0] != partition]
+            self._changes = [
+                c for c in self._changes if not (isinstance(c, _Join) and c.partition == partition)
+            ]
             self._followers.pop(partition, None)
         done.set()
         return done
@@ -203,13 +206,27 @@ class StandbysWorker(LoopWorker):
 
     def _membership(self) -> None:
         with self._lock:
-            joining, self._joining = self._joining, []
-            leaving, self._leaving = self._leaving, []
-        for partition, done in leaving:
-            self._logs.leave(partition)
-            self._followers.pop(partition, None)
-            done.set()
-        for partition, topic, follower, offset in joining:
-            self._followers[partition] = follower
-            self._logs.follow(partition, topic, offset)
-            log.info("standby_following", partition=partition, topic=topic)
+            changes, self._changes = self._changes, []
+        for change in changes:
+            if isinstance(change, _Leave):
+                self._logs.leave(change.partition)
+                self._followers.pop(change.partition, None)
+                change.done.set()
+            else:
+                self._followers[change.partition] = change.follower
+                self._logs.follow(change.partition, change.topic, change.offset)
+                log.info("standby_following", partition=change.partition, topic=change.topic)
+
+
+@dataclass(frozen=True)
+class _Join:
+    partition: int
+    topic: str
+    follower: Follower
+    offset: int
+
+
+@dataclass(frozen=True)
+class _Leave:
+    partition: int
+    done: threading.Event

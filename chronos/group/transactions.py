@@ -151,7 +151,9 @@ class TransactionLoop(LoopWorker):
 
     @property
     def lanes(self) -> list[Lane]:
-        """The lanes delivered now (a copy; those handed over are left out)."""
+        """The lanes delivered now (a copy; those handed over are left out): those a fence
+        ends (a lane whose commit named its successor is that node's now; telling it would
+        invite a retake)."""
         return [lane for lane in self._lanes if not lane.released.is_set()]
 
     def add_lane(self, lane: Lane) -> None:
@@ -160,8 +162,14 @@ class TransactionLoop(LoopWorker):
         frontier must share the loop's wake (``Frontier(wake=...)``) for a write to it to
         wake the loop."""
         with self._joining_lock:
-            self._joining.append(lane)
-        lane.frontier.notify(0)
+            known = [*self._lanes, *self._joining]
+            if any(other is lane or other.partition == lane.partition for other in known):
+                raise ValueError(f"partition {lane.partition} is delivered by this loop already")
+            if self.fenced is None:
+                self._joining.append(lane)
+                lane.frontier.notify(0)
+                return
+        lane.state.on_fenced(self.fenced)  # it never delivers: its term ends at once
 
     def stop(self) -> None:
         super().stop()
@@ -174,30 +182,54 @@ class TransactionLoop(LoopWorker):
         delivers what is due, commits cuts naming it, and is this loop's last
         (``released``). The successor takes over on reading it, without waiting for the
         progress topic to stand still: a handover's gap is one commit and one takeover."""
-        for lane in self._lanes:
+        with self._joining_lock:
+            lanes = [*self._lanes, *self._joining]
+        for lane in lanes:
             lane.release(successor)
 
     def step(self) -> None:
         try:
             if self.fenced is None:
-                if self._between is not None:
-                    self._between()
+                self._run_between()
                 self._take_lanes()
             if self.fenced is not None or self.released.is_set():
                 self._stop.wait(0.1)
                 return
             self._deliver_once()
         except Fenced as exc:
-            self.fenced = str(exc)
-            log.error("master_fenced", term=self.term, reason=self.fenced)
+            reason = self._end(str(exc))
+            log.error("master_fenced", term=self.term, reason=reason)
             self._metrics.incr("fenced")
-            for lane in self._lanes:
-                lane.state.on_fenced(self.fenced)
+            for on_fenced in _once([lane.state.on_fenced for lane in self.lanes]):
+                on_fenced(reason)
         except NotAuthorized as exc:
-            self.fenced = str(exc)
+            reason = self._end(str(exc))
             self._quiet_abort()
-            for lane in self._lanes:
-                lane.state.on_fatal(str(exc))
+            for on_fatal in _once([lane.state.on_fatal for lane in self.lanes]):
+                on_fatal(reason)
+
+    def _run_between(self) -> None:
+        """The work between two transactions; a failure of it other than a fence is logged
+        and delivery goes on (a claim round that keeps failing must not stop the lanes
+        already owned)."""
+        if self._between is None:
+            return
+        try:
+            self._between()
+        except (Fenced, NotAuthorized):
+            raise
+        except Exception:
+            log.exception("between_transactions_failed", node=self._spec.node_id)
+
+    def _end(self, reason: str) -> str:
+        """This loop delivers no more: ``fenced`` set under the lock ``add_lane`` takes, so
+        a lane added from now on is told at once, and those waiting to join are taken in to
+        be told now."""
+        with self._joining_lock:
+            self.fenced = reason
+            self._lanes += self._joining
+            self._joining = []
+        return reason
 
     def finish(self) -> None:
         # Nothing of an open transaction may become visible later; Kafka would also abort it
@@ -234,8 +266,11 @@ class TransactionLoop(LoopWorker):
         batches: list[LaneBatch] = []
         wake: EpochMs | None = None
         wait_s = _MAX_WAIT_S
+        # A transaction's records stay within transaction_max_records however many lanes
+        # it carries (a lane always gets a whole slot: ``Lane.target``).
+        budget = max(1, self._max_records // len(self._lanes))
         for lane in self._lanes:
-            batch = self._prepare(lane, now)
+            batch = self._prepare(lane, now, budget)
             if isinstance(batch, LaneBatch):
                 batches.append(batch)
                 continue
@@ -288,14 +323,16 @@ class TransactionLoop(LoopWorker):
             self._metrics.incr("transactions_aborted")
             self._stop.wait(backoff / 1000.0)
 
-    def _prepare(self, lane: Lane, now: EpochMs) -> LaneBatch | tuple[EpochMs | None, float]:
+    def _prepare(
+        self, lane: Lane, now: EpochMs, budget: int
+    ) -> LaneBatch | tuple[EpochMs | None, float]:
         """Move ``lane``'s frontier and read what its share of the transaction covers; or,
         when it has nothing to publish, when to look again: (the slot to wake at, the
         longest wait)."""
         limit = lane.limit(now)
         # Before the frontier moves: the rows it reads must be covered by this cut.
         ahead = lane.read_ahead(now, limit, self._lookahead_ms)
-        lane.frontier.advance(lane.target(limit, self._max_records))
+        lane.frontier.advance(lane.target(limit, budget))
         upto, covered = lane.frontier.cut()
         if ahead is not None and any(covered.get(p, 0) < o for p, o in ahead.covered.items()):
             # The frontier did not move since the read (the cancel gate held it, or the clock
@@ -325,7 +362,7 @@ class TransactionLoop(LoopWorker):
         rates = lane.active_rates()
         if rates is not None:
             in_due_order(jobs, rates)
-        return LaneBatch(lane, upto, covered, moves, jobs, releasing, ahead)
+        return LaneBatch(lane, upto, covered, moves, jobs, releasing, ahead, rates)
 
     def _released(self, batches: list[LaneBatch]) -> None:
         """After a commit: the lanes whose cut named a successor are handed over."""
@@ -395,8 +432,7 @@ class TransactionLoop(LoopWorker):
 
     def _publish(self, batch: LaneBatch, refused: set[str], now: EpochMs) -> None:
         """Plan one lane's share and publish its records and cut (the transaction begun)."""
-        lane = batch.lane
-        rates = lane.active_rates()
+        lane, rates = batch.lane, batch.rates
         plan = plan_batch(batch.jobs, batch.upto, now, lane.verdicts, rates, refused)
         if batch.ahead is not None and rates is not None:
             plan_ahead(batch.ahead.rows, rates, plan, lane.skipped_ahead(batch.moves))
@@ -440,7 +476,7 @@ class TransactionLoop(LoopWorker):
             found = outcomes(jobs, targets, records.placed, lane.verdicts.dead, now)
             lane.ledger.record_outcomes(found)
         tried = lane.verdicts.settled(jobs, batch.upto)
-        rates = lane.active_rates()
+        rates = batch.rates
         if rates is not None:
             observe_paced(self._metrics, rates, jobs, targets, now)
             rates.committed(tried, batch.upto)
@@ -473,3 +509,12 @@ class TransactionLoop(LoopWorker):
             raise
         self._redo_at_once = at_once
         self._publisher.abort()
+
+
+def _once(callbacks: list[Callable[[str], None]]) -> list[Callable[[str], None]]:
+    """Each callback once, in order (lanes of one node often share theirs)."""
+    unique: list[Callable[[str], None]] = []
+    for callback in callbacks:
+        if callback not in unique:
+            unique.append(callback)
+    return unique

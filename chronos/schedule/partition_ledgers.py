@@ -7,8 +7,9 @@ partition. Its writes stay per partition: each partition's records and its next 
 one write of its own schedule, so a partition's schedule alone says where its ingest resumes,
 and one partition can be restored, dropped or handed over alone. A crash between two
 partitions' writes of one batch replays the later partition's records only (its offset was not
-stored), never skips them. Order within a partition is kept; across partitions there is none
-to keep.
+stored), never skips them; a batch applied again after such a failure (ingest holds a batch
+the full disk refused) skips the partitions whose offset already covers it. Order within a
+partition is kept; across partitions there is none to keep.
 
 The WAL is the database's, shared by every partition: one sync makes all of them durable.
 """
@@ -71,6 +72,12 @@ class PartitionLedgers:
             self._ledger(partition)  # all hosted, or nothing written
         total = ApplyOutcome()
         for partition in written:
+            at_offset = offsets.get(partition)
+            stored = self._ledger(partition).inner_offsets([partition]).get(partition)
+            if at_offset is not None and stored is not None and stored >= at_offset:
+                # Stored by an earlier try of this batch (the write of a later partition
+                # failed, ``StoreFull``, and ingest applies the batch again): never twice.
+                continue
             share_items, share_origins = shares.get(partition, ([], []))
             at = {partition: offsets[partition]} if partition in offsets else None
             outcome = self._ledger(partition).apply_decoded(share_items, at, share_origins)

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from chronos.group.claims import Claimant, ClaimLog, Decision
+from chronos.group.claims import Claimant, ClaimFailed, ClaimLog, Decision
 from chronos.kafka.admin import stable_end
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.errors import Fenced
@@ -406,9 +406,12 @@ def test_a_round_fences_a_suspect_once_and_claims_its_partitions_in_one_transact
         ]
 
     h, w, o = nodes("h"), nodes("w"), nodes("o")
-    assert all(d.won for d in h.claimant.claim_all(logs_of(h, held), "h"))
+    h_logs, o_logs = logs_of(h, held), logs_of(o, others[2:])
+    assert all(d.won for d in h.claimant.claim_all(h_logs, "h"))
     assert h.claimant.fenced == [f"{namespace}.delivery.shared"], "the shared id, once"
-    assert o.claimant.claim_all(logs_of(o, others[2:]), "o")[0].won
+    assert o.claimant.claim_all(o_logs, "o")[0].won
+    for claim_log in (*h_logs, *o_logs):
+        claim_log.close()
 
     def cuts(seek: int, commit: bool) -> None:
         h.publisher.begin()
@@ -445,3 +448,44 @@ def test_a_round_fences_a_suspect_once_and_claims_its_partitions_in_one_transact
         claim_log.close()
     assert holder_read_afresh(kafka_bootstrap, namespace, others[0]) == ("w", 2)
     assert holder_read_afresh(kafka_bootstrap, namespace, others[2]) == ("o", 1)
+
+
+def test_a_round_claims_what_it_fenced_when_one_fence_fails(
+    nodes: Callable[..., _Node], admin: AdminClient, namespace: str, topic: str
+) -> None:
+    """One holder cannot be fenced in time: its partition is not claimed (a claim without
+    its fence could deliver beside a live owner), the rest of the round is; a round of one
+    (``claim``) raises. Mutant caught: the whole round lost to one failed fence."""
+    second = f"{namespace}.progress.q"
+    config = {"cleanup.policy": "compact"}
+    admin.create_topics([NewTopic(second, 1, 1, config=config)])[second].result(timeout=30)
+    h = nodes("h")
+    assert h.claim("h").won
+    h.cut(1, 100)
+    w = nodes("w")
+    real = w.claimant._open_transactional
+
+    class _Refusing:
+        def init(self, timeout_s: float) -> None:
+            raise KafkaException("injected: the coordinator did not answer")
+
+        def close(self) -> None:
+            pass
+
+    def fencer(transactional_id: str) -> TransactionalPublisher:
+        if transactional_id == h.id_of("h"):
+            return _Refusing()  # type: ignore[return-value]
+        return real(transactional_id)
+
+    w.claimant._open_transactional = fencer
+    clients = w.clients
+    other = ClaimLog(second, 0, f"{namespace}.q.w", clients.consumer, clients.errors("q"))
+    try:
+        refused, claimed = w.claimant.claim_all([w.log, other], "h")
+    finally:
+        other.close()
+    assert not refused.won and refused.claim is None and "could not fence" in refused.reason
+    assert claimed.won and claimed.claim is not None
+    h.cut(1, 200)  # h was not fenced: it still commits
+    with pytest.raises(ClaimFailed, match="could not fence"):
+        w.claim("h")

@@ -42,6 +42,7 @@ class Standby:
     """One partition's schedule, following its owner's cuts; the seeks applied, in order."""
 
     store: RocksStore
+    ledger: Ledger
     replica: ReplicaStore
     follower: Follower
     applied: list[EpochMs] = field(default_factory=list)
@@ -61,7 +62,7 @@ def _standby(database: RocksDatabase, partition: int, wake: Wake) -> Standby:
         replica.apply_cut(seek, states, covered)
 
     follower = Follower(apply, lambda: ledger.inner_offsets([partition]))
-    return Standby(store, replica, follower, applied)
+    return Standby(store, ledger, replica, follower, applied)
 
 
 @pytest.fixture
@@ -85,12 +86,18 @@ def owner(kafka_bootstrap: str, namespace: str) -> Iterator[TransactionalPublish
 
 
 def _cuts(
-    publisher: TransactionalPublisher, topics: dict[int, str], seeks: dict[int, int], commit: bool
+    publisher: TransactionalPublisher,
+    topics: dict[int, str],
+    seeks: dict[int, int],
+    commit: bool,
+    offsets: dict[int, int] | None = None,
 ) -> None:
-    """One transaction with a cut per partition (seek ``seeks[p]``), committed or aborted."""
+    """One transaction with a cut per partition (seek ``seeks[p]``, covering inner offsets
+    up to ``offsets[p]``, 0 by default), committed or aborted."""
     publisher.begin()
     for partition, seek in seeks.items():
-        key, value = encode_cut(Cut(1, seek, {partition: 0}, "owner", seek))
+        covered = {partition: (offsets or {}).get(partition, 0)}
+        key, value = encode_cut(Cut(1, seek, covered, "owner", seek))
         publisher.publish(topics[partition], key, value, [], lambda _e, _m: None)
     assert publisher.flush(30) == 0
     if commit:
@@ -144,6 +151,44 @@ def test_one_consumer_applies_each_partitions_committed_cuts_and_lets_one_leave(
         # Partition 1's cut of the same transaction was read by now, had it been followed.
         assert standbys[1].applied[-1] == T0 + 30 and standbys[1].replica.seek_ms == T0 + 30
         assert worker.follower(1) is None
+    finally:
+        worker.stop()
+        worker.join(10)
+        for standby in standbys.values():
+            standby.store.close()
+        database.close()
+
+
+def test_a_cut_waits_for_its_own_partitions_ingest_not_anothers(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    namespace: str,
+    topics: dict[int, str],
+    owner: TransactionalPublisher,
+) -> None:
+    """A cut is applied once *its* partition's ingest stored every add below it: partition
+    1's waits for partition 1's ingest while partition 2's, covered, goes on, and is applied
+    once that ingest caught up, with nothing more read. Mutant caught: only the partitions a
+    read returned records for applied (partition 1's cut waited for its owner's next one)."""
+    clients = KafkaClients(KafkaSettings(bootstrap_servers=kafka_bootstrap), "standby")
+    database = RocksDatabase(tmp_path / "s", StoreSettings(wal_sync_interval_ms=60_000))
+    wake = Wake()
+    standbys = {p: _standby(database, p, wake) for p in (1, 2)}
+    standbys[2].ledger.apply_decoded([], {2: 5}, [])  # partition 2's ingest is ahead
+    logs = ProgressLogs(f"{namespace}.reader.standby", clients.consumer, clients.errors("s"))
+    worker = StandbysWorker(logs)
+    for partition, standby in standbys.items():
+        worker.add(partition, topics[partition], standby.follower)
+    worker.start()
+    try:
+        _cuts(owner, topics, {1: T0 + 10, 2: T0 + 20}, commit=True, offsets={1: 3, 2: 3})
+        wait_until(lambda: standbys[2].applied == [T0 + 20], WAIT_S, "partition 2's cut")
+        follower = worker.follower(1)
+        assert follower is not None
+        wait_until(lambda: follower.waiting == 1, WAIT_S, "partition 1's cut read")
+        assert standbys[1].applied == [], "applied before partition 1's ingest stored its adds"
+        standbys[1].ledger.apply_decoded([], {1: 3}, [])  # partition 1's ingest catches up
+        wait_until(lambda: standbys[1].applied == [T0 + 10], WAIT_S, "partition 1's cut")
     finally:
         worker.stop()
         worker.join(10)

@@ -190,7 +190,9 @@ def test_an_idle_lane_publishes_no_cut_until_its_heartbeat(tmp_path: Path) -> No
     assert node.delivered() == ["a"]
     assert (len(node.cuts(1)), len(node.cuts(2))) == (2, 1)
     beat = node.metrics.totals()["transactions"]
+    give_up = time.monotonic() + 30
     while len(node.cuts(2)) == 1:  # lane 2's heartbeat is due within 200 ms of real time
+        assert time.monotonic() < give_up, "lane 2's heartbeat cut never came"
         node.loop.step()
     assert node.metrics.totals()["transactions"] > beat
 
@@ -375,3 +377,88 @@ def test_a_fence_met_between_transactions_ends_the_loop(tmp_path: Path) -> None:
     assert node.loop.fenced is not None and node.partitions[1].fenced
     node.loop.step()
     assert node.delivered() == [] and node.publisher.calls == []
+
+
+def test_a_fence_tells_the_lanes_joining_and_not_those_handed_over(tmp_path: Path) -> None:
+    """A fence ends the lanes this node delivers or was about to (a lane added by a claim
+    won just before), not one whose handover committed (its partition is its successor's:
+    telling it would invite a retake); a lane added after the fence is told at once; lanes
+    sharing a callback hear it once. Mutants caught: joining lanes not told; released lanes
+    told; a lane added after the fence never told; a shared callback called per lane."""
+    node = make_node(tmp_path, {1: 1, 2: 1})
+    p1, p2 = node.partitions[1], node.partitions[2]
+    p2.lane.release("node-b")
+    node.loop.step()
+    assert p2.lane.released.is_set()
+    joining = node.lane(3, 4)
+    heard: list[str] = []
+    shared = MasterState(4, heard.append, heard.append)
+    joining.lane.state = shared
+    joining_too = node.lane(5, 4)
+    joining_too.lane.state = shared
+    late = node.lane(4, 4)
+    late.lane.state = shared
+
+    def claims() -> None:
+        node.loop.add_lane(joining.lane)
+        node.loop.add_lane(joining_too.lane)
+        raise Fenced("PRODUCER_FENCED")
+
+    node.loop._between = claims
+    node.loop.step()
+    assert p1.fenced and not p2.fenced, "the handed-over lane is not told"
+    assert heard == ["PRODUCER_FENCED"]
+    node.loop.add_lane(late.lane)
+    assert heard == ["PRODUCER_FENCED", "PRODUCER_FENCED"], "a lane added after: at once"
+
+
+def test_a_failure_between_transactions_other_than_a_fence_does_not_stop_delivery(
+    tmp_path: Path,
+) -> None:
+    """A claim round that fails (a log unreadable, a fence timed out) is logged; the lanes
+    owned go on. Mutant caught: the hook's exception escaping the step (every lane waits
+    out the worker's backoff, again at every round)."""
+    node = make_node(tmp_path, {1: 1})
+    node.partitions[1].add("a", T0 - 1)
+
+    def failing() -> None:
+        raise RuntimeError("the claim log was not read in time")
+
+    node.loop._between = failing
+    node.loop.step()
+    assert node.delivered() == ["a"]
+
+
+def test_one_transaction_carries_at_most_transaction_max_records_over_every_lane(
+    tmp_path: Path,
+) -> None:
+    """Each lane's share of a transaction is bounded so the transaction is: lanes far behind
+    catch up over several transactions. Mutant caught: each lane bounded alone (two lanes:
+    twice the limit in one transaction)."""
+    node = make_node(tmp_path, {1: 1, 2: 1})
+    node.loop._max_records = 4
+    for n in range(3):
+        node.partitions[1].add(f"a{n}", T0 - 30 + n)
+        node.partitions[2].add(f"b{n}", T0 - 30 + n)
+    node.loop.step()
+    assert len(node.delivered()) == 4
+    node.loop.step()
+    assert sorted(node.delivered()) == ["a0", "a1", "a2", "b0", "b1", "b2"]
+
+
+def test_a_partition_is_delivered_by_one_lane_only(node: Node) -> None:
+    """Mutant caught: a second lane over a partition already delivered accepted (two batches
+    over one schedule in one transaction: every message twice)."""
+    again = Lane(
+        progress_topic=progress_topic(1),
+        store=node.partitions[1].store,
+        ledger=node.partitions[1].ledger,
+        replica=node.partitions[1].lane.replica,
+        frontier=node.partitions[1].lane.frontier,
+        state=MasterState(5, print, print),
+        policy=DeadLetterPolicy(RETRY, lambda _t: True),
+        clock=node.clock,
+        partition=1,
+    )
+    with pytest.raises(ValueError, match="partition 1"):
+        node.loop.add_lane(again)

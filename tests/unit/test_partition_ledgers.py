@@ -27,6 +27,7 @@ from chronos.schedule.partition_ledgers import PartitionLedgers
 from chronos.settings import DeleteSettings, StoreSettings
 from chronos.store import codec, keys
 from chronos.store.database import RocksDatabase
+from chronos.store.disk_guard import StoreFull
 from chronos.store.rocks import RocksStore
 from tests.unit.test_ingest_worker import ScriptedSource
 
@@ -182,3 +183,30 @@ def test_a_record_of_a_partition_not_hosted_writes_nothing(tmp_path: Path) -> No
     assert _held(store) == [] and ledgers.inner_offsets([1]) == {}
     store.close()
     database.close()
+
+
+def test_a_batch_held_by_a_full_disk_is_applied_again_without_the_partitions_stored(
+    make_rig: MakeRig,
+) -> None:
+    """The disk fills between two partitions' writes of one batch: ingest holds the batch
+    and applies it again once space is back (``StoreFull``); the partition stored already is
+    not applied twice. Mutant caught: every partition applied again (partition 1's add
+    counted as a duplicate: its cancels, reschedules and refreshes would be applied twice)."""
+    rig = make_rig([ScriptedSource([_batch([(1, 0, "a"), (2, 0, "b")])], {})])
+    real = rig.ledgers[2].apply_decoded
+    failing = {"left": 1}
+
+    def full_once(*args: object, **kwargs: object) -> object:
+        if failing["left"]:
+            failing["left"] -= 1
+            raise StoreFull("injected: below the disk reserve")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    rig.ledgers[2].apply_decoded = full_once  # type: ignore[assignment,method-assign]
+    rig.worker.step()  # partition 1 written, partition 2 refused: the batch is held
+    assert rig.held(1) == ["a"] and rig.held(2) == []
+    rig.worker.step()  # applied again
+    assert rig.held(2) == ["b"] and rig.offsets() == {1: 1, 2: 1}
+    # The refused try counted nothing (its outcome went with the exception): b alone here.
+    totals = rig.metrics.totals()
+    assert totals["ingested"] == 1 and "duplicates" not in totals, totals
