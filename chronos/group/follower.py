@@ -24,6 +24,13 @@ log = structlog.get_logger(__name__)
 #: follow worker to stop (its last read ends), a step of every handover.
 _POLL_S = 0.05
 _BATCH = 1000
+#: A progress reader's consumer: committed records only, told when it reached the end, and
+#: never committing offsets (it is assigned, not a member of its group).
+READER_OPTIONS: Mapping[str, KafkaValue] = {
+    "enable.auto.commit": False,
+    "enable.partition.eof": True,
+    "isolation.level": "read_committed",
+}
 
 
 class ProgressConsumer(Protocol):
@@ -76,13 +83,8 @@ class ProgressLog:
         errors: ClientErrors,
     ) -> None:
         self.topic = topic
-        options: dict[str, KafkaValue] = {
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
         self._errors = errors
-        self._consumer = open_consumer(reader_group, errors, options)
+        self._consumer = open_consumer(reader_group, errors, READER_OPTIONS)
         self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
         #: The offset of the last end of the topic reached, -1 before any.
         self.end_reached = -1

@@ -25,7 +25,7 @@ import structlog
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
 from chronos.errors import DecodeError
-from chronos.group.follower import Follower
+from chronos.group.follower import READER_OPTIONS, Follower
 from chronos.kafka.batches import read_ready
 from chronos.kafka.librdkafka import ClientErrors
 from chronos.lifecycle import LoopWorker
@@ -83,13 +83,8 @@ class ProgressLogs:
     def __init__(
         self, reader_group: str, open_consumer: OpenProgressLogsConsumer, errors: ClientErrors
     ) -> None:
-        options: dict[str, KafkaValue] = {
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
         self._errors = errors
-        self._consumer = open_consumer(reader_group, errors, options)
+        self._consumer = open_consumer(reader_group, errors, READER_OPTIONS)
         #: The inner partition whose progress each followed topic holds.
         self._partitions: dict[str, int] = {}
 

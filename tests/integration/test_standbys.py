@@ -106,16 +106,11 @@ def _cuts(
         publisher.abort()
 
 
-def test_one_consumer_applies_each_partitions_committed_cuts_and_lets_one_leave(
-    tmp_path: Path,
-    kafka_bootstrap: str,
-    namespace: str,
-    topics: dict[int, str],
-    owner: TransactionalPublisher,
-) -> None:
-    """Mutants caught: a record applied to the partition the consumer read first (a topic's
-    records routed by arrival, not by topic); an aborted cut applied (read_uncommitted); a
-    partition that left still applied."""
+@pytest.fixture
+def following(
+    tmp_path: Path, kafka_bootstrap: str, namespace: str, topics: dict[int, str]
+) -> Iterator[tuple[dict[int, Standby], StandbysWorker]]:
+    """Partitions 1 and 2's schedules in one database, followed by one started worker."""
     clients = KafkaClients(KafkaSettings(bootstrap_servers=kafka_bootstrap), "standby")
     database = RocksDatabase(tmp_path / "s", StoreSettings(wal_sync_interval_ms=60_000))
     wake = Wake()
@@ -125,44 +120,48 @@ def test_one_consumer_applies_each_partitions_committed_cuts_and_lets_one_leave(
     for partition, standby in standbys.items():
         worker.add(partition, topics[partition], standby.follower)
     worker.start()
-    try:
-        _cuts(owner, topics, {1: T0 + 10, 2: T0 + 20}, commit=True)
-        _cuts(owner, topics, {1: T0 + 30, 2: T0 + 40}, commit=True)
-        wait_until(
-            lambda: standbys[1].applied[-1:] == [T0 + 30] and standbys[2].applied[-1:] == [T0 + 40],
-            WAIT_S,
-            "both partitions' last committed cuts applied",
-        )
-        _cuts(owner, topics, {1: T0 + 99}, commit=False)
-        _cuts(owner, topics, {2: T0 + 45}, commit=True)
-        wait_until(
-            lambda: standbys[2].applied[-1:] == [T0 + 45], WAIT_S, "a commit after the abort"
-        )
-        assert T0 + 99 not in standbys[1].applied, "an aborted cut was applied"
-        assert standbys[1].replica.seek_ms == T0 + 30 and standbys[2].replica.seek_ms == T0 + 45
-        assert worker.follower(1) is standbys[1].follower
+    yield standbys, worker
+    worker.stop()
+    worker.join(10)
+    for standby in standbys.values():
+        standby.store.close()
+    database.close()
 
-        left = worker.remove(1)
-        assert left.wait(WAIT_S)
-        _cuts(owner, topics, {1: T0 + 50, 2: T0 + 60}, commit=True)
-        wait_until(
-            lambda: standbys[2].applied[-1:] == [T0 + 60], WAIT_S, "partition 2 goes on alone"
-        )
-        # Partition 1's cut of the same transaction was read by now, had it been followed.
-        assert standbys[1].applied[-1] == T0 + 30 and standbys[1].replica.seek_ms == T0 + 30
-        assert worker.follower(1) is None
-    finally:
-        worker.stop()
-        worker.join(10)
-        for standby in standbys.values():
-            standby.store.close()
-        database.close()
+
+def test_one_consumer_applies_each_partitions_committed_cuts_and_lets_one_leave(
+    following: tuple[dict[int, Standby], StandbysWorker],
+    topics: dict[int, str],
+    owner: TransactionalPublisher,
+) -> None:
+    """Mutants caught: a record applied to the partition the consumer read first (a topic's
+    records routed by arrival, not by topic); an aborted cut applied (read_uncommitted); a
+    partition that left still applied."""
+    standbys, worker = following
+    _cuts(owner, topics, {1: T0 + 10, 2: T0 + 20}, commit=True)
+    _cuts(owner, topics, {1: T0 + 30, 2: T0 + 40}, commit=True)
+    wait_until(
+        lambda: standbys[1].applied[-1:] == [T0 + 30] and standbys[2].applied[-1:] == [T0 + 40],
+        WAIT_S,
+        "both partitions' last committed cuts applied",
+    )
+    _cuts(owner, topics, {1: T0 + 99}, commit=False)
+    _cuts(owner, topics, {2: T0 + 45}, commit=True)
+    wait_until(lambda: standbys[2].applied[-1:] == [T0 + 45], WAIT_S, "a commit after the abort")
+    assert T0 + 99 not in standbys[1].applied, "an aborted cut was applied"
+    assert standbys[1].replica.seek_ms == T0 + 30 and standbys[2].replica.seek_ms == T0 + 45
+    assert worker.follower(1) is standbys[1].follower
+
+    left = worker.remove(1)
+    assert left.wait(WAIT_S)
+    _cuts(owner, topics, {1: T0 + 50, 2: T0 + 60}, commit=True)
+    wait_until(lambda: standbys[2].applied[-1:] == [T0 + 60], WAIT_S, "partition 2 goes on alone")
+    # Partition 1's cut of the same transaction was read by now, had it been followed.
+    assert standbys[1].applied[-1] == T0 + 30 and standbys[1].replica.seek_ms == T0 + 30
+    assert worker.follower(1) is None
 
 
 def test_a_cut_waits_for_its_own_partitions_ingest_not_anothers(
-    tmp_path: Path,
-    kafka_bootstrap: str,
-    namespace: str,
+    following: tuple[dict[int, Standby], StandbysWorker],
     topics: dict[int, str],
     owner: TransactionalPublisher,
 ) -> None:
@@ -170,28 +169,13 @@ def test_a_cut_waits_for_its_own_partitions_ingest_not_anothers(
     1's waits for partition 1's ingest while partition 2's, covered, goes on, and is applied
     once that ingest caught up, with nothing more read. Mutant caught: only the partitions a
     read returned records for applied (partition 1's cut waited for its owner's next one)."""
-    clients = KafkaClients(KafkaSettings(bootstrap_servers=kafka_bootstrap), "standby")
-    database = RocksDatabase(tmp_path / "s", StoreSettings(wal_sync_interval_ms=60_000))
-    wake = Wake()
-    standbys = {p: _standby(database, p, wake) for p in (1, 2)}
+    standbys, worker = following
     standbys[2].ledger.apply_decoded([], {2: 5}, [])  # partition 2's ingest is ahead
-    logs = ProgressLogs(f"{namespace}.reader.standby", clients.consumer, clients.errors("s"))
-    worker = StandbysWorker(logs)
-    for partition, standby in standbys.items():
-        worker.add(partition, topics[partition], standby.follower)
-    worker.start()
-    try:
-        _cuts(owner, topics, {1: T0 + 10, 2: T0 + 20}, commit=True, offsets={1: 3, 2: 3})
-        wait_until(lambda: standbys[2].applied == [T0 + 20], WAIT_S, "partition 2's cut")
-        follower = worker.follower(1)
-        assert follower is not None
-        wait_until(lambda: follower.waiting == 1, WAIT_S, "partition 1's cut read")
-        assert standbys[1].applied == [], "applied before partition 1's ingest stored its adds"
-        standbys[1].ledger.apply_decoded([], {1: 3}, [])  # partition 1's ingest catches up
-        wait_until(lambda: standbys[1].applied == [T0 + 10], WAIT_S, "partition 1's cut")
-    finally:
-        worker.stop()
-        worker.join(10)
-        for standby in standbys.values():
-            standby.store.close()
-        database.close()
+    _cuts(owner, topics, {1: T0 + 10, 2: T0 + 20}, commit=True, offsets={1: 3, 2: 3})
+    wait_until(lambda: standbys[2].applied == [T0 + 20], WAIT_S, "partition 2's cut")
+    follower = worker.follower(1)
+    assert follower is not None
+    wait_until(lambda: follower.waiting == 1, WAIT_S, "partition 1's cut read")
+    assert standbys[1].applied == [], "applied before partition 1's ingest stored its adds"
+    standbys[1].ledger.apply_decoded([], {1: 3}, [])  # partition 1's ingest catches up
+    wait_until(lambda: standbys[1].applied == [T0 + 10], WAIT_S, "partition 1's cut")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -322,6 +322,19 @@ def test_a_loop_whose_lanes_all_left_delivers_again_when_one_is_added(node: Node
     assert node.delivered() == ["c"] and not node.loop.released.is_set()
 
 
+def _loop_with_between(node: Node, between: Callable[[], None]) -> TransactionLoop:
+    """A loop over partition 1's lane that runs ``between`` before each transaction."""
+    return TransactionLoop(
+        spec=node.spec,
+        publisher=node.publisher,
+        lanes=[node.partitions[1].lane],
+        retry=RETRY,
+        clock=node.clock,
+        metrics=node.metrics,
+        between=between,
+    )
+
+
 def test_work_between_transactions_runs_with_none_open_and_may_add_a_lane(
     tmp_path: Path,
 ) -> None:
@@ -338,15 +351,7 @@ def test_work_between_transactions_runs_with_none_open_and_may_add_a_lane(
         if len(seen) == 1:
             node.loop.add_lane(added.lane)
 
-    node.loop = TransactionLoop(
-        spec=node.spec,
-        publisher=node.publisher,
-        lanes=[node.partitions[1].lane],
-        retry=RETRY,
-        clock=node.clock,
-        metrics=node.metrics,
-        between=claims,
-    )
+    node.loop = _loop_with_between(node, claims)
     node.loop.step()
     assert seen == [False]
     assert node.delivered() == ["b"] and [c.term for c in node.cuts(2)] == [5]
@@ -364,15 +369,7 @@ def test_a_fence_met_between_transactions_ends_the_loop(tmp_path: Path) -> None:
     def fenced() -> None:
         raise Fenced("PRODUCER_FENCED")
 
-    node.loop = TransactionLoop(
-        spec=node.spec,
-        publisher=node.publisher,
-        lanes=[node.partitions[1].lane],
-        retry=RETRY,
-        clock=node.clock,
-        metrics=node.metrics,
-        between=fenced,
-    )
+    node.loop = _loop_with_between(node, fenced)
     node.loop.step()
     assert node.loop.fenced is not None and node.partitions[1].fenced
     node.loop.step()
