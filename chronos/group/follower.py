@@ -103,14 +103,8 @@ class ProgressLog:
                     self._errors(error)
                 continue
             self.position = (message.offset() or 0) + 1
-            try:
-                record = decode(message.key(), message.value())
-            except DecodeError as exc:
-                log.error("progress_record_undecodable", offset=message.offset(), reason=str(exc))
-                continue
-            # A claim changes no store: only a winner writes cuts (``group/claims.py``), so a
-            # follower applies cuts without asking who claimed what.
-            if not isinstance(record, Claim):
+            record = applicable(message)
+            if record is not None:
                 out.append(record)
         return out
 
@@ -131,6 +125,23 @@ class ProgressLog:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def applicable(message: Message) -> Cut | RepeatState | None:
+    """The record a follower applies from one progress message (not an error), or None: an
+    undecodable one (logged) or a claim. A claim changes no store: only a winner writes cuts
+    (``group/claims.py``), so a follower applies cuts without asking who claimed what."""
+    try:
+        record = decode(message.key(), message.value())
+    except DecodeError as exc:
+        log.error(
+            "progress_record_undecodable",
+            topic=message.topic(),
+            offset=message.offset(),
+            reason=str(exc),
+        )
+        return None
+    return None if isinstance(record, Claim) else record
 
 
 def read_to_end(

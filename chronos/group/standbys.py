@@ -24,12 +24,11 @@ from typing import Protocol
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
-from chronos.errors import DecodeError
-from chronos.group.follower import READER_OPTIONS, Follower
+from chronos.group.follower import READER_OPTIONS, Follower, applicable
 from chronos.kafka.batches import read_ready
 from chronos.kafka.librdkafka import ClientErrors
 from chronos.lifecycle import LoopWorker
-from chronos.schedule.progress_record import Claim, Cut, RepeatState, decode
+from chronos.schedule.progress_record import Cut, RepeatState
 from chronos.settings import KafkaValue
 
 log = structlog.get_logger(__name__)
@@ -122,18 +121,8 @@ class ProgressLogs:
                 else:
                     self._errors(error)
                 continue
-            try:
-                record = decode(message.key(), message.value())
-            except DecodeError as exc:
-                log.error(
-                    "progress_record_undecodable",
-                    topic=message.topic(),
-                    offset=message.offset(),
-                    reason=str(exc),
-                )
-                continue
-            # A claim changes no store: only a winner writes cuts (``group/claims.py``).
-            if not isinstance(record, Claim):
+            record = applicable(message)
+            if record is not None:
                 read.records.append(record)
         return out
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
@@ -264,8 +265,7 @@ class TransactionLoop(LoopWorker):
             self._stop.wait(self._interval_s - since)
             return
         batches: list[LaneBatch] = []
-        wake: EpochMs | None = None
-        wait_s = _MAX_WAIT_S
+        idle: list[_Idle] = []
         # A transaction's records stay within transaction_max_records however many lanes
         # it carries (a lane always gets a whole slot: ``Lane.target``).
         budget = max(1, self._max_records // len(self._lanes))
@@ -273,13 +273,10 @@ class TransactionLoop(LoopWorker):
             batch = self._prepare(lane, now, budget)
             if isinstance(batch, LaneBatch):
                 batches.append(batch)
-                continue
-            lane_wake, lane_wait_s = batch
-            if lane_wake is not None and (wake is None or lane_wake < wake):
-                wake = lane_wake
-            wait_s = min(wait_s, lane_wait_s)
+            else:
+                idle.append(batch)
         if not batches:
-            self._first.frontier.wait(wake, self._clock.now_ms(), wait_s)
+            self._wait_idle(idle, now)
             return
         try:
             committed = self._transact(batches)
@@ -323,12 +320,10 @@ class TransactionLoop(LoopWorker):
             self._metrics.incr("transactions_aborted")
             self._stop.wait(backoff / 1000.0)
 
-    def _prepare(
-        self, lane: Lane, now: EpochMs, budget: int
-    ) -> LaneBatch | tuple[EpochMs | None, float]:
+    def _prepare(self, lane: Lane, now: EpochMs, budget: int) -> LaneBatch | _Idle:
         """Move ``lane``'s frontier and read what its share of the transaction covers; or,
-        when it has nothing to publish, when to look again: (the slot to wake at, the
-        longest wait)."""
+        when it has nothing to publish, what its wait needs (read only when every lane is
+        idle: a scan per idle lane per transaction otherwise)."""
         limit = lane.limit(now)
         # Before the frontier moves: the rows it reads must be covered by this cut.
         ahead = lane.read_ahead(now, limit, self._lookahead_ms)
@@ -348,21 +343,29 @@ class TransactionLoop(LoopWorker):
         since = time.monotonic() - lane.last_commit
         beat = lane.last_commit == 0.0 or (self._idle_cuts and since >= self._heartbeat_s)
         if not rows and not moves and not beat and releasing is None and not ahead:
-            wake = lane.upcoming(upto)
-            wait_s = _MAX_WAIT_S
-            if self._idle_cuts:
-                wait_s = min(wait_s, self._heartbeat_s - since)
-            if wake is not None and wake <= now:
-                # Due, and held by the cancel gate: ingest has not applied up to it yet.
-                self._metrics.observe("cancel_gate_held_ms", now - max(limit, wake))
-                wait_s = min(wait_s, _GATE_RECHECK_S)
-                wake = None
-            return wake, wait_s
+            return _Idle(lane, upto, limit, since)
         jobs = jobs_for(rows, now, lane.ledger, self._catch_up_ms)
         rates = lane.active_rates()
         if rates is not None:
             in_due_order(jobs, rates)
         return LaneBatch(lane, upto, covered, moves, jobs, releasing, ahead, rates)
+
+    def _wait_idle(self, idle: list[_Idle], now: EpochMs) -> None:
+        """Every lane is idle: sleep until the first one's next message is due, a write
+        wakes the loop, or an idle cut is due."""
+        wake: EpochMs | None = None
+        wait_s = _MAX_WAIT_S
+        for lane, upto, limit, since in idle:
+            upcoming = lane.upcoming(upto)
+            if self._idle_cuts:
+                wait_s = min(wait_s, self._heartbeat_s - since)
+            if upcoming is not None and upcoming <= now:
+                # Due, and held by the cancel gate: ingest has not applied up to it yet.
+                self._metrics.observe("cancel_gate_held_ms", now - max(limit, upcoming))
+                wait_s = min(wait_s, _GATE_RECHECK_S)
+            elif upcoming is not None and (wake is None or upcoming < wake):
+                wake = upcoming
+        self._first.frontier.wait(wake, self._clock.now_ms(), wait_s)
 
     def _released(self, batches: list[LaneBatch]) -> None:
         """After a commit: the lanes whose cut named a successor are handed over."""
@@ -509,6 +512,15 @@ class TransactionLoop(LoopWorker):
             raise
         self._redo_at_once = at_once
         self._publisher.abort()
+
+
+class _Idle(NamedTuple):
+    """A lane with nothing to publish in this transaction, and what its wait needs."""
+
+    lane: Lane
+    upto: EpochMs
+    limit: EpochMs
+    since: float
 
 
 def _once(callbacks: list[Callable[[str], None]]) -> list[Callable[[str], None]]:

@@ -37,6 +37,9 @@ class PartitionLedgers:
         self._ledgers = dict(ledgers)
         #: Any of them: the WAL, and so its sync, is the shared database's.
         self._any = next(iter(self._ledgers.values()))
+        #: The next offset each partition's last write stored, in this process (a batch
+        #: applied again after a failed write skips what these cover; no read of the store).
+        self._written: dict[int, int] = {}
 
     @property
     def partitions(self) -> list[int]:
@@ -73,14 +76,15 @@ class PartitionLedgers:
         total = ApplyOutcome()
         for partition in written:
             at_offset = offsets.get(partition)
-            stored = self._ledger(partition).inner_offsets([partition]).get(partition)
-            if at_offset is not None and stored is not None and stored >= at_offset:
+            if at_offset is not None and self._written.get(partition, -1) >= at_offset:
                 # Stored by an earlier try of this batch (the write of a later partition
                 # failed, ``StoreFull``, and ingest applies the batch again): never twice.
                 continue
             share_items, share_origins = shares.get(partition, ([], []))
             at = {partition: offsets[partition]} if partition in offsets else None
             outcome = self._ledger(partition).apply_decoded(share_items, at, share_origins)
+            if at_offset is not None:
+                self._written[partition] = at_offset
             for counted in fields(ApplyOutcome):
                 name = counted.name
                 setattr(total, name, getattr(total, name) + getattr(outcome, name))

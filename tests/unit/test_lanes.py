@@ -116,6 +116,7 @@ def make_node(
     terms: dict[int, int],
     progress_interval_ms: int = 60_000,
     idle_cuts: bool = True,
+    wake: Wake | None = None,
 ) -> Node:
     """A node owning ``terms``' partitions (partition -> its term); an idle lane publishes
     its cut every ``progress_interval_ms`` when ``idle_cuts``."""
@@ -136,7 +137,8 @@ def make_node(
     publisher = StubPublisher(topics=topics)
     clock, metrics = FakeClock(T0), CountingMetrics()
     database = RocksDatabase(tmp_path / "s", FAST)
-    node = Node(database, publisher, clock, metrics, spec, Wake(), {}, None)  # type: ignore[arg-type]
+    wake = wake or Wake()
+    node = Node(database, publisher, clock, metrics, spec, wake, {}, None)  # type: ignore[arg-type]
     lanes = [node.lane(p, term).lane for p, term in terms.items()]
     node.loop = TransactionLoop(
         spec=spec,
@@ -459,3 +461,28 @@ def test_a_partition_is_delivered_by_one_lane_only(node: Node) -> None:
     )
     with pytest.raises(ValueError, match="partition 1"):
         node.loop.add_lane(again)
+
+
+class _RecordingWake(Wake):
+    """A wake that remembers what each wait was asked to wait for, and does not sleep."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[tuple[int | None, float]] = []
+
+    def wait(self, until_ms: int | None, now_ms: int, max_wait_s: float) -> None:
+        self.waits.append((until_ms, max_wait_s))
+
+
+def test_a_loop_with_every_lane_idle_waits_for_the_first_message_due_in_any_lane(
+    tmp_path: Path,
+) -> None:
+    """Mutant caught: the next slot of the lanes after the first ignored (the loop slept its
+    longest wait past a message due in lane 2)."""
+    wake = _RecordingWake()
+    node = make_node(tmp_path, {1: 1, 2: 1}, idle_cuts=False, wake=wake)
+    node.loop.step()  # each lane's first cut
+    node.partitions[1].add("late", T0 + 500)
+    node.partitions[2].add("soon", T0 + 20)
+    node.loop.step()
+    assert wake.waits[-1][0] == T0 + 20
