@@ -7,6 +7,8 @@ schedules (one RocksDB, a schedule per partition) in two shapes, one after the o
 
 * ``lanes``: one ``TransactionLoop`` over N lanes, one transactional producer (the new shape;
   an idle lane writes no cut after its first: ``idle_cuts=False``);
+* ``node-log``: as ``lanes``, each lane's cut to the node's progress log (one partition of one
+  topic) unless it carries repeat states (``group/node_log.py``): what a cluster node runs;
 * ``loops``: N ``TransactionLoop`` of one lane each, N producers, each lane's cut once per
   ``group.progress_interval_ms`` at rest (the transaction pattern of today's cluster, where
   each hosted partition is a replica group; without the rest of each replica's clients, so
@@ -27,9 +29,11 @@ touches from what it pays per record.
 ``--interval-ms`` sets ``group.transaction_interval_ms`` (5 by default): the fewest ms between
 two transactions, so how many messages and partitions one transaction carries.
 
-The last line of output is the JSON summary. Exit code 0 when the ``lanes`` shape delivered
-every message added within 60 s of the load's end, 1 otherwise (``undelivered``; the
-``loops`` shape is reported, not judged: with many partitions it falls behind on 2 cores).
+The last line of output is the JSON summary; ``scaling`` gives, per shape, the CPU per message
+at N partitions over that at 1 (when 1 is among ``--partitions``). Exit code 0 when the
+``lanes`` and ``node-log`` shapes delivered every message added within 60 s of the load's end,
+1 otherwise (``undelivered``; the ``loops`` shape is reported, not judged: with many
+partitions it falls behind on 2 cores).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from chronos.clock import SystemClock
 from chronos.delivery.deadletter import DeadLetterPolicy
 from chronos.devstack.check import add_broker_options, finish, staged
 from chronos.group.lane import Lane, MasterState
+from chronos.group.node_log import NodeLog
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import TransactionLoop
@@ -97,10 +102,13 @@ class Summary:
     rows: list[Row] = field(default_factory=list)
     #: Per partition count: loops / lanes, at rest (broker) and per message under load.
     ratios: dict[int, dict[str, float]] = field(default_factory=dict)
+    #: Per shape and partition count: CPU per message under load over that at 1 partition.
+    scaling: dict[str, dict[int, float]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return all(row.undelivered == 0 for row in self.rows if row.shape == "lanes")
+        judged = ("lanes", "node-log")
+        return all(row.undelivered == 0 for row in self.rows if row.shape in judged)
 
 
 class _Partition:
@@ -145,7 +153,9 @@ def _run_shape(
     assert spec is not None
     progress = [f"{namespace}.progress.lanes.p{p}" for p in range(partitions)]
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    topics = [NewTopic(t, 1, 1, config={"cleanup.policy": "compact"}) for t in progress]
+    node_log = NodeLog(f"{namespace}.progress.lanes.nodes", 0)
+    compacted = [*progress, node_log.topic]
+    topics = [NewTopic(t, 1, 1, config={"cleanup.policy": "compact"}) for t in compacted]
     target = f"{namespace}.target"
     topics.append(NewTopic(spec.dead_letter_topic, 1, 1))
     topics.append(NewTopic(target, TARGET_PARTITIONS, 1))
@@ -172,7 +182,7 @@ def _run_shape(
             partition=part.number,
         )
 
-    groups = [owned] if shape == "lanes" else [[part] for part in owned]
+    groups = [[part] for part in owned] if shape == "loops" else [owned]
     for n, group in enumerate(groups):
         timeout = settings.group.transaction_timeout_ms
         publisher = clients.transactional(f"{namespace}.delivery.{n}", timeout)
@@ -187,6 +197,7 @@ def _run_shape(
             clock=clock,
             metrics=metrics,
             idle_cuts=shape == "loops",
+            node_log=node_log if shape == "node-log" else None,
         )
         loops.append(loop)
         loop.start()
@@ -231,7 +242,7 @@ def _run_shape(
         database.close()
     row = Row(partitions, shape, rest, under, added[0], max(0, added[0] - delivered))
     print(
-        f"{shape:>5} x{partitions:<3} rest broker {rest.broker_core_share:.3f} "
+        f"{shape:>8} x{partitions:<3} rest broker {rest.broker_core_share:.3f} "
         f"process {rest.process_core_share:.3f} | load broker {under.broker_core_share:.3f} "
         f"process {under.process_core_share:.3f} {under.us_per_message} us/msg "
         f"undelivered {row.undelivered}",
@@ -273,7 +284,10 @@ def main() -> int:
     )
     parser.add_argument("--interval-ms", type=int, default=5, help="transaction_interval_ms")
     parser.add_argument(
-        "--shapes", nargs="+", choices=("lanes", "loops"), default=["lanes", "loops"]
+        "--shapes",
+        nargs="+",
+        choices=("lanes", "node-log", "loops"),
+        default=["node-log", "lanes", "loops"],
     )
     parser.add_argument(
         "--broker-pid", type=int, default=None, help="with --bootstrap: the broker's process"
@@ -291,7 +305,7 @@ def main() -> int:
                 for shape in args.shapes
             }
             summary.rows += rows.values()
-            if len(rows) < 2:
+            if "lanes" not in rows or "loops" not in rows:
                 continue
             lanes, loops = rows["lanes"], rows["loops"]
             ratios: dict[str, float] = {}
@@ -303,7 +317,20 @@ def main() -> int:
                     loops.load.us_per_message / lanes.load.us_per_message, 2
                 )
             summary.ratios[partitions] = ratios
+        summary.scaling = _scaling(summary.rows)
         return finish(summary, stage.workdir)
+
+
+def _scaling(rows: list[Row]) -> dict[str, dict[int, float]]:
+    """Per shape: CPU per message at each partition count over that at 1 partition."""
+    found: dict[str, dict[int, float]] = {}
+    for row in rows:
+        one = next((r for r in rows if r.shape == row.shape and r.partitions == 1), None)
+        if one is None or not one.load.us_per_message or not row.load.us_per_message:
+            continue
+        ratio = round(row.load.us_per_message / one.load.us_per_message, 2)
+        found.setdefault(row.shape, {})[row.partitions] = ratio
+    return found
 
 
 if __name__ == "__main__":

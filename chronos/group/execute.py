@@ -25,11 +25,18 @@ from chronos.delivery.deadletter import (
     when_dead_letter_refused,
 )
 from chronos.delivery.job import DeliveryJob
+from chronos.group.node_log import NodeLog
 from chronos.group.plan import BatchPlan
 from chronos.group.verdicts import Verdicts
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.metrics import Metrics
-from chronos.schedule.progress_record import Cut, RepeatState, encode_cut, encode_repeat
+from chronos.schedule.progress_record import (
+    Cut,
+    RepeatState,
+    encode_cut,
+    encode_node_cut,
+    encode_repeat,
+)
 from chronos.types import EpochMs, Headers
 from chronos.wire import delivery_headers
 
@@ -81,10 +88,13 @@ class BatchRecords:
         moved: list[RepeatState],
         cut_of: Callable[[], Cut],
         progress_topic: str,
+        node_cut: tuple[NodeLog, int] | None = None,
     ) -> None:
         """The plan's sends, then the progress: ``moved`` (reschedules) before the plan's
         states (always later ones), and the cut last, made once the sends are out (its
-        time is when the transaction's records were produced)."""
+        time is when the transaction's records were produced). ``node_cut`` (a node's log
+        and the partition delivered): the cut goes there instead of to ``progress_topic``
+        (a cluster node's transaction with no states for that partition)."""
         for send in plan.sends:
             if self._publish_job(send.n, send.job, send.known):
                 self.targets.append(send.n)
@@ -93,9 +103,14 @@ class BatchRecords:
         for state in (*moved, *plan.states):
             key, value = encode_repeat(state)
             self._publish(progress_topic, key, value, [], PROGRESS)
-        key, value = encode_cut(cut_of())
         on_done = partial(_cut_noted, self.failures, self.cut_at)
-        self._publisher.publish(progress_topic, key, value, [], on_done)
+        if node_cut is None:
+            key, value = encode_cut(cut_of())
+            self._publisher.publish(progress_topic, key, value, [], on_done)
+            return
+        node_log, partition = node_cut
+        key, value = encode_node_cut(partition, cut_of())
+        self._publisher.publish(node_log.topic, key, value, [], on_done, node_log.partition)
 
     def _publish_job(self, n: int, job: DeliveryJob, known: Before) -> bool:
         """Publish one job to its target or, when ``known`` (the dead-letter reason already

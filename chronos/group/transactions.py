@@ -18,9 +18,13 @@ when a transaction runs and what it covers.
 
 A transaction covers one or more *lanes* (``lane.py``), one per partition the node delivers:
 a replica group's loop has one; a cluster node's one per owned partition, all in the same
-transaction (one producer per node, not per partition). Each lane's cut goes to its own
-progress topic; the transaction commits all of them or none, so every rule of a replica group
-holds per lane unchanged.
+transaction (one producer per node, not per partition). A replica group's cut goes to its
+progress topic. A cluster node's (``node_log``) goes to the node's progress log
+(``node_log.py``), so that a transaction touches one progress partition whatever the lanes it
+carries, unless the lane's share carries repeat states, names a successor or is its term's
+first: then it goes with them to the partition's own log. The transaction commits all of
+them or none, so every rule of a replica group holds per lane unchanged. A lane with nothing
+due, known without reading its schedule (``Lane.quiet``), costs a transaction nothing.
 
 What goes to the dead-letter topic is the shared policy's call (``delivery/deadletter.py``), as
 for a node alone. A record refused at once is dead-lettered in the same transaction; one refused
@@ -51,6 +55,7 @@ from chronos.delivery.job import jobs_for
 from chronos.group.commit import judge_abort, observe_paced, outcomes
 from chronos.group.execute import BatchRecords
 from chronos.group.lane import Lane, LaneBatch
+from chronos.group.node_log import NodeLog
 from chronos.group.plan import TopicNotYet, in_due_order, plan_ahead, plan_batch
 from chronos.group.spec import GroupSpec
 from chronos.kafka.errors import Fenced, NotAuthorized, TransactionAborted, describe
@@ -89,6 +94,9 @@ class TransactionLoop(LoopWorker):
             master's sign of life. A cluster node's sign of life is its heartbeat
             (``peer_watch.py``): there an idle lane writes nothing after its first cut, or
             its heartbeat cuts alone would cost the broker in proportion to the partitions.
+        node_log: a cluster node's progress log: each lane's cut goes there when its share
+            carries nothing else for the partition's own log (``node_log.py``); every lane
+            then needs its ``partition``. None: each cut to its lane's progress topic.
     """
 
     def __init__(
@@ -103,13 +111,17 @@ class TransactionLoop(LoopWorker):
         keep_outcomes: bool = False,
         between: Callable[[], None] | None = None,
         idle_cuts: bool = True,
+        node_log: NodeLog | None = None,
     ) -> None:
         super().__init__("transactions")
         self._between = between
         self._idle_cuts = idle_cuts
+        self._node_log = node_log
         self._lanes = list(lanes)
         if not self._lanes:
             raise ValueError("a transaction loop delivers at least one lane")
+        for lane in self._lanes:
+            self._check_partition(lane)
         self._first = self._lanes[0]
         self._keep_outcomes = keep_outcomes
         group = spec.settings
@@ -162,6 +174,7 @@ class TransactionLoop(LoopWorker):
         cut even with nothing due, so its progress log shows the new term at once. Its
         frontier must share the loop's wake (``Frontier(wake=...)``) for a write to it to
         wake the loop."""
+        self._check_partition(lane)
         with self._joining_lock:
             known = [*self._lanes, *self._joining]
             if any(other is lane or other.partition == lane.partition for other in known):
@@ -171,6 +184,10 @@ class TransactionLoop(LoopWorker):
                 lane.frontier.notify(0)
                 return
         lane.state.on_fenced(self.fenced)  # it never delivers: its term ends at once
+
+    def _check_partition(self, lane: Lane) -> None:
+        if self._node_log is not None and lane.partition is None:
+            raise ValueError("a lane whose cuts go to a node log names its partition")
 
     def stop(self) -> None:
         super().stop()
@@ -322,9 +339,15 @@ class TransactionLoop(LoopWorker):
 
     def _prepare(self, lane: Lane, now: EpochMs, budget: int) -> LaneBatch | _Idle:
         """Move ``lane``'s frontier and read what its share of the transaction covers; or,
-        when it has nothing to publish, what its wait needs (read only when every lane is
-        idle: a scan per idle lane per transaction otherwise)."""
+        when it has nothing to publish, what its wait needs: a lane known to have nothing
+        due (``Lane.quiet``) is not read at all, and one found idle reads its next slot
+        once, so that the next transactions skip it until a write touches it."""
         limit = lane.limit(now)
+        releasing = lane.release_to
+        since = time.monotonic() - lane.last_commit
+        beat = lane.last_commit == 0.0 or (self._idle_cuts and since >= self._heartbeat_s)
+        if not beat and releasing is None and lane.quiet(limit):
+            return _Idle(lane, lane.frontier.value, limit, since)
         # Before the frontier moves: the rows it reads must be covered by this cut.
         ahead = lane.read_ahead(now, limit, self._lookahead_ms)
         lane.frontier.advance(lane.target(limit, budget))
@@ -339,10 +362,8 @@ class TransactionLoop(LoopWorker):
         # After the cut: every reschedule whose write the cut covers is among these; the rest
         # wait for a cut that covers them (``Move``).
         moves = lane.ledger.moves(covered)
-        releasing = lane.release_to
-        since = time.monotonic() - lane.last_commit
-        beat = lane.last_commit == 0.0 or (self._idle_cuts and since >= self._heartbeat_s)
         if not rows and not moves and not beat and releasing is None and not ahead:
+            lane.next_slot(upto)  # read once: the next transactions skip this lane
             return _Idle(lane, upto, limit, since)
         jobs = jobs_for(rows, now, lane.ledger, self._catch_up_ms)
         rates = lane.active_rates()
@@ -356,7 +377,7 @@ class TransactionLoop(LoopWorker):
         wake: EpochMs | None = None
         wait_s = _MAX_WAIT_S
         for lane, upto, limit, since in idle:
-            upcoming = lane.upcoming(upto)
+            upcoming = lane.next_slot(upto)
             if self._idle_cuts:
                 wait_s = min(wait_s, self._heartbeat_s - since)
             if upcoming is not None and upcoming <= now:
@@ -442,6 +463,17 @@ class TransactionLoop(LoopWorker):
             rates.read_ahead(batch.ahead.next_key, batch.ahead.through_ms)
         batch.plan = plan
         moved = [RepeatState(i, m.message, m.slot_ms) for i, m in batch.moves.items()]
+        node_log = self._node_log
+        # To the partition's own log with what must sit beside it there (its repeat states,
+        # a successor's name), and a term's first cut (the log shows the term at once).
+        own_log = (
+            node_log is None
+            or bool(moved or plan.states)
+            or batch.releasing is not None
+            or lane.logged is None
+        )
+        batch.own_log = own_log
+        seq = None if node_log is None else lane.cuts
 
         def cut() -> Cut:
             return Cut(
@@ -454,13 +486,19 @@ class TransactionLoop(LoopWorker):
                 released_to=batch.releasing,
                 paced={} if rates is None else rates.backlog(now),
                 ahead_ms=None if rates is None else rates.ahead_ms,
+                seq=seq,
+                logged=None if own_log else lane.logged,
             )
 
         records = BatchRecords(
             self._publisher, lane.verdicts, self._spec.dead_letter_topic, self._metrics
         )
         batch.records = records
-        records.publish(plan, moved, cut, lane.progress_topic)
+        node_cut = None
+        if not own_log:
+            assert node_log is not None and lane.partition is not None  # _check_partition
+            node_cut = (node_log, lane.partition)
+        records.publish(plan, moved, cut, lane.progress_topic, node_cut)
 
     def _committed(self, batch: LaneBatch) -> None:
         """What a commit settles for one lane: its store follows it, the verdicts of what it
@@ -469,8 +507,12 @@ class TransactionLoop(LoopWorker):
         assert records is not None  # published before any commit
         now = self._clock.now_ms()
         lane.last_commit = self._last_commit
-        if records.cut_at:
-            lane.cut_offset = records.cut_at[0]
+        if batch.own_log:
+            lane.logged = lane.cuts
+            if records.cut_at:
+                lane.cut_offset = records.cut_at[0]
+        lane.cuts += 1
+        lane.forget_next()
         # Not the moves: this store made them (and may have moved a message again since).
         lane.replica.apply_cut(batch.upto, batch.plan.states, batch.covered, batch.plan.ahead)
         lane.ledger.forget_moves(batch.moves)
@@ -502,7 +544,10 @@ class TransactionLoop(LoopWorker):
                 failures = records.failures if records is not None else {}
                 if not failures and not (left and n == 0):
                     continue
-                topics = (batch.lane.progress_topic, self._spec.dead_letter_topic)
+                progress = batch.lane.progress_topic
+                if not batch.own_log and self._node_log is not None:
+                    progress = self._node_log.topic
+                topics = (progress, self._spec.dead_letter_topic)
                 judged = judge_abort(
                     batch.jobs, failures, left, batch.lane.verdicts, topics, batch.lane.term
                 )

@@ -54,6 +54,8 @@ class Frontier:
         #: last move of the frontier (see ``cut``).
         self._completed: dict[int, int] = {}
         self._cut: dict[int, int] = {}
+        #: The earliest slot notified since ``take_notified`` last looked (None: none).
+        self._notified: EpochMs | None = None
 
     @contextmanager
     def placing(
@@ -150,7 +152,18 @@ class Frontier:
 
     def notify(self, slot_ms: EpochMs) -> None:
         """Tell the push worker a message now waits at ``slot_ms`` (wakes it if earlier)."""
+        with self._lock:
+            if self._notified is None or slot_ms < self._notified:
+                self._notified = slot_ms
         self._wake.notify(slot_ms)
+
+    def take_notified(self) -> EpochMs | None:
+        """The earliest slot notified since the last call (None: none): a loop delivering
+        several partitions through one wake learns which of them a write touched
+        (``group/lane.py``), and scans only those."""
+        with self._lock:
+            notified, self._notified = self._notified, None
+            return notified
 
     def wait(self, until_ms: EpochMs | None, now_ms: EpochMs, max_wait_s: float) -> None:
         """Sleep until ``until_ms``, an earlier ``notify``, ``stop`` or ``max_wait_s``."""

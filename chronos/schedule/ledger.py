@@ -760,6 +760,12 @@ class Ledger:
                         break
             return found
 
+    @property
+    def has_moves(self) -> bool:
+        """Whether any reschedule applied while leading waits to be published (covered by a
+        cut or not): a deliverer that skips an idle schedule's scans must not skip these."""
+        return bool(self._moves)
+
     def moving(self, message_id: str) -> bool:
         """Whether a reschedule of ``message_id`` applied while leading is not yet published
         (covered by a cut or not). Asked under the ledger's lock (``writing``), as the

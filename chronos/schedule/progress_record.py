@@ -22,6 +22,9 @@ from chronos.types import EpochMs
 CUT_KEY = b"cut"
 #: Prefix of a repeat's state; compaction keeps its latest, a tombstone once it finished.
 REPEAT_PREFIX = b"repeat:"
+#: Prefix of a partition's cut in a node's progress log (``group/node_log.py``):
+#: ``cut:<partition>``, so that compaction keeps each partition's last cut there.
+NODE_CUT_PREFIX = b"cut:"
 #: Prefix of a claim (``group/claims.py``): ``claim:<term>:<node>:<nonce>``, a key of its own,
 #: never tombstoned, so that compaction (the last record of a key) keeps every claim.
 CLAIM_PREFIX = b"claim:"
@@ -63,6 +66,13 @@ class Cut:
             starts from it.
         ahead_ms: how far the master's rate look-ahead had read: a message of a limited topic
             at or before it was planned (``delivery/rate_plan.py``); None without one.
+        seq: a cluster node's count of this partition's cuts before this one in its term:
+            its cuts go to two logs (the partition's own, and the node's, ``group/node_log.py``),
+            and a follower orders them by (term, seq). None: a replica group's or a node
+            alone's cut, all in one log.
+        logged: in a node's log, the ``seq`` of the term's last cut in the partition's own
+            log (the one that carried repeat states): a follower applies this cut only after
+            that one. None in the partition's own log.
     """
 
     term: int
@@ -74,6 +84,8 @@ class Cut:
     released_to: str | None = None
     paced: Mapping[str, float] = field(default_factory=dict)
     ahead_ms: EpochMs | None = None
+    seq: int | None = None
+    logged: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +140,35 @@ def _decode_claim(value: bytes | None) -> Claim:
 
 
 def encode_cut(cut: Cut) -> tuple[bytes, bytes]:
-    """(key, value) of a cut record."""
+    """(key, value) of a cut record in a partition's own log."""
+    return CUT_KEY, _cut_body(cut)
+
+
+def encode_node_cut(partition: int, cut: Cut) -> tuple[bytes, bytes]:
+    """(key, value) of ``partition``'s cut in a node's progress log."""
+    return NODE_CUT_PREFIX + str(partition).encode(), _cut_body(cut)
+
+
+def node_cut_partition(key: bytes | None) -> int | None:
+    """The partition a node log's record is the cut of (None: not a cut), read from its key
+    alone: a reader skips other partitions' cuts without decoding them."""
+    if key is None or not key.startswith(NODE_CUT_PREFIX):
+        return None
+    try:
+        return int(key[len(NODE_CUT_PREFIX) :])
+    except ValueError:
+        return None
+
+
+def decode_node_cut(key: bytes | None, value: bytes | None) -> tuple[int, Cut]:
+    """(partition, cut) of a node log's record; DecodeError for anything else."""
+    partition = node_cut_partition(key)
+    if partition is None or value is None:
+        raise DecodeError(f"not a node log's cut: {key!r}")
+    return partition, _decode_cut(value)
+
+
+def _cut_body(cut: Cut) -> bytes:
     body: dict[str, object] = {
         "v": _VERSION,
         "term": cut.term,
@@ -150,7 +190,11 @@ def encode_cut(cut: Cut) -> tuple[bytes, bytes]:
     if cut.ahead_ms is not None:
         # An earlier release's master plans those messages again as they fall due.
         body["ahead_ms"] = cut.ahead_ms
-    return CUT_KEY, json.dumps(body, separators=(",", ":")).encode()
+    if cut.seq is not None:
+        body["seq"] = cut.seq
+    if cut.logged is not None:
+        body["logged"] = cut.logged
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def _floor(body: dict[str, object]) -> Floor | None:
@@ -158,6 +202,28 @@ def _floor(body: dict[str, object]) -> Floor | None:
     if not isinstance(offsets, dict):
         return None
     return Floor({int(p): int(o) for p, o in offsets.items()}, int(str(body["floor_at_ms"])))
+
+
+def _decode_cut(value: bytes) -> Cut:
+    try:
+        body = json.loads(value)
+        if body.get("v") != _VERSION:
+            raise DecodeError(f"progress record version {body.get('v')!r} is not {_VERSION}")
+        return Cut(
+            term=int(body["term"]),
+            seek_ms=int(body["seek_ms"]),
+            offsets={int(p): int(o) for p, o in body["offsets"].items()},
+            node=str(body["node"]),
+            committed_at_ms=int(body["at_ms"]),
+            floor=_floor(body),
+            released_to=None if body.get("released_to") is None else str(body["released_to"]),
+            paced={str(t): float(tat) for t, tat in body.get("paced", {}).items()},
+            ahead_ms=None if body.get("ahead_ms") is None else int(body["ahead_ms"]),
+            seq=None if body.get("seq") is None else int(body["seq"]),
+            logged=None if body.get("logged") is None else int(body["logged"]),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DecodeError(f"undecodable cut record: {exc}") from exc
 
 
 def encode_repeat(state: RepeatState) -> tuple[bytes, bytes | None]:
@@ -173,23 +239,7 @@ def decode(key: bytes | None, value: bytes | None) -> Cut | RepeatState | Claim:
     if key is not None and key.startswith(CLAIM_PREFIX):
         return _decode_claim(value)
     if key == CUT_KEY and value is not None:
-        try:
-            body = json.loads(value)
-            if body.get("v") != _VERSION:
-                raise DecodeError(f"progress record version {body.get('v')!r} is not {_VERSION}")
-            return Cut(
-                term=int(body["term"]),
-                seek_ms=int(body["seek_ms"]),
-                offsets={int(p): int(o) for p, o in body["offsets"].items()},
-                node=str(body["node"]),
-                committed_at_ms=int(body["at_ms"]),
-                floor=_floor(body),
-                released_to=None if body.get("released_to") is None else str(body["released_to"]),
-                paced={str(t): float(tat) for t, tat in body.get("paced", {}).items()},
-                ahead_ms=None if body.get("ahead_ms") is None else int(body["ahead_ms"]),
-            )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise DecodeError(f"undecodable cut record: {exc}") from exc
+        return _decode_cut(value)
     if key is not None and key.startswith(REPEAT_PREFIX):
         message_id = key[len(REPEAT_PREFIX) :].decode()
         if value is None:

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError
 from chronos.clock import FakeClock
 from chronos.delivery.deadletter import DeadLetterPolicy
 from chronos.group.lane import Lane, MasterState
+from chronos.group.node_log import NodeLog
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.group.spec import GroupSpec
 from chronos.group.transactions import TransactionLoop
@@ -27,9 +28,10 @@ from chronos.kafka.errors import Fenced
 from chronos.kafka.publishers.stub import StubPublisher
 from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage, Op
+from chronos.repeat import Repeat, RepeatKind
 from chronos.schedule.frontier import Frontier, Wake
 from chronos.schedule.ledger import Ledger
-from chronos.schedule.progress_record import Cut, decode
+from chronos.schedule.progress_record import Cut, RepeatState, decode, decode_node_cut
 from chronos.settings import ChronosSettings, DeleteSettings, DeliverySettings, StoreSettings
 from chronos.store import codec
 from chronos.store.database import RocksDatabase
@@ -38,6 +40,7 @@ from chronos.wire import H_DLQ_REASON, H_ID
 
 T0 = 1_700_000_000_000
 TARGET = "orders"
+NODE_LOG = NodeLog("ns.progress.c.nodes", 3)
 RETRY = DeliverySettings(retry_backoff_initial_ms=1, retry_backoff_max_ms=1, give_up_after_s=5)
 FAST = StoreSettings(wal_sync_interval_ms=60_000)
 
@@ -57,8 +60,8 @@ class Partition:
     fenced: list[str] = field(default_factory=list)
     offset: int = 0
 
-    def add(self, message_id: str, due_ms: int) -> None:
-        message = DelayMessage(message_id, TARGET, b"k", b"v", [], due_ms)
+    def add(self, message_id: str, due_ms: int, repeat: Repeat | None = None) -> None:
+        message = DelayMessage(message_id, TARGET, b"k", b"v", [], due_ms, repeat)
         item = (Op.ADD, message_id, due_ms, codec.encode(message))
         p = self.number
         self.ledger.apply_decoded([item], {p: self.offset + 1}, [(p, self.offset)])
@@ -84,6 +87,11 @@ class Node:
     def cuts(self, partition: int) -> list[Cut]:
         records = self.publisher.visible_on(progress_topic(partition))
         return [c for c in (decode(r.key, r.value) for r in records) if isinstance(c, Cut)]
+
+    def node_cuts(self) -> list[tuple[int | None, int, Cut]]:
+        """(partition of the node-log topic, partition delivered, cut) of each record there."""
+        records = self.publisher.visible_on(NODE_LOG.topic)
+        return [(r.partition, *decode_node_cut(r.key, r.value)) for r in records]
 
     def lane(self, partition: int, term: int) -> Partition:
         """A partition's schedule and a lane over it, leading from ``T0 - 1000``."""
@@ -117,6 +125,7 @@ def make_node(
     progress_interval_ms: int = 60_000,
     idle_cuts: bool = True,
     wake: Wake | None = None,
+    node_log: NodeLog | None = None,
 ) -> Node:
     """A node owning ``terms``' partitions (partition -> its term); an idle lane publishes
     its cut every ``progress_interval_ms`` when ``idle_cuts``."""
@@ -133,7 +142,8 @@ def make_node(
     )
     spec = GroupSpec.of(settings)
     assert spec is not None
-    topics = {TARGET, spec.dead_letter_topic} | {progress_topic(p) for p in range(8)}
+    topics = {TARGET, spec.dead_letter_topic, NODE_LOG.topic}
+    topics |= {progress_topic(p) for p in range(8)}
     publisher = StubPublisher(topics=topics)
     clock, metrics = FakeClock(T0), CountingMetrics()
     database = RocksDatabase(tmp_path / "s", FAST)
@@ -148,6 +158,7 @@ def make_node(
         clock=clock,
         metrics=metrics,
         idle_cuts=idle_cuts,
+        node_log=node_log,
     )
     return node
 
@@ -486,3 +497,135 @@ def test_a_loop_with_every_lane_idle_waits_for_the_first_message_due_in_any_lane
     node.partitions[2].add("soon", T0 + 20)
     node.loop.step()
     assert wake.waits[-1][0] == T0 + 20
+
+
+def test_a_nodes_cuts_go_to_its_log_unless_they_carry_what_the_partitions_log_must_hold(
+    tmp_path: Path,
+) -> None:
+    """With a node log, a transaction touches one progress partition however many lanes it
+    carries: a lane's cut goes to the node's log (``cut:<p>``, at the node's partition)
+    unless it is its term's first, carries repeat states, or names a successor, which go to
+    the partition's own log with their cut. ``seq`` counts a lane's cuts in its term and a
+    node-log cut names the last one its own log holds (``logged``). Mutants caught: every cut
+    to the node log (a term's first cut and the repeat states' cut apart); ``logged`` not
+    moved by a cut to the own log; the node log's partition left to the partitioner."""
+    node = make_node(tmp_path, {1: 4, 2: 9}, idle_cuts=False, node_log=NODE_LOG)
+    p1, p2 = node.partitions[1], node.partitions[2]
+    node.loop.step()
+    assert [(c.term, c.seq, c.logged) for c in node.cuts(1)] == [(4, 0, None)]
+    assert [(c.term, c.seq, c.logged) for c in node.cuts(2)] == [(9, 0, None)]
+    assert node.node_cuts() == []
+    p1.add("a", T0 + 1)
+    p2.add("b", T0 + 1)
+    node.clock.advance(1)
+    node.loop.step()
+    assert sorted(node.delivered()) == ["a", "b"]
+    assert len(node.cuts(1)) == 1 and len(node.cuts(2)) == 1
+    found = {(at, p): (c.term, c.seq, c.logged, c.seek_ms) for at, p, c in node.node_cuts()}
+    assert found == {(3, 1): (4, 1, 0, T0 + 1), (3, 2): (9, 1, 0, T0 + 1)}
+    every = Repeat(RepeatKind.FIXED, 1000, 3)
+    p1.add("tick", T0 + 2, every)  # its delivery's next occurrence is a repeat state
+    node.clock.advance(1)
+    node.loop.step()
+    states = [
+        st
+        for st in (decode(r.key, r.value) for r in node.publisher.visible_on(progress_topic(1)))
+        if isinstance(st, RepeatState)
+    ]
+    assert [st.message_id for st in states] == ["tick"]
+    assert [(c.seq, c.logged, c.seek_ms) for c in node.cuts(1)][-1] == (2, None, T0 + 2)
+    p1.add("c", T0 + 3)
+    node.clock.advance(1)
+    node.loop.step()
+    last_at, last_p, last = node.node_cuts()[-1]
+    assert (last_at, last_p, last.seq, last.logged) == (3, 1, 3, 2)
+    p2.lane.release("node-b")
+    node.loop.step()
+    (handed,) = [c for c in node.cuts(2) if c.released_to is not None]
+    assert (handed.released_to, handed.seq) == ("node-b", 2)
+
+
+class _CountingStore:
+    """A store's reads counted, the rest passed through (``Lane.store``)."""
+
+    def __init__(self, store: RocksStore) -> None:
+        self._store = store
+        self.reads = 0
+
+    def scan(self, *args: object) -> list[tuple[bytes, bytes]]:
+        self.reads += 1
+        return self._store.scan(*args)  # type: ignore[arg-type]
+
+    def first_key_from(self, start: bytes) -> bytes | None:
+        self.reads += 1
+        return self._store.first_key_from(start)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+
+def test_a_lane_with_nothing_due_is_not_read_until_a_write_touches_it_or_its_time_comes(
+    tmp_path: Path,
+) -> None:
+    """One partition busy, the other idle with a message far ahead: after one look, the idle
+    lane costs the busy one's transactions no read; a write to it, or its message falling
+    due, makes it read again, and each is delivered. Mutants caught: every lane read in
+    every transaction; a write's notification not lowering the known next slot (delivered
+    late: only at the far message's time); the next slot kept across a commit (the lane read
+    in every transaction after its first delivery)."""
+    node = make_node(tmp_path, {1: 1, 2: 1}, idle_cuts=False, node_log=NODE_LOG)
+    busy, idle = node.partitions[1], node.partitions[2]
+    counting = _CountingStore(idle.store)
+    idle.lane.store = counting  # type: ignore[assignment]
+    idle.add("far", T0 + 60_000)
+    node.loop.step()  # each lane's first cut
+    node.clock.advance(1)
+    node.loop.step()  # the idle lane is read once more: it learns its next slot
+    reads = counting.reads
+    for n in range(5):
+        busy.add(f"b{n}", T0 + 2 + n)
+        node.clock.advance(1)
+        node.loop.step()
+    assert counting.reads == reads, "an idle lane was read in the busy one's transactions"
+    assert len(node.delivered()) == 5
+    idle.add("near", T0 + 10)  # a write to the idle lane: read again, delivered when due
+    node.clock.advance(10)
+    node.loop.step()
+    assert counting.reads > reads
+    assert node.delivered()[-1] == "near"
+    for n in range(3):  # one look after its commit, then quiet again
+        busy.add(f"c{n}", node.clock.now_ms() + 1)
+        node.clock.advance(1)
+        node.loop.step()
+        if n == 0:
+            reads = counting.reads
+    assert counting.reads == reads, "a lane that delivered stayed read in every transaction"
+    node.clock.advance(60_000)
+    node.loop.step()
+    assert node.delivered()[-1] == "far"
+
+
+def test_a_frontier_tells_the_earliest_slot_notified_since_it_was_last_asked() -> None:
+    frontier = Frontier(0)
+    assert frontier.take_notified() is None
+    frontier.notify(50)
+    frontier.notify(20)
+    frontier.notify(30)
+    assert frontier.take_notified() == 20
+    assert frontier.take_notified() is None
+
+
+def test_a_node_log_loop_refuses_a_lane_without_its_partition(tmp_path: Path) -> None:
+    node = make_node(tmp_path, {1: 1}, node_log=NODE_LOG)
+    lane = node.partitions[1].lane
+    lane.partition = None
+    with pytest.raises(ValueError, match="names its partition"):
+        TransactionLoop(
+            spec=node.spec,
+            publisher=node.publisher,
+            lanes=[lane],
+            retry=RETRY,
+            clock=node.clock,
+            metrics=node.metrics,
+            node_log=NODE_LOG,
+        )
