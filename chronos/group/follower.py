@@ -180,6 +180,12 @@ class Follower:
     A record is applied once ingest has stored every add below its cut (otherwise a repeat
     state could name an id not stored yet, and the seek would pass adds not stored yet).
 
+    A partition of a cluster node has its cuts in two logs (``node_log.py``): its own, with
+    its repeat states and claims (``take``), and its owner's node log (``take_node_cuts``).
+    Each node-log cut names the last own-log cut of its term before it (``Cut.logged``) and
+    waits until that one was taken, so that the repeat states it carried are applied first;
+    a cut older than one taken is dropped (a cut is cumulative: a later one says all).
+
     Parameters:
         apply: writes one committed record to the store.
         ingested: the store's next inner offset per owned partition.
@@ -190,6 +196,11 @@ class Follower:
         self._ingested = ingested
         self._waiting: deque[tuple[Cut, list[RepeatState]]] = deque()
         self._states: list[RepeatState] = []
+        #: (term, seq) of the last own-log cut taken, and of the last cut taken from either.
+        self._own: tuple[int, int] | None = None
+        self._taken: tuple[int, int] | None = None
+        #: The newest node-log cut waiting for the own-log cut it names.
+        self._held: Cut | None = None
         #: The newest cut applied to the store.
         self.applied: Cut | None = None
         #: The newest cut read.
@@ -203,12 +214,39 @@ class Follower:
         that returned them reached the topic's end."""
         for record in records:
             if isinstance(record, Cut):
-                self._waiting.append((record, self._states))
+                self._queue(record, self._states)
                 self._states = []
-                self.latest = record
+                self._own = cut_order(record)
+                self._release_held()
             else:
                 self._states.append(record)
         self.read_to_end = self.read_to_end or end_reached
+
+    def take_node_cuts(self, cuts: Sequence[Cut]) -> None:
+        """This partition's cuts read from a node log, in that log's order."""
+        for cut in cuts:
+            held = self._held
+            if held is None or cut_order(cut) > cut_order(held):
+                self._held = cut
+        self._release_held()
+
+    def _release_held(self) -> None:
+        held = self._held
+        if held is None:
+            return
+        if self._taken is not None and cut_order(held) <= self._taken:
+            self._held = None  # a later cut was taken: it says all this one says
+            return
+        own = self._own
+        logged = -1 if held.logged is None else held.logged
+        if own is not None and own[0] == held.term and own[1] >= logged:
+            self._held = None
+            self._queue(held, [])
+
+    def _queue(self, cut: Cut, states: list[RepeatState]) -> None:
+        self._waiting.append((cut, states))
+        self.latest = cut
+        self._taken = cut_order(cut)
 
     def apply_covered(self) -> int:
         """Apply every waiting record ingest now covers; returns how many."""
@@ -242,6 +280,12 @@ class Follower:
     def waiting(self) -> int:
         """Records read and not applied yet."""
         return len(self._waiting)
+
+
+def cut_order(cut: Cut) -> tuple[int, int]:
+    """Where a cut lies in its partition's history: its term, then its place in the term
+    (a cut without ``seq``, of one log only, first)."""
+    return cut.term, -1 if cut.seq is None else cut.seq
 
 
 class FollowWorker(LoopWorker):

@@ -12,23 +12,30 @@ group.
 
 Each partition keeps its own ``Follower``: a cut waits until that partition's ingest covers
 its offsets, whatever the others do.
+
+The same consumer reads the cluster's node-log topic (``node_log.py``), where owners put the
+cuts that carry nothing else: every partition of it, from its beginning. It routes a cut to
+its partition's follower by the record's key alone (others are not decoded) and keeps the
+newest cut of every partition it saw, so that a partition that starts being followed later
+gets its last one at once instead of waiting for its owner's next.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
-from chronos.group.follower import READER_OPTIONS, Follower, applicable
+from chronos.errors import DecodeError
+from chronos.group.follower import READER_OPTIONS, Follower, applicable, cut_order
 from chronos.kafka.batches import read_ready
 from chronos.kafka.librdkafka import ClientErrors
 from chronos.lifecycle import LoopWorker
-from chronos.schedule.progress_record import Cut, RepeatState
+from chronos.schedule.progress_record import Cut, RepeatState, decode_node_cut, node_cut_partition
 from chronos.settings import KafkaValue
 
 log = structlog.get_logger(__name__)
@@ -61,11 +68,12 @@ class OpenProgressLogsConsumer(Protocol):
 
 @dataclass
 class Read:
-    """What one read returned for one partition: its records in order, and whether the read
-    reached the end of its progress topic."""
+    """What one read returned for one partition: its records in order, whether the read
+    reached the end of its progress topic, and its cuts from the node log, in that order."""
 
-    records: list[Cut | RepeatState]
+    records: list[Cut | RepeatState] = field(default_factory=list)
     end_reached: bool = False
+    node_cuts: list[Cut] = field(default_factory=list)
 
 
 class ProgressLogs:
@@ -77,15 +85,30 @@ class ProgressLogs:
         reader_group: the consumer's group id (never joined: librdkafka wants one).
         open_consumer: builds its consumer.
         errors: the consumer's error handler (an authorization failure ends the node).
+        node_log: the cluster's node-log topic and its partition count; None: none read.
     """
 
     def __init__(
-        self, reader_group: str, open_consumer: OpenProgressLogsConsumer, errors: ClientErrors
+        self,
+        reader_group: str,
+        open_consumer: OpenProgressLogsConsumer,
+        errors: ClientErrors,
+        node_log: tuple[str, int] | None = None,
     ) -> None:
         self._errors = errors
         self._consumer = open_consumer(reader_group, errors, READER_OPTIONS)
         #: The inner partition whose progress each followed topic holds.
         self._partitions: dict[str, int] = {}
+        #: The newest node-log cut of every partition seen, followed or not.
+        self._node_cuts: dict[int, Cut] = {}
+        #: Partitions followed since the last read: their newest node-log cut goes out with it.
+        self._joined: list[int] = []
+        self._node_topic: str | None = None
+        if node_log is not None:
+            topic, count = node_log
+            self._node_topic = topic
+            every = [TopicPartition(topic, n, OFFSET_BEGINNING) for n in range(count)]
+            self._consumer.incremental_assign(every)
 
     @property
     def followed(self) -> list[int]:
@@ -98,6 +121,7 @@ class ProgressLogs:
             return
         self._consumer.incremental_assign([TopicPartition(topic, 0, offset)])
         self._partitions[topic] = partition
+        self._joined.append(partition)
 
     def leave(self, partition: int) -> None:
         """Stop reading ``partition``'s progress; records of it still in flight are dropped."""
@@ -109,11 +133,21 @@ class ProgressLogs:
     def read(self, timeout_s: float) -> dict[int, Read]:
         """What arrived, by partition, in each topic's order (at most a batch in all)."""
         out: dict[int, Read] = {}
+        followed = set(self._partitions.values())
+        for partition in self._joined:
+            known = self._node_cuts.get(partition)
+            if known is not None and partition in followed:
+                out.setdefault(partition, Read()).node_cuts.append(known)
+        self._joined = []
         for message in read_ready(self._consumer, _BATCH, timeout_s):
-            partition = self._partitions.get(message.topic() or "")
-            if partition is None:
+            topic = message.topic() or ""
+            if topic == self._node_topic:
+                self._node_record(message, followed, out)
+                continue
+            owner = self._partitions.get(topic)
+            if owner is None:
                 continue  # left meanwhile
-            read = out.setdefault(partition, Read([]))
+            read = out.setdefault(owner, Read())
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
@@ -125,6 +159,27 @@ class ProgressLogs:
             if record is not None:
                 read.records.append(record)
         return out
+
+    def _node_record(self, message: Message, followed: set[int], out: dict[int, Read]) -> None:
+        """A node-log record: kept as its partition's newest cut, and read out when that
+        partition is followed."""
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                self._errors(error)
+            return
+        if node_cut_partition(message.key()) is None:
+            return
+        try:
+            partition, cut = decode_node_cut(message.key(), message.value())
+        except DecodeError as exc:
+            log.error("node_log_record_undecodable", offset=message.offset(), reason=str(exc))
+            return
+        known = self._node_cuts.get(partition)
+        if known is None or cut_order(cut) > cut_order(known):
+            self._node_cuts[partition] = cut
+        if partition in followed:
+            out.setdefault(partition, Read()).node_cuts.append(cut)
 
     def close(self) -> None:
         self._consumer.close()
@@ -181,6 +236,7 @@ class StandbysWorker(LoopWorker):
             if follower is None:
                 continue
             follower.take(read.records, read.end_reached)
+            follower.take_node_cuts(read.node_cuts)
         for follower in self._followers.values():
             follower.apply_covered()
 

@@ -11,7 +11,16 @@ from chronos.errors import DecodeError
 from chronos.group.follower import Follower, read_to_end
 from chronos.model import DelayMessage
 from chronos.repeat import Repeat, RepeatKind
-from chronos.schedule.progress_record import Cut, RepeatState, decode, encode_cut, encode_repeat
+from chronos.schedule.progress_record import (
+    Cut,
+    RepeatState,
+    decode,
+    decode_node_cut,
+    encode_cut,
+    encode_node_cut,
+    encode_repeat,
+    node_cut_partition,
+)
 
 T0 = 1_700_000_000_000
 
@@ -106,3 +115,53 @@ def test_reading_to_the_end_stops_at_the_stable_offset_not_the_high_watermark() 
         read_to_end(_OpenTransactionLog(list(log.records)), timeout_s=0.5)
     cut, states = read_to_end(log, timeout_s=60.0, stable_end=3)  # a safety net, not a bound
     assert cut == Cut(2, 20, {0: 2}, "a", 6) and states == {"r": repeat}
+
+
+def _cluster_cut(term: int, seq: int, seek: int, logged: int | None = None) -> Cut:
+    return Cut(term, seek, {0: 0}, "owner", seek, seq=seq, logged=logged)
+
+
+def test_a_node_log_cut_waits_for_the_own_log_cut_it_names_and_its_states_go_first() -> None:
+    """A cluster partition's cuts come from two logs read by one consumer in no set order
+    between them (``group/node_log.py``). A node-log cut naming own-log cut 1 waits for it,
+    so that the repeat state before it is applied first. Mutant caught: a node-log cut taken
+    as it arrives (the state applied after a cut that passed its message)."""
+    ledger = FakeLedger()
+    follower = Follower(ledger.apply_cut, lambda: {0: 10})
+    follower.take([_cluster_cut(1, 0, T0)])
+    follower.take_node_cuts([_cluster_cut(1, 2, T0 + 20, logged=1)])
+    assert follower.apply_covered() == 1
+    assert [seek for seek, _s, _c in ledger.applied] == [T0], "applied before its own-log cut"
+    state = RepeatState("r", None, 0)
+    follower.take([state, _cluster_cut(1, 1, T0 + 10)])
+    follower.apply_covered()
+    assert ledger.applied[-1] == (T0 + 20, [state], {0: 0})
+    assert follower.applied is not None and follower.applied.seq == 2
+
+
+def test_a_node_log_cut_older_than_one_taken_is_dropped() -> None:
+    """Cuts are cumulative: one read late from the node log, after a later own-log cut of
+    its term or a cut of a later term, says nothing more. Mutants caught: an older cut
+    applied after a newer one (the seek moving back); a new term's node-log cut applied
+    before that term's first own-log cut (a claim's first cut, where the term shows)."""
+    ledger = FakeLedger()
+    follower = Follower(ledger.apply_cut, lambda: {0: 10})
+    follower.take([_cluster_cut(1, 0, T0), _cluster_cut(1, 3, T0 + 30)])
+    follower.take_node_cuts([_cluster_cut(1, 2, T0 + 20, logged=0)])
+    follower.apply_covered()
+    assert [seek for seek, _s, _c in ledger.applied] == [T0 + 30]
+    follower.take_node_cuts([_cluster_cut(2, 1, T0 + 50, logged=0)])
+    assert follower.apply_covered() == 0, "a new term's cut before that term's first"
+    follower.take([_cluster_cut(2, 0, T0 + 40)])
+    follower.apply_covered()
+    assert [seek for seek, _s, _c in ledger.applied] == [T0 + 30, T0 + 50]
+
+
+def test_a_node_cut_round_trips_with_its_partition_in_its_key() -> None:
+    cut = Cut(3, T0, {4: 9}, "a", T0 + 1, seq=7, logged=5)
+    key, value = encode_node_cut(4, cut)
+    assert node_cut_partition(key) == 4
+    assert decode_node_cut(key, value) == (4, cut)
+    assert node_cut_partition(b"cut") is None and node_cut_partition(b"cut:x") is None
+    with pytest.raises(DecodeError):
+        decode_node_cut(b"repeat:r", value)
