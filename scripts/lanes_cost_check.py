@@ -49,7 +49,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from chronos.bench.sampler import cpu_seconds
+from chronos.bench.sampler import cpu_seconds, stage_delta, thread_cpu
 from chronos.clock import SystemClock
 from chronos.delivery.deadletter import DeadLetterPolicy
 from chronos.devstack.check import add_broker_options, finish, staged
@@ -67,6 +67,7 @@ from chronos.settings import ChronosSettings, StoreSettings
 from chronos.store import codec
 from chronos.store.database import RocksDatabase
 from chronos.store.rocks import RocksStore
+from chronos.threadname import name_this_thread
 
 #: Partitions of the target topic the load is delivered to.
 TARGET_PARTITIONS = 6
@@ -81,6 +82,11 @@ class Window:
     delivered: int = 0
     #: CPU µs of broker + this process per delivered message (under load only).
     us_per_message: float | None = None
+    #: The same without the load's own thread (which adds one message per write, as no
+    #: node's ingest does): the delivery path's cost per message.
+    delivery_us_per_message: float | None = None
+    #: This process' CPU seconds per thread kind (``transactions``, ``rdk``, ``loader``...).
+    stages: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -208,6 +214,7 @@ def _run_shape(
         stop = threading.Event()
 
         def load() -> None:
+            name_this_thread("loader")
             interval = 1.0 / args.rate
             start = time.monotonic()
             n = 0
@@ -245,7 +252,8 @@ def _run_shape(
         f"{shape:>8} x{partitions:<3} rest broker {rest.broker_core_share:.3f} "
         f"process {rest.process_core_share:.3f} | load broker {under.broker_core_share:.3f} "
         f"process {under.process_core_share:.3f} {under.us_per_message} us/msg "
-        f"undelivered {row.undelivered}",
+        f"(without the loader {under.delivery_us_per_message}) undelivered {row.undelivered} "
+        f"threads {under.stages}",
         flush=True,
     )
     return row
@@ -260,6 +268,7 @@ def _window(
 ) -> Window:
     broker_before = cpu_seconds(broker_pid) if broker_pid else 0.0
     own_before = cpu_seconds(pid)
+    threads_before = thread_cpu(pid)
     counted_before = metrics.totals().get("delivered", 0)
     started = time.monotonic()
     time.sleep(seconds)
@@ -267,10 +276,13 @@ def _window(
     broker = (cpu_seconds(broker_pid) - broker_before) if broker_pid else 0.0
     own = cpu_seconds(pid) - own_before
     window = Window(round(broker / elapsed, 3), round(own / elapsed, 3))
+    window.stages = stage_delta(threads_before, thread_cpu(pid))
     if delivered_before is not None:
         window.delivered = metrics.totals().get("delivered", 0) - counted_before
         if window.delivered:
             window.us_per_message = round((broker + own) * 1e6 / window.delivered, 1)
+            delivery = broker + own - window.stages.get("loader", 0.0)
+            window.delivery_us_per_message = round(delivery * 1e6 / window.delivered, 1)
     return window
 
 
@@ -322,13 +334,15 @@ def main() -> int:
 
 
 def _scaling(rows: list[Row]) -> dict[str, dict[int, float]]:
-    """Per shape: CPU per message at each partition count over that at 1 partition."""
+    """Per shape: the delivery path's CPU per message (without the loader) at each partition
+    count over that at 1 partition."""
     found: dict[str, dict[int, float]] = {}
     for row in rows:
         one = next((r for r in rows if r.shape == row.shape and r.partitions == 1), None)
-        if one is None or not one.load.us_per_message or not row.load.us_per_message:
+        mine = row.load.delivery_us_per_message
+        if one is None or not one.load.delivery_us_per_message or not mine:
             continue
-        ratio = round(row.load.us_per_message / one.load.us_per_message, 2)
+        ratio = round(mine / one.load.delivery_us_per_message, 2)
         found.setdefault(row.shape, {})[row.partitions] = ratio
     return found
 

@@ -50,6 +50,12 @@ CONCERNS = (CF_MESSAGES, CF_INDEX, CF_EXPIRY, CF_META, CF_ARRIVALS, CF_OUTCOMES)
 #: lookups). The others are scanned.
 _POINT_READ_FAMILIES = frozenset({CF_INDEX, CF_META, CF_OUTCOMES})
 _PARTITION_SUFFIX = ".p"
+#: Memtable arena block of a partition's families. RocksDB's default is an eighth of the
+#: write buffer (4 MiB here), and the shared write buffer budget counts every block a
+#: memtable took, used or not: 16 partitions, four families written each, took 256 MiB of a
+#: 64 MiB budget with a few KiB in each, and RocksDB flushed a memtable of ~30 KiB every
+#: 20 ms (1,122 flushes in 45 s, a quarter of a core; ``scripts/lanes_cost_check.py``).
+_PARTITION_ARENA_BYTES = 64 << 10
 
 _COMPRESSION = {
     "lz4": DBCompressionType.lz4,
@@ -237,8 +243,12 @@ class RocksDatabase:
         return options
 
     def _family_options(self, name: str) -> Options:
-        concern = name.rpartition(_PARTITION_SUFFIX)[0] if _partition_of(name) is not None else name
-        return self._options(point_reads=concern in _POINT_READ_FAMILIES)
+        if _partition_of(name) is None:
+            return self._options(point_reads=name in _POINT_READ_FAMILIES)
+        concern = name.rpartition(_PARTITION_SUFFIX)[0]
+        options = self._options(point_reads=concern in _POINT_READ_FAMILIES)
+        options.set_arena_block_size(_PARTITION_ARENA_BYTES)
+        return options
 
     def families(self, partition: int | None) -> Families:
         """The column families of ``partition``'s schedule (None: the default one), created

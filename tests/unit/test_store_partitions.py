@@ -157,3 +157,23 @@ def test_a_database_of_a_newer_format_is_refused_whichever_schedule_opens_it(
         RocksDatabase(tmp_path / "s", FAST)
     with pytest.raises(StoreError, match="format version"):
         RocksDatabase(tmp_path / "s", FAST)  # the LOCK was released by the refusal
+
+
+def test_small_writes_to_many_partitions_flush_nothing(tmp_path: Path) -> None:
+    """Every memtable counts its arena blocks against the database's one write budget (twice
+    ``write_buffer_mb``), used or not: with RocksDB's default block (an eighth of the write
+    buffer, taken once a memtable outgrows its first 2 KiB) 32 partitions written a few KiB
+    each passed the budget, and RocksDB flushed a memtable of a few KiB after every write (a
+    quarter of a core at 2,000 msg/s over 16 partitions). Mutant caught: the partitions'
+    families with the default arena block (a table file per flush)."""
+    database = RocksDatabase(tmp_path / "s", FAST)
+    stores = [RocksStore.of_partition(database, p) for p in range(32)]
+    before = set(database.path.glob("*.sst"))
+    for round_ in range(3):
+        for p, store in enumerate(stores):
+            _schedule(store, [1000 * round_ + p + 1 + 32 * n for n in range(40)], f"r{round_}")
+    flushed = set(database.path.glob("*.sst")) - before
+    for store in stores:
+        store.close()
+    database.close()
+    assert not flushed, f"{len(flushed)} memtables flushed for a few KiB each"
