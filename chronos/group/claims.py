@@ -15,7 +15,10 @@ holder, and a node that wants the partition:
    is the last stable offset, which a competing claim in a still-open transaction at a lower
    offset holds below one's own) and **wins** when no record of a term above t came first;
 5. a winner delivers from the last cut before its claim (``Decision.cut``), in the claim's
-   term (every cut it writes carries that term).
+   term (every cut it writes carries that term). A cluster node's cuts are mostly in its node
+   log (``node_log.py``), not in the partition's: the claimant reads the holder's there
+   after the fence, and its claim carries the later of the two (``Claim.cut``), which is
+   where a winner starts and what a later claimant finds when the winner wrote no cut.
 
 Two claims of one term cannot both win: the log orders them, and each is decided only by
 the records before it. ``Ownership`` applies that rule to any reading of the log, so every
@@ -30,7 +33,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
@@ -40,7 +43,14 @@ from chronos.kafka.batches import AssignedConsumer, read_ready
 from chronos.kafka.errors import TransactionAborted
 from chronos.kafka.librdkafka import ClientErrors
 from chronos.kafka.publisher import TransactionalPublisher
-from chronos.schedule.progress_record import Claim, Cut, RepeatState, decode, encode_claim
+from chronos.schedule.progress_record import (
+    Claim,
+    Cut,
+    RepeatState,
+    decode,
+    encode_claim,
+    later,
+)
 from chronos.settings import KafkaValue
 
 log = structlog.get_logger(__name__)
@@ -87,6 +97,8 @@ class Ownership:
                 self.term, self.node, self.claimed = record.term, record.node, True
                 self.released_to = None
                 self.claim_offset = offset
+                # Where the winner starts: a cut of its predecessor's node log, maybe.
+                self.cut = later(self.cut, record.cut)
                 self.cut_at_claim = self.cut
             self.max_term = max(self.max_term, record.term)
         elif isinstance(record, Cut):
@@ -146,6 +158,13 @@ class Decision:
 OpenClaimConsumer = Callable[[str, ClientErrors, Mapping[str, KafkaValue]], AssignedConsumer]
 
 
+class NodeCutSource(Protocol):
+    """Where a claimant finds a holder's last cut of a partition in its node log
+    (``node_log.NodeLogCuts``)."""
+
+    def last_cut(self, holder: str, partition: int, timeout_s: float) -> Cut | None: ...
+
+
 class ClaimLog:
     """One partition's progress log read from its start at ``read_committed``, into an
     ``Ownership``; a claimant keeps it between claims and reads on from where it stopped.
@@ -155,6 +174,8 @@ class ClaimLog:
         reader_group: its consumer's group id (assigned, never joined).
         open_consumer: builds its consumer.
         errors: the consumer's error handler.
+        inner: the inner partition whose log it is (a node log keys its cuts by it); None:
+            no node log is read for it.
     """
 
     def __init__(
@@ -164,9 +185,11 @@ class ClaimLog:
         reader_group: str,
         open_consumer: OpenClaimConsumer,
         errors: ClientErrors,
+        inner: int | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
+        self.inner = inner
         self._errors = errors
         options: dict[str, KafkaValue] = {
             "enable.auto.commit": False,
@@ -218,6 +241,18 @@ class ClaimLog:
         self.ownership.take(offset, record)
 
 
+@dataclass(frozen=True)
+class _Bid:
+    """A claim a round means to make, before its fences: the log, whom it names, what to
+    fence, and what the claim will say."""
+
+    claim_log: ClaimLog
+    holder: str | None
+    fenced: tuple[str, ...]
+    max_term: int
+    after: int
+
+
 class ClaimFailed(Exception):
     """The claim could not be committed (a fence or the claim's transaction failed)."""
 
@@ -240,6 +275,8 @@ class Claimant:
             (fenced before the first claim of a log that has none).
         stable_end: the log's last stable offset now.
         timeout_s: longest wait of each step (a fence, the read-back).
+        node_cuts: the holders' node logs (a cluster node's); None: cuts are in each
+            partition's log only.
     """
 
     def __init__(
@@ -252,8 +289,10 @@ class Claimant:
         shared_id: Callable[[str, int], str],
         stable_end: StableEnd,
         timeout_s: float,
+        node_cuts: NodeCutSource | None = None,
     ) -> None:
         self.node = node
+        self._node_cuts = node_cuts
         self._publisher = publisher
         self._open_transactional = open_transactional
         self._transactional_id = transactional_id
@@ -291,7 +330,7 @@ class Claimant:
         then, or its outcome is unknown (the next round reads the logs, which name this
         node where a claim of it won); and for a round of one whose fence failed (``claim``)."""
         decisions: list[Decision | None] = []
-        claims: list[tuple[ClaimLog, Claim, str | None]] = []
+        bids: list[_Bid] = []
         fences: list[str] = []
         for claim_log in claim_logs:
             ownership = self._read(claim_log)
@@ -306,38 +345,63 @@ class Claimant:
                 for node in ownership.fences_needed(self.node)
             )
             fences += [f for f in fenced if f not in fences]
-            claim = Claim(
-                term=ownership.max_term + 1,
-                node=self.node,
-                after=ownership.last_offset,
-                nonce=uuid.uuid4().hex[:12],
-                fenced=fenced,
-            )
-            claims.append((claim_log, claim, holder))
+            bids.append(_Bid(claim_log, holder, fenced, ownership.max_term, ownership.last_offset))
             decisions.append(None)
-        unfenced: dict[str, str] = {}
+        failed: dict[str, str] = {}
         for transactional_id in fences:
             try:
                 self.fence(transactional_id)
             except ClaimFailed as exc:
-                unfenced[transactional_id] = str(exc)
-        if len(claim_logs) == 1 and unfenced:
-            raise ClaimFailed(next(iter(unfenced.values())))
+                failed[transactional_id] = str(exc)
+        if len(claim_logs) == 1 and failed:
+            raise ClaimFailed(next(iter(failed.values())))
         # A claim whose fence failed is not made; the others go on (a round is not lost
-        # whole to one holder that could not be fenced in time).
-        made = [c for c in claims if not set(c[1].fenced) & unfenced.keys()]
-        offsets = iter(self._commit([(claim_log, claim) for claim_log, claim, _ in made]))
-        slots = [n for n, decision in enumerate(decisions) if decision is None]
-        for n, (claim_log, claim, holder) in zip(slots, claims, strict=True):
-            failed = [unfenced[f] for f in claim.fenced if f in unfenced]
-            if failed:
-                cut = claim_log.ownership.cut
-                decisions[n] = Decision(False, None, -1, cut, holder, failed[0])
-            else:
-                decisions[n] = self.resume(
-                    claim_log, Decision(False, claim, next(offsets), None, holder)
+        # whole to one holder that could not be fenced in time). Nor is one whose holder's
+        # node log could not be read: it would start from an older cut (duplicates).
+        claims: list[tuple[ClaimLog, Claim]] = []
+        why: list[str | None] = []
+        for bid in bids:
+            refused: str | None = next((failed[f] for f in bid.fenced if f in failed), None)
+            start: Cut | None = None
+            if refused is None:
+                try:
+                    start = self._start(bid)
+                except TimeoutError as exc:
+                    refused = f"the holder's node log was not read: {exc}"
+            why.append(refused)
+            if refused is None:
+                claim = Claim(
+                    term=bid.max_term + 1,
+                    node=self.node,
+                    after=bid.after,
+                    nonce=uuid.uuid4().hex[:12],
+                    fenced=bid.fenced,
+                    cut=start,
                 )
+                claims.append((bid.claim_log, claim))
+        if len(claim_logs) == 1 and why and why[0] is not None:
+            raise ClaimFailed(why[0])
+        offsets = iter(self._commit(claims))
+        made = iter(claims)
+        slots = [n for n, decision in enumerate(decisions) if decision is None]
+        for n, bid, refused in zip(slots, bids, why, strict=True):
+            if refused is not None:
+                cut = bid.claim_log.ownership.cut
+                decisions[n] = Decision(False, None, -1, cut, bid.holder, refused)
+                continue
+            claim_log, claim = next(made)
+            decision = Decision(False, claim, next(offsets), None, bid.holder)
+            decisions[n] = self.resume(claim_log, decision)
         return [d for d in decisions if d is not None]
+
+    def _start(self, bid: _Bid) -> Cut | None:
+        """Where the claimant delivers from if it wins: the later of the log's last cut and
+        the holder's last in its node log, read now that it can commit nothing more."""
+        start = bid.claim_log.ownership.cut
+        inner = bid.claim_log.inner
+        if self._node_cuts is None or bid.holder is None or inner is None:
+            return start
+        return later(start, self._node_cuts.last_cut(bid.holder, inner, self._timeout_s))
 
     def _read(self, claim_log: ClaimLog) -> Ownership:
         """Read ``claim_log`` to its last stable offset now: who holds it."""

@@ -14,7 +14,7 @@ from chronos.errors import DecodeError
 from chronos.kafka.batches import read_ready
 from chronos.kafka.librdkafka import ClientErrors
 from chronos.lifecycle import LoopWorker
-from chronos.schedule.progress_record import Claim, Cut, RepeatState, decode
+from chronos.schedule.progress_record import Claim, Cut, RepeatState, cut_order, decode
 from chronos.settings import KafkaValue
 from chronos.types import EpochMs
 
@@ -280,12 +280,6 @@ class Follower:
     def waiting(self) -> int:
         """Records read and not applied yet."""
         return len(self._waiting)
-
-
-def cut_order(cut: Cut) -> tuple[int, int]:
-    """Where a cut lies in its partition's history: its term, then its place in the term
-    (a cut without ``seq``, of one log only, first)."""
-    return cut.term, -1 if cut.seq is None else cut.seq
 
 
 class FollowWorker(LoopWorker):

@@ -31,11 +31,17 @@ import structlog
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
 from chronos.errors import DecodeError
-from chronos.group.follower import READER_OPTIONS, Follower, applicable, cut_order
+from chronos.group.follower import READER_OPTIONS, Follower, applicable
+from chronos.group.node_log import NodeLogState
 from chronos.kafka.batches import read_ready
 from chronos.kafka.librdkafka import ClientErrors
 from chronos.lifecycle import LoopWorker
-from chronos.schedule.progress_record import Cut, RepeatState, decode_node_cut, node_cut_partition
+from chronos.schedule.progress_record import (
+    Cut,
+    RepeatState,
+    decode_node_cut,
+    node_cut_partition,
+)
 from chronos.settings import KafkaValue
 
 log = structlog.get_logger(__name__)
@@ -50,6 +56,7 @@ class ProgressLogsConsumer(Protocol):
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None: ...
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None: ...
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]: ...
     def poll(self, timeout: float = ...) -> Message | None: ...
     def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Message]: ...
     def close(self) -> None: ...
@@ -86,6 +93,8 @@ class ProgressLogs:
         open_consumer: builds its consumer.
         errors: the consumer's error handler (an authorization failure ends the node).
         node_log: the cluster's node-log topic and its partition count; None: none read.
+        node_state: where what it reads of the node log is kept for the claims
+            (``node_log.NodeLogCuts``); a new one by default.
     """
 
     def __init__(
@@ -94,19 +103,23 @@ class ProgressLogs:
         open_consumer: OpenProgressLogsConsumer,
         errors: ClientErrors,
         node_log: tuple[str, int] | None = None,
+        node_state: NodeLogState | None = None,
     ) -> None:
         self._errors = errors
         self._consumer = open_consumer(reader_group, errors, READER_OPTIONS)
         #: The inner partition whose progress each followed topic holds.
         self._partitions: dict[str, int] = {}
-        #: The newest node-log cut of every partition seen, followed or not.
-        self._node_cuts: dict[int, Cut] = {}
+        #: The newest node-log cut of every partition seen, followed or not, and how far
+        #: each partition of the node log was read.
+        self.node_state = node_state or NodeLogState()
         #: Partitions followed since the last read: their newest node-log cut goes out with it.
         self._joined: list[int] = []
         self._node_topic: str | None = None
+        self._node_partitions: list[TopicPartition] = []
         if node_log is not None:
             topic, count = node_log
             self._node_topic = topic
+            self._node_partitions = [TopicPartition(topic, n) for n in range(count)]
             every = [TopicPartition(topic, n, OFFSET_BEGINNING) for n in range(count)]
             self._consumer.incremental_assign(every)
 
@@ -135,7 +148,7 @@ class ProgressLogs:
         out: dict[int, Read] = {}
         followed = set(self._partitions.values())
         for partition in self._joined:
-            known = self._node_cuts.get(partition)
+            known = self.node_state.newest(partition)
             if known is not None and partition in followed:
                 out.setdefault(partition, Read()).node_cuts.append(known)
         self._joined = []
@@ -158,6 +171,10 @@ class ProgressLogs:
             record = applicable(message)
             if record is not None:
                 read.records.append(record)
+        if self._node_partitions:
+            # After the records: a claimant waiting for a position finds their cuts kept.
+            placed = self._consumer.position(self._node_partitions)
+            self.node_state.read_to({tp.partition: tp.offset for tp in placed if tp.offset >= 0})
         return out
 
     def _node_record(self, message: Message, followed: set[int], out: dict[int, Read]) -> None:
@@ -175,9 +192,7 @@ class ProgressLogs:
         except DecodeError as exc:
             log.error("node_log_record_undecodable", offset=message.offset(), reason=str(exc))
             return
-        known = self._node_cuts.get(partition)
-        if known is None or cut_order(cut) > cut_order(known):
-            self._node_cuts[partition] = cut
+        self.node_state.take(partition, cut)
         if partition in followed:
             out.setdefault(partition, Read()).node_cuts.append(cut)
 

@@ -88,6 +88,20 @@ class Cut:
     logged: int | None = None
 
 
+def cut_order(cut: Cut) -> tuple[int, int]:
+    """Where a cut lies in its partition's history: its term, then its place in the term
+    (a cut without ``seq``, of one log only, first). A cut is cumulative: a later one says
+    all an earlier one does."""
+    return cut.term, -1 if cut.seq is None else cut.seq
+
+
+def later(first: Cut | None, second: Cut | None) -> Cut | None:
+    """The later of two cuts of a partition (``cut_order``; the first on a tie)."""
+    if first is None or (second is not None and cut_order(second) > cut_order(first)):
+        return second
+    return first
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A node's bid to deliver a partition from ``term`` on (``group/claims.py`` decides it).
@@ -98,6 +112,11 @@ class Claim:
         after: the offset of the last record the claimant read before it (-1: none).
         nonce: makes the key unique: two claims of one node and term are two records.
         fenced: the transactional ids the claimant fenced first (for the record's reader).
+        cut: the cut the claimant delivers from if it wins: the later of the last cut in
+            this log and the holder's last in its node log (``group/node_log.py``), read
+            after the fence. In the claim because that node-log cut may be compacted away
+            once its node no longer holds the partition: a successor of a winner that died
+            before writing a cut of its own finds it here.
     """
 
     term: int
@@ -105,6 +124,7 @@ class Claim:
     after: int
     nonce: str
     fenced: tuple[str, ...] = ()
+    cut: Cut | None = None
 
 
 def encode_claim(claim: Claim) -> tuple[bytes, bytes]:
@@ -118,6 +138,8 @@ def encode_claim(claim: Claim) -> tuple[bytes, bytes]:
         "nonce": claim.nonce,
         "fenced": list(claim.fenced),
     }
+    if claim.cut is not None:
+        body["cut"] = _cut_dict(claim.cut)
     return key, json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -134,6 +156,7 @@ def _decode_claim(value: bytes | None) -> Claim:
             after=int(body["after"]),
             nonce=str(body["nonce"]),
             fenced=tuple(str(f) for f in body.get("fenced", ())),
+            cut=None if body.get("cut") is None else _cut_of(body["cut"]),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DecodeError(f"undecodable claim record: {exc}") from exc
@@ -169,6 +192,10 @@ def decode_node_cut(key: bytes | None, value: bytes | None) -> tuple[int, Cut]:
 
 
 def _cut_body(cut: Cut) -> bytes:
+    return json.dumps(_cut_dict(cut), separators=(",", ":")).encode()
+
+
+def _cut_dict(cut: Cut) -> dict[str, object]:
     body: dict[str, object] = {
         "v": _VERSION,
         "term": cut.term,
@@ -194,7 +221,7 @@ def _cut_body(cut: Cut) -> bytes:
         body["seq"] = cut.seq
     if cut.logged is not None:
         body["logged"] = cut.logged
-    return json.dumps(body, separators=(",", ":")).encode()
+    return body
 
 
 def _floor(body: dict[str, object]) -> Floor | None:
@@ -207,6 +234,15 @@ def _floor(body: dict[str, object]) -> Floor | None:
 def _decode_cut(value: bytes) -> Cut:
     try:
         body = json.loads(value)
+    except ValueError as exc:
+        raise DecodeError(f"undecodable cut record: {exc}") from exc
+    return _cut_of(body)
+
+
+def _cut_of(body: object) -> Cut:
+    try:
+        if not isinstance(body, dict):
+            raise TypeError(f"a cut is an object, not {type(body).__name__}")
         if body.get("v") != _VERSION:
             raise DecodeError(f"progress record version {body.get('v')!r} is not {_VERSION}")
         return Cut(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -19,12 +20,14 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from chronos.group.claims import Claimant, ClaimFailed, ClaimLog, Decision
-from chronos.kafka.admin import stable_end
+from chronos.group.claims import Claimant, ClaimFailed, ClaimLog, Decision, NodeCutSource
+from chronos.group.node_log import NodeLog, NodeLogCuts
+from chronos.group.standbys import ProgressLogs
+from chronos.kafka.admin import stable_end, stable_ends
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.errors import Fenced
 from chronos.kafka.publisher import TransactionalPublisher
-from chronos.schedule.progress_record import Claim, Cut, encode_claim, encode_cut
+from chronos.schedule.progress_record import Claim, Cut, encode_claim, encode_cut, encode_node_cut
 from chronos.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka_only(reason="Tansu's read_committed readers see aborted records")
@@ -47,6 +50,7 @@ class _Node:
         admin: AdminClient,
         on_fence: Wrap = lambda p: p,
         timeout_s: float = 30.0,
+        node_cuts: NodeCutSource | None = None,
     ) -> None:
         self.name = name
         self.clients = KafkaClients(KafkaSettings(bootstrap_servers=bootstrap), name)
@@ -64,10 +68,11 @@ class _Node:
             shared_id=lambda _topic, _p: f"{namespace}.delivery.shared",
             stable_end=lambda t, _p: stable_end(admin, t),
             timeout_s=timeout_s,
+            node_cuts=node_cuts,
         )
-        self.log = ClaimLog(
-            topic, 0, f"{namespace}.reader.{name}", self.clients.consumer, self.clients.errors(name)
-        )
+        reader = f"{namespace}.reader.{name}"
+        errors = self.clients.errors(name)
+        self.log = ClaimLog(topic, 0, reader, self.clients.consumer, errors, inner=0)
 
     def id_of(self, node: str) -> str:
         return f"{self.namespace}.delivery.{node}"
@@ -489,3 +494,101 @@ def test_a_round_claims_what_it_fenced_when_one_fence_fails(
     h.cut(1, 200)  # h was not fenced: it still commits
     with pytest.raises(ClaimFailed, match="could not fence"):
         w.claim("h")
+
+
+@pytest.fixture
+def node_logs(admin: AdminClient, namespace: str) -> str:
+    """A node-log topic of two partitions (``group/node_log.py``)."""
+    name = f"{namespace}.progress.nodes"
+    config = {"cleanup.policy": "compact"}
+    admin.create_topics([NewTopic(name, 2, 1, config=config)])[name].result(timeout=30)
+    return name
+
+
+class _NodeLogReader:
+    """A node's reader of the node log (what its standbys' worker runs), on a thread."""
+
+    def __init__(self, bootstrap: str, namespace: str, topic: str, admin: AdminClient) -> None:
+        clients = KafkaClients(KafkaSettings(bootstrap_servers=bootstrap), "node-log")
+        self.logs = ProgressLogs(
+            f"{namespace}.reader.nodes-{uuid.uuid4().hex[:6]}",
+            clients.consumer,
+            clients.errors("n"),
+            node_log=(topic, 2),
+        )
+        self.cuts = NodeLogCuts(
+            self.logs.node_state, topic, 2, lambda t, p: stable_ends(admin, t, [p], 30.0)[p]
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.logs.read(0.05)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.logs.close()
+
+
+def _node_cut(node: _Node, node_topic: str, cut: Cut) -> None:
+    """One delivery transaction of ``node`` with ``cut`` of inner partition 0 in its node log."""
+    node.publisher.begin()
+    key, value = encode_node_cut(0, cut)
+    at = NodeLog.of(node_topic, node.name, 2).partition
+    node.publisher.publish(node_topic, key, value, [], lambda _e, _m: None, at)
+    node.publisher.flush(30)
+    node.publisher.commit()
+
+
+def test_a_claim_starts_from_the_holders_node_log_and_carries_it_to_the_next(
+    nodes: Callable[..., _Node],
+    node_logs: str,
+    kafka_bootstrap: str,
+    namespace: str,
+    admin: AdminClient,
+) -> None:
+    """A cluster node's cuts are mostly in its node log. Holder c wrote its term's first cut
+    (seek 10) to the partition's log and a later one (seek 30) to its node log; b fences c,
+    reads c's node log and wins from seek 30. b dies before writing a cut; a claims over it
+    and starts from seek 30 too, which only b's claim still says. Mutants caught: the node
+    log not read (b starts from seek 10: everything c delivered after it again); the cut not
+    carried in the claim (a starts from seek 10)."""
+    readers = [_NodeLogReader(kafka_bootstrap, namespace, node_logs, admin) for _ in range(2)]
+    try:
+        c = nodes("c")
+        assert c.claim(None).won
+        c.cut(1, 10)  # its term's first cut, in the partition's log (seq 0)
+        _node_cut(c, node_logs, Cut(1, 30, {0: 30}, "c", 30, seq=1, logged=0))
+        b = nodes("b", node_cuts=readers[0].cuts)
+        decided = b.claim("c")
+        assert decided.won and decided.cut is not None and decided.cut.seek_ms == 30
+        a = nodes("a", node_cuts=readers[1].cuts)
+        retaken = a.claim("b")
+        assert retaken.won and retaken.cut is not None and retaken.cut.seek_ms == 30
+    finally:
+        for reader in readers:
+            reader.close()
+
+
+class _Stuck:
+    """A node log that cannot be read to its end (an open transaction holds it)."""
+
+    def last_cut(self, holder: str, partition: int, timeout_s: float) -> Cut | None:
+        raise TimeoutError("held")
+
+
+def test_a_claim_whose_holders_node_log_was_not_read_is_not_made(
+    nodes: Callable[..., _Node], kafka_bootstrap: str, namespace: str, topic: str
+) -> None:
+    """Without the holder's last cut the claimant would start from an older one: it claims
+    nothing. Mutant caught: the claim made from the partition's log alone."""
+    c = nodes("c")
+    assert c.claim(None).won
+    c.cut(1, 10)
+    b = nodes("b", node_cuts=_Stuck())
+    with pytest.raises(ClaimFailed, match="node log was not read"):
+        b.claim("c")
+    assert holder_read_afresh(kafka_bootstrap, namespace, topic) == ("c", 1)

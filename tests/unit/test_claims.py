@@ -214,3 +214,19 @@ def test_a_follower_reads_cuts_and_repeat_states_and_skips_claims() -> None:
     reader = ProgressLog("t", "g", open_consumer, errors=None)  # type: ignore[arg-type]
     assert reader.read(0.1) == [cut(1, "a", 10), RepeatState("r", None, 0)]
     assert reader.position == 4
+
+
+def test_a_winning_claim_starts_from_the_cut_it_carries_and_a_losing_ones_is_ignored() -> None:
+    """A cluster node's cuts are mostly in its node log: a claimant reads its holder's there
+    after the fence and its claim carries the later cut. A winner that died before writing a
+    cut of its own leaves that cut to the next claimant, which the log alone would send back
+    to the older cut in it (duplicates). Mutants caught: the carried cut ignored; a losing
+    claim's carried cut taken."""
+    in_node_log = Cut(1, 50, {0: 50}, "c", 50, seq=7, logged=3)
+    carried = Claim(term=2, node="a", after=1, nonce="x", cut=in_node_log)
+    assert decode(*encode_claim(carried)) == carried
+    ownership = owned([claim(1, "c", -1), cut(1, "c", 10), carried])
+    assert ownership.cut_at_claim == in_node_log
+    loser = Claim(term=2, node="b", after=1, nonce="y", cut=Cut(1, 90, {0: 90}, "c", 90, seq=9))
+    then = owned([claim(1, "c", -1), cut(1, "c", 10), carried, loser, claim(3, "d", 3)])
+    assert then.node == "d" and then.cut_at_claim == in_node_log
