@@ -251,6 +251,9 @@ class _Bid:
     fenced: tuple[str, ...]
     max_term: int
     after: int
+    #: A claim made the holder (else a cut of the last release's replica group names it,
+    #: which wrote no node log).
+    claimed: bool
 
 
 class ClaimFailed(Exception):
@@ -345,7 +348,16 @@ class Claimant:
                 for node in ownership.fences_needed(self.node)
             )
             fences += [f for f in fenced if f not in fences]
-            bids.append(_Bid(claim_log, holder, fenced, ownership.max_term, ownership.last_offset))
+            bids.append(
+                _Bid(
+                    claim_log,
+                    holder,
+                    fenced,
+                    ownership.max_term,
+                    ownership.last_offset,
+                    ownership.claimed,
+                )
+            )
             decisions.append(None)
         failed: dict[str, str] = {}
         for transactional_id in fences:
@@ -366,7 +378,7 @@ class Claimant:
             if refused is None:
                 try:
                     start = self._start(bid)
-                except TimeoutError as exc:
+                except (TimeoutError, KafkaException) as exc:
                     refused = f"the holder's node log was not read: {exc}"
             why.append(refused)
             if refused is None:
@@ -399,8 +411,12 @@ class Claimant:
         the holder's last in its node log, read now that it can commit nothing more."""
         start = bid.claim_log.ownership.cut
         inner = bid.claim_log.inner
-        if self._node_cuts is None or bid.holder is None or inner is None:
+        if self._node_cuts is None or bid.holder is None or not bid.claimed:
             return start
+        if inner is None:
+            # Starting from the partition's log alone would deliver again what the holder's
+            # node log says it delivered.
+            raise ValueError(f"{bid.claim_log.topic}: a node log is read by inner partition")
         return later(start, self._node_cuts.last_cut(bid.holder, inner, self._timeout_s))
 
     def _read(self, claim_log: ClaimLog) -> Ownership:

@@ -193,7 +193,10 @@ class Lane:
         a transaction that found nothing due: read once, then kept, and lowered by every
         write to this schedule (``quiet``), until this lane's next commit
         (``forget_next``)."""
-        if not self._next_known:
+        stale = self._next_slot is not None and self._next_slot <= upto
+        if not self._next_known or stale:
+            # Stale: a cancel or an expiry deleted the message it named without a write
+            # that places (no notification); this lane was just read through ``upto``.
             first = self.store.first_key_from(keys.slot_bound(upto + 1))
             self._next_slot = None if first is None else keys.slot_of(first)
             self._next_known = True

@@ -21,10 +21,17 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from chronos.schedule.progress_record import Cut, later
+import structlog
+from confluent_kafka.admin import AdminClient
+
+from chronos.errors import DecodeError
+from chronos.kafka.admin import stable_ends
+from chronos.schedule.progress_record import NODE_CUT_PREFIX, Cut, decode_node_cut, later
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,43 +55,59 @@ class NodeLog:
 
 
 class NodeLogState:
-    """What a node's one reader of the node log (``standbys.ProgressLogs``) has read: the
-    newest cut of every partition, and how far it read each partition of the topic. Written
-    by that reader's thread; read by the claims, on the delivery thread (``NodeLogCuts``).
+    """What a node's one reader of the node log (``standbys.ProgressLogs``) has read: the last
+    record of every partition's cut in each partition of the topic, and how far it read each
+    partition of the topic. Written by that reader's thread; read by the claims, on the
+    delivery thread (``NodeLogCuts``).
+
+    Records are kept as read and decoded only when asked for: every node reads every node's
+    cuts, and most of them are of partitions it will never claim. Within one partition of
+    the topic a later record of ``cut:<p>`` is a later cut (its writer held p later, or
+    wrote it later); across partitions the newest is decided by ``cut_order``.
     """
 
     def __init__(self) -> None:
         self._changed = threading.Condition(threading.Lock())
-        self._cuts: dict[int, Cut] = {}
+        #: partition -> node-log partition -> the last value of ``cut:<partition>`` there.
+        self._records: dict[int, dict[int, bytes]] = {}
         self._positions: dict[int, int] = {}
 
-    def take(self, partition: int, cut: Cut) -> None:
-        """A cut of ``partition`` read: kept when it is that partition's newest."""
+    def take(self, partition: int, node_partition: int, value: bytes) -> None:
+        """The value of a ``cut:<partition>`` record read from ``node_partition``."""
         with self._changed:
-            self._cuts[partition] = later(self._cuts.get(partition), cut) or cut
+            self._records.setdefault(partition, {})[node_partition] = value
 
     def newest(self, partition: int) -> Cut | None:
-        """The newest cut of ``partition`` read so far (None: none)."""
+        """The newest cut of ``partition`` read so far (None: none; an undecodable record,
+        logged, counts as none)."""
         with self._changed:
-            return self._cuts.get(partition)
+            values = list(self._records.get(partition, {}).values())
+        newest: Cut | None = None
+        for value in values:
+            try:
+                _, cut = decode_node_cut(NODE_CUT_PREFIX + str(partition).encode(), value)
+            except DecodeError as exc:
+                log.error("node_log_record_undecodable", partition=partition, reason=str(exc))
+                continue
+            newest = later(newest, cut)
+        return newest
 
-    def read_to(self, positions: dict[int, int]) -> None:
-        """The reader's next offset in each partition of the topic."""
+    def read_to(self, positions: Mapping[int, int]) -> None:
+        """How far the reader got in some partitions of the topic: its next offset there (a
+        position never moves back: an end reported before a position is fine)."""
         with self._changed:
-            self._positions.update(positions)
+            for node_partition, offset in positions.items():
+                if offset > self._positions.get(node_partition, -1):
+                    self._positions[node_partition] = offset
             self._changed.notify_all()
 
     def wait_read(self, node_partition: int, end: int, timeout_s: float) -> bool:
-        """Wait until partition ``node_partition`` of the topic was read up to ``end``;
-        False when ``timeout_s`` passed first."""
+        """Wait until partition ``node_partition`` of the topic was read up to ``end`` (an
+        empty partition, ``end`` 0, at once); False when ``timeout_s`` passed first."""
         with self._changed:
             return self._changed.wait_for(
-                lambda: self._positions.get(node_partition, -1) >= end, timeout_s
+                lambda: self._positions.get(node_partition, 0) >= end, timeout_s
             )
-
-
-#: Where a partition of a topic may be read up to now (its last stable offset).
-StableEnd = Callable[[str, int], int]
 
 
 class NodeLogCuts:
@@ -94,25 +117,33 @@ class NodeLogCuts:
         state: what the node's reader of the node log read.
         topic: the node-log topic.
         partitions: its partition count.
-        stable_end: a partition's last stable offset now.
+        admin: asks Kafka where a partition ends.
     """
 
     def __init__(
-        self, state: NodeLogState, topic: str, partitions: int, stable_end: StableEnd
+        self, state: NodeLogState, topic: str, partitions: int, admin: AdminClient
     ) -> None:
         self._state = state
         self._topic = topic
         self._partitions = partitions
-        self._stable_end = stable_end
+        self._admin = admin
 
     def last_cut(self, holder: str, partition: int, timeout_s: float) -> Cut | None:
-        """``partition``'s newest cut once ``holder``'s node-log partition was read to its
-        last stable offset as of now: called after the holder was fenced (or handed the
-        partition over), it holds every cut the holder will ever commit of it. None: it
-        wrote none there. TimeoutError when the read did not get there in ``timeout_s``
-        (a transaction of another node sharing that partition holds its stable end)."""
+        """``partition``'s newest cut once ``holder``'s node-log partition was read past
+        every record it held when asked: called after the holder was fenced (or handed the
+        partition over), everything the holder will ever commit of it lies below that. None:
+        it wrote none there. TimeoutError when the read did not get there in ``timeout_s``.
+
+        The high watermark, not the last stable offset: nodes hashed to one partition share
+        it, and another node's open transaction holds the stable offset below records the
+        holder already committed (a reader at the stable offset would take an older cut and
+        the claimant deliver again what the holder had). A ``read_committed`` reader passes
+        an offset only once every transaction below it ended, so its position at the high
+        watermark of then says all of them were read: a live node's end within
+        milliseconds, a frozen one's at its fence or its transaction timeout."""
         node_partition = NodeLog.of(self._topic, holder, self._partitions).partition
-        end = self._stable_end(self._topic, node_partition)
+        ends = stable_ends(self._admin, self._topic, [node_partition], timeout_s, committed=False)
+        end = ends[node_partition]
         if not self._state.wait_read(node_partition, end, timeout_s):
             raise TimeoutError(
                 f"{self._topic}[{node_partition}] was not read to {end} in {timeout_s} s"

@@ -16,8 +16,10 @@ its offsets, whatever the others do.
 The same consumer reads the cluster's node-log topic (``node_log.py``), where owners put the
 cuts that carry nothing else: every partition of it, from its beginning. It routes a cut to
 its partition's follower by the record's key alone (others are not decoded) and keeps the
-newest cut of every partition it saw, so that a partition that starts being followed later
-gets its last one at once instead of waiting for its owner's next.
+last record of every partition's cut (``NodeLogState``, for the claims), so that a
+partition that starts being followed later gets its newest cut at once instead of waiting
+for its owner's next. A partition is then followed from its own log's beginning: a node-log
+cut waits for the own-log cut it names (``Follower.take_node_cuts``).
 """
 
 from __future__ import annotations
@@ -178,23 +180,30 @@ class ProgressLogs:
         return out
 
     def _node_record(self, message: Message, followed: set[int], out: dict[int, Read]) -> None:
-        """A node-log record: kept as its partition's newest cut, and read out when that
-        partition is followed."""
+        """A node-log record: kept for the claims, and read out when its partition is
+        followed (decoded only then)."""
         error = message.error()
+        node_partition = message.partition() or 0
         if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
+            if error.code() == KafkaError._PARTITION_EOF:
+                # An empty partition has no position before a record: its end says it.
+                self.node_state.read_to({node_partition: message.offset() or 0})
+            else:
                 self._errors(error)
             return
-        if node_cut_partition(message.key()) is None:
+        partition = node_cut_partition(message.key())
+        value = message.value()
+        if partition is None or value is None:
+            return
+        self.node_state.take(partition, node_partition, value)
+        if partition not in followed:
             return
         try:
-            partition, cut = decode_node_cut(message.key(), message.value())
+            _, cut = decode_node_cut(message.key(), value)
         except DecodeError as exc:
             log.error("node_log_record_undecodable", offset=message.offset(), reason=str(exc))
             return
-        self.node_state.take(partition, cut)
-        if partition in followed:
-            out.setdefault(partition, Read()).node_cuts.append(cut)
+        out.setdefault(partition, Read()).node_cuts.append(cut)
 
     def close(self) -> None:
         self._consumer.close()

@@ -23,7 +23,7 @@ from confluent_kafka.cimpl import NewTopic
 from chronos.group.claims import Claimant, ClaimFailed, ClaimLog, Decision, NodeCutSource
 from chronos.group.node_log import NodeLog, NodeLogCuts
 from chronos.group.standbys import ProgressLogs
-from chronos.kafka.admin import stable_end, stable_ends
+from chronos.kafka.admin import stable_end
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.errors import Fenced
 from chronos.kafka.publisher import TransactionalPublisher
@@ -516,9 +516,7 @@ class _NodeLogReader:
             clients.errors("n"),
             node_log=(topic, 2),
         )
-        self.cuts = NodeLogCuts(
-            self.logs.node_state, topic, 2, lambda t, p: stable_ends(admin, t, [p], 30.0)[p]
-        )
+        self.cuts = NodeLogCuts(self.logs.node_state, topic, 2, admin)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -592,3 +590,67 @@ def test_a_claim_whose_holders_node_log_was_not_read_is_not_made(
     with pytest.raises(ClaimFailed, match="node log was not read"):
         b.claim("c")
     assert holder_read_afresh(kafka_bootstrap, namespace, topic) == ("c", 1)
+
+
+def test_a_claim_over_a_holder_whose_node_log_partition_is_empty_is_made(
+    nodes: Callable[..., _Node],
+    node_logs: str,
+    kafka_bootstrap: str,
+    namespace: str,
+    admin: AdminClient,
+) -> None:
+    """Holder d (node-log partition 0) wrote no node cut: its partition is empty, and a
+    reader has no position there before a record. Mutant caught: only positions of records
+    read count (every claim over d times out, for ever)."""
+    assert NodeLog.of(node_logs, "d", 2).partition == 0
+    reader = _NodeLogReader(kafka_bootstrap, namespace, node_logs, admin)
+    try:
+        d = nodes("d")
+        assert d.claim(None).won
+        d.cut(1, 10)
+        b = nodes("b", node_cuts=reader.cuts, timeout_s=10.0)
+        decided = b.claim("d")
+        assert decided.won and decided.cut is not None and decided.cut.seek_ms == 10
+    finally:
+        reader.close()
+
+
+def test_a_claim_waits_out_another_nodes_open_transaction_in_the_holders_node_log(
+    nodes: Callable[..., _Node],
+    node_logs: str,
+    kafka_bootstrap: str,
+    namespace: str,
+    admin: AdminClient,
+) -> None:
+    """Nodes x and c share node-log partition 1. x's transaction is open there when c commits
+    its last cut (seek 30) after it: the partition's stable end lies below c's cut. The
+    claimant must not take the older cut it can read; it claims nothing until x's
+    transaction ended, then starts from seek 30. Mutant caught: reading to the last stable
+    offset (b wins from seek 10 and delivers again what c delivered)."""
+    assert NodeLog.of(node_logs, "x", 2).partition == NodeLog.of(node_logs, "c", 2).partition
+    reader = _NodeLogReader(kafka_bootstrap, namespace, node_logs, admin)
+    x = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "transactional.id": f"{namespace}.delivery.x",
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+    try:
+        c = nodes("c")
+        assert c.claim(None).won
+        c.cut(1, 10)
+        x.init_transactions(30)
+        x.begin_transaction()
+        key, value = encode_node_cut(5, Cut(1, 5, {5: 5}, "x", 5, seq=1, logged=0))
+        x.produce(node_logs, value, key, NodeLog.of(node_logs, "x", 2).partition)
+        x.flush(30)
+        _node_cut(c, node_logs, Cut(1, 30, {0: 30}, "c", 30, seq=1, logged=0))
+        b = nodes("b", node_cuts=reader.cuts, timeout_s=3.0)
+        with pytest.raises(ClaimFailed, match="node log was not read"):
+            b.claim("c")
+        x.commit_transaction(30)
+        decided = b.claim("c")
+        assert decided.won and decided.cut is not None and decided.cut.seek_ms == 30
+    finally:
+        reader.close()

@@ -629,3 +629,23 @@ def test_a_node_log_loop_refuses_a_lane_without_its_partition(tmp_path: Path) ->
             metrics=node.metrics,
             node_log=NODE_LOG,
         )
+
+
+def test_a_lane_whose_next_message_was_cancelled_waits_for_nothing(tmp_path: Path) -> None:
+    """A cancel deletes the message a lane knew as its next without placing anything (no
+    notification): once that slot's time came, the lane read nothing due and must look for
+    its next message again instead of taking the cancelled one as held by the cancel gate.
+    Mutant caught: the known next slot kept (the loop woke every 10 ms until a commit)."""
+    wake = _RecordingWake()
+    node = make_node(tmp_path, {1: 1}, idle_cuts=False, wake=wake, node_log=NODE_LOG)
+    partition = node.partitions[1]
+    node.loop.step()  # the lane's first cut
+    partition.add("gone", T0 + 50)
+    node.loop.step()  # nothing due: the lane learns its next slot, T0 + 50
+    assert wake.waits[-1][0] == T0 + 50
+    cancel = (Op.CANCEL, "gone", 0, None)
+    partition.ledger.apply_decoded([cancel], {1: partition.offset + 1}, [])
+    node.clock.advance(60)
+    node.loop.step()
+    assert wake.waits[-1] == (None, 1.0), "a cancelled message taken as held by the gate"
+    assert node.delivered() == []
