@@ -443,10 +443,12 @@ def _croniter_walls(expression: str, count: int) -> list[datetime]:
 
 
 def _star_beside_restricted(expression: str) -> bool:
-    """A day field starting with '*' that is not '*' itself, beside a restricted other: the
-    one kind Vixie's rule reads differently from croniter's."""
+    """A day field holding a '*' item that is not '*' itself (``*/10``, ``1,*/2``), beside
+    another that is not '*' either: the one kind Vixie's rule reads differently from
+    croniter's (croniter leaves the day to the other for a '*' anywhere in the field, Vixie
+    only for a leading one; a leading '*/n' beside a restricted field differs too)."""
     day_of_month, _, day_of_week = expression.split()[-3:]
-    starred = [f for f in (day_of_month, day_of_week) if f.startswith("*")]
+    starred = [f for f in (day_of_month, day_of_week) if "*" in f]
     return any(f != "*" for f in starred) and "*" not in (day_of_month, day_of_week)
 
 
@@ -457,6 +459,7 @@ def _star_beside_restricted(expression: str) -> bool:
 @example(expression="0 0 1 * */2")
 @example(expression="0 12 1-31/10 * 1")  # the '*' written out: read alike by both
 @example(expression="0 0 1 * 0-6/2")
+@example(expression="0 0 1,*/2 * 0-7")  # croniter: odd days; Vixie: every day (either field)
 def test_the_grammar_reads_as_croniter_did_but_for_a_starred_day_field(expression: str) -> None:
     """What an earlier release stored keeps its meaning, but for the one kind whose day rule
     changed (docs/guarantees.md): their first 100 matches from 2026 differ only there."""
