@@ -85,6 +85,18 @@ def _requests(partition: int, target: str, now: EpochMs) -> list[tuple[Op, str, 
     return [(Op.ADD, m.id, m.first_due_ms, codec.encode(m)) for m in messages]
 
 
+def _standbys(bootstrap: str, namespace: str, node_log: NodeLog) -> StandbysWorker:
+    """A node's standbys' worker reading the node log too (nothing followed yet)."""
+    clients = KafkaClients(KafkaSettings(bootstrap_servers=bootstrap), "standby")
+    logs = ProgressLogs(
+        f"{namespace}.reader.standby",
+        clients.consumer,
+        clients.errors("s"),
+        node_log=(node_log.topic, NODE_LOG_PARTITIONS),
+    )
+    return StandbysWorker(logs)
+
+
 @pytest.fixture
 def topics(admin: AdminClient, namespace: str) -> tuple[dict[int, str], NodeLog, str]:
     progress = {p: f"{namespace}.progress.c.p{p}" for p in PARTITIONS}
@@ -137,14 +149,7 @@ def test_a_standby_ends_with_its_owners_schedule_from_the_partitions_logs_and_th
         owned[p].replica.lead(clock.now_ms() - 1000, [p])
         standing[p].replica.follow()
 
-    clients = KafkaClients(settings.kafka, "standby")
-    logs = ProgressLogs(
-        f"{namespace}.reader.standby",
-        clients.consumer,
-        clients.errors("s"),
-        node_log=(node_log.topic, NODE_LOG_PARTITIONS),
-    )
-    standbys = StandbysWorker(logs)
+    standbys = _standbys(kafka_bootstrap, namespace, node_log)
     for p in PARTITIONS:
         standby = standing[p]
         follower = Follower(
@@ -259,14 +264,7 @@ def test_a_partition_followed_after_its_node_log_cut_was_read_gets_it_at_once(
             applied[p].append(seek)
 
         followers[p] = Follower(apply, lambda: {1: 0, 2: 0})  # type: ignore[arg-type]
-    reader = KafkaClients(KafkaSettings(bootstrap_servers=kafka_bootstrap), "standby")
-    logs = ProgressLogs(
-        f"{namespace}.reader.standby",
-        reader.consumer,
-        reader.errors("s"),
-        node_log=(node_log.topic, NODE_LOG_PARTITIONS),
-    )
-    worker = StandbysWorker(logs)
+    worker = _standbys(kafka_bootstrap, namespace, node_log)
     worker.add(2, progress[2], followers[2])
     worker.start()
     try:
