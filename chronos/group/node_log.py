@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient
 
 from chronos.errors import DecodeError
 from chronos.kafka.admin import stable_ends
-from chronos.schedule.progress_record import NODE_CUT_PREFIX, Cut, decode_node_cut, later
+from chronos.schedule.progress_record import Cut, decode_cut_value, later
 
 log = structlog.get_logger(__name__)
 
@@ -85,7 +85,7 @@ class NodeLogState:
         newest: Cut | None = None
         for value in values:
             try:
-                _, cut = decode_node_cut(NODE_CUT_PREFIX + str(partition).encode(), value)
+                cut = decode_cut_value(value)
             except DecodeError as exc:
                 log.error("node_log_record_undecodable", partition=partition, reason=str(exc))
                 continue

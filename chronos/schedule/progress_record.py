@@ -188,7 +188,7 @@ def decode_node_cut(key: bytes | None, value: bytes | None) -> tuple[int, Cut]:
     partition = node_cut_partition(key)
     if partition is None or value is None:
         raise DecodeError(f"not a node log's cut: {key!r}")
-    return partition, _decode_cut(value)
+    return partition, decode_cut_value(value)
 
 
 def _cut_body(cut: Cut) -> bytes:
@@ -231,7 +231,9 @@ def _floor(body: dict[str, object]) -> Floor | None:
     return Floor({int(p): int(o) for p, o in offsets.items()}, int(str(body["floor_at_ms"])))
 
 
-def _decode_cut(value: bytes) -> Cut:
+def decode_cut_value(value: bytes) -> Cut:
+    """A cut from its record's value alone, wherever it was kept (a node log's reader keeps
+    the values, keyed by partition already); DecodeError when it is none."""
     try:
         body = json.loads(value)
     except ValueError as exc:
@@ -275,7 +277,7 @@ def decode(key: bytes | None, value: bytes | None) -> Cut | RepeatState | Claim:
     if key is not None and key.startswith(CLAIM_PREFIX):
         return _decode_claim(value)
     if key == CUT_KEY and value is not None:
-        return _decode_cut(value)
+        return decode_cut_value(value)
     if key is not None and key.startswith(REPEAT_PREFIX):
         message_id = key[len(REPEAT_PREFIX) :].decode()
         if value is None:

@@ -646,7 +646,8 @@ def test_a_claim_waits_out_another_nodes_open_transaction_in_the_holders_node_lo
         x.produce(node_logs, value, key, NodeLog.of(node_logs, "x", 2).partition)
         x.flush(30)
         _node_cut(c, node_logs, Cut(1, 30, {0: 30}, "c", 30, seq=1, logged=0))
-        b = nodes("b", node_cuts=reader.cuts, timeout_s=3.0)
+        # Long enough for the fence on a slow machine; the node-log wait then times out.
+        b = nodes("b", node_cuts=reader.cuts, timeout_s=8.0)
         with pytest.raises(ClaimFailed, match="node log was not read"):
             b.claim("c")
         x.commit_transaction(30)
