@@ -59,6 +59,21 @@ _BATCH = 1000
 _POLL_S = 0.05
 
 
+@dataclass(frozen=True)
+class Holding:
+    """What a partition's progress log says of its holder, as last read (what a cluster
+    member's round decides from: ``cluster/rounds.py``).
+
+    Parameters:
+        node: the holder (the winner of the last claim, or the node of the last cut of a
+            log without claims); None when the log names nobody.
+        released_to: the node the holder handed the partition to with its last cut.
+    """
+
+    node: str | None
+    released_to: str | None = None
+
+
 class Ownership:
     """Who holds a partition, as its progress log says: fed every record in log order.
 
@@ -110,6 +125,11 @@ class Ownership:
             if record.term == self.term:
                 self.released_to = record.released_to
             self.max_term = max(self.max_term, record.term)
+
+    @property
+    def holding(self) -> Holding:
+        """The holder as read so far."""
+        return Holding(self.node, self.released_to)
 
     def fences_needed(self, claimant: str) -> list[str]:
         """Whom ``claimant`` must fence before its claim, as node ids (``""``: the partition's

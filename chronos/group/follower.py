@@ -131,8 +131,15 @@ def applicable(message: Message) -> Cut | RepeatState | None:
     """The record a follower applies from one progress message (not an error), or None: an
     undecodable one (logged) or a claim. A claim changes no store: only a winner writes cuts
     (``group/claims.py``), so a follower applies cuts without asking who claimed what."""
+    record = decoded(message)
+    return None if isinstance(record, Claim) else record
+
+
+def decoded(message: Message) -> Cut | RepeatState | Claim | None:
+    """One progress message's record (not an error), or None when it is undecodable
+    (logged: one bad record must not stop a reader)."""
     try:
-        record = decode(message.key(), message.value())
+        return decode(message.key(), message.value())
     except DecodeError as exc:
         log.error(
             "progress_record_undecodable",
@@ -141,7 +148,6 @@ def applicable(message: Message) -> Cut | RepeatState | None:
             reason=str(exc),
         )
         return None
-    return None if isinstance(record, Claim) else record
 
 
 def read_to_end(

@@ -20,6 +20,11 @@ last record of every partition's cut (``NodeLogState``, for the claims), so that
 partition that starts being followed later gets its newest cut at once instead of waiting
 for its owner's next. A partition is then followed from its own log's beginning: a node-log
 cut waits for the own-log cut it names (``Follower.take_node_cuts``).
+
+Reading every record of a followed partition's own log, it also keeps what the log says of
+the partition's holder (``claims.Ownership``: claims, and the last cut's ``released_to``), so
+that a cluster member's round knows whom it would claim each partition from without a reader
+per partition (``cluster/rounds.py``).
 """
 
 from __future__ import annotations
@@ -33,12 +38,14 @@ import structlog
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
 from chronos.errors import DecodeError
-from chronos.group.follower import READER_OPTIONS, Follower, applicable
+from chronos.group.claims import Holding, Ownership
+from chronos.group.follower import READER_OPTIONS, Follower, decoded
 from chronos.group.node_log import NodeLogState
 from chronos.kafka.batches import read_ready
 from chronos.kafka.librdkafka import ClientErrors
 from chronos.lifecycle import LoopWorker
 from chronos.schedule.progress_record import (
+    Claim,
     Cut,
     RepeatState,
     decode_node_cut,
@@ -116,6 +123,14 @@ class ProgressLogs:
         self.node_state = node_state or NodeLogState()
         #: Partitions followed since the last read: their newest node-log cut goes out with it.
         self._joined: list[int] = []
+        #: Who holds each followed partition, as its log says so far; the latest reading of
+        #: each is published under the lock for other threads (``holdings``).
+        self._ownerships: dict[int, Ownership] = {}
+        self._holdings: dict[int, Holding] = {}
+        self._holdings_lock = threading.Lock()
+        #: Followed partitions whose log was read to its end once: only their holder is
+        #: published (an empty reading of a log not read yet would name nobody).
+        self._read_once: set[int] = set()
         self._node_topic: str | None = None
         self._node_partitions: list[TopicPartition] = []
         if node_log is not None:
@@ -137,6 +152,8 @@ class ProgressLogs:
         self._consumer.incremental_assign([TopicPartition(topic, 0, offset)])
         self._partitions[topic] = partition
         self._joined.append(partition)
+        self._ownerships[partition] = Ownership()
+        self._read_once.discard(partition)
 
     def leave(self, partition: int) -> None:
         """Stop reading ``partition``'s progress; records of it still in flight are dropped."""
@@ -144,6 +161,17 @@ class ProgressLogs:
             if followed == partition:
                 del self._partitions[topic]
                 self._consumer.incremental_unassign([TopicPartition(topic, 0)])
+        self._ownerships.pop(partition, None)
+        self._read_once.discard(partition)
+        with self._holdings_lock:
+            self._holdings.pop(partition, None)
+
+    def holdings(self) -> dict[int, Holding]:
+        """What each followed partition's log says of its holder, as read so far: only
+        partitions whose log was read to its end once (before that, an empty reading would
+        name nobody where somebody holds it). Any thread may ask."""
+        with self._holdings_lock:
+            return dict(self._holdings)
 
     def read(self, timeout_s: float) -> dict[int, Read]:
         """What arrived, by partition, in each topic's order (at most a batch in all)."""
@@ -154,6 +182,7 @@ class ProgressLogs:
             if known is not None and partition in followed:
                 out.setdefault(partition, Read()).node_cuts.append(known)
         self._joined = []
+        held: set[int] = set()
         for message in read_ready(self._consumer, _BATCH, timeout_s):
             topic = message.topic() or ""
             if topic == self._node_topic:
@@ -167,12 +196,25 @@ class ProgressLogs:
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     read.end_reached = True
+                    self._read_once.add(owner)
+                    held.add(owner)
                 else:
                     self._errors(error)
                 continue
-            record = applicable(message)
-            if record is not None:
+            record = decoded(message)
+            if record is None:
+                continue
+            ownership = self._ownerships.get(owner)
+            if ownership is not None:
+                ownership.take(message.offset() or 0, record)
+                held.add(owner)
+            if not isinstance(record, Claim):
                 read.records.append(record)
+        held &= self._read_once
+        if held:
+            with self._holdings_lock:
+                for partition in held:
+                    self._holdings[partition] = self._ownerships[partition].holding
         if self._node_partitions:
             # After the records: a claimant waiting for a position finds their cuts kept.
             placed = self._consumer.position(self._node_partitions)
@@ -248,6 +290,10 @@ class StandbysWorker(LoopWorker):
             self._followers.pop(partition, None)
         done.set()
         return done
+
+    def holdings(self) -> dict[int, Holding]:
+        """What each followed partition's log says of its holder (``ProgressLogs.holdings``)."""
+        return self._logs.holdings()
 
     def follower(self, partition: int) -> Follower | None:
         """The follower of ``partition`` (None: not followed)."""

@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from chronos.clock import FakeClock
+from chronos.group.claims import Holding
 from chronos.group.follower import Follower
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.group.standbys import ProgressLogs, StandbysWorker
@@ -24,7 +25,7 @@ from chronos.kafka.clients import KafkaClients
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.schedule.frontier import Frontier, Wake
 from chronos.schedule.ledger import Ledger
-from chronos.schedule.progress_record import Cut, RepeatState, encode_cut
+from chronos.schedule.progress_record import Claim, Cut, RepeatState, encode_claim, encode_cut
 from chronos.settings import DeleteSettings, KafkaSettings, StoreSettings
 from chronos.store.database import RocksDatabase
 from chronos.store.rocks import RocksStore
@@ -179,3 +180,45 @@ def test_a_cut_waits_for_its_own_partitions_ingest_not_anothers(
     assert standbys[1].applied == [], "applied before partition 1's ingest stored its adds"
     standbys[1].ledger.apply_decoded([], {1: 3}, [])  # partition 1's ingest catches up
     wait_until(lambda: standbys[1].applied == [T0 + 10], WAIT_S, "partition 1's cut")
+
+
+def _publish(
+    publisher: TransactionalPublisher, topic: str, records: list[tuple[bytes, bytes]], commit: bool
+) -> None:
+    publisher.begin()
+    for key, value in records:
+        publisher.publish(topic, key, value, [], lambda _e, _m: None)
+    assert publisher.flush(30) == 0
+    if commit:
+        publisher.commit()
+    else:
+        publisher.abort()
+
+
+def test_the_reader_names_each_followed_partitions_holder_from_its_committed_claims_and_cuts(
+    following: tuple[dict[int, Standby], StandbysWorker],
+    topics: dict[int, str],
+    owner: TransactionalPublisher,
+) -> None:
+    """What a cluster member's round decides from (``cluster/rounds.py``): an empty log names
+    nobody once read to its end; a claim and its winner's handover name the holder and its
+    successor; an aborted claim names nobody. Mutants caught: an aborted claim counted (the
+    second partition's holder stays the zombie); an empty log never published (no holding
+    for either partition before the first records)."""
+    _standbys, worker = following
+    wait_until(
+        lambda: worker.holdings() == {1: Holding(None), 2: Holding(None)},
+        WAIT_S,
+        "both empty logs read to their end",
+    )
+    claim = Claim(term=1, node="owner", after=-1, nonce="n1")
+    handover = Cut(1, T0 + 10, {1: 0}, "owner", T0, released_to="next")
+    _publish(owner, topics[1], [encode_claim(claim), encode_cut(handover)], commit=True)
+    zombie = Claim(term=1, node="zombie", after=-1, nonce="z1")
+    _publish(owner, topics[2], [encode_claim(zombie)], commit=False)
+    _publish(owner, topics[2], [encode_cut(Cut(1, T0 + 20, {2: 0}, "owner", T0))], commit=True)
+    wait_until(
+        lambda: worker.holdings() == {1: Holding("owner", "next"), 2: Holding("owner")},
+        WAIT_S,
+        "the holders the committed records name",
+    )

@@ -1,0 +1,170 @@
+"""What a cluster member does about ownership in one round: which partitions it claims, from
+whom, and which it hands over (``docs/design/cluster-v2.md``, "The member").
+
+A member of the second shape decides all of it in one place, on its delivery thread between
+two transactions (``TransactionLoop``'s ``between``), from what changed since the last round:
+the member list (Kafka's group), the peers its watch suspects (``group/peer_watch.py``), what
+each hosted partition's progress log says of its holder (``group/claims.Ownership``), and
+the readiness board (``readiness.py``); ``Holding`` is what a log says of its holder
+(``group/claims.py``). This module is that decision as data, with no Kafka
+in it, so that every rule below is tested alone; the member carries the plan out (claims
+through ``group/claims.Claimant``, handovers through ``Lane.release``).
+
+**Who should deliver p next** is the placement over the members this node does not suspect
+(``placement.py``): a suspect's partitions fall to their first standby, which kept them warm.
+Every member computes it from the same list; two members whose views differ (one suspects a
+peer the other still hears) may both claim, and the claims in p's log order them: one wins,
+the other delivers nothing (``group/claims.py``). A difference of views costs a handover,
+never a duplicate.
+
+**A claim** is made for a partition this node should deliver next, does not deliver, keeps a
+complete store of (``standing``: a claim from an incomplete store would skip what it lacks)
+and has no claim of it still undecided (that one is resumed, not repeated), when the log's
+holder:
+
+* is nobody (a new cluster, or a log of cuts only from before claims): taken from whoever
+  holds it when the claim reads the log;
+* is this node (its producer was fenced, or it restarted): a retake, which wins where nobody
+  claimed since;
+* handed the partition to this node (``released_to``): a handover's second half;
+* is suspected, or no longer a member (it left or Kafka expelled it without a handover): a
+  failover; the claimant fences it first.
+
+A live holder that is a member and not suspected keeps the partition until it hands it over.
+
+**A handover** of a partition this node delivers goes to the partition's next deliverer once
+that node said on the readiness board, after this node first saw the move, that its replica
+stands (a node killed a moment ago said so before: its word then must not count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from chronos.cluster.placement import Placement
+from chronos.group.claims import Holding
+
+#: Whether a node said, after a (monotonic) time, that its replica of a partition stands
+#: (``ReadinessBoard.ready``).
+Ready = Callable[[str, int, float], bool]
+
+
+@dataclass(frozen=True)
+class RoundView:
+    """What a round decides from.
+
+    Parameters:
+        members: the cluster's member list (Kafka's group), this node's view.
+        suspects: the peers this node's watch suspects now.
+        delivering: the partitions this node's delivery loop carries (handed over: left out).
+        standing: the partitions whose replica on this node stands (store complete, caught
+            up): the only ones it may claim.
+        holdings: what each hosted partition's log says of its holder (a partition missing
+            is one whose log was not read yet: nothing is claimed for it).
+        undecided: partitions with a claim of this node not decided yet.
+    """
+
+    members: frozenset[str]
+    suspects: frozenset[str]
+    delivering: frozenset[int]
+    standing: frozenset[int]
+    holdings: Mapping[int, Holding]
+    undecided: frozenset[int] = frozenset()
+
+
+@dataclass
+class RoundPlan:
+    """What a round does.
+
+    Parameters:
+        claims: partitions to claim, grouped by the holder each is taken from (the
+            claimant's ``expected``: this node for a retake; None where the log names
+            nobody). One ``claim_all`` per group: each holder is fenced once.
+        resume: partitions whose undecided claim is read on.
+        releases: partition -> the node it is handed to.
+    """
+
+    claims: dict[str | None, list[int]] = field(default_factory=dict)
+    resume: list[int] = field(default_factory=list)
+    releases: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.claims or self.resume or self.releases)
+
+
+class Rounds:
+    """Plans a member's rounds; keeps what one round must remember for the next: when this
+    node first saw each partition it delivers placed elsewhere, and the placements of the
+    last member lists (computed once per change, not per round).
+
+    Parameters:
+        node_id: this member's name.
+        partitions: how many inner partitions the cluster has.
+        standbys: standby replicas per partition.
+        ready: the readiness board's answer.
+    """
+
+    def __init__(self, node_id: str, partitions: int, standbys: int, ready: Ready) -> None:
+        self._node = node_id
+        self._partitions = partitions
+        self._standbys = standbys
+        self._ready = ready
+        self._placements: dict[frozenset[str], Placement] = {}
+        #: Partition -> monotonic time this node first saw it delivered here and placed on
+        #: another node.
+        self._moving_since: dict[int, float] = {}
+
+    def placement(self, members: frozenset[str]) -> Placement:
+        """The placement over ``members`` (kept for the last two member sets asked for)."""
+        placed = self._placements.get(members)
+        if placed is None:
+            placed = Placement.of(members, self._partitions, self._standbys)
+            if len(self._placements) >= 2:
+                self._placements.pop(next(iter(self._placements)))
+            self._placements[members] = placed
+        return placed
+
+    def plan(self, view: RoundView, now: float) -> RoundPlan:
+        """This round's claims and handovers; ``now`` is monotonic."""
+        plan = RoundPlan()
+        # A node not in the list (joining, or expelled) is placed nothing: it claims nothing,
+        # and what it delivers goes to the others.
+        next_owners = self.placement(view.members - view.suspects)
+        for partition in sorted(view.undecided):
+            plan.resume.append(partition)
+        for partition in sorted(view.standing - view.delivering - view.undecided):
+            if next_owners.owner(partition) != self._node:
+                continue
+            holding = view.holdings.get(partition)
+            if holding is None:
+                continue
+            claims, expected = self._claims_from(holding, view)
+            if claims:
+                plan.claims.setdefault(expected, []).append(partition)
+        for partition in list(self._moving_since):
+            if partition not in view.delivering:
+                del self._moving_since[partition]
+        for partition in sorted(view.delivering):
+            successor = next_owners.owner(partition)
+            if successor is None or successor == self._node:
+                self._moving_since.pop(partition, None)
+                continue
+            since = self._moving_since.setdefault(partition, now)
+            if self._ready(successor, partition, since):
+                plan.releases[partition] = successor
+        return plan
+
+    def _claims_from(self, holding: Holding, view: RoundView) -> tuple[bool, str | None]:
+        """Whether this node claims a partition it should deliver next, and whom from (the
+        claimant's ``expected``); a live holder keeps it until it hands it over."""
+        holder = holding.node
+        claims = (
+            holder is None
+            or holder == self._node
+            or holding.released_to == self._node
+            or holder in view.suspects
+            or holder not in view.members
+        )
+        return claims, holder
