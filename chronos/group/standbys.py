@@ -48,6 +48,7 @@ from chronos.schedule.progress_record import (
     Claim,
     Cut,
     RepeatState,
+    cut_order,
     decode_node_cut,
     node_cut_partition,
 )
@@ -166,6 +167,17 @@ class ProgressLogs:
         with self._holdings_lock:
             self._holdings.pop(partition, None)
 
+    def position(self, partition: int) -> int:
+        """The next offset to read of ``partition``'s own log, past control records (-1:
+        not followed, or no position yet)."""
+        for topic, followed in self._partitions.items():
+            if followed == partition:
+                placed = self._consumer.position([TopicPartition(topic, 0)])
+                offset = placed[0].offset if placed else -1
+                ownership = self._ownerships.get(partition)
+                return max(offset, -1 if ownership is None else ownership.last_offset + 1)
+        return -1
+
     def holdings(self) -> dict[int, Holding]:
         """What each followed partition's log says of its holder, as read so far: only
         partitions whose log was read to its end once (before that, an empty reading would
@@ -267,6 +279,8 @@ class StandbysWorker(LoopWorker):
         #: Joins (partition, topic, follower, offset) and leaves (partition, done), in the
         #: order asked: a leave right after a join must not be undone by it.
         self._changes: list[_Join | _Leave] = []
+        #: Partitions being handed to this node's delivery (``hand_in``), not done yet.
+        self._hand_ins: list[HandIn] = []
 
     def add(
         self, partition: int, topic: str, follower: Follower, offset: int = OFFSET_BEGINNING
@@ -295,6 +309,28 @@ class StandbysWorker(LoopWorker):
         """What each followed partition's log says of its holder (``ProgressLogs.holdings``)."""
         return self._logs.holdings()
 
+    def hand_in(self, partition: int, past: int, cut: Cut | None) -> HandIn:
+        """Hand ``partition`` to this node's delivery after a won claim at offset ``past`` of
+        its own log, whose start is ``cut`` (``claims.Decision``): read its log past the
+        claim (the repeat states committed before it), apply ``cut`` once ingest covers it,
+        then stop following. The claim was read by another reader: without this, a state
+        this follower had not read yet would be missing from the store the lane delivers
+        from. ``HandIn.done`` is set once no read of this worker applies anything to the
+        partition any more; ``cancel`` gives up a hand-in that took too long (the
+        partition is followed on)."""
+        hand_in = HandIn(partition, past, cut)
+        with self._lock:
+            self._hand_ins.append(hand_in)
+        return hand_in
+
+    def cancel(self, hand_in: HandIn) -> bool:
+        """Give up ``hand_in``; False when it was done meanwhile (the partition left)."""
+        with self._lock:
+            if hand_in.done.is_set():
+                return False
+            self._hand_ins = [h for h in self._hand_ins if h is not hand_in]
+            return True
+
     def follower(self, partition: int) -> Follower | None:
         """The follower of ``partition`` (None: not followed)."""
         return self._followers.get(partition)
@@ -309,6 +345,36 @@ class StandbysWorker(LoopWorker):
             follower.take_node_cuts(read.node_cuts)
         for follower in self._followers.values():
             follower.apply_covered()
+        with self._lock:
+            hand_ins = list(self._hand_ins)
+        for hand_in in hand_ins:
+            self._hand_in(hand_in)
+
+    def _hand_in(self, hand_in: HandIn) -> None:
+        """One step of a hand-in: done once the log was read past the claim and every
+        record read, the claim's start cut included, was applied."""
+        partition = hand_in.partition
+        follower = self._followers.get(partition)
+        if follower is not None:
+            if self._logs.position(partition) <= hand_in.past:
+                return
+            if not hand_in.cut_taken:
+                hand_in.cut_taken = True
+                if hand_in.cut is not None:
+                    follower.take_node_cuts([hand_in.cut])
+                follower.apply_covered()
+            if follower.waiting or not _applied(follower, hand_in.cut):
+                return
+            hand_in.applied = follower.applied
+        with self._lock:
+            if hand_in not in self._hand_ins:
+                return  # cancelled meanwhile
+            self._hand_ins = [h for h in self._hand_ins if h is not hand_in]
+            self._logs.leave(partition)
+            self._followers.pop(partition, None)
+            hand_in.followed = follower is not None
+            hand_in.done.set()
+        log.info("standby_handed_in", partition=partition, past=hand_in.past)
 
     def finish(self) -> None:
         self._membership()
@@ -326,6 +392,36 @@ class StandbysWorker(LoopWorker):
                 self._followers[change.partition] = change.follower
                 self._logs.follow(change.partition, change.topic, change.offset)
                 log.info("standby_following", partition=change.partition, topic=change.topic)
+
+
+@dataclass(eq=False)
+class HandIn:
+    """A followed partition being handed to this node's delivery (``StandbysWorker.hand_in``).
+
+    Parameters:
+        partition: the inner partition.
+        past: the won claim's offset in the partition's own log.
+        cut: where the claim's winner delivers from (the decision's cut).
+    """
+
+    partition: int
+    past: int
+    cut: Cut | None
+    #: Set once the partition left the worker (read past the claim, everything applied).
+    done: threading.Event = field(default_factory=threading.Event)
+    #: The newest cut applied to its store when it left (None: none).
+    applied: Cut | None = None
+    #: False when the partition was not followed: nothing was read for it.
+    followed: bool = True
+    cut_taken: bool = False
+
+
+def _applied(follower: Follower, cut: Cut | None) -> bool:
+    """Whether ``follower`` applied ``cut`` or a later one (None: nothing to apply)."""
+    if cut is None:
+        return True
+    applied = follower.applied
+    return applied is not None and cut_order(applied) >= cut_order(cut)
 
 
 @dataclass(frozen=True)

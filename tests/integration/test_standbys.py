@@ -25,7 +25,14 @@ from chronos.kafka.clients import KafkaClients
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.schedule.frontier import Frontier, Wake
 from chronos.schedule.ledger import Ledger
-from chronos.schedule.progress_record import Claim, Cut, RepeatState, encode_claim, encode_cut
+from chronos.schedule.progress_record import (
+    Claim,
+    Cut,
+    RepeatState,
+    encode_claim,
+    encode_cut,
+    encode_repeat,
+)
 from chronos.settings import DeleteSettings, KafkaSettings, StoreSettings
 from chronos.store.database import RocksDatabase
 from chronos.store.rocks import RocksStore
@@ -183,7 +190,10 @@ def test_a_cut_waits_for_its_own_partitions_ingest_not_anothers(
 
 
 def _publish(
-    publisher: TransactionalPublisher, topic: str, records: list[tuple[bytes, bytes]], commit: bool
+    publisher: TransactionalPublisher,
+    topic: str,
+    records: list[tuple[bytes, bytes | None]],
+    commit: bool,
 ) -> None:
     publisher.begin()
     for key, value in records:
@@ -222,3 +232,47 @@ def test_the_reader_names_each_followed_partitions_holder_from_its_committed_cla
         WAIT_S,
         "the holders the committed records name",
     )
+
+
+def test_a_hand_in_reads_past_the_claim_and_applies_its_start_before_the_partition_leaves(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    namespace: str,
+    topics: dict[int, str],
+    owner: TransactionalPublisher,
+) -> None:
+    """A won claim's partition leaves the standbys only once everything committed before the
+    claim was applied: here the claim's start is a cut whose repeat state the worker had not
+    read when the hand-in was asked. Mutant caught: a hand-in that does not wait to read
+    past the claim (the start cut is applied without its state, and the partition leaves)."""
+    clients = KafkaClients(KafkaSettings(bootstrap_servers=kafka_bootstrap), "standby")
+    applied: list[tuple[EpochMs, list[str]]] = []
+
+    def apply(seek: EpochMs, states: Sequence[RepeatState], covered: Mapping[int, int]) -> None:
+        applied.append((seek, [state.message_id for state in states]))
+
+    follower = Follower(apply, lambda: {1: 0})
+    worker = StandbysWorker(
+        ProgressLogs(f"{namespace}.reader.standby", clients.consumer, clients.errors("s"))
+    )
+    worker.add(1, topics[1], follower)
+    worker.start()
+    try:
+        first = Cut(1, T0 + 10, {1: 0}, "owner", T0, seq=0)
+        _publish(owner, topics[1], [encode_cut(first)], commit=True)  # offsets 0, marker 1
+        wait_until(lambda: applied == [(T0 + 10, [])], WAIT_S, "the first cut applied")
+        start = Cut(1, T0 + 20, {1: 0}, "owner", T0, seq=1)
+        state = RepeatState("r", None, 0)
+        # The claim's offset is known before it is written: states and cut at 2 and 3, a
+        # marker at 4, the claim at 5.
+        hand_in = worker.hand_in(1, 5, start)
+        _publish(owner, topics[1], [encode_repeat(state), encode_cut(start)], commit=True)
+        claim = Claim(term=2, node="b", after=3, nonce="b1")
+        _publish(owner, topics[1], [encode_claim(claim)], commit=True)
+        assert hand_in.done.wait(WAIT_S), "the partition was handed in"
+        assert applied == [(T0 + 10, []), (T0 + 20, ["r"])]
+        assert hand_in.applied == start and hand_in.followed
+        assert worker.follower(1) is None
+    finally:
+        worker.stop()
+        worker.join(10)
