@@ -62,6 +62,7 @@ from chronos.kafka.errors import Fenced, NotAuthorized, TransactionAborted, desc
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
+from chronos.schedule.frontier import Wake
 from chronos.schedule.progress_record import Cut, RepeatState
 from chronos.settings import DeliverySettings
 from chronos.types import EpochMs
@@ -97,6 +98,11 @@ class TransactionLoop(LoopWorker):
         node_log: a cluster node's progress log: each lane's cut goes there when its share
             carries nothing else for the partition's own log (``node_log.py``); every lane
             then needs its ``partition``. None: each cut to its lane's progress topic.
+        wake: what its lanes' frontiers share, waited on when it has no lane: a cluster
+            member's loop starts with none, and its claims (``between``) add them. None:
+            ``lanes`` may not be empty.
+        max_idle_s: longest wait while idle: how soon ``between`` runs again when nothing
+            wakes the loop.
     """
 
     def __init__(
@@ -112,17 +118,21 @@ class TransactionLoop(LoopWorker):
         between: Callable[[], None] | None = None,
         idle_cuts: bool = True,
         node_log: NodeLog | None = None,
+        wake: Wake | None = None,
+        max_idle_s: float = _MAX_WAIT_S,
     ) -> None:
         super().__init__("transactions")
         self._between = between
         self._idle_cuts = idle_cuts
         self._node_log = node_log
+        self._wake = wake
+        self._max_idle_s = max_idle_s
         self._lanes = list(lanes)
-        if not self._lanes:
-            raise ValueError("a transaction loop delivers at least one lane")
+        if not self._lanes and wake is None:
+            raise ValueError("a transaction loop without lanes needs the wake they will share")
         for lane in self._lanes:
             self._check_partition(lane)
-        self._first = self._lanes[0]
+        self._first = self._lanes[0] if self._lanes else None
         self._keep_outcomes = keep_outcomes
         group = spec.settings
         self._spec = spec
@@ -153,14 +163,15 @@ class TransactionLoop(LoopWorker):
 
     @property
     def term(self) -> int:
-        """The term of the lane the loop was built with (a replica group's only one)."""
-        return self._first.term
+        """The term of the lane the loop was built with (a replica group's only one; 0:
+        built with none)."""
+        return 0 if self._first is None else self._first.term
 
     @property
     def cut_offset(self) -> int | None:
         """Where the first lane's last committed cut lies (a replica group's retake reads
         from it); None before one."""
-        return self._first.cut_offset
+        return None if self._first is None else self._first.cut_offset
 
     @property
     def lanes(self) -> list[Lane]:
@@ -193,6 +204,8 @@ class TransactionLoop(LoopWorker):
         super().stop()
         for lane in self._lanes:
             lane.frontier.stop()
+        if self._wake is not None:
+            self._wake.stop()
         self._publisher.interrupt()
 
     def release(self, successor: str) -> None:
@@ -276,6 +289,10 @@ class TransactionLoop(LoopWorker):
             self.released.clear()  # delivering again: a lane came after every other left
 
     def _deliver_once(self) -> None:
+        if not self._lanes:
+            assert self._wake is not None  # checked when built
+            self._wake.wait(None, self._clock.now_ms(), self._max_idle_s)
+            return
         now = self._clock.now_ms()
         since = time.monotonic() - self._last_commit
         if since < self._interval_s:
@@ -375,7 +392,7 @@ class TransactionLoop(LoopWorker):
         """Every lane is idle: sleep until the first one's next message is due, a write
         wakes the loop, or an idle cut is due."""
         wake: EpochMs | None = None
-        wait_s = _MAX_WAIT_S
+        wait_s = self._max_idle_s
         for lane, upto, limit, since in idle:
             upcoming = lane.next_slot(upto)
             if self._idle_cuts:
@@ -386,7 +403,7 @@ class TransactionLoop(LoopWorker):
                 wait_s = min(wait_s, _GATE_RECHECK_S)
             elif upcoming is not None and (wake is None or upcoming < wake):
                 wake = upcoming
-        self._first.frontier.wait(wake, self._clock.now_ms(), wait_s)
+        idle[0].lane.frontier.wait(wake, self._clock.now_ms(), wait_s)
 
     def _released(self, batches: list[LaneBatch]) -> None:
         """After a commit: the lanes whose cut named a successor are handed over."""

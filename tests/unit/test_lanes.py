@@ -159,6 +159,7 @@ def make_node(
         metrics=metrics,
         idle_cuts=idle_cuts,
         node_log=node_log,
+        wake=wake,
     )
     return node
 
@@ -649,3 +650,49 @@ def test_a_lane_whose_next_message_was_cancelled_waits_for_nothing(tmp_path: Pat
     node.loop.step()
     assert wake.waits[-1] == (None, 1.0), "a cancelled message taken as held by the gate"
     assert node.delivered() == []
+
+
+def test_a_member_s_loop_starts_without_lanes_and_runs_its_rounds_until_one_is_added(
+    tmp_path: Path,
+) -> None:
+    """A cluster member's loop exists before it owns anything: its claims run in
+    ``between``. Without lanes it waits on the member's wake (at most ``max_idle_s``), then
+    delivers the lane a round added. Mutants caught: an empty loop refused, or one that
+    sleeps without bound (the recording wake would see no limit)."""
+    wake = _RecordingWake()
+    node = make_node(tmp_path, {}, wake=wake)
+    rounds: list[int] = []
+    added = node.lane(3, 7)
+    added.add("c", T0 - 1)
+
+    def between() -> None:
+        rounds.append(len(rounds))
+        if len(rounds) == 2:
+            node.loop.add_lane(added.lane)
+
+    node.loop = TransactionLoop(
+        spec=node.spec,
+        publisher=node.publisher,
+        lanes=[],
+        retry=RETRY,
+        clock=node.clock,
+        metrics=node.metrics,
+        between=between,
+        node_log=NODE_LOG,
+        wake=wake,
+        max_idle_s=0.1,
+    )
+    assert node.loop.term == 0 and node.loop.cut_offset is None
+    node.loop.step()
+    assert rounds == [0] and wake.waits == [(None, 0.1)] and not node.delivered()
+    node.loop.step()
+    assert node.delivered() == ["c"]
+    with pytest.raises(ValueError, match="wake"):
+        TransactionLoop(
+            spec=node.spec,
+            publisher=node.publisher,
+            lanes=[],
+            retry=RETRY,
+            clock=node.clock,
+            metrics=node.metrics,
+        )
