@@ -341,3 +341,46 @@ def test_members_claim_hand_over_and_take_over_a_silent_member_delivering_each_m
     delivered = _delivered(cluster, total, to_end=True)
     expected = sorted(m.id for messages in requests.values() for m in messages)
     assert sorted(delivered) == expected, "each message once"
+
+
+def test_a_false_suspicion_costs_a_handover_back_and_no_duplicate(
+    cluster: Cluster, members: dict[str, Member]
+) -> None:
+    """b suspects a live a: it fences a and claims a's share. a's loop is fenced: its
+    partitions go back to following and it starts a new producer, but b holds them now, so a
+    waits. Once b hears a again, it hands a's share back. Mutants caught: a fenced loop whose
+    lanes are not followed again (a never says its share is ready, so b never hands it
+    back); a loop kept after its fence (a's member never counts it)."""
+    a, b = members["a"], members["b"]
+    now = SystemClock().now_ms()
+    requests = _requests(cluster.target, now + 500)
+    for member in (a, b):
+        member.ingest(requests)
+    cluster.members = frozenset({"a", "b"})
+    for name, member in members.items():
+        cluster.running[name] = member
+        cluster.speaking.add(name)
+        member.start()
+    placement = Placement.of(cluster.members, PARTITIONS, 1)
+    every = frozenset(range(PARTITIONS))
+    share = {name: frozenset(placement.owned_by(name)) for name in members}
+    settled = lambda: all(m.ownership.delivering == share[n] for n, m in members.items())  # noqa: E731
+    wait_until(settled, WAIT_S, "each member delivers its share")
+
+    cluster.suspects["b"] = frozenset({"a"})
+    wait_until(
+        lambda: b.ownership.delivering == every and a.delivery.fenced == 1,
+        WAIT_S,
+        "b took a's share and a's loop was fenced",
+    )
+    cluster.suspects["b"] = frozenset()
+    wait_until(settled, WAIT_S, "b handed a's share back")
+    assert a.delivery.fenced == 1
+
+    total = PARTITIONS * PER_PARTITION
+    _delivered(cluster, total)
+    for member in members.values():
+        member.stop()
+    delivered = _delivered(cluster, total, to_end=True)
+    expected = sorted(m.id for messages in requests.values() for m in messages)
+    assert sorted(delivered) == expected, "each message once"
