@@ -82,6 +82,22 @@ class TopicNames:
         members topic and transactional id (one per partition, so a new owner fences)."""
         return f"{cluster}.p{partition}"
 
+    def node_log(self, cluster: str) -> str:
+        """Compacted topic of a few partitions where each member of a cluster of the node
+        shape puts the cuts that carry nothing else (``group/node_log.py``)."""
+        return f"{self.namespace}.progress.{cluster}.nodes"
+
+    def heartbeats(self, cluster: str) -> str:
+        """One-partition topic of a cluster's heartbeats (``group/peer_watch.py``), outside
+        every transaction, kept a minute."""
+        return f"{self.namespace}.heartbeats.{cluster}"
+
+    def member_transactional_id(self, cluster: str, node_id: str) -> str:
+        """The ``transactional.id`` of a member of a cluster of the node shape: one producer
+        per node, fenced by claims (``group/claims.py``). ``node.`` keeps it apart from the
+        per-partition ids of the partition shape (``<cluster>.p<N>``)."""
+        return f"{self.namespace}.delivery.{cluster}.node.{node_id}"
+
     def alone_progress(self, node_id: str) -> str:
         """One-partition compacted topic of a node alone's published progress: what a store
         rebuilt from the inner topic must not deliver again."""

@@ -728,6 +728,17 @@ class ClusterSettings(_Section):
             "node.owned_partitions."
         ),
     )
+    shape: Literal["partition", "node"] = Field(
+        "partition",
+        description=(
+            "partition: each hosted partition is a replica group of its own (its own decoder, "
+            "consumer, producer and progress reader). node: one ingest, one store, one "
+            "producer and one delivery loop per node for every partition it hosts, ownership "
+            "decided by claims in each partition's progress log (docs/design/cluster-v2.md; "
+            "being built: no admin API, refresh, delete or checkpoint workers yet, and a node "
+            "keeps every partition it ever hosted)."
+        ),
+    )
     standby_replicas: int = Field(
         1,
         ge=0,

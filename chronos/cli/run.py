@@ -21,6 +21,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def main(args: argparse.Namespace) -> int:
     from chronos.cluster.node import ClusterNode
     from chronos.logs import configure_logging
+    from chronos.runtime.member import ClusterMember
     from chronos.runtime.node import Node
 
     settings = settings_from(args)
@@ -28,5 +29,7 @@ def main(args: argparse.Namespace) -> int:
     # Every file the node creates (store, checkpoints) is its user's alone.
     os.umask(0o077)
     if settings.cluster.name is not None:
+        if settings.cluster.shape == "node":
+            return ClusterMember(settings).run()
         return ClusterNode(settings).run()
     return Node(settings).run()

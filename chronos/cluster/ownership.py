@@ -60,6 +60,7 @@ class OwnershipRound:
         interval_s: fewest seconds between two rounds (the loop calls between before every
             transaction).
         clock: monotonic seconds.
+        heard: the peers whose heartbeats arrive now.
     """
 
     def __init__(
@@ -76,7 +77,9 @@ class OwnershipRound:
         hand_in_timeout_s: float,
         interval_s: float,
         clock: Callable[[], float] = time.monotonic,
+        heard: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
+        self._heard = heard
         self._rounds = rounds
         self._members = members
         self._suspects = suspects
@@ -129,6 +132,7 @@ class OwnershipRound:
             standing=self._standing(),
             holdings=self._standbys.holdings(),
             undecided=frozenset(self._undecided),
+            heard=self._heard(),
         )
         plan = self._rounds.plan(view, now)
         if plan.claims or plan.resume:

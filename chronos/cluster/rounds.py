@@ -27,8 +27,11 @@ holder:
 * is this node (its producer was fenced, or it restarted): a retake, which wins where nobody
   claimed since;
 * handed the partition to this node (``released_to``): a handover's second half;
-* is suspected, or no longer a member (it left or Kafka expelled it without a handover): a
-  failover; the claimant fences it first.
+* is suspected, or no longer a member and no longer heard (it left or Kafka expelled it
+  without a handover, or it died before this node started watching it): a failover; the
+  claimant fences it first. A holder that left the group but is still heard is handing its
+  partitions over: its handover is waited for (a graceful leave costs one commit, not a
+  fence).
 
 A live holder that is a member and not suspected keeps the partition until it hands it over.
 
@@ -63,6 +66,8 @@ class RoundView:
         holdings: what each hosted partition's log says of its holder (a partition missing
             is one whose log was not read yet: nothing is claimed for it).
         undecided: partitions with a claim of this node not decided yet.
+        heard: the peers whose heartbeats arrive now (a node that left the group and still
+            beats is handing over).
     """
 
     members: frozenset[str]
@@ -71,6 +76,7 @@ class RoundView:
     standing: frozenset[int]
     holdings: Mapping[int, Holding]
     undecided: frozenset[int] = frozenset()
+    heard: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -165,6 +171,6 @@ class Rounds:
             or holder == self._node
             or holding.released_to == self._node
             or holder in view.suspects
-            or holder not in view.members
+            or (holder not in view.members and holder not in view.heard)
         )
         return claims, holder

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from chronos.clock import Clock
 from chronos.delivery.deadletter import DeadLetterPolicy
+from chronos.delivery.policies import Policies
 from chronos.group.follower import Follower
 from chronos.group.lane import Lane, MasterState
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
@@ -28,6 +29,7 @@ from chronos.schedule.progress_record import Cut
 from chronos.settings import DeleteSettings
 from chronos.store.database import RocksDatabase
 from chronos.store.rocks import RocksStore
+from chronos.types import EpochMs
 
 
 @dataclass
@@ -85,6 +87,8 @@ class Hosted:
         clock: Clock,
         on_fenced: Callable[[str], None],
         on_fatal: Callable[[str], None],
+        policies: Policies | None = None,
+        horizon: Callable[[EpochMs], EpochMs] | None = None,
     ) -> Lane:
         """Deliver this partition in ``term`` from ``start`` (a won claim's cut, applied to
         the store already): the frontier restarts at its seek, and the adds it does not
@@ -113,5 +117,7 @@ class Hosted:
             state=state,
             policy=policy,
             clock=clock,
+            policies=policies,
+            horizon=horizon,
             partition=partition,
         )

@@ -25,6 +25,7 @@ What a suspicion costs: the watcher fences the suspect and claims its partitions
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -108,6 +109,8 @@ class PeerWatch:
         self.node = node
         self.suspect_after_s = suspect_after_s
         self._now = now
+        #: ``heard`` runs on the heartbeat thread, ``suspects`` on the delivery thread.
+        self._lock = threading.Lock()
         self._peers: dict[str, _Peer] = {}
         #: The last of this node's own heartbeats read back, and when the chain of them began.
         self._own_at: float | None = None
@@ -115,6 +118,10 @@ class PeerWatch:
 
     def heard(self, beat: Heartbeat) -> None:
         """A heartbeat read from the topic (this node's own included), as it arrived."""
+        with self._lock:
+            self._heard(beat)
+
+    def _heard(self, beat: Heartbeat) -> None:
         now = self._now()
         if beat.node == self.node:
             if self._own_at is None or now - self._own_at > _MAX_GAP_S:
@@ -153,21 +160,30 @@ class PeerWatch:
     def suspects(self) -> list[str]:
         """The peers silent or stalled for ``suspect_after_s``, in name order."""
         limit = self.suspect_after_s
-        return sorted(
-            node
-            for node in self._peers
-            if self.silent_s(node) >= limit or self.stalled_s(node) >= limit
-        )
+        with self._lock:
+            return sorted(
+                node
+                for node in self._peers
+                if self.silent_s(node) >= limit or self.stalled_s(node) >= limit
+            )
 
     def forget(self, node: str) -> None:
         """Stop watching ``node`` (it left, or its partitions were claimed): heard again, it
         is watched afresh."""
-        self._peers.pop(node, None)
+        with self._lock:
+            self._peers.pop(node, None)
+
+    def heard_within(self, seconds: float) -> frozenset[str]:
+        """The peers heard from in the last ``seconds``."""
+        now = self._now()
+        with self._lock:
+            return frozenset(n for n, peer in self._peers.items() if now - peer.heard_at < seconds)
 
     @property
     def peers(self) -> list[str]:
         """The peers heard from, in name order."""
-        return sorted(self._peers)
+        with self._lock:
+            return sorted(self._peers)
 
 
 #: Builds a consumer: (group id, error handler, options) -> consumer (``KafkaClients.consumer``).

@@ -156,6 +156,8 @@ class TransactionLoop(LoopWorker):
         self._failures = 0
         #: Why this loop stopped delivering for good (fenced, or not authorized), else None.
         self.fenced: str | None = None
+        #: Delivery transactions committed (a cluster member's heartbeat says it).
+        self.commits = 0
         #: Monotonic time of the first committed transaction (failover measurements).
         self.first_commit_at: float | None = None
         #: Set once every lane was handed over: this loop delivers no more.
@@ -172,6 +174,11 @@ class TransactionLoop(LoopWorker):
         """Where the first lane's last committed cut lies (a replica group's retake reads
         from it); None before one."""
         return None if self._first is None else self._first.cut_offset
+
+    @property
+    def publisher(self) -> TransactionalPublisher:
+        """The producer its transactions (and a cluster member's claims) go through."""
+        return self._publisher
 
     @property
     def lanes(self) -> list[Lane]:
@@ -342,6 +349,7 @@ class TransactionLoop(LoopWorker):
                 if rates is not None:
                     rates.aborted()  # nothing after a commit: it settled the plan
         if committed:
+            self.commits += 1
             self._failures = 0
             self._released(batches)
         elif self._redo_at_once:

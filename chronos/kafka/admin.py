@@ -87,12 +87,20 @@ def ensure_topics(
             NewTopic(names.cluster(cluster), 1, replication),
             NewTopic(names.cluster_status(cluster), 1, replication, config=compacted),
         ]
+        node_shape = settings.cluster.shape == "node"
         for partition in range(count):
             shard = names.shard_group(cluster, partition)
-            wanted += [
-                NewTopic(names.progress(shard), 1, replication, config=compacted),
-                NewTopic(names.members(shard), 1, replication, config=compacted),
-            ]
+            wanted.append(NewTopic(names.progress(shard), 1, replication, config=compacted))
+            if not node_shape:
+                wanted.append(NewTopic(names.members(shard), 1, replication, config=compacted))
+        if node_shape:
+            # The members' node logs (group/node_log.py: a member reads its count back) and
+            # heartbeats (group/peer_watch.py: only the last seconds matter).
+            node_log = NewTopic(
+                names.node_log(cluster), _NODE_LOG_PARTITIONS, replication, config=compacted
+            )
+            beats = NewTopic(names.heartbeats(cluster), 1, replication, config=_HEARTBEATS)
+            wanted += [node_log, beats]
     elif settings.group.name is not None:
         group = settings.group.name
         wanted += [
@@ -106,6 +114,11 @@ def ensure_topics(
         wanted.append(NewTopic(progress, 1, settings.topics.replication_factor, config=compacted))
     _create_missing(admin, [t for t in wanted if t.topic not in existing], timeout_s)
 
+
+#: Partitions of a cluster's node-log topic: nodes hash onto them, a few suffice.
+_NODE_LOG_PARTITIONS = 4
+#: The heartbeat topic keeps a minute (records are read from its end).
+_HEARTBEATS = {"retention.ms": str(60 * 1000), "segment.ms": str(60 * 1000)}
 
 #: A topic whose last record per key is what counts (progress, announcements, policies).
 _COMPACTED = {"cleanup.policy": "compact", "segment.ms": str(3600 * 1000)}

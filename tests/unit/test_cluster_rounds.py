@@ -4,6 +4,7 @@ whom, and which it hands over, from its view of members, suspects, logs and the 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from chronos.cluster.placement import Placement
 from chronos.cluster.rounds import Rounds, RoundView
@@ -194,3 +195,20 @@ def test_each_member_set_s_placement_is_computed_once() -> None:
     assert rounds.placement(frozenset(MEMBERS)) is first
     rounds.placement(MEMBERS - {"c"})
     assert rounds.placement(MEMBERS) is first
+
+
+def test_a_holder_that_left_the_group_and_still_beats_hands_over_and_a_silent_one_is_taken() -> (
+    None
+):
+    """A graceful leave: the leaver is out of the member list but still heard while it hands
+    its partitions over; its successor waits for the handover instead of fencing it. Heard
+    no more, it is claimed from (it died before handing over)."""
+    others = frozenset({"b", "c"})
+    placement = Placement.of(others, PARTITIONS, 1)
+    mine = sorted(placement.owned_by("b"))
+    held = {p: Holding("a") for p in mine}
+    rounds = _rounds("b")
+    heard = replace(_view(members=others, holdings=held), heard=frozenset({"a"}))
+    assert rounds.plan(heard, 0.0).empty
+    plan = rounds.plan(_view(members=others, holdings=held), 1.0)
+    assert plan.claims == {"a": mine}

@@ -1,11 +1,11 @@
 """Dependencies point one way: the package layout is checked, not only described.
 
 ``node/`` (a node's components and the at-least-once engine) and ``group/`` (replica groups)
-never import each other; ``runtime/`` is the only package that knows both, and ``cluster/``
-(partitions placed over nodes) builds on it and on ``group/``. The layers below
-them (``schedule/``, ``delivery/``, ``kafka/``, ``store/``) import neither, nor does ``admin/``
-(the HTTP surface, which reads a node through a Protocol). ``web/`` (what the proxy and the
-admin API share) builds on the top-level modules alone; ``proxy/`` (the front door) on
+never import each other; ``runtime/`` is the only package that knows both and wires nodes from
+them and from ``cluster/`` (partitions placed over nodes, built on ``group/``). The layers
+below them (``schedule/``, ``delivery/``, ``kafka/``, ``store/``) import neither, nor does
+``admin/`` (the HTTP surface, which reads a node through a Protocol). ``web/`` (what the proxy
+and the admin API share) builds on the top-level modules alone; ``proxy/`` (the front door) on
 ``web/``, ``kafka/`` and the shared model, never on a node. The tools stand outside a node:
 ``devstack/`` (local brokers and node processes) builds on the top-level modules alone,
 ``bench/`` on ``devstack/``, ``kafka/`` and ``proxy/``; only ``cli/`` (the commands, the top)
@@ -31,9 +31,12 @@ _NODE = {"node", "group", "runtime", "cluster", "cli", "bench", "devstack"}
 FORBIDDEN: dict[str, set[str]] = {
     "node": {"group", "runtime", "cluster", "cli", "bench", "devstack"},
     "group": {"node", "runtime", "cluster", "cli", "bench", "devstack"},
-    # A cluster runs replica nodes (runtime/) and knows nothing of a node's components.
+    # A cluster's parts (membership, placement, claims' rounds) know nothing of a node's
+    # components; runtime/ wires a member of the node shape from them (runtime/member.py).
+    # cluster/shard.py still builds a runtime Node per partition (the partition shape): once
+    # it goes (issue 61, step d), cluster/ never imports runtime/ either.
     "cluster": {"node", "cli", "bench", "devstack"},
-    "runtime": {"cluster", "cli", "bench"},
+    "runtime": {"cli", "bench"},
     "schedule": {"node", "group", "runtime", "cluster", "delivery", "kafka", "cli"},
     "delivery": {"node", "group", "runtime", "cluster", "cli"},
     "kafka": {"node", "group", "runtime", "cluster", "schedule", "delivery", "cli"},
