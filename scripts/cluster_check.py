@@ -27,6 +27,10 @@ again, split at its restart: ``leave_gaps_ms`` and ``return_gaps_ms``), takeover
 per partition, and whether two owners of one partition committed in overlapping terms (each
 term's first and last commit, from the logs).
 
+``--shape node`` runs members of the node shape (``cluster.shape = "node"``, issue 61): one
+engine per node; a partition's takeover is its ``partition_delivering`` event and its first
+commit in a term ``lane_first_commit``.
+
     python scripts/cluster_check.py                             # kill x10, 3 nodes, 8 partitions
     python scripts/cluster_check.py --scenario leave --faults 5
     python scripts/cluster_check.py --scenario broker --faults 3 --rate 1500
@@ -109,6 +113,12 @@ class Layout:
     partitions: int
     standbys: int
     release: Path | None = None
+    #: ``cluster.shape``: "partition" (a replica group per partition) or "node".
+    shape: str = "partition"
+
+    @property
+    def node_shape(self) -> bool:
+        return self.shape == "node"
 
 
 class ClusterNodeProcess:
@@ -133,6 +143,7 @@ ingest_decoder = "thread"
 [cluster]
 name = "{CLUSTER}"
 standby_replicas = {layout.standbys}
+shape = "{layout.shape}"
 [admin]
 enabled = false
 [log]
@@ -140,8 +151,10 @@ format = "json"
 """
         )
         self.config = config
+        self.node_shape = layout.node_shape
+        started = "cluster_member_started" if layout.node_shape else "cluster_node_started"
         self.process = NodeProcess(
-            config, self.log_path, ready_event="cluster_node_started", source=layout.release
+            config, self.log_path, ready_event=started, source=layout.release
         )
 
     def events(self, *names: str) -> list[dict[str, Any]]:
@@ -151,6 +164,8 @@ format = "json"
         """Partition -> term of the partitions this run masters now (its last role event)."""
         if not self.process.running():
             return {}
+        if self.node_shape:
+            return self._lanes()
         state: dict[int, int | None] = {}
         events = ("became_master", "became_backup", "cluster_node_started", "shard_stopping")
         for event in self.events(*events):
@@ -164,9 +179,42 @@ format = "json"
             state[partition] = int(event["term"]) if event["event"] == "became_master" else None
         return {p: t for p, t in state.items() if t is not None}
 
+    def _lanes(self) -> dict[int, int]:
+        """A member of the node shape: partition -> term of the lanes it delivers now."""
+        state: dict[int, int | None] = {}
+        events = (
+            "partition_delivering",
+            "master_released",
+            "member_delivery_fenced",
+            "cluster_member_started",
+        )
+        for event in self.events(*events):
+            name = event["event"]
+            if name == "cluster_member_started":
+                state.clear()
+            elif name == "member_delivery_fenced":
+                for partition in event.get("partitions", []):
+                    state[int(partition)] = None
+            elif name == "master_released":
+                state[int(event["partition"])] = None
+            else:
+                state[int(event["partition"])] = int(event["term"])
+        return {p: t for p, t in state.items() if t is not None}
+
+    @property
+    def first_commit_event(self) -> str:
+        return "lane_first_commit" if self.node_shape else "master_first_commit"
+
+    @property
+    def takeover_event(self) -> str:
+        return "partition_delivering" if self.node_shape else "became_master"
+
 
 def _partition(event: dict[str, Any]) -> int:
-    """The partition of a replica's event (its node id is ``<node>.p<partition>``)."""
+    """The partition of a replica's event (its node id is ``<node>.p<partition>``), or of a
+    member's lane (its ``partition``)."""
+    if "partition" in event:
+        return int(event["partition"])
     return int(str(event["node"]).rsplit(".p", 1)[1])
 
 
@@ -195,7 +243,7 @@ class Cluster:
         return [
             at
             for node in self.all()
-            for event in node.events("master_first_commit")
+            for event in node.events(node.first_commit_event)
             if _partition(event) == partition
             and int(event["term"]) > above_term
             and (at := _epoch_ms(event)) >= since_ms
@@ -382,7 +430,7 @@ def _overlaps(cluster: Cluster) -> list[str]:
     spans: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
     for node in cluster.all():
         terms: dict[tuple[int, int], list[int]] = {}
-        for event in node.events("master_first_commit"):
+        for event in node.events(node.first_commit_event):
             key = (_partition(event), int(event["term"]))
             terms.setdefault(key, []).append(_epoch_ms(event))
         for key, times in terms.items():
@@ -402,6 +450,12 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--standbys", type=int, default=1)
+    parser.add_argument(
+        "--shape",
+        choices=["partition", "node"],
+        default="partition",
+        help="cluster.shape of the nodes (node: one engine per node, issue 61)",
+    )
     parser.add_argument("--faults", type=int, default=10, help="kill, leave: how many")
     parser.add_argument("--seconds", type=float, default=600.0, help="churn: how long")
     parser.add_argument("--interval", type=float, default=15.0, help="seconds between faults")
@@ -427,7 +481,9 @@ def main() -> int:
         namespace = f"cl{uuid.uuid4().hex[:8]}"
         release = args.release.resolve() if args.release else None
         cluster = Cluster(
-            Layout(workdir, bootstrap, namespace, args.partitions, args.standbys, release)
+            Layout(
+                workdir, bootstrap, namespace, args.partitions, args.standbys, release, args.shape
+            )
         )
         rng = random.Random(args.seed)
         faults: list[Fault] = []
@@ -489,7 +545,7 @@ def main() -> int:
             ]
             if any(ms < 0 for ms in extra.broker_again_ms):
                 summary.problems.append("a partition delivered nothing after a broker crash")
-            extra.takeovers = sum(len(n.events("became_master")) for n in cluster.all())
+            extra.takeovers = sum(len(n.events(n.takeover_event)) for n in cluster.all())
             extra.overlapping_terms = _overlaps(cluster)
             if extra.overlapping_terms:
                 summary.problems.append("two owners committed one partition in one term")

@@ -536,6 +536,15 @@ class TransactionLoop(LoopWorker):
             lane.logged = lane.cuts
             if records.cut_at:
                 lane.cut_offset = records.cut_at[0]
+        if lane.cuts == 0 and lane.partition is not None:
+            # A cluster member's lane: its term's first commit (failover measurements).
+            log.info(
+                "lane_first_commit",
+                node=self._spec.node_id,
+                partition=lane.partition,
+                term=lane.term,
+                seek_ms=batch.upto,
+            )
         lane.cuts += 1
         lane.forget_next()
         # Not the moves: this store made them (and may have moved a message again since).
