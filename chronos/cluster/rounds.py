@@ -17,21 +17,21 @@ peer the other still hears) may both claim, and the claims in p's log order them
 the other delivers nothing (``group/claims.py``). A difference of views costs a handover,
 never a duplicate.
 
-**A claim** is made for a partition this node should deliver next, does not deliver, keeps a
-complete store of (``standing``: a claim from an incomplete store would skip what it lacks)
-and has no claim of it still undecided (that one is resumed, not repeated), when the log's
-holder:
+**A claim** is made for a partition with a complete store here (``standing``: a claim from
+an incomplete store would skip what it lacks), not delivered here and with no claim of this
+node still undecided (that one is resumed, not repeated):
 
-* is nobody (a new cluster, or a log of cuts only from before claims): taken from whoever
-  holds it when the claim reads the log;
-* is this node (its producer was fenced, or it restarted): a retake, which wins where nobody
-  claimed since;
-* handed the partition to this node (``released_to``): a handover's second half;
-* is suspected, or no longer a member and no longer heard (it left or Kafka expelled it
-  without a handover, or it died before this node started watching it): a failover; the
-  claimant fences it first. A holder that left the group but is still heard is handing its
-  partitions over: its handover is waited for (a graceful leave costs one commit, not a
-  fence).
+* whose holder handed it to this node (``released_to``), whatever this node's member list
+  says (the holder's may be newer: the group is often still rebalancing when a leaving node
+  hands over);
+* that this node should deliver next, when the log's holder is nobody (a new cluster, or a
+  log of cuts only from before claims: taken from whoever holds it when the claim reads the
+  log), this node (its producer was fenced, or it restarted: a retake, which wins where
+  nobody claimed since), or suspected, or no longer a member and no longer heard (it left or
+  Kafka expelled it without a handover, or it died before this node started watching it: a
+  failover; the claimant fences it first). A holder that left the group but is still heard
+  is handing its partitions over: its handover is waited for (a graceful leave costs one
+  commit, not a fence).
 
 A live holder that is a member and not suspected keeps the partition until it hands it over.
 
@@ -141,10 +141,16 @@ class Rounds:
         for partition in sorted(view.undecided):
             plan.resume.append(partition)
         for partition in sorted(view.standing - view.delivering - view.undecided):
-            if next_owners.owner(partition) != self._node:
-                continue
             holding = view.holdings.get(partition)
             if holding is None:
+                continue
+            if holding.released_to == self._node and holding.node is not None:
+                # Handed to this node: whatever its own member list says (the holder's was
+                # newer, or the group is still rebalancing), nobody else may claim it
+                # without fencing the holder, which handed over and commits no more.
+                plan.claims.setdefault(holding.node, []).append(partition)
+                continue
+            if next_owners.owner(partition) != self._node:
                 continue
             claims, expected = self._claims_from(holding, view)
             if claims:

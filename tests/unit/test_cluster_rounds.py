@@ -212,3 +212,14 @@ def test_a_holder_that_left_the_group_and_still_beats_hands_over_and_a_silent_on
     assert rounds.plan(heard, 0.0).empty
     plan = rounds.plan(_view(members=others, holdings=held), 1.0)
     assert plan.claims == {"a": mine}
+
+
+def test_a_partition_handed_to_this_node_is_claimed_whatever_its_member_list_says() -> None:
+    """A leaving node hands over while the group still rebalances: its successor's member
+    list may still name the leaver as the owner. Mutant caught: released partitions claimed
+    only where this node's placement names it (the handover waited for the rebalance)."""
+    placement = Placement.of(MEMBERS, PARTITIONS, 1)
+    theirs = sorted(placement.owned_by("b"))
+    held = {p: Holding("b", released_to="a") for p in theirs}
+    plan = _rounds("a").plan(_view(holdings=held), 0.0)
+    assert plan.claims == {"b": theirs}
