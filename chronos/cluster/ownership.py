@@ -204,9 +204,15 @@ class OwnershipRound:
                     continue
             claim = decision.claim
             assert claim is not None  # a won decision's
-            lane = self._lead(partition, claim.term, decision.cut)
+            try:
+                lane = self._lead(partition, claim.term, decision.cut)
+                loop.add_lane(lane)
+            except Exception:
+                # Won and not delivered: followed again, the next round retakes it.
+                log.exception("takeover_failed", partition=partition, term=claim.term)
+                self._follow(partition)
+                continue
             self._lanes[partition] = lane
-            loop.add_lane(lane)
             log.info(
                 "partition_delivering",
                 partition=partition,

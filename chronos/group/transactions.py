@@ -194,7 +194,11 @@ class TransactionLoop(LoopWorker):
         wake the loop."""
         self._check_partition(lane)
         with self._joining_lock:
-            known = [*self._lanes, *self._joining]
+            # A lane handed over stays listed until the next transaction leaves it out: the
+            # partition may come back before that.
+            known = [
+                other for other in (*self._lanes, *self._joining) if not other.released.is_set()
+            ]
             if any(other is lane or other.partition == lane.partition for other in known):
                 raise ValueError(f"partition {lane.partition} is delivered by this loop already")
             if self.fenced is None:

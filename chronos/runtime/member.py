@@ -178,7 +178,7 @@ class ClusterMember:
             produce=lambda key, value: publisher.publish(
                 names.cluster_status(self._cluster), key, value, [], _ignored
             ),
-            ready_now=host.standing,
+            ready_now=self._standing,
             interval_s=_BOARD_INTERVAL_S,
             stale_after_s=_BOARD_STALE_S,
             admin_url=None,
@@ -215,7 +215,7 @@ class ClusterMember:
             members=self._members,
             suspects=lambda: frozenset(watch.suspects()),
             heard=lambda: watch.heard_within(s.group.suspect_after_ms / 1000.0),
-            standing=host.standing,
+            standing=self._standing,
             standbys=standbys,
             open_claim_log=lambda p: ClaimLog(
                 progress_topics[p],
@@ -328,6 +328,13 @@ class ClusterMember:
             partitions=partitions,
             data_dir=str(data_dir),
         )
+
+    def _standing(self) -> frozenset[int]:
+        """The partitions this member could deliver: none once it is leaving (it claims
+        nothing then, and nobody hands it anything)."""
+        if self._leaving.is_set() or self.host is None:
+            return frozenset()
+        return self.host.standing()
 
     def _members(self) -> frozenset[str] | None:
         """The member list the rounds place over: without this node once it is leaving, so

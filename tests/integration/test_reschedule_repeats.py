@@ -36,10 +36,15 @@ from tests.integration.harness import (
 #: move to reach the node between occurrences 1 and 2 on a loaded machine, and in a group for
 #: a failover before the moved occurrences are due.
 GAP_MS = 10_000
-#: Occurrence 2 moved this far past its own due time (off the second on purpose): before
-#: occurrence 3 ("nudge"), or past it ("past": occurrence 3 is passed over).
-NUDGE_MS = 5_007
-PAST_MS = GAP_MS + 1_003
+#: A node alone's moves reach it before its first occurrence (30 s ahead), so its gap needs
+#: no room for them: 3 s (every 3 seconds for the cron repeat), 21 s less of the suite.
+ALONE_GAP_MS = 3_000
+
+
+def _shift(message_id: str, gap_ms: int) -> int:
+    """How far an occurrence moves past its own due time (off the second on purpose):
+    before the next occurrence ("nudge"), or past it ("past": that one is passed over)."""
+    return gap_ms // 2 + 7 if message_id.endswith("nudge") else gap_ms + 1_003
 
 
 def _totals(node: Node) -> dict[str, int]:
@@ -126,19 +131,19 @@ def test_a_rescheduled_occurrence_of_a_repeat_on_a_node_alone(
         # Occurrence 1 is moved while it waits, 30 s ahead: moving occurrence 2 after
         # occurrence 1 came (as the replica group's test does) needs the move to reach the
         # node within one gap, which a loaded CI machine once missed. The rule is the same.
-        firsts = _schedule(client, topic, "", GAP_MS, times, delay_s=30)
+        gap = ALONE_GAP_MS
+        firsts = _schedule(client, topic, "", gap, times, delay_s=30)
         moved: dict[str, int] = {}
         for message_id, first in firsts.items():
-            shift = NUDGE_MS if message_id.endswith("nudge") else PAST_MS
-            moved[message_id] = first + shift
+            moved[message_id] = first + _shift(message_id, gap)
             client.reschedule(message_id, deliver_at=moved[message_id])
         wait_until(lambda: _totals(node).get("rescheduled", 0) >= 4, 30, "every move applied")
-        last = max(first + (times - 1) * GAP_MS for first in firsts.values())
+        last = max(first + (times - 1) * gap for first in firsts.values())
         for message_id in firsts:
             inbox.wait_occurrence(message_id, times, 60)
         # An occurrence too many would come before a marker due after the last one.
-        inbox.settle(client, topic, 4, deliver_at_ms=last + GAP_MS + 500)
-        _verify(inbox, firsts, moved, GAP_MS, times, moved_occurrence=1)
+        inbox.settle(client, topic, 4, deliver_at_ms=last + gap + 500)
+        _verify(inbox, firsts, moved, gap, times, moved_occurrence=1)
         assert _totals(node).get("reschedule_too_late", 0) == 0
 
 
@@ -162,8 +167,7 @@ def test_a_rescheduled_occurrence_of_a_repeat_in_a_replica_group_across_a_failov
         moved: dict[str, int] = {}
         for message_id, first in firsts.items():
             inbox.wait_occurrence(message_id, 1, 60)
-            shift = NUDGE_MS if message_id.endswith("nudge") else PAST_MS
-            moved[message_id] = first + gap + shift
+            moved[message_id] = first + gap + _shift(message_id, gap)
             client.reschedule(message_id, deliver_at=moved[message_id])
         wait_until(lambda: _totals(a).get("rescheduled", 0) >= 4, 30, "a moved every one")
         assert b.context is not None

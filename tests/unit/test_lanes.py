@@ -475,6 +475,23 @@ def test_a_partition_is_delivered_by_one_lane_only(node: Node) -> None:
         node.loop.add_lane(again)
 
 
+def test_a_partition_handed_over_may_come_back_before_the_next_transaction(node: Node) -> None:
+    """A member hands a partition over and wins it back (its successor handed it straight
+    back) before the loop took the handed-over lane out. Mutant caught: the released lane
+    still counted (the new lane refused, the partition undelivered)."""
+    before = node.partitions[1]
+    before.lane.release("node-b")
+    node.loop.step()  # commits the handover
+    assert before.lane.released.is_set()
+    back = node.lane(1, 6)
+    node.loop.add_lane(back.lane)
+    back.add("c", T0 + 1)
+    node.clock.advance(5)
+    node.loop.step()
+    assert "c" in node.delivered() and [c.term for c in node.cuts(1)][-1] == 6
+    before.store.close()  # the fixture closes the partition's newer store
+
+
 class _RecordingWake(Wake):
     """A wake that remembers what each wait was asked to wait for, and does not sleep."""
 
