@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from chronos.errors import DecodeError
 from chronos.group.claims import Holding, Ownership
@@ -43,6 +43,7 @@ from chronos.group.follower import READER_OPTIONS, Follower, decoded
 from chronos.group.node_log import NodeLogState
 from chronos.kafka.batches import read_ready
 from chronos.kafka.librdkafka import ClientErrors
+from chronos.kafka.start import FROM_START
 from chronos.lifecycle import LoopWorker
 from chronos.schedule.progress_record import (
     Claim,
@@ -138,7 +139,7 @@ class ProgressLogs:
             topic, count = node_log
             self._node_topic = topic
             self._node_partitions = [TopicPartition(topic, n) for n in range(count)]
-            every = [TopicPartition(topic, n, OFFSET_BEGINNING) for n in range(count)]
+            every = [TopicPartition(topic, n, FROM_START) for n in range(count)]
             self._consumer.incremental_assign(every)
 
     @property
@@ -146,7 +147,7 @@ class ProgressLogs:
         """The partitions whose progress is read, in order."""
         return sorted(self._partitions.values())
 
-    def follow(self, partition: int, topic: str, offset: int = OFFSET_BEGINNING) -> None:
+    def follow(self, partition: int, topic: str, offset: int = FROM_START) -> None:
         """Read ``partition``'s progress topic from ``offset`` (its beginning by default)."""
         if topic in self._partitions:
             return
@@ -282,9 +283,7 @@ class StandbysWorker(LoopWorker):
         #: Partitions being handed to this node's delivery (``hand_in``), not done yet.
         self._hand_ins: list[HandIn] = []
 
-    def add(
-        self, partition: int, topic: str, follower: Follower, offset: int = OFFSET_BEGINNING
-    ) -> None:
+    def add(self, partition: int, topic: str, follower: Follower, offset: int = FROM_START) -> None:
         """Follow ``partition``'s progress ``topic`` from ``offset`` into ``follower``."""
         with self._lock:
             self._changes.append(_Join(partition, topic, follower, offset))
