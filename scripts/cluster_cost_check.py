@@ -10,6 +10,7 @@ anything (issue 61's acceptance 3), and its cost should not follow its partition
 (acceptance 1: the 64-partition figures at most 1.5× the 1-partition ones).
 
     python scripts/cluster_cost_check.py --partitions 1 4 16 64
+    python scripts/cluster_cost_check.py --partitions 1 4 16 64 --shape node
 
 The last line of output is the JSON summary (``layouts``: one row per partition count). Exit
 code 0 when no layout fenced or moved anything at rest, 1 otherwise; the cost ratio is reported,
@@ -34,8 +35,18 @@ from chronos.devstack.check import add_broker_options, finish, staged
 
 SETTLE_TIMEOUT_S = 300.0
 
-#: Events that say a partition's delivery changed hands or was fenced.
-OWNERSHIP_EVENTS = ("became_master", "master_fenced", "takeover_started", "shard_stopping")
+#: Events that say a partition's delivery changed hands or was fenced (the node shape's: a
+#: claim decided, a lane started or handed over, a member's loop fenced).
+OWNERSHIP_EVENTS = (
+    "became_master",
+    "master_fenced",
+    "takeover_started",
+    "shard_stopping",
+    "claim_decided",
+    "partition_delivering",
+    "master_released",
+    "member_delivery_fenced",
+)
 
 
 @dataclass
@@ -130,6 +141,12 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--standbys", type=int, default=1)
+    parser.add_argument(
+        "--shape",
+        choices=["partition", "node"],
+        default="partition",
+        help="cluster.shape of the nodes (node: one engine per node, issue 61)",
+    )
     parser.add_argument("--settle", type=float, default=20.0, help="seconds after settling")
     parser.add_argument("--seconds", type=float, default=60.0, help="the measured window")
     add_broker_options(parser)
@@ -145,6 +162,7 @@ def main() -> int:
                 f"cost{uuid.uuid4().hex[:8]}",
                 partitions,
                 args.standbys,
+                shape=args.shape,
             )
             layout.workdir.mkdir(parents=True, exist_ok=True)
             row = _measure(layout, args.nodes, args.settle, args.seconds, broker_pid)

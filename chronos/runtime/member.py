@@ -51,6 +51,7 @@ from chronos.kafka.topic_config import check_inner_topic
 from chronos.lifecycle import Component, Fatal
 from chronos.metrics import CountingMetrics
 from chronos.runtime.foreground import run_foreground
+from chronos.runtime.member_delete import MemberDeleter
 from chronos.runtime.member_host import MemberHost
 from chronos.schedule.frontier import Wake
 from chronos.schedule.progress_record import Cut
@@ -114,6 +115,11 @@ class ClusterMember:
         """Create and check the topics, open the store, join the cluster."""
         s = self.settings
         names = s.topics.names
+        if s.rebuild.mode == "compact":
+            raise ConfigError(
+                "cluster.shape = node does not run in rebuild.mode = compact yet (its "
+                "restating and expiry tombstones are per node alone or replica group)"
+            )
         if s.topics.create:
             ensure_topics(s, stopped=self._stop_requested.is_set)
         if s.rebuild.check_inner_topic:
@@ -310,10 +316,14 @@ class ClusterMember:
             on_change=host.members_changed,
         )
         self._membership = membership
+        deleter = MemberDeleter(
+            lambda: {p: hosted.ledger for p, hosted in list(host.hosted.items())}, s.delete
+        )
         self._components = [
             publisher,
             standbys,
             host,
+            deleter,
             board,
             heartbeats,
             delivery,

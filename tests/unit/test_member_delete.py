@@ -1,0 +1,56 @@
+"""A cluster member's one delete thread over every hosted partition (runtime/member_delete.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chronos.clock import FakeClock
+from chronos.group.hosted import Hosted
+from chronos.model import DelayMessage
+from chronos.runtime.member_delete import MemberDeleter
+from chronos.schedule.frontier import Wake
+from chronos.settings import DeleteSettings, StoreSettings
+from chronos.store import keys
+from chronos.store.database import RocksDatabase
+
+T0 = 1_700_000_000_000
+
+
+def _delivered_and_pending(hosted: Hosted, prefix: str) -> None:
+    """Two messages, the first behind the seek (delivered), the second ahead of it."""
+    hosted.ledger.apply(
+        [
+            DelayMessage(f"{prefix}-done", "t", None, b"v", [], T0 + 1_000),
+            DelayMessage(f"{prefix}-later", "t", None, b"v", [], T0 + 9_000),
+        ]
+    )
+    hosted.frontier.advance(T0 + 2_000)
+    hosted.ledger.commit_progress(T0 + 2_000, [])
+
+
+def _ids(hosted: Hosted) -> list[str]:
+    rows = hosted.store.scan(b"", keys.slot_bound(2**62), 100)
+    return [keys.split_message_key(key)[1] for key, _ in rows]
+
+
+def test_one_pass_purges_what_each_hosted_partition_delivered(tmp_path: Path) -> None:
+    """Mutant caught: a pass over the first partition only (the others grow for ever)."""
+    database = RocksDatabase(tmp_path / "db", StoreSettings(wal_sync_interval_ms=60_000))
+    clock = FakeClock(T0)
+    hosted = {
+        p: Hosted.open(database, p, f"progress.p{p}", Wake(), clock, DeleteSettings())
+        for p in (1, 2, 5)
+    }
+    try:
+        for partition, schedule in hosted.items():
+            _delivered_and_pending(schedule, f"p{partition}")
+        deleter = MemberDeleter(
+            lambda: {p: h.ledger for p, h in hosted.items()},
+            DeleteSettings(retention_s=0, interval_s=60),
+        )
+        deleter.run_once()
+        assert {p: _ids(h) for p, h in hosted.items()} == {p: [f"p{p}-later"] for p in hosted}
+    finally:
+        for schedule in hosted.values():
+            schedule.store.close()
+        database.close()
