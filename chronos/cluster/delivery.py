@@ -21,9 +21,10 @@ from confluent_kafka import KafkaException
 from chronos.cluster.ownership import OwnershipRound
 from chronos.group.claims import Claimant
 from chronos.group.transactions import TransactionLoop
-from chronos.kafka.errors import NotAuthorized
+from chronos.kafka.errors import Fenced, NotAuthorized
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.lifecycle import LoopWorker
+from chronos.schedule.frontier import Wake
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +44,8 @@ class MemberDelivery(LoopWorker):
         ownership: the member's rounds.
         init_timeout_s: longest wait for a new producer's ``init``.
         on_fatal: told when Kafka refuses this member's credentials.
+        wake: what the member's lanes and loops share (stopped with a fenced loop, started
+            again for the next).
     """
 
     def __init__(
@@ -54,7 +57,9 @@ class MemberDelivery(LoopWorker):
         ownership: OwnershipRound,
         init_timeout_s: float,
         on_fatal: Callable[[str], None],
+        wake: Wake | None = None,
     ) -> None:
+        self._wake = wake
         super().__init__("member-delivery")
         self._open_publisher = open_publisher
         self._new_claimant = new_claimant
@@ -83,6 +88,8 @@ class MemberDelivery(LoopWorker):
 
     def _start_loop(self) -> bool:
         publisher = self._open_publisher()
+        if self._wake is not None:
+            self._wake.restart()  # a fenced loop's stop stopped it: waits would return at once
         try:
             publisher.init(self._init_timeout_s)
         except NotAuthorized as exc:
@@ -90,14 +97,14 @@ class MemberDelivery(LoopWorker):
             self._on_fatal(str(exc))
             self._stop.set()
             return False
-        except KafkaException as exc:
+        except (KafkaException, Fenced) as exc:
             publisher.close()
             log.warning("member_producer_not_started", error=str(exc))
             return False
         loop = self._new_loop(publisher)
         self._ownership.attach(loop, self._new_claimant(publisher))
+        self.loop = loop  # before it runs: its first round leads through it
         loop.start()
-        self.loop = loop
         return True
 
     def _end(self, loop: TransactionLoop) -> None:

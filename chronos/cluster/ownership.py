@@ -7,17 +7,20 @@ Each round (``rounds.py`` decides it) this:
 2. reads on the claims left undecided (``Claimant.resume``), then makes the round's claims,
    one ``claim_all`` per holder they are taken from (each holder fenced once);
 3. turns each won claim into a lane: the standbys' reader reads the partition's log past the
-   claim and applies the claim's start cut (``StandbysWorker.hand_in``), the store leads from
-   it (``Hosted.lane``), and the delivery loop takes the lane in before its next
-   transaction (``TransactionLoop.add_lane``);
+   claim and applies the claim's start cut (``StandbysWorker.hand_in``, waited for across
+   rounds, never on one: the other lanes go on meanwhile), the store leads from it
+   (``Hosted.lane``), and the delivery loop takes the lane in before its next transaction
+   (``TransactionLoop.add_lane``);
 4. hands over the lanes the round says (``Lane.release``): the loop's next commit names the
-   successor, whose claim follows.
+   successor, whose claim follows; a handover the round no longer asks for is withdrawn
+   before it commits (its successor may have gone meanwhile).
 
 On the delivery thread because a claim is a transaction of the node's one producer, and only
 between two delivery transactions is none open. A won claim whose hand-in does not end in
-time is left: its partition is still followed, and the next round retakes it (the log names
-this node). A fenced loop loses every lane (``lanes_lost``); its member starts a new producer
-and the next rounds claim them back (``delivery.py``).
+time is left: its partition is still followed, and a later round retakes it (the log names
+this node). A partition whose claim failed or was lost is not claimed again for
+``_RETRY_S``. A fenced loop loses every lane (``lanes_lost``); its member starts a new
+producer and the next rounds claim them back (``delivery.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ from chronos.group.transactions import TransactionLoop
 from chronos.schedule.progress_record import Cut
 
 log = structlog.get_logger(__name__)
+
+#: How long a partition whose claim failed, was lost or whose takeover did not end is left
+#: alone before it is claimed again.
+_RETRY_S = 1.0
 
 #: Partition, term and start cut -> the lane that delivers it (``Hosted.lane``, bound).
 Lead = Callable[[int, int, Cut | None], Lane]
@@ -97,6 +104,11 @@ class OwnershipRound:
         self._lanes: dict[int, Lane] = {}
         #: Claims committed and not decided yet: their log reader and decision so far.
         self._undecided: dict[int, tuple[ClaimLog, Decision]] = {}
+        #: Won claims whose partition the standbys' reader is handing in: the decision, the
+        #: hand-in and until when (monotonic) it is waited for.
+        self._handing: dict[int, tuple[Decision, HandIn, float]] = {}
+        #: Partition -> monotonic time before which it is not claimed again.
+        self._not_before: dict[int, float] = {}
         self._last = -float("inf")
         #: Rounds run (tests and metrics).
         self.rounds = 0
@@ -113,7 +125,9 @@ class OwnershipRound:
     @property
     def delivering(self) -> frozenset[int]:
         """The partitions this member delivers (a handover not committed yet included)."""
-        return frozenset(p for p, lane in self._lanes.items() if not lane.released.is_set())
+        # A copy first: other threads ask while the delivery thread changes the lanes.
+        lanes = list(self._lanes.items())
+        return frozenset(p for p, lane in lanes if not lane.released.is_set())
 
     def __call__(self) -> None:
         now = self._clock()
@@ -125,30 +139,40 @@ class OwnershipRound:
         self._last = now
         self.rounds += 1
         self._take_back_released()
+        self._lead_handed_in(now)
+        waiting = {p for p, at in self._not_before.items() if at > now}
+        self._not_before = {p: self._not_before[p] for p in waiting}
         view = RoundView(
             members=members,
             suspects=self._suspects(),
             delivering=self.delivering,
-            standing=self._standing(),
+            standing=self._standing() - waiting,
             holdings=self._standbys.holdings(),
-            undecided=frozenset(self._undecided),
+            undecided=frozenset(self._undecided) | frozenset(self._handing),
             heard=self._heard(),
         )
         plan = self._rounds.plan(view, now)
-        if plan.claims or plan.resume:
-            log.info("round_claims", claims=plan.claims, resume=plan.resume)
-        won: list[tuple[int, Decision]] = []
+        if plan.claims or plan.handed or plan.resume:
+            log.info("round_claims", claims=plan.claims, handed=plan.handed, resume=plan.resume)
         for partition in plan.resume:
+            if partition not in self._undecided:
+                continue  # being handed in
             claim_log, decision = self._undecided.pop(partition)
             decided = self._claimant.resume(claim_log, decision)
-            won += self._decided(partition, claim_log, decided)
+            self._decided(partition, claim_log, decided, now)
         for expected, partitions in plan.claims.items():
-            won += self._claim(self._claimant, expected, partitions)
-        if won:
-            self._take_over(won)
-        for partition, successor in plan.releases.items():
-            lane = self._lanes[partition]
-            if lane.release_to != successor:
+            self._claim(self._claimant, expected, partitions, now, handed=False)
+        for holder, partitions in plan.handed.items():
+            self._claim(self._claimant, holder, partitions, now, handed=True)
+        self._lead_handed_in(now)
+        for partition, lane in list(self._lanes.items()):
+            successor = plan.releases.get(partition)
+            if successor is None and lane.release_to is not None and not lane.released.is_set():
+                # Asked no more (the successor went, or the placement moved back): withdrawn
+                # before it commits.
+                log.info("handover_withdrawn", partition=partition, successor=lane.release_to)
+                lane.release_to = None
+            elif successor is not None and lane.release_to != successor:
                 log.info("handover_asked", partition=partition, successor=successor)
                 lane.release(successor)
 
@@ -159,58 +183,68 @@ class OwnershipRound:
                 self._follow(partition)
 
     def _claim(
-        self, claimant: Claimant, expected: str | None, partitions: list[int]
-    ) -> list[tuple[int, Decision]]:
+        self,
+        claimant: Claimant,
+        expected: str | None,
+        partitions: list[int],
+        now: float,
+        handed: bool,
+    ) -> None:
         logs = [self._open_claim_log(p) for p in partitions]
         try:
-            decisions = claimant.claim_all(logs, expected)
+            decisions = claimant.claim_all(logs, expected, handed=handed)
         except ClaimFailed as exc:
             log.warning("claims_failed", partitions=partitions, holder=expected, error=str(exc))
+            for partition, claim_log in zip(partitions, logs, strict=True):
+                claim_log.close()
+                self._not_before[partition] = now + _RETRY_S
+            return
+        except BaseException:
             for claim_log in logs:
                 claim_log.close()
-            return []
-        won: list[tuple[int, Decision]] = []
+            raise
         for partition, claim_log, decision in zip(partitions, logs, decisions, strict=True):
-            won += self._decided(partition, claim_log, decision)
-        return won
+            self._decided(partition, claim_log, decision, now)
 
-    def _decided(
-        self, partition: int, claim_log: ClaimLog, decision: Decision
-    ) -> list[tuple[int, Decision]]:
+    def _decided(self, partition: int, claim_log: ClaimLog, decision: Decision, now: float) -> None:
         if decision.undecided:
             self._undecided[partition] = (claim_log, decision)
-            return []
+            return
         claim_log.close()
         if not decision.won:
             log.info(
                 "claim_lost", partition=partition, holder=decision.holder, reason=decision.reason
             )
-            return []
-        return [(partition, decision)]
+            self._not_before[partition] = now + _RETRY_S
+            return
+        # The standbys' reader reads its log past the claim and applies its start: waited
+        # for by the next rounds, not here (the other lanes go on meanwhile).
+        hand_in = self._standbys.hand_in(partition, decision.offset, decision.cut)
+        self._handing[partition] = (decision, hand_in, now + self._hand_in_timeout_s)
 
-    def _take_over(self, won: list[tuple[int, Decision]]) -> None:
-        """Every won partition handed in by the standbys' reader at once, then led."""
-        asked: list[tuple[int, Decision, HandIn]] = [
-            (p, decision, self._standbys.hand_in(p, decision.offset, decision.cut))
-            for p, decision in won
-        ]
-        deadline = self._clock() + self._hand_in_timeout_s
+    def _lead_handed_in(self, now: float) -> None:
+        """Lead every won partition the standbys' reader handed in; give up those that took
+        too long (followed on: a later round retakes them)."""
         loop = self._loop
-        assert loop is not None
-        for partition, decision, hand_in in asked:
-            if not hand_in.done.wait(max(0.0, deadline - self._clock())):
-                if self._standbys.cancel(hand_in):
-                    log.warning("takeover_incomplete", partition=partition, offset=decision.offset)
+        for partition, (decision, hand_in, until) in list(self._handing.items()):
+            if not hand_in.done.is_set():
+                if now < until or not self._standbys.cancel(hand_in):
                     continue
+                del self._handing[partition]
+                log.warning("takeover_incomplete", partition=partition, offset=decision.offset)
+                self._not_before[partition] = now + _RETRY_S
+                continue
+            del self._handing[partition]
             claim = decision.claim
-            assert claim is not None  # a won decision's
+            assert claim is not None and loop is not None  # a won decision's, a round's loop
             try:
                 lane = self._lead(partition, claim.term, decision.cut)
                 loop.add_lane(lane)
             except Exception:
-                # Won and not delivered: followed again, the next round retakes it.
+                # Won and not delivered: followed again, a later round retakes it.
                 log.exception("takeover_failed", partition=partition, term=claim.term)
                 self._follow(partition)
+                self._not_before[partition] = now + _RETRY_S
                 continue
             self._lanes[partition] = lane
             log.info(
@@ -229,6 +263,10 @@ class OwnershipRound:
         self._lanes.clear()
         for partition in lost:
             self._follow(partition)
+        for partition, (_decision, hand_in, _until) in list(self._handing.items()):
+            if not self._standbys.cancel(hand_in):
+                self._follow(partition)  # it had left the standbys: back to following
+        self._handing.clear()
         self.close()
         return lost
 

@@ -23,7 +23,11 @@ node still undecided (that one is resumed, not repeated):
 
 * whose holder handed it to this node (``released_to``), whatever this node's member list
   says (the holder's may be newer: the group is often still rebalancing when a leaving node
-  hands over);
+  hands over), made only if the log still says so when the claim reads it (``handed``);
+* that the log says this node holds, whatever the placement says (a retake: its lane never
+  started, or its loop was fenced, or the node it handed the partition to is gone before
+  claiming it); a handover then moves it on. Without this a partition could wait for ever:
+  its placed owner waits for a handover from a holder that delivers nothing;
 * that this node should deliver next, when the log's holder is nobody (a new cluster, or a
   log of cuts only from before claims: taken from whoever holds it when the claim reads the
   log), this node (its producer was fenced, or it restarted: a retake, which wins where
@@ -87,17 +91,20 @@ class RoundPlan:
         claims: partitions to claim, grouped by the holder each is taken from (the
             claimant's ``expected``: this node for a retake; None where the log names
             nobody). One ``claim_all`` per group: each holder is fenced once.
+        handed: partitions their holder handed to this node, by holder (claimed only while
+            the log says so: ``Claimant.claim_all(handed=True)``).
         resume: partitions whose undecided claim is read on.
         releases: partition -> the node it is handed to.
     """
 
     claims: dict[str | None, list[int]] = field(default_factory=dict)
+    handed: dict[str, list[int]] = field(default_factory=dict)
     resume: list[int] = field(default_factory=list)
     releases: dict[int, str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
-        return not (self.claims or self.resume or self.releases)
+        return not (self.claims or self.handed or self.resume or self.releases)
 
 
 class Rounds:
@@ -148,7 +155,10 @@ class Rounds:
                 # Handed to this node: whatever its own member list says (the holder's was
                 # newer, or the group is still rebalancing), nobody else may claim it
                 # without fencing the holder, which handed over and commits no more.
-                plan.claims.setdefault(holding.node, []).append(partition)
+                plan.handed.setdefault(holding.node, []).append(partition)
+                continue
+            if holding.node == self._node and not self._handed_on(holding, view):
+                plan.claims.setdefault(self._node, []).append(partition)
                 continue
             if next_owners.owner(partition) != self._node:
                 continue
@@ -167,6 +177,15 @@ class Rounds:
             if self._ready(successor, partition, since):
                 plan.releases[partition] = successor
         return plan
+
+    @staticmethod
+    def _handed_on(holding: Holding, view: RoundView) -> bool:
+        """Whether this node, the holder, handed the partition to a node that may still
+        claim it: listed and not suspected, or still heard."""
+        successor = holding.released_to
+        if successor is None or successor in view.suspects:
+            return False
+        return successor in view.members or successor in view.heard
 
     def _claims_from(self, holding: Holding, view: RoundView) -> tuple[bool, str | None]:
         """Whether this node claims a partition it should deliver next, and whom from (the

@@ -344,9 +344,15 @@ class Claimant:
         thread, between two delivery transactions (the claim is alone in its own)."""
         return self.claim_all([claim_log], expected)[0]
 
-    def claim_all(self, claim_logs: Sequence[ClaimLog], expected: str | None) -> list[Decision]:
+    def claim_all(
+        self, claim_logs: Sequence[ClaimLog], expected: str | None, handed: bool = False
+    ) -> list[Decision]:
         """``claim`` for several partitions at once, one decision per log in order: a round
         of a watcher that suspects a node holding many partitions.
+
+        ``handed``: claims of partitions ``expected`` handed to this node. One whose log no
+        longer says so when read (the holder took it back since: a stale view) is not made:
+        it would fence a live holder.
 
         Each id to fence is fenced once for the round, not once per partition (16 serial
         fences of 40-280 ms would break a 3 s failover), and every claim goes in one
@@ -365,6 +371,10 @@ class Claimant:
             holder = ownership.node
             if expected is not None and holder not in (expected, self.node, None):
                 reason = f"held by {holder}, not {expected}"
+                decisions.append(Decision(False, None, -1, ownership.cut, holder, reason))
+                continue
+            if handed and ownership.released_to != self.node:
+                reason = f"{holder} no longer hands it to {self.node}"
                 decisions.append(Decision(False, None, -1, ownership.cut, holder, reason))
                 continue
             shared = self._shared_id(claim_log.topic, claim_log.partition)
@@ -558,6 +568,11 @@ class Claimant:
             raise ClaimFailed(f"the claim's transaction was aborted: {exc}") from exc
         except KafkaException as exc:
             # Its outcome may be unknown (a commit that failed after Kafka took it): the
-            # next claim reads the log, which names this node if it won.
+            # next claim reads the log, which names this node if it won. Nothing may stay
+            # open: the next transaction (a claim, a delivery) could not begin.
+            try:
+                publisher.abort()
+            except (KafkaException, TransactionAborted):
+                pass
             raise ClaimFailed(f"the claim's transaction failed: {exc}") from exc
         return [placed[n] for n in range(len(claims))]

@@ -67,7 +67,7 @@ _DESCRIBE_TIMEOUT_S = 5.0
 _BOARD_INTERVAL_S = 1.0
 _BOARD_STALE_S = 3.5
 #: Fewest seconds between two ownership rounds, and the delivery loop's longest idle wait.
-_ROUND_S = 0.05
+_ROUND_S = 0.1
 
 
 def _ignored(error: object, message: object) -> None:
@@ -283,6 +283,7 @@ class ClusterMember:
             ownership=ownership,
             init_timeout_s=timeout_ms / 1000.0,
             on_fatal=self._fatal.report,
+            wake=wake,
         )
         self.delivery = delivery
 

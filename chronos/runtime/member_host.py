@@ -138,7 +138,6 @@ class MemberHost(LoopWorker):
             members = self._members
         if members is None or members == self._placed_for:
             return
-        self._placed_for = members
         placement = Placement.of(members, self._partitions, self._settings.cluster.standby_replicas)
         wanted = placement.hosted_by(self._node) | self._delivering()
         added = sorted(wanted - set(self.hosted))
@@ -150,13 +149,15 @@ class MemberHost(LoopWorker):
             added=added,
             members=sorted(members),
         )
-        if not added:
-            return
         for partition in added:
             hosted = self._open_hosted(partition)
             self.hosted[partition] = hosted
             self._standbys.add(partition, hosted.progress_topic, hosted.follower())
-        self._restart_ingest()
+        generation = self._generation
+        if self.hosted and (generation is None or generation.partitions != sorted(self.hosted)):
+            self._restart_ingest()
+        # Only once done: a step that failed is done again at the next tick.
+        self._placed_for = members
 
     def _restart_ingest(self) -> None:
         """A new generation over every hosted partition; the old one stops first (one

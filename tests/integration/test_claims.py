@@ -655,3 +655,26 @@ def test_a_claim_waits_out_another_nodes_open_transaction_in_the_holders_node_lo
         assert decided.won and decided.cut is not None and decided.cut.seek_ms == 30
     finally:
         reader.close()
+
+
+def test_a_handover_claim_whose_holder_took_the_partition_back_fences_nobody(
+    nodes: Callable[..., _Node], kafka_bootstrap: str, namespace: str, topic: str
+) -> None:
+    """b's view says a handed it the partition, but a took it back since (a retake after the
+    handover: b never claimed in time). b's claim of a handed partition reads the log, finds
+    it handed to nobody, and claims nothing: fencing a then would end every lane a delivers.
+    Mutant caught: a handed claim made whatever the log says now (b fences a and wins)."""
+    a = nodes("a")
+    assert a.claim("a").won
+    a.publisher.begin()
+    key, value = encode_cut(Cut(1, 100, {0: 100}, "a", 100, released_to="b"))
+    a.publisher.publish(topic, key, value, [], lambda _e, _m: None, 0)
+    a.publisher.flush(30)
+    a.publisher.commit()
+    assert a.claim("a").won  # the retake, term 2
+    b = nodes("b")
+    (decision,) = b.claimant.claim_all([b.log], "a", handed=True)
+    assert not decision.won and decision.claim is None, decision
+    assert "no longer hands" in decision.reason
+    assert b.claimant.fenced == []
+    assert holder_read_afresh(kafka_bootstrap, namespace, topic) == ("a", 2)

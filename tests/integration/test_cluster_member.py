@@ -195,6 +195,7 @@ class Member:
             ownership=self.ownership,
             init_timeout_s=30.0,
             on_fatal=print,
+            wake=self.wake,
         )
 
     def follow(self, partition: int, cluster: Cluster) -> None:

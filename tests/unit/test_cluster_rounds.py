@@ -96,7 +96,7 @@ def test_a_live_holder_keeps_its_partition_until_it_hands_it_over() -> None:
     assert rounds.plan(_view(members=members, holdings=held), 0.0).empty
     released = {partition: Holding("old", released_to=owner)}
     plan = rounds.plan(_view(members=members, holdings=released), 1.0)
-    assert plan.claims == {"old": [partition]}
+    assert plan.handed == {"old": [partition]} and not plan.claims
 
 
 def test_a_node_that_lost_its_lanes_retakes_what_it_held_and_a_gone_holders_are_taken() -> None:
@@ -222,4 +222,34 @@ def test_a_partition_handed_to_this_node_is_claimed_whatever_its_member_list_say
     theirs = sorted(placement.owned_by("b"))
     held = {p: Holding("b", released_to="a") for p in theirs}
     plan = _rounds("a").plan(_view(holdings=held), 0.0)
-    assert plan.claims == {"b": theirs}
+    assert plan.handed == {"b": theirs} and not plan.claims
+
+
+def test_a_partition_handed_to_a_node_that_is_gone_is_retaken_by_its_holder() -> None:
+    """The holder handed p over and its successor died or left before claiming it: the
+    holder takes it back, whoever the placement names (it then hands it over as usual).
+    Mutant caught: a holder that retakes only where the placement names it (p stranded: the
+    new owner waits for a handover nobody makes)."""
+    placement = Placement.of(MEMBERS - {"b"}, PARTITIONS, 1)
+    theirs = sorted(placement.owned_by("c"))
+    held = {p: Holding("a", released_to="b") for p in theirs}
+    # b is no longer a member and not heard: gone.
+    plan = _rounds("a").plan(_view(members=MEMBERS - {"b"}, holdings=held), 0.0)
+    assert plan.claims == {"a": theirs}
+    # b suspected while still listed: the same.
+    plan = _rounds("a").plan(_view(suspects=frozenset({"b"}), holdings=held), 0.0)
+    assert plan.claims == {"a": theirs}
+    # b alive: its claim is waited for.
+    heard = replace(_view(holdings=held), heard=frozenset({"b"}))
+    assert _rounds("a").plan(heard, 0.0).empty
+
+
+def test_a_partition_the_log_says_this_node_holds_and_it_does_not_deliver_is_retaken() -> None:
+    """A won claim whose lane never started (a hand-in that timed out, a fence during the
+    move): the log names this node, which retakes it whatever the placement says, and hands
+    it over from there. Mutant caught: the retake only where the placement names this node."""
+    placement = Placement.of(MEMBERS, PARTITIONS, 1)
+    theirs = sorted(placement.owned_by("b"))
+    held = {p: Holding("a") for p in theirs}
+    plan = _rounds("a").plan(_view(holdings=held), 0.0)
+    assert plan.claims == {"a": theirs}
