@@ -68,6 +68,7 @@ class OwnershipRound:
             transaction).
         clock: monotonic seconds.
         heard: the peers whose heartbeats arrive now.
+        leaving: whether this member is leaving (``RoundView.leaving``).
     """
 
     def __init__(
@@ -85,7 +86,9 @@ class OwnershipRound:
         interval_s: float,
         clock: Callable[[], float] = time.monotonic,
         heard: Callable[[], frozenset[str]] = frozenset,
+        leaving: Callable[[], bool] = lambda: False,
     ) -> None:
+        self._leaving = leaving
         self._heard = heard
         self._rounds = rounds
         self._members = members
@@ -150,6 +153,7 @@ class OwnershipRound:
             holdings=self._standbys.holdings(),
             undecided=frozenset(self._undecided) | frozenset(self._handing),
             heard=self._heard(),
+            leaving=self._leaving(),
         )
         plan = self._rounds.plan(view, now)
         if plan.claims or plan.handed or plan.resume:

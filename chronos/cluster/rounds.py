@@ -46,6 +46,7 @@ stands (a node killed a moment ago said so before: its word then must not count)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -72,6 +73,9 @@ class RoundView:
         undecided: partitions with a claim of this node not decided yet.
         heard: the peers whose heartbeats arrive now (a node that left the group and still
             beats is handing over).
+        leaving: this node is leaving (its member list leaves it out already): a
+            successor's word on the board counts whenever it was said, not only after the
+            move was seen, which guards a takeover from a node killed a moment ago.
     """
 
     members: frozenset[str]
@@ -81,6 +85,7 @@ class RoundView:
     holdings: Mapping[int, Holding]
     undecided: frozenset[int] = frozenset()
     heard: frozenset[str] = frozenset()
+    leaving: bool = False
 
 
 @dataclass
@@ -174,7 +179,9 @@ class Rounds:
                 self._moving_since.pop(partition, None)
                 continue
             since = self._moving_since.setdefault(partition, now)
-            if self._ready(successor, partition, since):
+            # A leaving node hands to live successors: their last word counts (its staleness
+            # bounds it), not only one said after the move (a second's wait per leave).
+            if self._ready(successor, partition, -math.inf if view.leaving else since):
                 plan.releases[partition] = successor
         return plan
 

@@ -221,6 +221,7 @@ class ClusterMember:
             members=self._members,
             suspects=lambda: frozenset(watch.suspects()),
             heard=lambda: watch.heard_within(s.group.suspect_after_ms / 1000.0),
+            leaving=self._leaving.is_set,
             standing=self._standing,
             standbys=standbys,
             open_claim_log=lambda p: ClaimLog(

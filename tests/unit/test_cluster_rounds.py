@@ -253,3 +253,19 @@ def test_a_partition_the_log_says_this_node_holds_and_it_does_not_deliver_is_ret
     held = {p: Holding("a") for p in theirs}
     plan = _rounds("a").plan(_view(holdings=held), 0.0)
     assert plan.claims == {"a": theirs}
+
+
+def test_a_leaving_node_hands_over_on_its_successors_last_word() -> None:
+    """A leave needs no word said after the move (a second's wait): its successors are
+    live. Mutant caught: a leaving node waiting for a word after the move."""
+    board = Board()
+    others = frozenset({"b", "c"})
+    placement = Placement.of(others, PARTITIONS, 1)
+    mine = frozenset(range(PARTITIONS))
+    for node in others:
+        board.say(node, sorted(placement.owned_by(node)), at=0.5)
+    view = replace(_view(members=others, delivering=mine, holdings={}), leaving=True)
+    plan = _rounds("a", board).plan(view, 1.0)
+    assert plan.releases == {p: placement.hosts[p][0] for p in mine}
+    staying = replace(view, leaving=False)
+    assert _rounds("a", board).plan(staying, 1.0).releases == {}
