@@ -4,18 +4,22 @@ A member of the node shape (``docs/design/cluster-v2.md``) keeps one schedule pe
 partition in its one database (``group/hosted.py``) and reads every hosted partition through
 one ingest (``node/ingest.py`` over ``schedule/partition_ledgers.py``), with one cancel gate
 (``node/watermark.py``) over them. On a change of the member list it computes the placement,
-opens the schedules of the partitions it now hosts, follows them (``group/standbys.py``) and
-starts its ingest again over the new set: a new *generation* (ingest, its watermark and its
-probe), which first catches up with the new partitions from their start (their restore) and
-then goes on where each schedule says.
+opens the schedules of the partitions it now hosts and follows them (``group/standbys.py``).
+
+Their restore (reading the inner topic from their start) runs in an ingest of its own, beside
+the member's: restarting the member's ingest over them at once would hold every lane of the
+member back for the whole restore (a new cancel gate proves nothing before every partition it
+reads was caught up), and the member would claim nothing meanwhile, a failover included.
+Once the restore caught up, the member's ingest starts again over every hosted partition (a
+new *generation*: ingest, cancel gate and probe), which costs its lanes one probe and a short
+catch-up. Each partition is written by one ingest at a time.
 
 A partition is *standing* (it may be claimed, and the readiness board says so) once the
-ingest generation that reads it caught up with the inner topic and its progress log was read
-to its end once.
+member's ingest generation that reads it caught up with the inner topic and its progress log
+was read to its end once.
 
 Not yet: a partition no longer hosted is kept (followed and ingested) until the node stops;
-the cancel gate is the earliest over every hosted partition (a lagging partition holds every
-lane back, never forward).
+the cancel gate is the earliest over every hosted partition of the member's ingest.
 """
 
 from __future__ import annotations
@@ -50,22 +54,27 @@ _TICK_S = 0.1
 
 @dataclass
 class _Generation:
-    """One ingest over one hosted set: its worker, cancel gate and the gate's probe."""
+    """One ingest over a set of hosted partitions: its worker, and for the member's ingest
+    its cancel gate and the gate's probe (a restore has none: nothing is delivered from
+    partitions it reads)."""
 
     partitions: list[int]
-    watermark: IngestWatermark
+    watermark: IngestWatermark | None
     ingest: IngestWorker
-    probe: WatermarkProbe
+    probe: WatermarkProbe | None
 
     def start(self) -> None:
         self.ingest.start()
-        self.probe.start()
+        if self.probe is not None:
+            self.probe.start()
 
     def stop(self, timeout_s: float) -> None:
-        self.probe.stop()
+        if self.probe is not None:
+            self.probe.stop()
         self.ingest.stop()
         self.ingest.join(timeout_s)
-        self.probe.join(timeout_s)
+        if self.probe is not None:
+            self.probe.join(timeout_s)
 
 
 class MemberHost(LoopWorker):
@@ -117,6 +126,10 @@ class MemberHost(LoopWorker):
         #: The hosted partitions' schedules (only ever added to while running).
         self.hosted: dict[int, Hosted] = {}
         self._generation: _Generation | None = None
+        #: The ingest restoring partitions newly hosted (None: none restores), and how many
+        #: restores started.
+        self._restore: _Generation | None = None
+        self.restores = 0
         self._generations = 0
 
     def members_changed(self, members: frozenset[str]) -> None:
@@ -134,6 +147,13 @@ class MemberHost(LoopWorker):
         self._changed.clear()
         if self.stopping:
             return
+        restore = self._restore
+        if restore is not None and restore.ingest.caught_up.is_set():
+            # Restored: the member's ingest takes them over (one ingest per partition).
+            restore.stop(self._settings.node.shutdown_timeout_s)
+            self._restore = None
+            log.info("member_restore_done", partitions=restore.partitions)
+            self._restart_ingest()
         with self._lock:
             members = self._members
         if members is None or members == self._placed_for:
@@ -153,11 +173,31 @@ class MemberHost(LoopWorker):
             hosted = self._open_hosted(partition)
             self.hosted[partition] = hosted
             self._standbys.add(partition, hosted.progress_topic, hosted.follower())
-        generation = self._generation
-        if self.hosted and (generation is None or generation.partitions != sorted(self.hosted)):
-            self._restart_ingest()
+        self._ingest_hosted()
         # Only once done: a step that failed is done again at the next tick.
         self._placed_for = members
+
+    def _ingest_hosted(self) -> None:
+        """Every hosted partition read by one ingest: the member's at the first start, a
+        restore's for those it does not read yet."""
+        if not self.hosted:
+            return
+        generation = self._generation
+        if generation is None:
+            self._restart_ingest()
+            return
+        restore = self._restore
+        reading = set(generation.partitions) | set(restore.partitions if restore else [])
+        if reading == set(self.hosted):
+            return
+        if restore is not None:
+            restore.stop(self._settings.node.shutdown_timeout_s)
+        partitions = sorted(set(self.hosted) - set(generation.partitions))
+        self._generations += 1
+        self._restore = self._new_generation(partitions, self._generations, gated=False)
+        self._restore.start()
+        self.restores += 1
+        log.info("member_restore_started", partitions=partitions)
 
     def _restart_ingest(self) -> None:
         """A new generation over every hosted partition; the old one stops first (one
@@ -172,12 +212,20 @@ class MemberHost(LoopWorker):
         generation.start()
         log.info("member_ingest_started", partitions=partitions, generation=self._generations)
 
-    def _new_generation(self, partitions: list[int], number: int) -> _Generation:
+    def _new_generation(
+        self, partitions: list[int], number: int, gated: bool = True
+    ) -> _Generation:
+        """An ingest over ``partitions``; ``gated``: with the cancel gate lanes deliver by
+        (the member's ingest), else a restore's."""
         s = self._settings
         names = s.topics.names
         ledgers = PartitionLedgers({p: self.hosted[p].ledger for p in partitions})
-        watermark = IngestWatermark(
-            ledgers.inner_offsets(partitions), s.node.cancel_margin_ms, partitions, self._clock
+        watermark = (
+            IngestWatermark(
+                ledgers.inner_offsets(partitions), s.node.cancel_margin_ms, partitions, self._clock
+            )
+            if gated
+            else None
         )
         config = self._clients.consumer_config(
             names.node_group(s.node.node_id), **{"auto.offset.reset": "error"}
@@ -197,7 +245,8 @@ class MemberHost(LoopWorker):
             if s.node.ingest_decoder == "process":
 
                 def read(batch: DecodedBatch) -> None:
-                    watermark.read(batch.offsets, batch.appended, batch.hazard)
+                    if watermark is not None:
+                        watermark.read(batch.offsets, batch.appended, batch.hazard)
 
                 return DecoderProcess(f"chronos-decoder-{number}", spec, s.log, on_read=read)
             return InnerReader(spec, self._clock.now_ms)
@@ -214,6 +263,8 @@ class MemberHost(LoopWorker):
             on_fatal=self._on_fatal,
             watermark=watermark,
         )
+        if watermark is None:
+            return _Generation(partitions, None, ingest, None)
         interval_ms = s.node.watermark_interval_ms
         ends = StableEnds(
             self._clients.admin,
@@ -228,7 +279,9 @@ class MemberHost(LoopWorker):
         """The last slot a lane may deliver now: the cancel gate of the running ingest (0
         before one: nothing)."""
         generation = self._generation
-        return 0 if generation is None else generation.watermark.horizon(now_ms)
+        if generation is None or generation.watermark is None:
+            return 0
+        return generation.watermark.horizon(now_ms)
 
     def standing(self) -> frozenset[int]:
         """The hosted partitions whose store is complete: read by an ingest that caught up,
@@ -240,6 +293,7 @@ class MemberHost(LoopWorker):
         return frozenset(p for p in generation.partitions if p in read)
 
     def finish(self) -> None:
-        generation, self._generation = self._generation, None
-        if generation is not None:
-            generation.stop(self._settings.node.shutdown_timeout_s)
+        for generation in (self._restore, self._generation):
+            if generation is not None:
+                generation.stop(self._settings.node.shutdown_timeout_s)
+        self._restore = self._generation = None

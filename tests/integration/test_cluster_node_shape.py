@@ -122,3 +122,49 @@ def test_members_share_the_partitions_and_a_leaving_member_hands_them_over(
         assert ownership is not None and ownership.claimant is not None
         assert ownership.claimant.fenced == [], "a join and a leave are handovers, not fences"
         _exactly_once_after_markers(inbox, client, topic, pending, "m2-")
+
+
+def test_a_member_that_hosts_more_after_a_leave_restores_them_beside_its_ingest(
+    cluster: Cluster, namespace: str
+) -> None:
+    """c, the last to join, hosts partitions 1 and 2 of the four (a and b host every partition
+    they ever hosted); once a leaves, c hosts them all and restores 0 and 3 in an ingest of
+    their own (its lanes go on meanwhile), then may deliver them: every message once.
+    Mutant caught: a restore that never hands its partitions to the member's ingest (c
+    never stands for 0 and 3, and no restore finishes)."""
+    for name in ("a", "b", "c"):
+        cluster.start(name)
+    wait_until(
+        lambda: cluster.settled(_counts(cluster)) and min(_counts(cluster).values()) >= 1,
+        60,
+        "three members deliver the four partitions, each one at least",
+    )
+    topic = f"{namespace}-target"
+    settings = cluster.members["b"].settings
+    with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
+        before = _send(client, topic, _spread("before-", 5), 3.0)
+        cluster.stop("a")
+        wait_until(
+            lambda: cluster.settled(_counts(cluster)) and len(cluster.members) == 2,
+            60,
+            "a and b deliver every partition",
+        )
+        member = cluster.members["c"]
+        c, ownership = member.host, member.ownership
+        assert c is not None and ownership is not None
+        assert c.restores == 1, "c restored 0 and 3 beside its ingest"
+        wait_until(
+            lambda: c.standing() | ownership.delivering == frozenset(range(_PARTITIONS)),
+            60,
+            "c stands for or delivers every partition",
+        )
+        after = _send(client, topic, _spread("after-", 5), 0.5)
+        _exactly_once_after_markers(inbox, client, topic, before | after, "m3-")
+
+
+def _counts(cluster: Cluster) -> dict[str, int]:
+    """How many partitions each member delivers now."""
+    return {
+        name: len(member.ownership.delivering) if member.ownership else 0
+        for name, member in cluster.members.items()
+    }
