@@ -192,3 +192,23 @@ def ids_per_partition(prefix: str, partitions: int, per_partition: int) -> list[
         if len(chosen) < per_partition:
             chosen.append(candidate)
     return [i for ids in by_partition.values() for i in ids]
+
+
+def send_ids(client: DelayClient, topic: str, ids: list[str], delay_s: float) -> set[str]:
+    """One message per id, each due in ``delay_s``; returns the ids acknowledged."""
+    return {client.send_delay(topic, i, delay=delay_s, id=i).id for i in ids}
+
+
+def exactly_once_after_markers(
+    inbox: Inbox, client: DelayClient, topic: str, ids: set[str], marker_prefix: str
+) -> None:
+    """Every id delivered once and never early. Duplicates of ``ids`` would come before
+    markers sent after them to every inner partition: those are waited for, not a sleep."""
+    assert inbox.wait_for(ids, 60), f"missing: {sorted(ids - inbox.by_id.keys())[:5]}"
+    markers = ids_per_partition(marker_prefix, INNER_PARTITIONS, 2)
+    sent = send_ids(client, topic, markers, 0.2)
+    assert inbox.wait_for(sent, 60), "markers after the checked ids were not delivered"
+    twice = sorted(i for i in ids | sent if inbox.count(i) > 1)
+    assert not twice, f"delivered more than once: {twice[:5]}"
+    early = [i for i in ids if inbox.first(i).produced_ms < inbox.first(i).due_ms]
+    assert not early, f"delivered early: {early[:5]}"

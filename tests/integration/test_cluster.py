@@ -25,7 +25,14 @@ from chronos.kafka.admin import ensure_topics
 from chronos.kafka.clients import KafkaClients
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
-from tests.integration.harness import Inbox, ids_per_partition, make_settings, wait_until
+from tests.integration.harness import (
+    Inbox,
+    exactly_once_after_markers,
+    ids_per_partition,
+    make_settings,
+    send_ids,
+    wait_until,
+)
 
 pytestmark = pytest.mark.kafka_only(
     reason="exactly once for read_committed consumers needs aborted records hidden"
@@ -96,26 +103,12 @@ def cluster(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Iterator[Cl
 
 
 def _send(client: DelayClient, topic: str, ids: list[str], delay_s: float) -> set[str]:
-    return {client.send_delay(topic, i, delay=delay_s, id=i).id for i in ids}
+    return send_ids(client, topic, ids, delay_s)
 
 
 def _spread(prefix: str, per_partition: int) -> list[str]:
     """Ids that land ``per_partition`` on each inner partition."""
     return ids_per_partition(prefix, _PARTITIONS, per_partition)
-
-
-def _exactly_once_after_markers(
-    inbox: Inbox, client: DelayClient, topic: str, ids: set[str], marker_prefix: str
-) -> None:
-    """Every id delivered once and never early. Duplicates of ``ids`` would come before
-    markers sent after them to every partition: those are waited for, not a sleep."""
-    assert inbox.wait_for(ids, 60), f"missing: {sorted(ids - inbox.by_id.keys())[:5]}"
-    markers = _send(client, topic, _spread(marker_prefix, 2), 0.2)
-    assert inbox.wait_for(markers, 60), "markers after the checked ids were not delivered"
-    twice = sorted(i for i in ids | markers if inbox.count(i) > 1)
-    assert not twice, f"delivered more than once: {twice[:5]}"
-    early = [i for i in ids if inbox.first(i).produced_ms < inbox.first(i).due_ms]
-    assert not early, f"delivered early: {early[:5]}"
 
 
 def _status_shows_what_runs(cluster: Cluster, settings: ChronosSettings) -> None:
@@ -184,13 +177,13 @@ def test_nodes_of_a_cluster_share_the_partitions_and_a_leaving_node_hands_them_o
     _status_shows_what_runs(cluster, settings)
     with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
         shared = _send(client, topic, _spread("shared-", 10), 0.5)
-        _exactly_once_after_markers(inbox, client, topic, shared, "m1-")
+        exactly_once_after_markers(inbox, client, topic, shared, "m1-")
         _admin_api_answers_for_the_cluster(cluster, shared)
         # Pending across the handover: due after a leaves.
         pending = _send(client, topic, _spread("pending-", 10), 4.0)
         cluster.stop("a")
         wait_until(lambda: cluster.settled({"b": _PARTITIONS}), 60, "b delivers every partition")
-        _exactly_once_after_markers(inbox, client, topic, pending, "m2-")
+        exactly_once_after_markers(inbox, client, topic, pending, "m2-")
 
 
 def test_a_node_added_under_load_takes_its_share_without_delivering_the_past_again(
@@ -207,7 +200,7 @@ def test_a_node_added_under_load_takes_its_share_without_delivering_the_past_aga
         later = _send(client, topic, _spread("later-", 10), 6.0)
         cluster.start("b")
         wait_until(lambda: cluster.settled({"a": 2, "b": 2}), 180, "b took its share")
-        _exactly_once_after_markers(inbox, client, topic, past | later, "m-")
+        exactly_once_after_markers(inbox, client, topic, past | later, "m-")
 
 
 def test_a_node_refuses_to_start_once_partitions_were_added_to_its_clusters_topic(

@@ -20,7 +20,14 @@ import pytest
 from chronos.runtime.member import ClusterMember
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
-from tests.integration.harness import Inbox, ids_per_partition, make_settings, wait_until
+from tests.integration.harness import (
+    Inbox,
+    exactly_once_after_markers,
+    ids_per_partition,
+    make_settings,
+    send_ids,
+    wait_until,
+)
 
 pytestmark = pytest.mark.kafka_only(
     reason="exactly once for read_committed consumers needs aborted records hidden"
@@ -82,25 +89,12 @@ def cluster(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Iterator[Cl
 
 
 def _send(client: DelayClient, topic: str, ids: list[str], delay_s: float) -> set[str]:
-    return {client.send_delay(topic, i, delay=delay_s, id=i).id for i in ids}
+    return send_ids(client, topic, ids, delay_s)
 
 
 def _spread(prefix: str, per_partition: int) -> list[str]:
+    """Ids that land ``per_partition`` on each inner partition."""
     return ids_per_partition(prefix, _PARTITIONS, per_partition)
-
-
-def _exactly_once_after_markers(
-    inbox: Inbox, client: DelayClient, topic: str, ids: set[str], marker_prefix: str
-) -> None:
-    """Every id delivered once and never early. Duplicates of ``ids`` would come before
-    markers sent after them to every partition: those are waited for, not a sleep."""
-    assert inbox.wait_for(ids, 60), f"missing: {sorted(ids - inbox.by_id.keys())[:5]}"
-    markers = _send(client, topic, _spread(marker_prefix, 2), 0.2)
-    assert inbox.wait_for(markers, 60), "markers after the checked ids were not delivered"
-    twice = sorted(i for i in ids | markers if inbox.count(i) > 1)
-    assert not twice, f"delivered more than once: {twice[:5]}"
-    early = [i for i in ids if inbox.first(i).produced_ms < inbox.first(i).due_ms]
-    assert not early, f"delivered early: {early[:5]}"
 
 
 def test_members_share_the_partitions_and_a_leaving_member_hands_them_over(
@@ -114,14 +108,14 @@ def test_members_share_the_partitions_and_a_leaving_member_hands_them_over(
     settings = cluster.members["a"].settings
     with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
         shared = _send(client, topic, _spread("shared-", 10), 0.5)
-        _exactly_once_after_markers(inbox, client, topic, shared, "m1-")
+        exactly_once_after_markers(inbox, client, topic, shared, "m1-")
         pending = _send(client, topic, _spread("pending-", 10), 4.0)
         cluster.stop("a")
         wait_until(lambda: cluster.settled({"b": _PARTITIONS}), 60, "b delivers every partition")
         ownership = cluster.members["b"].ownership
         assert ownership is not None and ownership.claimant is not None
         assert ownership.claimant.fenced == [], "a join and a leave are handovers, not fences"
-        _exactly_once_after_markers(inbox, client, topic, pending, "m2-")
+        exactly_once_after_markers(inbox, client, topic, pending, "m2-")
 
 
 def test_a_member_that_hosts_more_after_a_leave_restores_them_beside_its_ingest(
@@ -159,7 +153,7 @@ def test_a_member_that_hosts_more_after_a_leave_restores_them_beside_its_ingest(
             "c stands for or delivers every partition",
         )
         after = _send(client, topic, _spread("after-", 5), 0.5)
-        _exactly_once_after_markers(inbox, client, topic, before | after, "m3-")
+        exactly_once_after_markers(inbox, client, topic, before | after, "m3-")
 
 
 def _counts(cluster: Cluster) -> dict[str, int]:
