@@ -516,19 +516,26 @@ class Claimant:
             return failed
         workers = min(_FENCE_WORKERS, len(transactional_ids))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fence") as pool:
-            done = {tid: pool.submit(self.fence, tid) for tid in transactional_ids}
-        for transactional_id, future in done.items():
+            done = {tid: pool.submit(self._fence, tid) for tid in transactional_ids}
+        for transactional_id, future in done.items():  # recorded in the round's order
             error = future.exception()
             if isinstance(error, ClaimFailed):
                 failed[transactional_id] = str(error)
             elif error is not None:
                 raise error
+            else:
+                self.fenced.append(transactional_id)
         return failed
 
     def fence(self, transactional_id: str) -> None:
         """Make the producer of ``transactional_id`` unable to commit: ``init_transactions``
         on a throw-away producer, which aborts an open transaction of it (or lets one in
         ``PrepareCommit`` complete) before it returns."""
+        self._fence(transactional_id)
+        self.fenced.append(transactional_id)
+
+    def _fence(self, transactional_id: str) -> None:
+        """``fence`` without recording it (``_fence_all`` records a round's in its order)."""
         producer = self._open_transactional(transactional_id)
         try:
             producer.init(self._timeout_s)
@@ -536,7 +543,6 @@ class Claimant:
             raise ClaimFailed(f"could not fence {transactional_id}: {exc}") from exc
         finally:
             producer.close()
-        self.fenced.append(transactional_id)
 
     def _commit(self, claims: Sequence[tuple[ClaimLog, Claim]]) -> list[int]:
         """Commit ``claims`` alone in one transaction; their offsets in their logs, in order."""
