@@ -108,6 +108,7 @@ class ClusterMember:
         self._stopped = threading.Event()
         self._stop_requested = threading.Event()
         self._leaving = threading.Event()
+        self._topic_admin: AdminClient | None = None
 
     # -- start --------------------------------------------------------------------------------
 
@@ -362,11 +363,11 @@ class ClusterMember:
         return names.progress(names.shard_group(self._cluster, partition))
 
     def _unwritable(self, topics: Collection[str]) -> set[str]:
-        admins: list[AdminClient] = getattr(self, "_admins", [])
-        if not admins:
-            admins.append(self._clients.admin())
-            self._admins = admins
-        return unwritable_topics(admins[0], topics, TOPIC_CHECK_TIMEOUT_S)
+        """Which of ``topics`` Kafka refuses this member (a dead letter's question), through
+        one admin client made at the first question: most members never ask one."""
+        if self._topic_admin is None:
+            self._topic_admin = self._clients.admin()
+        return unwritable_topics(self._topic_admin, topics, TOPIC_CHECK_TIMEOUT_S)
 
     # -- stop ---------------------------------------------------------------------------------
 
