@@ -22,6 +22,7 @@ from chronos.delivery.policies import Policies
 from chronos.group.follower import Follower
 from chronos.group.lane import Lane, MasterState
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.schedule.cancel_gate import CancelGate
 from chronos.schedule.floor import RebuildFloor
 from chronos.schedule.frontier import Frontier, Wake
 from chronos.schedule.ledger import Ledger
@@ -29,7 +30,6 @@ from chronos.schedule.progress_record import Cut
 from chronos.settings import DeleteSettings
 from chronos.store.database import RocksDatabase
 from chronos.store.rocks import RocksStore
-from chronos.types import EpochMs
 
 
 @dataclass
@@ -88,7 +88,7 @@ class Hosted:
         on_fenced: Callable[[str], None],
         on_fatal: Callable[[str], None],
         policies: Policies | None = None,
-        horizon: Callable[[EpochMs], EpochMs] | None = None,
+        cancel_gate: CancelGate | None = None,
     ) -> Lane:
         """Deliver this partition in ``term`` from ``start`` (a won claim's cut, applied to
         the store already): the frontier restarts at its seek, and the adds it does not
@@ -118,6 +118,6 @@ class Hosted:
             policy=policy,
             clock=clock,
             policies=policies,
-            horizon=horizon,
+            cancel_gate=cancel_gate,
             partition=partition,
         )

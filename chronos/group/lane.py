@@ -31,6 +31,7 @@ from chronos.group.execute import BatchRecords
 from chronos.group.placement import ReplicaStore
 from chronos.group.plan import AheadRow, BatchPlan, limited_rows, plan_ahead
 from chronos.group.verdicts import Verdicts
+from chronos.schedule.cancel_gate import CancelGate
 from chronos.schedule.floor import RebuildFloor
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger, Move
@@ -96,8 +97,8 @@ class Lane:
         clock: time source.
         attempts: where failed attempts are kept for the status lookup.
         policies: each target topic's policy, for its rate; None: no rates.
-        horizon: the last slot that may be delivered at a given now (the cancel gate,
-            ``node/watermark.py``); None: now.
+        cancel_gate: the last slot that may be delivered at a given now, told the next slot
+            waited for (``node/watermark.py``); None: everything due may go.
         partition: the inner partition it delivers (None: a replica group's one schedule).
     """
 
@@ -114,7 +115,7 @@ class Lane:
         clock: Clock,
         attempts: Attempts | None = None,
         policies: Policies | None = None,
-        horizon: Callable[[EpochMs], EpochMs] | None = None,
+        cancel_gate: CancelGate | None = None,
         partition: int | None = None,
     ) -> None:
         self.partition = partition
@@ -127,7 +128,7 @@ class Lane:
         self.term = state.term
         self.verdicts = Verdicts(policy, clock, attempts)
         self.rates = None if policies is None else RatePlan(policies, state.paced, state.ahead_ms)
-        self._horizon = horizon
+        self._cancel_gate = cancel_gate
         #: The progress topic offset of this term's last committed cut (None before one).
         self.cut_offset: int | None = None
         #: Monotonic time of this lane's last commit: an idle lane publishes its cut once
@@ -155,7 +156,12 @@ class Lane:
 
     def limit(self, now: EpochMs) -> EpochMs:
         """The last slot this lane may deliver at ``now`` (the cancel gate's, or now)."""
-        return now if self._horizon is None else self._horizon(now)
+        return now if self._cancel_gate is None else self._cancel_gate.horizon(now)
+
+    def want(self, slot: EpochMs) -> None:
+        """This lane waits for ``slot``: the cancel gate is asked to reach it by then."""
+        if self._cancel_gate is not None:
+            self._cancel_gate.want(slot)
 
     def active_rates(self) -> RatePlan | None:
         """The rate plans when some topic has a rate now, else None."""

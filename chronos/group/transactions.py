@@ -407,6 +407,8 @@ class TransactionLoop(LoopWorker):
         wait_s = self._max_idle_s
         for lane, upto, limit, since in idle:
             upcoming = lane.next_slot(upto)
+            if upcoming is not None:
+                lane.want(upcoming)
             if self._idle_cuts:
                 wait_s = min(wait_s, self._heartbeat_s - since)
             if upcoming is not None and upcoming <= now:

@@ -13,6 +13,7 @@ from chronos.delivery.job import CATCH_UP_WINDOW_MS, DeliveryJob, jobs_for
 from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
 from chronos.node.progress import ProgressTracker
+from chronos.schedule.cancel_gate import CancelGate
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import Ledger
 from chronos.store import keys
@@ -54,8 +55,8 @@ class PushWorker(LoopWorker):
             (``delivery.catch_up_window_s``).
         scan_gap_ms: least time from a scan that dispatched messages to the next scan
             (``delivery.scan_gap_ms``).
-        horizon: the last slot that may be delivered at a given now (the cancel gate,
-            ``node/watermark.py``); None: now.
+        cancel_gate: the last slot that may be delivered at a given now, told the next slot
+            waited for (``node/watermark.py``); None: everything due may go.
     """
 
     def __init__(
@@ -73,7 +74,7 @@ class PushWorker(LoopWorker):
         gate_timeout_s: float = 60.0,
         max_in_flight: int = 200_000,
         max_unpersisted_s: float = 5.0,
-        horizon: Callable[[EpochMs], EpochMs] | None = None,
+        cancel_gate: CancelGate | None = None,
         catch_up_window_ms: int = CATCH_UP_WINDOW_MS,
         scan_gap_ms: int = 0,
     ) -> None:
@@ -83,7 +84,7 @@ class PushWorker(LoopWorker):
         #: scan that found nothing: a message due after a quiet spell goes out at its slot.
         self._busy_scan_at: float | None = None
         self._catch_up_ms = catch_up_window_ms
-        self._horizon = horizon
+        self._cancel_gate = cancel_gate
         self._max_in_flight = max_in_flight
         self._max_unpersisted_s = max_unpersisted_s
         self._paused = False
@@ -134,7 +135,8 @@ class PushWorker(LoopWorker):
     def scan_due(self) -> EpochMs | None:
         """Dispatch everything due up to now; returns the next slot waiting, if any."""
         now = self._clock.now_ms()
-        limit = now if self._horizon is None else self._horizon(now)
+        cancel_gate = self._cancel_gate
+        limit = now if cancel_gate is None else cancel_gate.horizon(now)
         if limit < now:
             self._note_held(limit, now)
         elif self._gate_paused:
@@ -161,7 +163,12 @@ class PushWorker(LoopWorker):
             # Held back by a write in progress: its end wakes us; look again soon regardless.
             return now + _HELD_BACK_RECHECK_MS
         upcoming = self._store.first_key_from(stop)
-        return None if upcoming is None else keys.slot_of(upcoming)
+        if upcoming is None:
+            return None
+        slot = keys.slot_of(upcoming)
+        if cancel_gate is not None:
+            cancel_gate.want(slot)
+        return slot
 
     def _note_held(self, limit: EpochMs, now: EpochMs) -> None:
         """Sample how late the cancel gate makes a message that is due (lateness, not loss),
@@ -169,6 +176,8 @@ class PushWorker(LoopWorker):
         the inner topic (a full disk, Kafka silent) holds delivery here, before any job
         exists, and was otherwise seen only in a histogram."""
         waiting = self._store.first_key_from(keys.slot_bound(limit + 1))
+        if waiting is not None and self._cancel_gate is not None:
+            self._cancel_gate.want(keys.slot_of(waiting))
         held = waiting is not None and keys.slot_of(waiting) <= now
         if held:
             assert waiting is not None

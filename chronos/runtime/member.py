@@ -214,7 +214,7 @@ class ClusterMember:
                 on_fenced=lambda reason: None,  # the loop's fence is the member's to handle
                 on_fatal=self._fatal.report,
                 policies=policies,
-                horizon=host.horizon,
+                cancel_gate=host,
             )
 
         ownership = OwnershipRound(

@@ -283,6 +283,13 @@ class MemberHost(LoopWorker):
             return 0
         return generation.watermark.horizon(now_ms)
 
+    def want(self, slot: EpochMs) -> None:
+        """A lane waits for ``slot``: the running ingest's gate probes in time for it (a
+        generation started later probes once at its start, and then on its lanes' wants)."""
+        generation = self._generation
+        if generation is not None and generation.watermark is not None:
+            generation.watermark.want(slot)
+
     def standing(self) -> frozenset[int]:
         """The hosted partitions whose store is complete: read by an ingest that caught up,
         and their log read to its end once."""

@@ -182,7 +182,7 @@ def _at_least_once(
         gate_timeout_s=s.node.catch_up_timeout_s if ctx.rebuild is None else math.inf,
         max_in_flight=s.node.max_in_flight,
         max_unpersisted_s=s.node.max_unpersisted_s,
-        horizon=ctx.watermark.horizon,
+        cancel_gate=ctx.watermark,
         catch_up_window_ms=int(s.delivery.catch_up_window_s * 1000),
         scan_gap_ms=s.delivery.scan_gap_ms,
     )
@@ -338,7 +338,7 @@ def _replica(
             clock=ctx.clock,
             attempts=ctx.attempts,
             policies=ctx.policies,
-            horizon=ctx.watermark.horizon,
+            cancel_gate=ctx.watermark,
         )
         return TransactionLoop(
             spec=spec,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +28,7 @@ from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings, LogSettings, StoreSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksStore
+from chronos.types import EpochMs
 from tests.waiting import wait_until
 
 T0 = 1_700_000_000_000
@@ -65,6 +66,20 @@ class Env:
         while not self.jobs.empty():
             out += self.jobs.get_nowait()
         return out
+
+
+class _Gate:
+    """A cancel gate with a given horizon that keeps what the push waits for."""
+
+    def __init__(self, horizon: Callable[[EpochMs], EpochMs]) -> None:
+        self._horizon = horizon
+        self.wanted: list[EpochMs] = []
+
+    def horizon(self, now_ms: EpochMs) -> EpochMs:
+        return self._horizon(now_ms)
+
+    def want(self, slot: EpochMs) -> None:
+        self.wanted.append(slot)
 
 
 @pytest.fixture
@@ -228,7 +243,7 @@ def test_a_gate_holding_a_due_message_is_logged_as_delivery_paused(
     why, once; ``delivery_resumed`` when the gate lets them go. Mutant caught: a hold seen only
     in the cancel_gate_held histogram (the full-disk check logged no pause)."""
     watermark = [T0]
-    push = env.worker(horizon=lambda now: min(now, watermark[0]))
+    push = env.worker(cancel_gate=_Gate(lambda now: min(now, watermark[0])))
     env.add("a", T0 + 10)
     # An in-process CLI run of an earlier test left errors-only logs: info level again, and a
     # fresh logger (one first used earlier keeps that set-up: cache_logger_on_first_use).
@@ -309,10 +324,26 @@ def test_a_gate_without_a_watermark_samples_the_held_message_s_lateness(env: Env
     caught: ``now - limit`` (one sample of about 1.7 x 10^12 ms, seen after a restart in
     ``test_cron_everywhere``)."""
     metrics = CountingMetrics()
-    push = env.worker(horizon=lambda now: 0, metrics=metrics)
+    push = env.worker(cancel_gate=_Gate(lambda now: 0), metrics=metrics)
     env.add("a", T0 + 10)
     env.clock.advance(1_000)
     push.scan_due()
     assert env.drain() == []
     held = metrics.histograms()["cancel_gate_held_ms"]
     assert held.max_ms == 990
+
+
+def test_the_push_tells_the_cancel_gate_which_slot_it_waits_for(env: Env) -> None:
+    """The gate's probes follow demand (an idle node asks Kafka nothing): the push names the
+    next slot it sleeps until, and a due one the gate holds. Mutants caught: no want (the
+    gate never probes for a message that falls due), the slot after the held one."""
+    gate = _Gate(lambda now: min(now, T0 + 5))
+    push = env.worker(cancel_gate=gate)
+    env.add("later", T0 + 2_000)
+    assert push.scan_due() == T0 + 2_000
+    assert gate.wanted == [T0 + 2_000]
+    env.add("held", T0 + 10)
+    env.clock.advance(100)
+    push.scan_due()
+    assert env.drain() == []
+    assert gate.wanted[-1] == T0 + 10

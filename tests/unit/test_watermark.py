@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chronos.clock import FakeClock
-from chronos.node.watermark import IngestWatermark, WatermarkProbe
+from chronos.node.watermark import IDLE_PROBE_MS, IngestWatermark, WatermarkProbe
 
 
 def test_nothing_may_be_delivered_before_a_probe_was_applied() -> None:
@@ -103,11 +103,56 @@ def test_no_probe_while_append_times_keep_the_watermark_fresh() -> None:
     assert asked == [10_000] and mark.value == 10_000
     clock.advance(30)
     mark.applied({0: 5}, {0: 10_020})
+    mark.want(10_200)  # delivery waits for a slot past the horizon
     probe.step()
     assert asked == [10_000]  # 10 ms old: records prove more than a probe would
     clock.advance(100)  # records stopped: the watermark ages past the interval
     probe.step()
     assert asked == [10_000, 10_130] and mark.value == 10_130
+
+
+def test_an_idle_gate_asks_kafka_once_per_idle_period_and_at_once_for_a_due_slot() -> None:
+    """Probes follow demand: nothing wanted, one probe per ``IDLE_PROBE_MS`` (so that a
+    silent Kafka still shows in /readyz); a due slot the horizon does not reach is probed
+    for at once. Mutants caught: a probe every interval while idle, a want ignored."""
+    clock = FakeClock(10_000)
+    mark = IngestWatermark({0: 0}, margin_ms=100)
+    asked: list[int] = []
+
+    def list_ends() -> dict[int, int]:
+        asked.append(clock.now_ms())
+        return {0: 0}
+
+    probe = WatermarkProbe(mark, list_ends, clock, interval_ms=50)
+    probe.step()
+    assert asked == [10_000]
+    clock.advance(IDLE_PROBE_MS - 5)
+    probe.step()  # nothing wanted: waits out the idle period (5 ms here), asks nothing
+    assert asked == [10_000]
+    mark.want(10_000 + IDLE_PROBE_MS)  # due now, 895 ms past the horizon
+    probe.step()
+    assert asked == [10_000, 10_000 + IDLE_PROBE_MS - 5]
+    assert mark.horizon(clock.now_ms()) == clock.now_ms()
+    clock.advance(IDLE_PROBE_MS)
+    probe.step()  # the idle period passed: asked again with nothing wanted
+    assert asked[-1] == clock.now_ms()
+
+
+def test_a_probe_is_due_a_margin_before_the_slot_wanted() -> None:
+    """A probe at ``slot - margin`` makes the horizon reach ``slot`` in time; sooner than
+    ``interval`` after the watermark never; a slot reached already wants nothing."""
+    mark = IngestWatermark({0: 0}, margin_ms=250)
+    assert mark.next_probe_ms(50) is None  # no watermark yet: at once
+    mark.probed(10_000, {0: 0})
+    assert mark.next_probe_ms(50) == 10_000 + IDLE_PROBE_MS
+    mark.want(10_200)  # within the margin already: nothing to ask
+    assert mark.next_probe_ms(50) == 10_000 + IDLE_PROBE_MS
+    mark.want(10_600)
+    assert mark.next_probe_ms(50) == 10_350
+    mark.want(10_260)  # an earlier one: due at once, not sooner than the interval
+    assert mark.next_probe_ms(50) == 10_050
+    mark.probed(10_300, {0: 0})  # reaches 10,550: the 10,260 is served, the 10,600 too
+    assert mark.next_probe_ms(50) == 10_300 + IDLE_PROBE_MS
 
 
 def test_a_batch_without_cancels_counts_once_read_one_with_a_cancel_once_applied() -> None:
