@@ -748,6 +748,16 @@ class ClusterSettings(_Section):
             "owner fails, without a restore."
         ),
     )
+    fence_check_ms: int = Field(
+        3_000,
+        ge=100,
+        description=(
+            "Node shape: a member that committed nothing for this long commits one idle cut, "
+            "so that a member fenced while it had nothing due (frozen, then thawed) learns it "
+            "within this time and gives up the partitions it no longer holds. One small "
+            "transaction per period per node, whatever its partitions."
+        ),
+    )
     membership_interval_ms: int = Field(
         500,
         ge=50,

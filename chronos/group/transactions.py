@@ -103,6 +103,12 @@ class TransactionLoop(LoopWorker):
             ``lanes`` may not be empty.
         max_idle_s: longest wait while idle: how soon ``between`` runs again when nothing
             wakes the loop.
+        fence_check_s: without ``idle_cuts``, a loop that committed nothing for this long
+            commits the cut of its longest-idle lane: a producer learns that it was fenced
+            only from a transaction, and a member fenced while its lanes were idle (frozen,
+            then thawed) went on holding them, believing it delivered them, until a message
+            fell due (a partition undelivered for 25 s in a churn run). One small transaction
+            per period for the whole loop, whatever its lanes. None: never.
     """
 
     def __init__(
@@ -120,6 +126,7 @@ class TransactionLoop(LoopWorker):
         node_log: NodeLog | None = None,
         wake: Wake | None = None,
         max_idle_s: float = _MAX_WAIT_S,
+        fence_check_s: float | None = None,
     ) -> None:
         super().__init__("transactions")
         self._between = between
@@ -127,6 +134,7 @@ class TransactionLoop(LoopWorker):
         self._node_log = node_log
         self._wake = wake
         self._max_idle_s = max_idle_s
+        self._fence_check_s = fence_check_s
         self._lanes = list(lanes)
         if not self._lanes and wake is None:
             raise ValueError("a transaction loop without lanes needs the wake they will share")
@@ -314,8 +322,9 @@ class TransactionLoop(LoopWorker):
         # A transaction's records stay within transaction_max_records however many lanes
         # it carries (a lane always gets a whole slot: ``Lane.target``).
         budget = max(1, self._max_records // len(self._lanes))
+        checked = self._fence_checked()
         for lane in self._lanes:
-            batch = self._prepare(lane, now, budget)
+            batch = self._prepare(lane, now, budget, lane is checked)
             if isinstance(batch, LaneBatch):
                 batches.append(batch)
             else:
@@ -366,15 +375,31 @@ class TransactionLoop(LoopWorker):
             self._metrics.incr("transactions_aborted")
             self._stop.wait(backoff / 1000.0)
 
-    def _prepare(self, lane: Lane, now: EpochMs, budget: int) -> LaneBatch | _Idle:
+    def _fence_checked(self) -> Lane | None:
+        """The lane whose cut this transaction commits to learn whether the loop was fenced
+        (``fence_check_s``): the longest idle one, once the loop committed nothing that
+        long; else None."""
+        check_s = self._fence_check_s
+        if check_s is None or time.monotonic() - self._last_commit < check_s:
+            return None
+        return min(self._lanes, key=lambda lane: lane.last_commit)
+
+    def _prepare(
+        self, lane: Lane, now: EpochMs, budget: int, fence_check: bool = False
+    ) -> LaneBatch | _Idle:
         """Move ``lane``'s frontier and read what its share of the transaction covers; or,
         when it has nothing to publish, what its wait needs: a lane known to have nothing
         due (``Lane.quiet``) is not read at all, and one found idle reads its next slot
-        once, so that the next transactions skip it until a write touches it."""
+        once, so that the next transactions skip it until a write touches it.
+        ``fence_check``: its cut is committed even with nothing to publish."""
         limit = lane.limit(now)
         releasing = lane.release_to
         since = time.monotonic() - lane.last_commit
-        beat = lane.last_commit == 0.0 or (self._idle_cuts and since >= self._heartbeat_s)
+        beat = (
+            lane.last_commit == 0.0
+            or fence_check
+            or (self._idle_cuts and since >= self._heartbeat_s)
+        )
         if not beat and releasing is None and lane.quiet(limit):
             return _Idle(lane, lane.frontier.value, limit, since)
         # Before the frontier moves: the rows it reads must be covered by this cut.
@@ -405,6 +430,9 @@ class TransactionLoop(LoopWorker):
         wakes the loop, or an idle cut is due."""
         wake: EpochMs | None = None
         wait_s = self._max_idle_s
+        if self._fence_check_s is not None:
+            since_commit = time.monotonic() - self._last_commit
+            wait_s = max(0.0, min(wait_s, self._fence_check_s - since_commit))
         for lane, upto, limit, since in idle:
             upcoming = lane.next_slot(upto)
             if upcoming is not None:

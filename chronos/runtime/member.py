@@ -274,6 +274,7 @@ class ClusterMember:
                 node_log=node_log,
                 wake=wake,
                 max_idle_s=_ROUND_S,
+                fence_check_s=s.cluster.fence_check_ms / 1000.0,
             )
 
         delivery = MemberDelivery(

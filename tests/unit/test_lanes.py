@@ -37,6 +37,7 @@ from chronos.store import codec
 from chronos.store.database import RocksDatabase
 from chronos.store.rocks import RocksStore
 from chronos.wire import H_DLQ_REASON, H_ID
+from tests.waiting import wait_until
 
 T0 = 1_700_000_000_000
 TARGET = "orders"
@@ -126,6 +127,7 @@ def make_node(
     idle_cuts: bool = True,
     wake: Wake | None = None,
     node_log: NodeLog | None = None,
+    fence_check_s: float | None = None,
 ) -> Node:
     """A node owning ``terms``' partitions (partition -> its term); an idle lane publishes
     its cut every ``progress_interval_ms`` when ``idle_cuts``."""
@@ -160,6 +162,7 @@ def make_node(
         idle_cuts=idle_cuts,
         node_log=node_log,
         wake=wake,
+        fence_check_s=fence_check_s,
     )
     return node
 
@@ -226,6 +229,31 @@ def test_without_idle_cuts_an_idle_lane_writes_only_its_first_cut(tmp_path: Path
         node.loop.step()
         n += 1
     assert len(node.cuts(1)) == n + 1 and len(node.cuts(2)) == 1
+
+
+def test_an_idle_loop_commits_one_lane_s_cut_per_fence_check_and_so_learns_of_a_fence(
+    tmp_path: Path,
+) -> None:
+    """A member fenced while its lanes are idle learns it only from a transaction: once the
+    loop committed nothing for ``fence_check_s`` it commits the longest-idle lane's cut (one
+    lane, not all: the cost is the node's, not its partitions'). Mutants caught: no check
+    (the fence never seen), every lane's cut, always the same lane."""
+    node = make_node(tmp_path, {1: 1, 2: 1}, idle_cuts=False, fence_check_s=0.05)
+    node.loop.step()
+    assert (len(node.cuts(1)), len(node.cuts(2))) == (1, 1)
+    commits = node.loop.commits
+    wait_until(lambda: time.monotonic() - node.loop.lanes[0].last_commit > 0.05, 10, "a period")
+    node.loop.step()
+    assert node.loop.commits == commits + 1
+    assert (len(node.cuts(1)), len(node.cuts(2))) == (2, 1)
+    wait_until(lambda: time.monotonic() - node.loop.lanes[0].last_commit > 0.05, 10, "a period")
+    node.loop.step()
+    assert (len(node.cuts(1)), len(node.cuts(2))) == (2, 2), "the longest idle lane next"
+    wait_until(lambda: time.monotonic() - node.loop.lanes[1].last_commit > 0.05, 10, "a period")
+    node.publisher.fail_next("commit", Fenced("PRODUCER_FENCED"))
+    node.loop.step()
+    assert node.loop.fenced is not None
+    assert node.partitions[1].fenced and node.partitions[2].fenced
 
 
 def test_a_record_refused_in_one_lane_aborts_every_lane_and_the_redo_delivers_each_once(
