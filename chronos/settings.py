@@ -416,10 +416,11 @@ class NodeSettings(_Section):
         50,
         ge=1,
         description=(
-            "How often the node asks Kafka where its inner partitions end (one ListOffsets), "
-            "for the cancel gate, while no record read moved the gate (a quiet partition, or "
-            "an inner topic without LogAppendTime). Below cancel_margin_ms, an idle node "
-            "delivers on time."
+            "Least time between two questions to Kafka of where the inner partitions end (one "
+            "ListOffsets) for the cancel gate while delivery waits for it and no record read "
+            "moved it (a quiet partition, or an inner topic without LogAppendTime). Asked a "
+            "margin before the next message due, and once a second while nothing is due. "
+            "Below cancel_margin_ms."
         ),
     )
     catch_up_timeout_s: float = Field(

@@ -115,6 +115,9 @@ class Layout:
     release: Path | None = None
     #: ``cluster.shape``: "partition" (a replica group per partition) or "node".
     shape: str = "partition"
+    #: ``node.ingest_decoder``: "thread" here (a decoder child per hosted partition of the
+    #: partition shape crowded two cores), "process" to measure what users run.
+    decoder: str = "thread"
 
     @property
     def node_shape(self) -> bool:
@@ -139,7 +142,7 @@ inner_partitions = {layout.partitions}
 node_id = "{name}"
 data_dir = "{workdir / f"store-{name}"}"
 ingest_threads = 1
-ingest_decoder = "thread"
+ingest_decoder = "{layout.decoder}"
 [cluster]
 name = "{CLUSTER}"
 standby_replicas = {layout.standbys}
