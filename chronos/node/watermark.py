@@ -95,6 +95,10 @@ class IngestWatermark:
         margin_ms: how far past the watermark delivery may go (``node.cancel_margin_ms``).
         partitions: the owned partitions (default: those of ``applied``).
         clock: the node's time, which an append time may not be later than.
+        carried: per partition, what an earlier gate over the same store proved (a cluster
+            member's ingest started again over more partitions): still true, since what it
+            proved taken care of is in the store; the lanes of those partitions need not
+            wait for this gate's first probe.
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class IngestWatermark:
         margin_ms: int,
         partitions: Collection[int] | None = None,
         clock: Clock | None = None,
+        carried: Mapping[int, EpochMs] | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self._now_ms = (clock or SystemClock()).now_ms
@@ -110,8 +115,13 @@ class IngestWatermark:
         self._partitions = frozenset(applied if partitions is None else partitions)
         self._pending: deque[tuple[EpochMs, dict[int, int]]] = deque()
         self._margin = margin_ms
-        #: Node time of the newest probe whose ends ingest applied; None: none yet.
-        self._probed: EpochMs | None = None
+        #: Node time of the newest probe whose end ingest applied, per partition.
+        self._probed: dict[int, EpochMs] = {}
+        self._carried = dict(carried or {})
+        #: How far each partition is proven (absent: not yet): its probes, records, carried.
+        self._values: dict[int, EpochMs] = {}
+        #: The newest probe applied in every partition (what proves a gate over none).
+        self._probed_all: EpochMs | None = None
         #: Append time of the last applied record, per partition (LogAppendTime topics).
         self._appended: dict[int, EpochMs] = {}
         #: Batches read and not applied yet, per partition in offset order:
@@ -128,11 +138,28 @@ class IngestWatermark:
         self._wanted: EpochMs | None = None
         #: Set when ``_wanted`` is lowered (or the probe is stopped): wakes the probe's wait.
         self._demand = threading.Event()
+        if self._carried:
+            self._advance()  # the carried proofs hold from the start
 
     @property
     def value(self) -> EpochMs | None:
-        """The watermark, None until a first probe was applied."""
+        """The watermark over every partition, None until each one is proven."""
         return self._value
+
+    def proofs(self) -> dict[int, EpochMs]:
+        """How far each partition is proven now (those that are): a gate started later over
+        the same store may carry them (``carried``)."""
+        with self._lock:
+            return dict(self._values)
+
+    def horizon_of(self, partition: int, now_ms: EpochMs) -> EpochMs:
+        """The last slot of ``partition``'s schedule delivery may cover now: its own proof
+        only (one lane per partition; a partition that ingest has not caught up holds no
+        other's lane)."""
+        value = self._values.get(partition)
+        if value is None:
+            return 0
+        return min(now_ms, value + self._margin)
 
     def read(
         self, offsets: Mapping[int, int], appended: Mapping[int, EpochMs], hazard: bool
@@ -242,33 +269,69 @@ class IngestWatermark:
 
     def _advance(self) -> None:
         applied = self._applied
-        # Probes are in time order; the newest one fully applied sets the probed time.
-        for index in range(len(self._pending) - 1, -1, -1):
-            at_ms, ends = self._pending[index]
-            if all(applied.get(p, 0) >= end for p, end in ends.items()):
-                if self._probed is None or at_ms > self._probed:
-                    self._probed = at_ms
+        pending = self._pending
+        # Per partition, the newest probe whose end ingest applied there proves it at its
+        # time; a probe applied in every partition makes the older ones useless.
+        resolved: set[int] = set()
+        for index in range(len(pending) - 1, -1, -1):
+            at_ms, ends = pending[index]
+            whole = True
+            for partition, end in ends.items():
+                if applied.get(partition, 0) >= end:
+                    if partition not in resolved:
+                        resolved.add(partition)
+                        if at_ms > self._probed.get(partition, -1):
+                            self._probed[partition] = at_ms
+                else:
+                    whole = False
+            if whole:
+                if self._probed_all is None or at_ms > self._probed_all:
+                    self._probed_all = at_ms
                 for _ in range(index + 1):
-                    self._pending.popleft()
+                    pending.popleft()
                 break
-        probed = self._probed
-        if probed is None:
-            return  # nothing proven yet: the first probe also proves the partitions are read
-        value = min((self._proven(p, probed) for p in self._partitions), default=probed)
-        if self._value is None or value > self._value:
-            self._value = value
+        values = self._values
+        lowest: EpochMs | None = None
+        for partition in self._partitions:
+            proven = self._proven(partition)
+            if proven is not None and proven > values.get(partition, -1):
+                values[partition] = proven
+            known = values.get(partition)
+            if known is None:
+                return  # a partition proven by nothing yet: no watermark over them all
+            if lowest is None or known < lowest:
+                lowest = known
+        if lowest is None:
+            lowest = self._probed_all  # a gate over no partition: its probes alone
+        if lowest is None:
+            return
+        if self._value is None or lowest > self._value:
+            self._value = lowest
             wanted = self._wanted
-            if wanted is not None and value + self._margin >= wanted:
+            if wanted is not None and lowest + self._margin >= wanted:
                 self._wanted = None
 
-    def _proven(self, partition: int, probed: EpochMs) -> EpochMs:
+    def _proven(self, partition: int) -> EpochMs | None:
         """How far ``partition`` is taken care of: its probes, its applied records' times,
-        and the times of batches read since, up to the first unapplied hazard."""
-        proven = max(probed, self._appended.get(partition, probed))
+        what an earlier gate proved, and the times of batches read since, up to the first
+        unapplied hazard (None: nothing proves anything yet). Records prove nothing before a
+        first probe or carried proof: those establish that ingest reads the partition from
+        where the store left it."""
+        if partition not in self._probed and partition not in self._carried:
+            return None
+        proven: EpochMs | None = None
+        for known in (
+            self._probed.get(partition),
+            self._appended.get(partition),
+            self._carried.get(partition),
+        ):
+            if known is not None and (proven is None or known > proven):
+                proven = known
         for _end, at_ms, hazard in self._read.get(partition, ()):
             if hazard:
                 break
-            proven = max(proven, at_ms)
+            if at_ms >= 0 and (proven is None or at_ms > proven):
+                proven = at_ms
         return proven
 
 

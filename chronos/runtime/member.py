@@ -214,7 +214,7 @@ class ClusterMember:
                 on_fenced=lambda reason: None,  # the loop's fence is the member's to handle
                 on_fatal=self._fatal.report,
                 policies=policies,
-                cancel_gate=host,
+                cancel_gate=host.gate(partition),
             )
 
         ownership = OwnershipRound(

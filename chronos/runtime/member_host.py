@@ -3,7 +3,8 @@
 A member of the node shape (``docs/design/cluster-v2.md``) keeps one schedule per hosted
 partition in its one database (``group/hosted.py``) and reads every hosted partition through
 one ingest (``node/ingest.py`` over ``schedule/partition_ledgers.py``), with one cancel gate
-(``node/watermark.py``) over them. On a change of the member list it computes the placement,
+(``node/watermark.py``) over them, whose proof each lane reads for its own partition only
+(``PartitionGate``). On a change of the member list it computes the placement,
 opens the schedules of the partitions it now hosts and follows them (``group/standbys.py``).
 
 Their restore (reading the inner topic from their start) runs in an ingest of its own, beside
@@ -11,21 +12,22 @@ the member's: restarting the member's ingest over them at once would hold every 
 member back for the whole restore (a new cancel gate proves nothing before every partition it
 reads was caught up), and the member would claim nothing meanwhile, a failover included.
 Once the restore caught up, the member's ingest starts again over every hosted partition (a
-new *generation*: ingest, cancel gate and probe), which costs its lanes one probe and a short
-catch-up. Each partition is written by one ingest at a time.
+new *generation*: ingest, cancel gate and probe). The new gate carries what the old one
+proved (it is in the store), so the lanes of the partitions read before go on; their
+deliveries past that proof and the margin wait for the new ingest's first reads or probe.
+Each partition is written by one ingest at a time.
 
 A partition is *standing* (it may be claimed, and the readiness board says so) once the
 member's ingest generation that reads it caught up with the inner topic and its progress log
 was read to its end once.
 
-Not yet: a partition no longer hosted is kept (followed and ingested) until the node stops;
-the cancel gate is the earliest over every hosted partition of the member's ingest.
+Not yet: a partition no longer hosted is kept (followed and ingested) until the node stops.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -75,6 +77,21 @@ class _Generation:
         self.ingest.join(timeout_s)
         if self.probe is not None:
             self.probe.join(timeout_s)
+
+
+class PartitionGate:
+    """One hosted partition's cancel gate (``schedule/cancel_gate.py``), through the member's
+    running ingest: its lane is held by that partition's proof only."""
+
+    def __init__(self, host: MemberHost, partition: int) -> None:
+        self._host = host
+        self._partition = partition
+
+    def horizon(self, now_ms: EpochMs) -> EpochMs:
+        return self._host.horizon_of(self._partition, now_ms)
+
+    def want(self, slot: EpochMs) -> None:
+        self._host.want(slot)
 
 
 class MemberHost(LoopWorker):
@@ -203,26 +220,40 @@ class MemberHost(LoopWorker):
         """A new generation over every hosted partition; the old one stops first (one
         consumer per node: two would write the same schedules)."""
         old = self._generation
+        carried: dict[int, EpochMs] = {}
         if old is not None:
             old.stop(self._settings.node.shutdown_timeout_s)
+            if old.watermark is not None:
+                # What the old gate proved is in the store: its partitions' lanes go on
+                # without waiting for the new ingest to catch up (only the restored wait).
+                carried = old.watermark.proofs()
         partitions = sorted(self.hosted)
         self._generations += 1
-        generation = self._new_generation(partitions, self._generations)
+        generation = self._new_generation(partitions, self._generations, carried=carried)
         self._generation = generation
         generation.start()
         log.info("member_ingest_started", partitions=partitions, generation=self._generations)
 
     def _new_generation(
-        self, partitions: list[int], number: int, gated: bool = True
+        self,
+        partitions: list[int],
+        number: int,
+        gated: bool = True,
+        carried: Mapping[int, EpochMs] | None = None,
     ) -> _Generation:
         """An ingest over ``partitions``; ``gated``: with the cancel gate lanes deliver by
-        (the member's ingest), else a restore's."""
+        (the member's ingest), else a restore's; ``carried``: what the previous gate
+        proved."""
         s = self._settings
         names = s.topics.names
         ledgers = PartitionLedgers({p: self.hosted[p].ledger for p in partitions})
         watermark = (
             IngestWatermark(
-                ledgers.inner_offsets(partitions), s.node.cancel_margin_ms, partitions, self._clock
+                ledgers.inner_offsets(partitions),
+                s.node.cancel_margin_ms,
+                partitions,
+                self._clock,
+                carried,
             )
             if gated
             else None
@@ -275,13 +306,17 @@ class MemberHost(LoopWorker):
         probe = WatermarkProbe(watermark, ends, self._clock, interval_ms)
         return _Generation(partitions, watermark, ingest, probe)
 
-    def horizon(self, now_ms: EpochMs) -> EpochMs:
-        """The last slot a lane may deliver now: the cancel gate of the running ingest (0
-        before one: nothing)."""
+    def gate(self, partition: int) -> PartitionGate:
+        """The cancel gate of ``partition``'s lane: the running ingest's, whichever runs."""
+        return PartitionGate(self, partition)
+
+    def horizon_of(self, partition: int, now_ms: EpochMs) -> EpochMs:
+        """The last slot ``partition``'s lane may deliver now: what the running ingest's
+        cancel gate proved of it (0 before one: nothing)."""
         generation = self._generation
         if generation is None or generation.watermark is None:
             return 0
-        return generation.watermark.horizon(now_ms)
+        return generation.watermark.horizon_of(partition, now_ms)
 
     def want(self, slot: EpochMs) -> None:
         """A lane waits for ``slot``: the running ingest's gate probes in time for it (a

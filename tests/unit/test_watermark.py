@@ -183,3 +183,35 @@ def test_a_broker_clock_seen_ahead_is_taken_off_every_append_time() -> None:
     clock.advance(1_000)
     mark.applied({0: 6}, {0: 10_900})
     assert mark.value == 10_400  # 10,900 less the 500 ms lead seen
+
+
+def test_each_partition_has_its_own_horizon_a_lagging_one_holds_only_its_own() -> None:
+    """A cluster member's lanes deliver one partition each: a partition whose probe end is
+    not applied yet holds its own lane, not the others'. Mutant caught: the horizon over
+    every partition (a restored partition held every lane of the member)."""
+    mark = IngestWatermark({0: 5, 1: 0}, margin_ms=100)
+    mark.probed(1_000, {0: 5, 1: 3})
+    assert mark.value is None and mark.horizon(5_000) == 0  # partition 1 behind its end
+    assert mark.horizon_of(0, 5_000) == 1_100
+    assert mark.horizon_of(1, 5_000) == 0
+    mark.applied({1: 3})
+    assert mark.horizon_of(1, 5_000) == 1_100 and mark.value == 1_000
+
+
+def test_proofs_carried_from_an_earlier_gate_hold_at_once_new_partitions_wait_a_probe() -> None:
+    """A member's ingest started again over more partitions (a restore done): what the old
+    gate proved about the store still holds, so those lanes go on; the new partition waits for
+    a probe. Mutants caught: nothing carried (every lane held until the new ingest caught
+    up), a carried proof taken for a partition the old gate did not cover."""
+    old = IngestWatermark({0: 5}, margin_ms=100)
+    old.probed(1_000, {0: 5})
+    old.applied({0: 9}, {0: 1_400})
+    new = IngestWatermark({0: 9, 1: 4}, margin_ms=100, carried=old.proofs())
+    assert new.horizon_of(0, 5_000) == 1_500
+    assert new.horizon_of(1, 5_000) == 0
+    assert new.value is None
+    new.probed(2_000, {0: 12, 1: 4})  # partition 0 got records meanwhile: not applied yet
+    assert new.horizon_of(1, 5_000) == 2_100
+    assert new.horizon_of(0, 5_000) == 1_500 and new.value == 1_400
+    new.applied({0: 12}, {0: 1_900})
+    assert new.horizon_of(0, 5_000) == 2_100 and new.value == 2_000
