@@ -736,8 +736,7 @@ class ClusterSettings(_Section):
             "consumer, producer and progress reader). node: one ingest, one store, one "
             "producer and one delivery loop per node for every partition it hosts, ownership "
             "decided by claims in each partition's progress log (docs/design/cluster-v2.md; "
-            "being built: no admin API, refresh, delete or checkpoint workers yet, and a node "
-            "keeps every partition it ever hosted)."
+            "being built: no admin API, refresh passes or checkpoint worker yet)."
         ),
     )
     standby_replicas: int = Field(

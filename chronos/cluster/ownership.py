@@ -132,6 +132,17 @@ class OwnershipRound:
         lanes = list(self._lanes.items())
         return frozenset(p for p, lane in lanes if not lane.released.is_set())
 
+    def busy(self) -> frozenset[int]:
+        """The partitions this member's rounds may still act on: its lanes (handed over ones
+        until taken back and followed again), its undecided claims and its hand-ins."""
+        while True:
+            try:
+                return (
+                    frozenset(self._lanes) | frozenset(self._undecided) | frozenset(self._handing)
+                )
+            except RuntimeError:  # changed by the delivery thread while copied: again
+                continue
+
     def __call__(self) -> None:
         now = self._clock()
         if now - self._last < self._interval_s:

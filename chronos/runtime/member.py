@@ -154,9 +154,19 @@ class ClusterMember:
         inner_of = {topic: p for p, topic in progress_topics.items()}
 
         ownership_ref: list[OwnershipRound] = []
+        board_ref: list[ReadinessBoard] = []
 
         def delivering() -> frozenset[int]:
             return ownership_ref[0].delivering if ownership_ref else frozenset()
+
+        def busy() -> frozenset[int]:
+            return ownership_ref[0].busy() if ownership_ref else frozenset()
+
+        def rounds_run() -> int:
+            return ownership_ref[0].rounds if ownership_ref else 0
+
+        def stands(node: str, partition: int) -> bool:
+            return bool(board_ref) and board_ref[0].ready(node, partition)
 
         host = MemberHost(
             settings=s,
@@ -171,6 +181,11 @@ class ClusterMember:
             clock=self._clock,
             metrics=self.metrics,
             on_fatal=self._fatal.report,
+            busy=busy,
+            rounds_run=rounds_run,
+            stands=stands,
+            drop_store=database.drop,
+            grace_s=s.group.suspect_after_ms / 1000.0,
         )
         self.host = host
         board = ReadinessBoard(
@@ -190,6 +205,7 @@ class ClusterMember:
             stale_after_s=_BOARD_STALE_S,
             admin_url=None,
         )
+        board_ref.append(board)
         watch = PeerWatch(self._node, s.group.suspect_after_ms / 1000.0)
         self.watch = watch
         admin = self._clients.admin()
@@ -321,7 +337,9 @@ class ClusterMember:
         )
         self._membership = membership
         deleter = MemberDeleter(
-            lambda: {p: hosted.ledger for p, hosted in list(host.hosted.items())}, s.delete
+            lambda: {p: hosted.ledger for p, hosted in list(host.hosted.items())},
+            s.delete,
+            host.store_lock,
         )
         self._components = [
             publisher,
@@ -342,6 +360,10 @@ class ClusterMember:
             partitions=partitions,
             data_dir=str(data_dir),
         )
+
+    def stored_partitions(self) -> list[int]:
+        """The partitions with a schedule in this member's database, in order."""
+        return self._database.partitions() if self._database is not None else []
 
     def _standing(self) -> frozenset[int]:
         """The partitions this member could deliver: none once it is leaving (it claims

@@ -9,6 +9,7 @@ the retention window, expired cancel tombstones) one after the other, every
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 
@@ -22,15 +23,23 @@ class MemberDeleter(LoopWorker):
     """Every ``settings.interval_s``, one delete pass over each hosted partition.
 
     Parameters:
-        ledgers: the hosted partitions' ledgers now (asked at each pass: the set grows).
+        ledgers: the hosted partitions' ledgers now (asked at each pass and again under
+            ``lock`` before each partition's: the set changes).
         settings: interval and retention.
+        lock: held during each partition's pass (the member drops a partition under it).
     """
 
-    def __init__(self, ledgers: Callable[[], Mapping[int, Ledger]], settings: DeleteSettings):
+    def __init__(
+        self,
+        ledgers: Callable[[], Mapping[int, Ledger]],
+        settings: DeleteSettings,
+        lock: threading.Lock | None = None,
+    ):
         super().__init__("delete")
+        self._lock = lock or threading.Lock()
         self._ledgers = ledgers
         self._settings = settings
-        self._passes: dict[int, DeleteWorker] = {}
+        self._passes: dict[int, tuple[Ledger, DeleteWorker]] = {}
         self._next_pass = time.monotonic() + settings.interval_s
 
     def step(self) -> None:
@@ -41,11 +50,20 @@ class MemberDeleter(LoopWorker):
 
     def run_once(self) -> None:
         """One pass over every hosted partition (also used by tests)."""
-        for partition, ledger in sorted(self._ledgers().items()):
-            worker = self._passes.get(partition)
-            if worker is None:
-                # Never started: its pass is run from this thread.
-                worker = self._passes[partition] = DeleteWorker(ledger, self._settings)
+        hosted = self._ledgers()
+        # A partition dropped, or dropped and hosted again (a new schedule): its pass goes.
+        self._passes = {
+            p: known for p, known in self._passes.items() if p in hosted and known[0] is hosted[p]
+        }
+        for partition in sorted(hosted):
             if self.stopping:
                 return
-            worker.run_once()
+            with self._lock:
+                ledger = self._ledgers().get(partition)
+                if ledger is None:
+                    continue  # dropped meanwhile
+                known = self._passes.get(partition)
+                if known is None or known[0] is not ledger:
+                    # Never started: its pass is run from this thread.
+                    known = self._passes[partition] = (ledger, DeleteWorker(ledger, self._settings))
+                known[1].run_once()

@@ -21,12 +21,15 @@ A partition is *standing* (it may be claimed, and the readiness board says so) o
 member's ingest generation that reads it caught up with the inner topic and its progress log
 was read to its end once.
 
-Not yet: a partition no longer hosted is kept (followed and ingested) until the node stops.
+A partition no longer hosted is dropped (unfollowed, left out of a new ingest generation, its
+column families removed) once that lasted the grace, every node it is placed on stands for
+it and its log names another holder: until then this member's copy is the warm one.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -108,6 +111,13 @@ class MemberHost(LoopWorker):
         clock: time source.
         metrics: counters.
         on_fatal: told when ingest cannot go on.
+        busy: the partitions the member's rounds may still act on (its lanes, handed over
+            or not, and its claims not led yet): never dropped.
+        rounds_run: how many rounds the member ran (a drop waits for two after it stopped
+            standing for the partition: a round that read it standing has ended).
+        stands: whether a node says on the readiness board that it stands for a partition.
+        drop_store: removes a closed partition's schedule from the member's database.
+        grace_s: how long a partition stays unhosted before it is dropped.
     """
 
     def __init__(
@@ -123,8 +133,31 @@ class MemberHost(LoopWorker):
         clock: Clock,
         metrics: Metrics,
         on_fatal: Callable[[str], None],
+        busy: Callable[[], frozenset[int]] = frozenset,
+        rounds_run: Callable[[], int] = lambda: 0,
+        stands: Callable[[str, int], bool] = lambda _node, _partition: False,
+        drop_store: Callable[[int], None] = lambda _partition: None,
+        grace_s: float = 10.0,
     ) -> None:
         super().__init__("member-host")
+        self._busy = busy
+        self._rounds_run = rounds_run
+        self._stands = stands
+        self._drop_store = drop_store
+        self._grace_s = grace_s
+        #: The placement of the last member list applied.
+        self._placement: Placement | None = None
+        #: Partitions no longer hosted: since when (monotonic).
+        self._unhosted_since: dict[int, float] = {}
+        #: Partitions being dropped: the rounds run when this member stopped standing for it;
+        #: and their set as other threads read it (replaced whole, never changed in place).
+        self._dropping: dict[int, int] = {}
+        self._not_standing: frozenset[int] = frozenset()
+        #: Held while a hosted partition's schedule is written outside ingest and the
+        #: standbys (the delete thread's pass), and while one is dropped.
+        self.store_lock = threading.Lock()
+        #: Partitions dropped (tests and logs).
+        self.dropped = 0
         self._settings = settings
         self._node = settings.node.node_id
         self._partitions = partitions
@@ -140,7 +173,7 @@ class MemberHost(LoopWorker):
         self._lock = threading.Lock()
         self._members: frozenset[str] | None = None
         self._placed_for: frozenset[str] | None = None
-        #: The hosted partitions' schedules (only ever added to while running).
+        #: The hosted partitions' schedules.
         self.hosted: dict[int, Hosted] = {}
         self._generation: _Generation | None = None
         #: The ingest restoring partitions newly hosted (None: none restores), and how many
@@ -173,8 +206,12 @@ class MemberHost(LoopWorker):
             self._restart_ingest()
         with self._lock:
             members = self._members
-        if members is None or members == self._placed_for:
-            return
+        if members is not None and members != self._placed_for:
+            self._place(members)
+        self._drop_unhosted()
+
+    def _place(self, members: frozenset[str]) -> None:
+        """Host what the placement over ``members`` gives this member."""
         placement = Placement.of(members, self._partitions, self._settings.cluster.standby_replicas)
         wanted = placement.hosted_by(self._node) | self._delivering()
         added = sorted(wanted - set(self.hosted))
@@ -193,6 +230,67 @@ class MemberHost(LoopWorker):
         self._ingest_hosted()
         # Only once done: a step that failed is done again at the next tick.
         self._placed_for = members
+        self._placement = placement
+
+    def _drop_unhosted(self) -> None:
+        """Drop a partition the placement no longer puts here, once that lasted ``grace_s``,
+        every node it is placed on stands for it, and its log names another holder: until
+        then this member's copy is the warm one that can take over (the partition shape
+        measured a partition undelivered for 25 s when it dropped sooner). It first stops
+        standing for it, and drops it after two more rounds of its own, none of which may
+        have taken it up (a round that read it standing before has ended by then)."""
+        placement = self._placement
+        if placement is None or self._restore is not None:
+            return  # while a restore runs, the member's ingest is not started again
+        now = time.monotonic()
+        wanted = placement.hosted_by(self._node) | self._delivering()
+        holdings = self._standbys.holdings()
+        for partition in sorted(self.hosted):
+            if partition in wanted:
+                self._unhosted_since.pop(partition, None)
+                if self._dropping.pop(partition, None) is not None:
+                    self._not_standing = frozenset(self._dropping)
+                    log.info("member_drop_withdrawn", partition=partition)
+                continue
+            since = self._unhosted_since.setdefault(partition, now)
+            holding = holdings.get(partition)
+            if (
+                now - since < self._grace_s
+                or holding is None
+                or holding.node in (None, self._node)
+                or not all(self._stands(n, partition) for n in placement.hosts.get(partition, ()))
+            ):
+                continue
+            marked = self._dropping.get(partition)
+            if marked is None:
+                self._dropping[partition] = self._rounds_run()
+                self._not_standing = frozenset(self._dropping)
+                log.info("member_drop_started", partition=partition, holder=holding.node)
+            elif self._rounds_run() >= marked + 2:
+                if partition in self._busy():
+                    del self._dropping[partition]  # a round took it up after all
+                    self._not_standing = frozenset(self._dropping)
+                    log.info("member_drop_withdrawn", partition=partition, reason="busy")
+                else:
+                    self._drop(partition)
+
+    def _drop(self, partition: int) -> None:
+        """Unfollow ``partition``, start the member's ingest again without it, and remove its
+        schedule."""
+        timeout_s = self._settings.node.shutdown_timeout_s
+        if not self._standbys.remove(partition).wait(timeout_s):
+            log.warning("member_drop_waits", partition=partition, reason="standbys' reader")
+            return
+        hosted = self.hosted.pop(partition)
+        self._unhosted_since.pop(partition, None)
+        self._restart_ingest()
+        self._dropping.pop(partition, None)
+        self._not_standing = frozenset(self._dropping)
+        with self.store_lock:
+            hosted.store.close()
+            self._drop_store(partition)
+        self.dropped += 1
+        log.info("member_partition_dropped", partition=partition)
 
     def _ingest_hosted(self) -> None:
         """Every hosted partition read by one ingest: the member's at the first start, a
@@ -332,7 +430,8 @@ class MemberHost(LoopWorker):
         if generation is None or not generation.ingest.caught_up.is_set():
             return frozenset()
         read = self._standbys.holdings()
-        return frozenset(p for p in generation.partitions if p in read)
+        dropping = self._not_standing
+        return frozenset(p for p in generation.partitions if p in read and p not in dropping)
 
     def finish(self) -> None:
         for generation in (self._restore, self._generation):

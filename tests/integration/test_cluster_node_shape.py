@@ -121,8 +121,8 @@ def test_members_share_the_partitions_and_a_leaving_member_hands_them_over(
 def test_a_member_that_hosts_more_after_a_leave_restores_them_beside_its_ingest(
     cluster: Cluster, namespace: str
 ) -> None:
-    """c, the last to join, hosts partitions 1 and 2 of the four (a and b host every partition
-    they ever hosted); once a leaves, c hosts them all and restores 0 and 3 in an ingest of
+    """c, the last to join, hosts partitions 1 and 2 of the four (a and b two or three each,
+    having dropped what c took); once a leaves, c hosts them all and restores 0 and 3 in an ingest of
     their own (its lanes go on meanwhile), then may deliver them: every message once.
     Mutant caught: a restore that never hands its partitions to the member's ingest (c
     never stands for 0 and 3, and no restore finishes)."""
@@ -154,6 +154,39 @@ def test_a_member_that_hosts_more_after_a_leave_restores_them_beside_its_ingest(
         )
         after = _send(client, topic, _spread("after-", 5), 0.5)
         exactly_once_after_markers(inbox, client, topic, before | after, "m3-")
+
+
+def test_a_member_drops_the_partitions_it_no_longer_hosts_once_their_hosts_stand(
+    cluster: Cluster, namespace: str
+) -> None:
+    """a and b host all four partitions; c joins, and the placement keeps each partition on
+    two of the three: a and b drop what they no longer host once c stands for it and its log
+    names another holder (no schedule of it left in their database), and every message is
+    delivered once. Mutant caught: nothing dropped (a member kept every partition it ever
+    hosted, its ingest and disk growing with them)."""
+    cluster.start("a")
+    cluster.start("b")
+    wait_until(lambda: cluster.settled({"a": 2, "b": 2}), 60, "a and b deliver two each")
+    topic = f"{namespace}-target"
+    settings = cluster.members["a"].settings
+    with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
+        before = _send(client, topic, _spread("before-", 5), 3.0)
+        cluster.start("c")
+        hosts = {name: cluster.members[name].host for name in ("a", "b", "c")}
+
+        def placed() -> bool:
+            hosted = {name: set(host.hosted) for name, host in hosts.items() if host}
+            return sum(len(p) for p in hosted.values()) == 2 * _PARTITIONS and all(hosted.values())
+
+        wait_until(placed, 60, "each partition hosted by two of the three members")
+        a, b, c = hosts["a"], hosts["b"], hosts["c"]
+        assert a is not None and b is not None and c is not None
+        assert a.dropped + b.dropped == len(c.hosted), "what c hosts, a or b gave up"
+        for name, host in (("a", a), ("b", b)):
+            stored = cluster.members[name].stored_partitions()
+            assert stored == sorted(host.hosted), f"{name} keeps the schedules it hosts only"
+        after = _send(client, topic, _spread("after-", 5), 0.5)
+        exactly_once_after_markers(inbox, client, topic, before | after, "m4-")
 
 
 def _counts(cluster: Cluster) -> dict[str, int]:
