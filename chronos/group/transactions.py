@@ -162,6 +162,10 @@ class TransactionLoop(LoopWorker):
         self._redo_at_once = False
         self._last_commit = 0.0
         self._failures = 0
+        #: Monotonic time the last pass of the loop ended, and of the first of the failed
+        #: transactions since the last commit (None: the last one committed).
+        self._pass_at = time.monotonic()
+        self._failing_since: float | None = None
         #: Why this loop stopped delivering for good (fenced, or not authorized), else None.
         self.fenced: str | None = None
         #: Delivery transactions committed (a cluster member's heartbeat says it).
@@ -237,7 +241,22 @@ class TransactionLoop(LoopWorker):
         for lane in lanes:
             lane.release(successor)
 
+    def stalled_s(self) -> float:
+        """How long this loop has been unable to deliver: since its last pass ended (a pass
+        stuck in a call), or since its transactions began to fail; about 0 while it works.
+        A cluster member's heartbeat says it owes deliveries once this grows (``due``), so
+        that its peers suspect a member alive but stalled."""
+        now = time.monotonic()
+        failing = 0.0 if self._failing_since is None else now - self._failing_since
+        return max(now - self._pass_at, failing)
+
     def step(self) -> None:
+        try:
+            self._step()
+        finally:
+            self._pass_at = time.monotonic()
+
+    def _step(self) -> None:
         try:
             if self.fenced is None:
                 self._run_between()
@@ -364,12 +383,15 @@ class TransactionLoop(LoopWorker):
         if committed:
             self.commits += 1
             self._failures = 0
+            self._failing_since = None
             self._released(batches)
         elif self._redo_at_once:
             self._redo_at_once = False
             self._metrics.incr("transactions_aborted")
             self._metrics.incr("transactions_redone")
         else:
+            if self._failing_since is None:
+                self._failing_since = time.monotonic()
             self._failures += 1
             backoff = min(self._backoff_ms << min(self._failures - 1, 10), self._backoff_max_ms)
             self._metrics.incr("transactions_aborted")

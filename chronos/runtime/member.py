@@ -68,6 +68,11 @@ _BOARD_INTERVAL_S = 1.0
 _BOARD_STALE_S = 3.5
 #: Fewest seconds between two ownership rounds, and the delivery loop's longest idle wait.
 _ROUND_S = 0.1
+#: How long a member's delivery loop must have been stuck in a pass, or failing every
+#: transaction, before its heartbeat says it owes deliveries (``due``): its peers then suspect
+#: it after ``group.suspect_after_ms`` more. Well above a slow commit or claim round, so that
+#: a broker's hiccup does not move partitions; a stalled member is found within seconds.
+_STALLED_S = 5.0
 
 
 def _ignored(error: object, message: object) -> None:
@@ -308,7 +313,9 @@ class ClusterMember:
 
         def progress() -> tuple[int, bool]:
             loop = delivery.loop
-            return (0 if loop is None else loop.commits), False
+            if loop is None:
+                return 0, False
+            return loop.commits, bool(loop.lanes) and loop.stalled_s() >= _STALLED_S
 
         heartbeats = HeartbeatWorker(
             watch=watch,

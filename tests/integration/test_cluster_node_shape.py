@@ -122,8 +122,8 @@ def test_a_member_that_hosts_more_after_a_leave_restores_them_beside_its_ingest(
     cluster: Cluster, namespace: str
 ) -> None:
     """c, the last to join, hosts partitions 1 and 2 of the four (a and b two or three each,
-    having dropped what c took); once a leaves, c hosts them all and restores 0 and 3 in an ingest of
-    their own (its lanes go on meanwhile), then may deliver them: every message once.
+    having dropped what c took); once a leaves, c hosts them all and restores 0 and 3 in an
+    ingest of their own (its lanes go on meanwhile), then may deliver them: every message once.
     Mutant caught: a restore that never hands its partitions to the member's ingest (c
     never stands for 0 and 3, and no restore finishes)."""
     for name in ("a", "b", "c"):

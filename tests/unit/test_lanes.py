@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from chronos.clock import FakeClock
 from chronos.delivery.deadletter import DeadLetterPolicy
@@ -741,3 +741,27 @@ def test_a_member_s_loop_starts_without_lanes_and_runs_its_rounds_until_one_is_a
             clock=node.clock,
             metrics=node.metrics,
         )
+
+
+def test_a_loop_says_how_long_it_could_not_deliver(tmp_path: Path) -> None:
+    """A member's heartbeat says it owes deliveries once its loop is stuck or failing (its
+    peers then suspect it, ``peer_watch.py``): failed transactions count from the first one
+    until a commit. Mutants caught: a failure never counted, a commit that does not reset."""
+    node = make_node(tmp_path, {1: 1}, idle_cuts=False)
+    node.loop.step()
+    node.partitions[1].add("a", T0 - 10)
+    node.publisher.fail_next("commit", KafkaException(KafkaError(KafkaError._TRANSPORT)))
+    node.loop.step()
+    assert node.delivered() == []
+    failing = node.loop.stalled_s()
+    failed_at = time.monotonic()
+    wait_until(lambda: time.monotonic() - failed_at > 0.05, 10, "time passed")
+    assert node.loop.stalled_s() >= failing + 0.05, "counted from the first failure"
+
+    def redone() -> bool:
+        node.loop.step()
+        return node.delivered() != []
+
+    before = time.monotonic()
+    wait_until(redone, 10, "the redo commits")
+    assert node.loop.stalled_s() <= time.monotonic() - before, "reset by the commit"
