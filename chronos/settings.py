@@ -854,8 +854,10 @@ class RebuildSettings(_Section):
         False,
         description=(
             "Let a node alone start although its store began reading the inner topic after "
-            "records it needs were removed (it refuses by default, naming what is missing): "
-            "the messages recorded only there are lost."
+            "records it needs were removed (it refuses by default, naming what is missing), "
+            "and a cluster member of the node shape stand for such a partition (it never "
+            "does by default: member_store_incomplete in its log): the messages recorded only "
+            "there are lost."
         ),
     )
     check_inner_topic: bool = Field(

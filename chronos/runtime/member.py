@@ -44,7 +44,13 @@ from chronos.group.peer_watch import HeartbeatWorker, PeerWatch
 from chronos.group.spec import GroupSpec
 from chronos.group.standbys import ProgressLogs, StandbysWorker
 from chronos.group.transactions import TransactionLoop
-from chronos.kafka.admin import ensure_topics, partition_count, stable_end, unwritable_topics
+from chronos.kafka.admin import (
+    ensure_topics,
+    log_start_offsets,
+    partition_count,
+    stable_end,
+    unwritable_topics,
+)
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.kafka.topic_config import check_inner_topic
@@ -191,6 +197,7 @@ class ClusterMember:
             stands=stands,
             drop_store=database.drop,
             grace_s=s.group.suspect_after_ms / 1000.0,
+            log_starts=lambda ps: log_start_offsets(s, names.inner, ps),
         )
         self.host = host
         board = ReadinessBoard(

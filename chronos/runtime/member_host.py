@@ -118,6 +118,8 @@ class MemberHost(LoopWorker):
         stands: whether a node says on the readiness board that it stands for a partition.
         drop_store: removes a closed partition's schedule from the member's database.
         grace_s: how long a partition stays unhosted before it is dropped.
+        log_starts: where the inner topic starts now, for these partitions (retention and
+            DeleteRecords move it up).
     """
 
     def __init__(
@@ -138,6 +140,7 @@ class MemberHost(LoopWorker):
         stands: Callable[[str, int], bool] = lambda _node, _partition: False,
         drop_store: Callable[[int], None] = lambda _partition: None,
         grace_s: float = 10.0,
+        log_starts: Callable[[list[int]], Mapping[int, int]] = lambda _partitions: {},
     ) -> None:
         super().__init__("member-host")
         self._busy = busy
@@ -145,6 +148,10 @@ class MemberHost(LoopWorker):
         self._stands = stands
         self._drop_store = drop_store
         self._grace_s = grace_s
+        self._log_starts = log_starts
+        #: Hosted partitions whose schedule began past the topic's first record and may lack
+        #: what retention removed (``_open_with_origin``): never standing.
+        self._incomplete: frozenset[int] = frozenset()
         #: The placement of the last member list applied.
         self._placement: Placement | None = None
         #: Partitions no longer hosted: since when (monotonic).
@@ -223,14 +230,58 @@ class MemberHost(LoopWorker):
             added=added,
             members=sorted(members),
         )
+        starts = self._log_starts(added) if added else {}
         for partition in added:
-            hosted = self._open_hosted(partition)
+            hosted = self._open_with_origin(partition, starts.get(partition, 0))
             self.hosted[partition] = hosted
             self._standbys.add(partition, hosted.progress_topic, hosted.follower())
         self._ingest_hosted()
         # Only once done: a step that failed is done again at the next tick.
         self._placed_for = members
         self._placement = placement
+
+    def _open_with_origin(self, partition: int, start: int) -> Hosted:
+        """Open ``partition``'s schedule, knowing where its ingest began. A schedule whose next
+        inner offset lies below where the topic now starts missed records retention removed
+        (a cancel among them, maybe): it is removed and restored from the topic's start. One
+        that began past offset 0 may lack messages whose only records were removed: refresh
+        passes would re-append them, and a member runs none yet, so it is *incomplete*: it
+        never stands for the partition (its peers deliver it) unless
+        ``rebuild.accept_incomplete``. A schedule written before began counts as read from
+        offset 0, as the node alone's does (``runtime/origin.py``)."""
+        hosted = self._open_hosted(partition)
+        store = hosted.store
+        stored = store.read_inner_offsets([partition]).get(partition)
+        if stored is not None and stored < start:
+            log.error(
+                "store_missed_inner_records",
+                partition=partition,
+                gap=f"{stored}..{start}",
+                action="removed; restored from where the inner topic starts now",
+            )
+            store.close()
+            self._drop_store(partition)
+            hosted, stored = self._open_hosted(partition), None
+            store = hosted.store
+        began = store.read_began_offsets([partition]).get(partition)
+        if began is None:
+            began = 0 if stored is not None else start
+            store.write_began_offsets({partition: began})
+        if began > 0:
+            accepted = self._settings.rebuild.accept_incomplete
+            log.error(
+                "member_store_incomplete",
+                partition=partition,
+                began=began,
+                action="stands for it anyway (rebuild.accept_incomplete)"
+                if accepted
+                else "never stands for it: its messages whose only records the inner topic's "
+                "retention removed are not here (set retention.ms = -1 on the inner topic for "
+                "the node shape, or rebuild.accept_incomplete = true)",
+            )
+            if not accepted:
+                self._incomplete = self._incomplete | {partition}
+        return hosted
 
     def _drop_unhosted(self) -> None:
         """Drop a partition the placement no longer puts here, once that lasted ``grace_s``,
@@ -282,6 +333,7 @@ class MemberHost(LoopWorker):
             log.warning("member_drop_waits", partition=partition, reason="standbys' reader")
             return
         hosted = self.hosted.pop(partition)
+        self._incomplete = self._incomplete - {partition}
         self._unhosted_since.pop(partition, None)
         self._restart_ingest()
         self._dropping.pop(partition, None)
@@ -430,8 +482,8 @@ class MemberHost(LoopWorker):
         if generation is None or not generation.ingest.caught_up.is_set():
             return frozenset()
         read = self._standbys.holdings()
-        dropping = self._not_standing
-        return frozenset(p for p in generation.partitions if p in read and p not in dropping)
+        left_out = self._not_standing | self._incomplete
+        return frozenset(p for p in generation.partitions if p in read and p not in left_out)
 
     def finish(self) -> None:
         for generation in (self._restore, self._generation):

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import OFFSET_END, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from chronos.runtime.member import ClusterMember
 from chronos.settings import ChronosSettings
@@ -195,3 +197,32 @@ def _counts(cluster: Cluster) -> dict[str, int]:
         name: len(member.ownership.delivering) if member.ownership else 0
         for name, member in cluster.members.items()
     }
+
+
+def test_a_member_whose_copy_began_past_removed_records_never_stands_for_it(
+    cluster: Cluster, namespace: str, kafka_bootstrap: str
+) -> None:
+    """a delivers every partition; partition 0's records are removed (DeleteRecords, as
+    retention does); b joins on an empty disk. Its copy of 0 begins past them and may lack a
+    message only they held (a member runs no refresh passes to re-append them), so b never
+    stands for 0 and a goes on delivering it; b stands for the others. Mutant caught: b's
+    copy of 0 standing (0 handed to b without the removed messages)."""
+    a = cluster.start("a")
+    wait_until(lambda: cluster.settled({"a": _PARTITIONS}), 60, "a delivers every partition")
+    topic = f"{namespace}-target"
+    with DelayClient(a.settings) as client:
+        _send(client, topic, _spread("later-", 3), 600.0)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    inner = a.settings.topics.names.inner
+    for future in admin.delete_records([TopicPartition(inner, 0, OFFSET_END)]).values():
+        future.result(30)
+    b = cluster.start("b")
+    others = frozenset(range(1, _PARTITIONS))
+    wait_until(lambda: b.host is not None and b.host.standing() == others, 60, "b stands for 1..3")
+    wait_until(
+        lambda: cluster.settled(_counts(cluster)) and min(_counts(cluster).values()) >= 1,
+        60,
+        "a and b share the partitions",
+    )
+    assert a.ownership is not None and 0 in a.ownership.delivering, "a keeps 0"
+    assert b.host is not None and 0 not in b.host.standing()
