@@ -293,16 +293,18 @@ class MemberHost(LoopWorker):
         placement = self._placement
         if placement is None or self._restore is not None:
             return  # while a restore runs, the member's ingest is not started again
-        now = time.monotonic()
         wanted = placement.hosted_by(self._node) | self._delivering()
+        for partition in [p for p in self._unhosted_since if p in wanted]:
+            del self._unhosted_since[partition]
+            if self._dropping.pop(partition, None) is not None:
+                self._not_standing = frozenset(self._dropping)
+                log.info("member_drop_withdrawn", partition=partition)
+        unwanted = sorted(set(self.hosted) - wanted)
+        if not unwanted:
+            return  # the usual case, every tick: nothing read, nothing copied
+        now = time.monotonic()
         holdings = self._standbys.holdings()
-        for partition in sorted(self.hosted):
-            if partition in wanted:
-                self._unhosted_since.pop(partition, None)
-                if self._dropping.pop(partition, None) is not None:
-                    self._not_standing = frozenset(self._dropping)
-                    log.info("member_drop_withdrawn", partition=partition)
-                continue
+        for partition in unwanted:
             since = self._unhosted_since.setdefault(partition, now)
             holding = holdings.get(partition)
             if (
@@ -311,6 +313,10 @@ class MemberHost(LoopWorker):
                 or holding.node in (None, self._node)
                 or not all(self._stands(n, partition) for n in placement.hosts.get(partition, ()))
             ):
+                if self._dropping.pop(partition, None) is not None:
+                    # Its new hosts stopped standing: this copy is the warm one again.
+                    self._not_standing = frozenset(self._dropping)
+                    log.info("member_drop_withdrawn", partition=partition, reason="hosts")
                 continue
             marked = self._dropping.get(partition)
             if marked is None:
