@@ -284,10 +284,11 @@ class MemberHost(LoopWorker):
         return hosted
 
     def _drop_unhosted(self) -> None:
-        """Drop a partition the placement no longer puts here, once that lasted ``grace_s``,
-        every node it is placed on stands for it, and its log names another holder: until
-        then this member's copy is the warm one that can take over (the partition shape
-        measured a partition undelivered for 25 s when it dropped sooner). It first stops
+        """Drop a partition the placement no longer puts here, once that lasted ``grace_s``
+        and the nodes it is placed on hold it: until then this member's copy is the warm one
+        that can take over (the partition shape
+        measured a partition undelivered for 25 s when it dropped sooner): the holder is
+        one of the nodes it is placed on, and the others stand. It first stops
         standing for it, and drops it after two more rounds of its own, none of which may
         have taken it up (a round that read it standing before has ended by then)."""
         placement = self._placement
@@ -298,7 +299,7 @@ class MemberHost(LoopWorker):
             del self._unhosted_since[partition]
             if self._dropping.pop(partition, None) is not None:
                 self._not_standing = frozenset(self._dropping)
-                log.info("member_drop_withdrawn", partition=partition)
+                log.info("member_drop_withdrawn", node=self._node, partition=partition)
         unwanted = sorted(set(self.hosted) - wanted)
         if not unwanted:
             return  # the usual case, every tick: nothing read, nothing copied
@@ -307,27 +308,39 @@ class MemberHost(LoopWorker):
         for partition in unwanted:
             since = self._unhosted_since.setdefault(partition, now)
             holding = holdings.get(partition)
+            hosts = placement.hosts.get(partition, ())
             if (
                 now - since < self._grace_s
                 or holding is None
-                or holding.node in (None, self._node)
-                or not all(self._stands(n, partition) for n in placement.hosts.get(partition, ()))
+                or holding.node not in hosts
+                # The holder delivers it (a delivered partition is no standby's: it does not
+                # say it stands); the others must.
+                or not all(self._stands(n, partition) for n in hosts if n != holding.node)
             ):
                 if self._dropping.pop(partition, None) is not None:
                     # Its new hosts stopped standing: this copy is the warm one again.
                     self._not_standing = frozenset(self._dropping)
-                    log.info("member_drop_withdrawn", partition=partition, reason="hosts")
+                    log.info(
+                        "member_drop_withdrawn",
+                        node=self._node,
+                        partition=partition,
+                        reason="hosts",
+                    )
                 continue
             marked = self._dropping.get(partition)
             if marked is None:
                 self._dropping[partition] = self._rounds_run()
                 self._not_standing = frozenset(self._dropping)
-                log.info("member_drop_started", partition=partition, holder=holding.node)
+                log.info(
+                    "member_drop_started", node=self._node, partition=partition, holder=holding.node
+                )
             elif self._rounds_run() >= marked + 2:
                 if partition in self._busy():
                     del self._dropping[partition]  # a round took it up after all
                     self._not_standing = frozenset(self._dropping)
-                    log.info("member_drop_withdrawn", partition=partition, reason="busy")
+                    log.info(
+                        "member_drop_withdrawn", node=self._node, partition=partition, reason="busy"
+                    )
                 else:
                     self._drop(partition)
 
@@ -336,7 +349,9 @@ class MemberHost(LoopWorker):
         schedule."""
         timeout_s = self._settings.node.shutdown_timeout_s
         if not self._standbys.remove(partition).wait(timeout_s):
-            log.warning("member_drop_waits", partition=partition, reason="standbys' reader")
+            log.warning(
+                "member_drop_waits", node=self._node, partition=partition, reason="standbys' reader"
+            )
             return
         hosted = self.hosted.pop(partition)
         self._incomplete = self._incomplete - {partition}
@@ -348,7 +363,7 @@ class MemberHost(LoopWorker):
             hosted.store.close()
             self._drop_store(partition)
         self.dropped += 1
-        log.info("member_partition_dropped", partition=partition)
+        log.info("member_partition_dropped", node=self._node, partition=partition)
 
     def _ingest_hosted(self) -> None:
         """Every hosted partition read by one ingest: the member's at the first start, a

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import OFFSET_END, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from chronos.cluster.placement import Placement
 from chronos.runtime.member import ClusterMember
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
@@ -174,17 +175,23 @@ def test_a_member_drops_the_partitions_it_no_longer_hosts_once_their_hosts_stand
     with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
         before = _send(client, topic, _spread("before-", 5), 3.0)
         cluster.start("c")
+        placement = Placement.of(frozenset({"a", "b", "c"}), _PARTITIONS, 1)
         hosts = {name: cluster.members[name].host for name in ("a", "b", "c")}
 
         def placed() -> bool:
-            hosted = {name: set(host.hosted) for name, host in hosts.items() if host}
-            return sum(len(p) for p in hosted.values()) == 2 * _PARTITIONS and all(hosted.values())
+            """Each member hosts what the placement over three gives it, a and b having
+            dropped the rest (a drop is counted once done)."""
+            return all(
+                host is not None
+                and set(host.hosted) == placement.hosted_by(name)
+                and (name == "c" or host.dropped == _PARTITIONS - len(host.hosted))
+                for name, host in hosts.items()
+            )
 
-        wait_until(placed, 60, "each partition hosted by two of the three members")
-        a, b, c = hosts["a"], hosts["b"], hosts["c"]
-        assert a is not None and b is not None and c is not None
-        assert a.dropped + b.dropped == len(c.hosted), "what c hosts, a or b gave up"
-        for name, host in (("a", a), ("b", b)):
+        wait_until(placed, 60, "a and b dropped what c hosts now")
+        for name in ("a", "b"):
+            host = hosts[name]
+            assert host is not None
             stored = cluster.members[name].stored_partitions()
             assert stored == sorted(host.hosted), f"{name} keeps the schedules it hosts only"
         after = _send(client, topic, _spread("after-", 5), 0.5)
