@@ -748,6 +748,16 @@ class ClusterSettings(_Section):
             "owner fails, without a restore."
         ),
     )
+    drop_unhosted_after_s: float = Field(
+        60.0,
+        ge=0,
+        description=(
+            "Node shape: how long a partition a node no longer hosts is kept (ingested, "
+            "followed, warm) before it is dropped, once the nodes it is placed on hold it. A "
+            "node that leaves and comes back within this time (a rolling restart) moves "
+            "nothing to disk and back: dropping at once made each leave a restore."
+        ),
+    )
     fence_check_ms: int = Field(
         3_000,
         ge=100,

@@ -196,7 +196,7 @@ class ClusterMember:
             rounds_run=rounds_run,
             stands=stands,
             drop_store=database.drop,
-            grace_s=s.group.suspect_after_ms / 1000.0,
+            grace_s=s.cluster.drop_unhosted_after_s,
             log_starts=lambda ps: log_start_offsets(s, names.inner, ps),
         )
         self.host = host

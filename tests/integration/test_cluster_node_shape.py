@@ -52,7 +52,13 @@ class Cluster:
             self.namespace,
             self.tmp_path / name,
             node={"node_id": name, "data_dir": self.tmp_path / name, "ingest_threads": 1},
-            cluster={"name": "c", "standby_replicas": 1, "shape": "node"},
+            # Drops soon after a partition moves: what the drop test checks.
+            cluster={
+                "name": "c",
+                "standby_replicas": 1,
+                "shape": "node",
+                "drop_unhosted_after_s": 1.0,
+            },
             **sections,
         )
 
