@@ -25,10 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import structlog
-from confluent_kafka.admin import AdminClient
 
 from chronos.errors import DecodeError
-from chronos.kafka.admin import stable_ends
+from chronos.kafka.admin import RenewedAdmin, stable_ends
 from chronos.schedule.progress_record import Cut, decode_cut_value, later
 
 log = structlog.get_logger(__name__)
@@ -117,11 +116,11 @@ class NodeLogCuts:
         state: what the node's reader of the node log read.
         topic: the node-log topic.
         partitions: its partition count.
-        admin: asks Kafka where a partition ends.
+        admin: asks Kafka where a partition ends (made anew after a failed question).
     """
 
     def __init__(
-        self, state: NodeLogState, topic: str, partitions: int, admin: AdminClient
+        self, state: NodeLogState, topic: str, partitions: int, admin: RenewedAdmin
     ) -> None:
         self._state = state
         self._topic = topic
@@ -142,7 +141,11 @@ class NodeLogCuts:
         watermark of then says all of them were read: a live node's end within
         milliseconds, a frozen one's at its fence or its transaction timeout."""
         node_partition = NodeLog.of(self._topic, holder, self._partitions).partition
-        ends = stable_ends(self._admin, self._topic, [node_partition], timeout_s, committed=False)
+        ends = self._admin.ask(
+            lambda admin: stable_ends(
+                admin, self._topic, [node_partition], timeout_s, committed=False
+            )
+        )
         end = ends[node_partition]
         if not self._state.wait_read(node_partition, end, timeout_s):
             raise TimeoutError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
+from typing import TypeVar
 
 import structlog
 from confluent_kafka import (
@@ -29,6 +30,8 @@ from chronos.kafka.librdkafka import lists_topic
 from chronos.settings import ChronosSettings
 
 log = structlog.get_logger(__name__)
+
+_T = TypeVar("_T")
 
 #: How long one wait for Kafka's first answer lasts before a stop is looked for.
 _STOP_CHECK_S = 1.0
@@ -264,6 +267,32 @@ def stable_ends(
     isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
     futures = admin.list_offsets(wanted, isolation_level=isolation, request_timeout=timeout_s)
     return {tp.partition: int(f.result(timeout_s).offset) for tp, f in futures.items()}
+
+
+class RenewedAdmin:
+    """An admin client asked again and again, dropped after a failed question and made anew
+    for the next: librdkafka answers from its metadata cache, which after a broker restart
+    kept answering FENCED_LEADER_EPOCH ("leader epoch is older than broker epoch") for minutes
+    while the broker was long back (a cluster member's claims failed for 2 minutes, nothing
+    delivered). Used from one thread at a time.
+
+    Parameters:
+        open_admin: builds an admin client.
+    """
+
+    def __init__(self, open_admin: Callable[[], AdminClient]) -> None:
+        self._open_admin = open_admin
+        self._admin: AdminClient | None = None
+
+    def ask(self, question: Callable[[AdminClient], _T]) -> _T:
+        """``question``'s answer from the client; a failure drops it (raised on)."""
+        if self._admin is None:
+            self._admin = self._open_admin()
+        try:
+            return question(self._admin)
+        except BaseException:
+            self._admin = None
+            raise
 
 
 class StableEnds:

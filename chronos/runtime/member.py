@@ -45,6 +45,7 @@ from chronos.group.spec import GroupSpec
 from chronos.group.standbys import ProgressLogs, StandbysWorker
 from chronos.group.transactions import TransactionLoop
 from chronos.kafka.admin import (
+    RenewedAdmin,
     ensure_topics,
     log_start_offsets,
     partition_count,
@@ -220,7 +221,7 @@ class ClusterMember:
         board_ref.append(board)
         watch = PeerWatch(self._node, s.group.suspect_after_ms / 1000.0)
         self.watch = watch
-        admin = self._clients.admin()
+        admin = RenewedAdmin(self._clients.admin)
         node_cuts = NodeLogCuts(
             node_state, names.node_log(self._cluster), node_log_partitions, admin
         )
@@ -281,7 +282,7 @@ class ClusterMember:
                 shared_id=lambda topic, _p: names.transactional_id(
                     names.shard_group(self._cluster, inner_of[topic])
                 ),
-                stable_end=lambda topic, _p: stable_end(admin, topic),
+                stable_end=lambda topic, _p: admin.ask(lambda client: stable_end(client, topic)),
                 timeout_s=timeout_ms / 1000.0,
                 node_cuts=node_cuts,
             )

@@ -23,7 +23,7 @@ from confluent_kafka.cimpl import NewTopic
 from chronos.group.claims import Claimant, ClaimFailed, ClaimLog, Decision, NodeCutSource
 from chronos.group.node_log import NodeLog, NodeLogCuts
 from chronos.group.standbys import ProgressLogs
-from chronos.kafka.admin import stable_end
+from chronos.kafka.admin import RenewedAdmin, stable_end
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.errors import Fenced
 from chronos.kafka.publisher import TransactionalPublisher
@@ -516,7 +516,7 @@ class _NodeLogReader:
             clients.errors("n"),
             node_log=(topic, 2),
         )
-        self.cuts = NodeLogCuts(self.logs.node_state, topic, 2, admin)
+        self.cuts = NodeLogCuts(self.logs.node_state, topic, 2, RenewedAdmin(lambda: admin))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()

@@ -37,7 +37,7 @@ from chronos.group.node_log import NodeLog, NodeLogCuts
 from chronos.group.spec import GroupSpec
 from chronos.group.standbys import ProgressLogs, StandbysWorker
 from chronos.group.transactions import TransactionLoop
-from chronos.kafka.admin import stable_end
+from chronos.kafka.admin import RenewedAdmin, stable_end
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.publisher import TransactionalPublisher
 from chronos.metrics import CountingMetrics
@@ -126,7 +126,9 @@ class Member:
         for partition in self.hosted:
             self.follow(partition, cluster)
         admin = self.clients.admin()
-        node_cuts = NodeLogCuts(logs.node_state, cluster.node_log, NODE_LOG_PARTITIONS, admin)
+        node_cuts = NodeLogCuts(
+            logs.node_state, cluster.node_log, NODE_LOG_PARTITIONS, RenewedAdmin(lambda: admin)
+        )
         self.publisher: TransactionalPublisher | None = None
 
         def new_claimant(publisher: TransactionalPublisher) -> Claimant:

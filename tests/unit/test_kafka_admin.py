@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from chronos.errors import ConfigError
-from chronos.kafka.admin import stable_end
+from chronos.kafka.admin import RenewedAdmin, stable_end
 
 
 class _Offsets:
@@ -42,3 +42,26 @@ def test_a_refusal_is_not_asked_again() -> None:
     with pytest.raises(ConfigError, match="cannot read where ns.progress.g ends"):
         stable_end(cast(AdminClient, admin), "ns.progress.g", timeout_s=5)
     assert admin.asked == 1
+
+
+def test_a_renewed_admin_is_made_anew_after_a_failed_question() -> None:
+    """After a broker restart librdkafka's metadata cache kept answering FENCED_LEADER_EPOCH
+    for minutes: a member's claims failed for 2 minutes. A failed question drops the client.
+    Mutants caught: the client kept after a failure, a new client for every question."""
+    made: list[object] = []
+
+    def open_admin() -> AdminClient:
+        made.append(object())
+        return cast(AdminClient, made[-1])
+
+    renewed = RenewedAdmin(open_admin)
+    assert renewed.ask(lambda client: made.index(client)) == 0
+    assert renewed.ask(lambda client: made.index(client)) == 0, "kept while it answers"
+    stale = KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH))
+
+    def fails(_client: AdminClient) -> int:
+        raise stale
+
+    with pytest.raises(KafkaException):
+        renewed.ask(fails)
+    assert renewed.ask(lambda client: made.index(client)) == 1, "a new one after the failure"
