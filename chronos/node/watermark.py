@@ -213,7 +213,13 @@ class IngestWatermark:
 
     def want(self, slot: EpochMs) -> None:
         """Delivery waits for ``slot``: the probe runs ``margin`` before it (at once for one
-        due already), unless the watermark reaches that far first."""
+        due already), unless the watermark reaches that far first. Called per scan and per
+        idle lane: what asks nothing new returns without the lock."""
+        value, wanted = self._value, self._wanted
+        if (value is not None and value + self._margin >= slot) or (
+            wanted is not None and wanted <= slot
+        ):
+            return
         with self._lock:
             value = self._value
             if value is not None and value + self._margin >= slot:

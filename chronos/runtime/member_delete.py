@@ -23,10 +23,10 @@ class MemberDeleter(LoopWorker):
     """Every ``settings.interval_s``, one delete pass over each hosted partition.
 
     Parameters:
-        ledgers: the hosted partitions' ledgers now (asked at each pass and again under
-            ``lock`` before each partition's: the set changes).
+        ledgers: the hosted partitions' ledgers now (asked at each pass, under ``lock``: the
+            set changes).
         settings: interval and retention.
-        lock: held during each partition's pass (the member drops a partition under it).
+        lock: held during a pass (the member drops a partition under it).
     """
 
     def __init__(
@@ -50,20 +50,19 @@ class MemberDeleter(LoopWorker):
 
     def run_once(self) -> None:
         """One pass over every hosted partition (also used by tests)."""
-        hosted = self._ledgers()
-        # A partition dropped, or dropped and hosted again (a new schedule): its pass goes.
-        self._passes = {
-            p: known for p, known in self._passes.items() if p in hosted and known[0] is hosted[p]
-        }
-        for partition in sorted(hosted):
-            if self.stopping:
-                return
-            with self._lock:
-                ledger = self._ledgers().get(partition)
-                if ledger is None:
-                    continue  # dropped meanwhile
+        with self._lock:
+            hosted = self._ledgers()
+            # A partition dropped, or dropped and hosted again (a new schedule): its pass goes.
+            self._passes = {
+                p: known
+                for p, known in self._passes.items()
+                if p in hosted and known[0] is hosted[p]
+            }
+            for partition, ledger in sorted(hosted.items()):
+                if self.stopping:
+                    return
                 known = self._passes.get(partition)
-                if known is None or known[0] is not ledger:
+                if known is None:
                     # Never started: its pass is run from this thread.
                     known = self._passes[partition] = (ledger, DeleteWorker(ledger, self._settings))
                 known[1].run_once()

@@ -152,8 +152,9 @@ class MemberHost(LoopWorker):
         #: Hosted partitions whose schedule began past the topic's first record and may lack
         #: what retention removed (``_open_with_origin``): never standing.
         self._incomplete: frozenset[int] = frozenset()
-        #: The placement of the last member list applied.
+        #: The placement of the last member list applied, and what it puts on this member.
         self._placement: Placement | None = None
+        self._placed_here: frozenset[int] = frozenset()
         #: Partitions no longer hosted: since when (monotonic).
         self._unhosted_since: dict[int, float] = {}
         #: Partitions being dropped: the rounds run when this member stopped standing for it;
@@ -220,7 +221,8 @@ class MemberHost(LoopWorker):
     def _place(self, members: frozenset[str]) -> None:
         """Host what the placement over ``members`` gives this member."""
         placement = Placement.of(members, self._partitions, self._settings.cluster.standby_replicas)
-        wanted = placement.hosted_by(self._node) | self._delivering()
+        placed_here = frozenset(placement.hosted_by(self._node))
+        wanted = placed_here | self._delivering()
         added = sorted(wanted - set(self.hosted))
         log.info(
             "member_placement",
@@ -239,6 +241,7 @@ class MemberHost(LoopWorker):
         # Only once done: a step that failed is done again at the next tick.
         self._placed_for = members
         self._placement = placement
+        self._placed_here = placed_here
 
     def _open_with_origin(self, partition: int, start: int) -> Hosted:
         """Open ``partition``'s schedule, knowing where its ingest began. A schedule whose next
@@ -294,7 +297,7 @@ class MemberHost(LoopWorker):
         placement = self._placement
         if placement is None or self._restore is not None:
             return  # while a restore runs, the member's ingest is not started again
-        wanted = placement.hosted_by(self._node) | self._delivering()
+        wanted = self._placed_here | self._delivering()
         for partition in [p for p in self._unhosted_since if p in wanted]:
             del self._unhosted_since[partition]
             if self._dropping.pop(partition, None) is not None:
