@@ -167,7 +167,7 @@ def _run_shape(
     topics.append(NewTopic(target, TARGET_PARTITIONS, 1))
     for future in admin.create_topics(topics).values():
         future.result(timeout=60)
-    database = RocksDatabase(workdir / f"{shape}-{partitions}", StoreSettings())
+    database = RocksDatabase(workdir / f"{shape}-{partitions}", StoreSettings(), range(partitions))
     wake = Wake()
     owned = [_Partition(database, p, wake, target) for p in range(partitions)]
     clients = KafkaClients(settings.kafka, f"lanes-{shape}")

@@ -146,7 +146,7 @@ class ClusterMember:
             raise ConfigError("a cluster member needs its group timings")
         data_dir = s.node.data_dir / "node"
         data_dir.mkdir(parents=True, exist_ok=True)
-        database = RocksDatabase(data_dir, s.store)
+        database = RocksDatabase(data_dir, s.store, range(partitions))
         self._database = database
         wake = Wake()
         publisher = self._clients.idempotent("member", stop_flush_s=2.0)

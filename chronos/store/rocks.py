@@ -14,7 +14,7 @@ from rocksdict import ColumnFamily, Rdict, ReadOptions, WriteBatch
 from chronos.names import CF_ARRIVALS, CF_EXPIRY, CF_INDEX, CF_MESSAGES, CF_META, CF_OUTCOMES
 from chronos.settings import StoreSettings
 from chronos.store import keys, outcome
-from chronos.store.database import RocksDatabase
+from chronos.store.database import EVERY_KEY, RocksDatabase
 from chronos.store.disk_guard import StoreFull
 from chronos.store.due_counts import MINUTE_MS, DueCounts
 from chronos.types import EpochMs
@@ -344,8 +344,8 @@ class RocksStore:
     def clear(self) -> None:
         """Delete everything but the format version: a store that missed inner records starts
         over (``chronos/runtime/origin.py``). Ids are UTF-8 and other keys binary of fixed
-        layout, so no key reaches 64 bytes of 0xff."""
-        everything = b"\xff" * 64
+        layout (``database.EVERY_KEY``)."""
+        everything = EVERY_KEY
         for cf in (self._messages, self._index, self._expiry, self._arrivals, self._outcomes):
             cf.delete_range(b"", everything, self._write_opts)
         if self.due_counts.started:

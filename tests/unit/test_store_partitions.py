@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rocksdict import Options
+from rocksdict import Options, Rdict
 
 from chronos.errors import StoreError
 from chronos.names import CF_INDEX, CF_MESSAGES
@@ -130,10 +130,10 @@ def test_a_partition_whose_families_were_cut_short_opens_again(tmp_path: Path) -
     database.db.create_column_family(family_name(CF_MESSAGES, 4), Options(raw_mode=True)).close()
     database.close()
     reopened = RocksDatabase(tmp_path / "s", FAST)
-    assert reopened.partitions() == [4]
+    assert reopened.partitions() == [], "an empty family is no schedule"
     p4 = RocksStore.of_partition(reopened, 4)
     _schedule(p4, [9], "c")
-    assert _held(p4) == ["c-9"]
+    assert _held(p4) == ["c-9"] and reopened.partitions() == [4]
     p4.close()
     reopened.drop(4)
     assert reopened.partitions() == []
@@ -143,6 +143,37 @@ def test_a_partition_whose_families_were_cut_short_opens_again(tmp_path: Path) -
     half.drop(6)  # only its index family exists
     assert half.partitions() == []
     half.close()
+
+
+def test_families_made_at_the_open_stay_when_their_schedule_is_dropped(tmp_path: Path) -> None:
+    """A member's partitions' families are made when its database opens, and a drop empties
+    them: RocksDB rewrites its whole OPTIONS file at each family created or dropped (60 ms
+    each at 64 partitions). Mutants caught: a drop that removes the families (they leave
+    the database's list), one that leaves keys behind (the schedule reads back), one that
+    empties a neighbour."""
+    path = tmp_path / "s"
+    database = RocksDatabase(path, FAST, range(3))
+    made = set(Rdict.list_cf(str(path), Options(raw_mode=True)))
+    assert {family_name(CF_MESSAGES, p) for p in range(3)} <= made
+    assert database.partitions() == [], "families alone hold no schedule"
+    for partition in (0, 1):
+        store = RocksStore.of_partition(database, partition)
+        _schedule(store, [10 + partition], f"p{partition}")
+        store.close()
+    assert database.partitions() == [0, 1]
+    database.drop(0)
+    assert database.partitions() == [1]
+    assert set(Rdict.list_cf(str(path), Options(raw_mode=True))) == made
+    database.close()
+    reopened = RocksDatabase(path, FAST, range(3))
+    p0, p1 = RocksStore.of_partition(reopened, 0), RocksStore.of_partition(reopened, 1)
+    assert _held(p0) == [] and p0.read_seek() is None and p0.read_inner_offsets([0]) == {}
+    assert _held(p1) == ["p1-11"] and p1.read_seek() == 10
+    _schedule(p0, [30], "again")  # hosted again later: the emptied families take it
+    assert _held(p0) == ["again-30"] and reopened.partitions() == [0, 1]
+    for store in (p0, p1):
+        store.close()
+    reopened.close()
 
 
 def test_a_database_of_a_newer_format_is_refused_whichever_schedule_opens_it(
@@ -166,7 +197,7 @@ def test_small_writes_to_many_partitions_flush_nothing(tmp_path: Path) -> None:
     each passed the budget, and RocksDB flushed a memtable of a few KiB after every write (a
     quarter of a core at 2,000 msg/s over 16 partitions). Mutant caught: the partitions'
     families with the default arena block (a table file per flush)."""
-    database = RocksDatabase(tmp_path / "s", FAST)
+    database = RocksDatabase(tmp_path / "s", FAST, range(32))
     stores = [RocksStore.of_partition(database, p) for p in range(32)]
     before = set(database.path.glob("*.sst"))
     for round_ in range(3):
