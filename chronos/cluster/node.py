@@ -3,7 +3,6 @@ placement gives it, each as a replica of its own (``shard.py``)."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -42,18 +41,6 @@ _BOARD_INTERVAL_S = 1.0
 _BOARD_STALE_S = 3.5
 #: How old the master watches' shared answer may be (each watch asks every 90 ms).
 _WATCH_AGE_S = 0.08
-
-
-def _admin_url(settings: ChronosSettings, port: int) -> str:
-    """Where the other nodes reach this node's admin API when ``cluster.admin_url`` is unset:
-    its listen address, or this machine's name when it listens on every address."""
-    host = settings.admin.host
-    if host in ("0.0.0.0", "::", ""):
-        host = socket.gethostname()
-    elif ":" in host:
-        host = f"[{host}]"
-    scheme = "https" if settings.security.tls_certfile is not None else "http"
-    return f"{scheme}://{host}:{port}"
 
 
 def _ignored(error: object, message: object) -> None:
@@ -190,7 +177,7 @@ class ClusterNode:
         # Only when served (a web stack and Prometheus' client).
         from chronos.admin.server import AdminServer
         from chronos.cluster.partition_metrics import PartitionCollector
-        from chronos.cluster.peers import Peers
+        from chronos.cluster.peers import Peers, admin_url_of
         from chronos.cluster.view import ClusterView
         from chronos.delivery.policies import Policies
 
@@ -211,9 +198,8 @@ class ClusterNode:
             ),
             policies=Policies(s.delivery.topics),
         )
-        admin = AdminServer(
-            view, s.admin.host, s.admin.port, s.security, [PartitionCollector(view)]
-        )
+        collector = PartitionCollector(view.partition_gauges)
+        admin = AdminServer(view, s.admin.host, s.admin.port, s.security, [collector])
         admin.start()
         if not admin.wait_started(10.0):
             raise ConfigError(
@@ -222,7 +208,7 @@ class ClusterNode:
             )
         self._admin = admin
         log.info("admin_listening", host=s.admin.host, port=admin.port)
-        return s.cluster.admin_url or _admin_url(s, admin.port)
+        return s.cluster.admin_url or admin_url_of(s, admin.port)
 
     @property
     def admin_port(self) -> int | None:

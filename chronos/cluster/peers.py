@@ -9,6 +9,7 @@ for.
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -16,6 +17,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chronos.errors import ChronosError
+from chronos.settings import ChronosSettings
+
+
+def admin_url_of(settings: ChronosSettings, port: int) -> str:
+    """Where the other nodes reach this node's admin API when ``cluster.admin_url`` is unset:
+    its listen address, or this machine's name when it listens on every address."""
+    host = settings.admin.host
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    scheme = "https" if settings.security.tls_certfile is not None else "http"
+    return f"{scheme}://{host}:{port}"
 
 
 class PeerUnavailable(ChronosError):

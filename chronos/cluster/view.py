@@ -16,6 +16,7 @@ from collections.abc import Callable
 from chronos.admin.view import Check, Gauges, Report, ScheduleReader
 from chronos.cluster.host import ShardHost
 from chronos.cluster.lookup import ClusterLookup, LocalLookup
+from chronos.cluster.partition_metrics import PartitionGauges
 from chronos.cluster.peers import Peers
 from chronos.cluster.shard import Shard
 from chronos.delivery.policies import Policies
@@ -182,6 +183,23 @@ class ClusterView:
     def policies(self) -> dict[str, object]:
         """A cluster's partitions deliver with the configured policies (none set live)."""
         return self._policies.as_json()
+
+    def partition_gauges(self) -> list[PartitionGauges]:
+        """Per hosted replica: its role, delivery lag, stored messages and counters."""
+        rows: list[PartitionGauges] = []
+        for partition, (shard, probes) in sorted(self.hosted().items()):
+            g = probes.gauges()
+            rows.append(
+                PartitionGauges(
+                    partition,
+                    shard.role,
+                    g.delivery_lag_ms,
+                    g.stored_messages,
+                    g.seek_ms,
+                    probes.metrics.totals(),
+                )
+            )
+        return rows
 
     def replicas(self) -> list[dict[str, object]]:
         """One row per hosted partition's replica (the dashboard's table)."""

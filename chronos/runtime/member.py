@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
 
 import structlog
 from confluent_kafka.admin import AdminClient
@@ -64,6 +65,9 @@ from chronos.schedule.frontier import Wake
 from chronos.schedule.progress_record import Cut
 from chronos.settings import ChronosSettings
 from chronos.store.database import RocksDatabase
+
+if TYPE_CHECKING:
+    from chronos.admin.server import AdminServer
 
 log = structlog.get_logger(__name__)
 
@@ -121,6 +125,7 @@ class ClusterMember:
         self._stop_requested = threading.Event()
         self._leaving = threading.Event()
         self._topic_admin: AdminClient | None = None
+        self._admin: AdminServer | None = None
 
     # -- start --------------------------------------------------------------------------------
 
@@ -201,6 +206,11 @@ class ClusterMember:
             log_starts=lambda ps: log_start_offsets(s, names.inner, ps),
         )
         self.host = host
+        admin_url = (
+            self._start_admin(host, partitions, standbys, delivering, database, board_ref, policies)
+            if s.admin.enabled
+            else None
+        )
         board = ReadinessBoard(
             node_id=self._node,
             topic=names.cluster_status(self._cluster),
@@ -216,7 +226,7 @@ class ClusterMember:
             ready_now=self._standing,
             interval_s=_BOARD_INTERVAL_S,
             stale_after_s=_BOARD_STALE_S,
-            admin_url=None,
+            admin_url=admin_url,
         )
         board_ref.append(board)
         watch = PeerWatch(self._node, s.group.suspect_after_ms / 1000.0)
@@ -376,6 +386,65 @@ class ClusterMember:
             data_dir=str(data_dir),
         )
 
+    def _start_admin(
+        self,
+        host: MemberHost,
+        partitions: int,
+        standbys: StandbysWorker,
+        delivering: Callable[[], frozenset[int]],
+        database: RocksDatabase,
+        board_ref: list[ReadinessBoard],
+        policies: Policies,
+    ) -> str:
+        """The admin API over this member and, through the other members', the cluster;
+        returns where the other members reach it (said on the readiness board). A port it
+        cannot take ends the start with nothing running."""
+        # Only when served (a web stack and Prometheus' client).
+        from chronos.admin.server import AdminServer
+        from chronos.cluster.partition_metrics import PartitionCollector
+        from chronos.cluster.peers import Peers, admin_url_of
+        from chronos.runtime.member_view import MemberView
+
+        s = self.settings
+        token = s.cluster.peer_token
+        peers = Peers(
+            lambda node: board_ref[0].admin_url(node) if board_ref else None,
+            None if token is None else token.get_secret_value(),
+        )
+        view = MemberView(
+            node_id=self._node,
+            partitions=partitions,
+            host=host,
+            delivering=delivering,
+            holdings=standbys.holdings,
+            members=self._members,
+            components=lambda: self._components,
+            fatal=self.fatal_error,
+            disk_problem=database.disk_problem,
+            peers=peers,
+            metrics=self.metrics,
+            policies=policies,
+            clock=self._clock,
+            scan_max=s.admin.list_scan_max,
+            kafka_silence_s=s.admin.kafka_silence_s,
+        )
+        collector = PartitionCollector(view.partition_gauges)
+        admin = AdminServer(view, s.admin.host, s.admin.port, s.security, [collector])
+        admin.start()
+        if not admin.wait_started(10.0):
+            raise ConfigError(
+                f"the admin API could not listen on {s.admin.host}:{s.admin.port} "
+                "(is admin.port taken? 0 picks a free one)"
+            )
+        self._admin = admin
+        log.info("admin_listening", host=s.admin.host, port=admin.port)
+        return s.cluster.admin_url or admin_url_of(s, admin.port)
+
+    @property
+    def admin_port(self) -> int | None:
+        """Where the admin API listens, None when it does not run."""
+        return None if self._admin is None else self._admin.port
+
     def stored_partitions(self) -> list[int]:
         """The partitions with a schedule in this member's database, in order."""
         return self._database.partitions() if self._database is not None else []
@@ -443,6 +512,9 @@ class ClusterMember:
             component.join(max(0.1, deadline - time.monotonic()))
             if component.is_alive():
                 clean = False
+        if self._admin is not None:
+            self._admin.stop()
+            self._admin.join(5.0)
         if self._database is not None and clean:
             if self.host is not None:
                 for hosted in self.host.hosted.values():

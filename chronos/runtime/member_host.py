@@ -506,6 +506,22 @@ class MemberHost(LoopWorker):
         if generation is not None and generation.watermark is not None:
             generation.watermark.want(slot)
 
+    def placement(self) -> Placement | None:
+        """The placement of the last member list applied (None before the first)."""
+        return self._placement
+
+    def caught_up(self) -> bool:
+        """Whether the member's ingest applied the inner topic up to its end once."""
+        generation = self._generation
+        return generation is not None and generation.ingest.caught_up.is_set()
+
+    def proven_ms(self) -> EpochMs | None:
+        """How far the member's cancel gate proved every partition it reads (what Kafka last
+        answered), None before a proof or without an ingest."""
+        generation = self._generation
+        watermark = None if generation is None else generation.watermark
+        return None if watermark is None else watermark.value
+
     def standing(self) -> frozenset[int]:
         """The hosted partitions whose store is complete: read by an ingest that caught up,
         and their log read to its end once."""

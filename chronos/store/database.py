@@ -326,6 +326,14 @@ class RocksDatabase:
                 finally:
                     table.close()
 
+    def disk_problem(self) -> str | None:
+        """Why a write would be refused now (below the disk reserve), or None."""
+        try:
+            self.guard.check()
+        except StoreFull as exc:
+            return str(exc)
+        return None
+
     def write(self, batch: WriteBatch) -> None:
         """Apply ``batch`` atomically (visible at once, durable after ``sync``); the caller
         holds ``write_lock``. Raises ``StoreFull`` when RocksDB met a full disk."""

@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from chronos.devstack.watch import Delivered, DeliveryWatcher
 from chronos.group.replica import Replica
 from chronos.kafka.admin import create_topic
@@ -212,3 +214,32 @@ def exactly_once_after_markers(
     assert not twice, f"delivered more than once: {twice[:5]}"
     early = [i for i in ids if inbox.first(i).produced_ms < inbox.first(i).due_ms]
     assert not early, f"delivered early: {early[:5]}"
+
+
+def admin_api_answers_for_the_cluster(
+    ports: dict[str, int | None], asked: str, delivered: set[str], partitions: int
+) -> None:
+    """Each node's admin API answers for the whole cluster (either cluster shape): every node
+    ready, delivering its share; a status asked of ``asked`` is answered by the node that
+    delivered the id (its outcome recorded: a standby has none), a listing and a forecast
+    cover every partition, and ``/metrics`` has series per partition."""
+    share = partitions // len(ports)
+    for name, port in ports.items():
+        assert port is not None, f"{name} serves no admin API"
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).json()
+        assert ready["ok"] and ready["role"] == "cluster" and len(ready["delivers"]) == share, ready
+    with httpx.Client(base_url=f"http://127.0.0.1:{ports[asked]}", timeout=10) as http:
+        seen = set()
+        for message_id in sorted(delivered):
+            answer = http.get(f"/v1/messages/{message_id}").json()
+            assert answer["state"] == "delivered" and answer["outcome_recorded"], answer
+            seen.add(answer["inner_partition"])
+        assert seen == set(range(partitions))
+        listing = http.get("/v1/messages", params={"state": "delivered", "limit": 1000}).json()
+        assert delivered <= {row["id"] for row in listing["rows"]}
+        assert listing["missing"] == [] and listing["partitions"] == list(range(partitions))
+        forecast = http.get("/v1/forecast").json()
+        assert forecast["partitions"] == list(range(partitions)), forecast
+        scraped = http.get("/metrics").text
+        for partition in range(partitions):
+            assert f'chronos_partition_stored_messages{{partition="{partition}"}}' in scraped

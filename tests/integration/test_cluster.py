@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from confluent_kafka.cimpl import NewPartitions
 
@@ -27,6 +26,7 @@ from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
 from tests.integration.harness import (
     Inbox,
+    admin_api_answers_for_the_cluster,
     exactly_once_after_markers,
     ids_per_partition,
     make_settings,
@@ -134,32 +134,6 @@ def _status_shows_what_runs(cluster: Cluster, settings: ChronosSettings) -> None
     assert lines(seen[0])[-1] == f"every partition is delivered ({_PARTITIONS})"
 
 
-def _admin_api_answers_for_the_cluster(cluster: Cluster, delivered: set[str]) -> None:
-    """Each node's admin API answers for the whole cluster: a status asked of b is answered
-    by the node that delivered the id (its outcome recorded: a standby has none), a listing
-    and a forecast cover every partition, and /metrics has series per partition."""
-    ports = {name: node.admin_port for name, node in cluster.nodes.items()}
-    for name, port in ports.items():
-        assert port is not None, f"{name} serves no admin API"
-        ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).json()
-        assert ready["ok"] and ready["role"] == "cluster" and len(ready["delivers"]) == 2, ready
-    with httpx.Client(base_url=f"http://127.0.0.1:{ports['b']}", timeout=10) as http:
-        partitions = set()
-        for message_id in sorted(delivered):
-            answer = http.get(f"/v1/messages/{message_id}").json()
-            assert answer["state"] == "delivered" and answer["outcome_recorded"], answer
-            partitions.add(answer["inner_partition"])
-        assert partitions == set(range(_PARTITIONS))
-        listing = http.get("/v1/messages", params={"state": "delivered", "limit": 1000}).json()
-        assert delivered <= {row["id"] for row in listing["rows"]}
-        assert listing["missing"] == [] and listing["partitions"] == list(range(_PARTITIONS))
-        forecast = http.get("/v1/forecast").json()
-        assert forecast["partitions"] == list(range(_PARTITIONS)), forecast
-        scraped = http.get("/metrics").text
-        for partition in range(_PARTITIONS):
-            assert f'chronos_partition_stored_messages{{partition="{partition}"}}' in scraped
-
-
 def view_list(status: ClusterStatus) -> list[PartitionView]:
     assert [v.partition for v in status.partitions] == list(range(_PARTITIONS))
     return status.partitions
@@ -178,7 +152,8 @@ def test_nodes_of_a_cluster_share_the_partitions_and_a_leaving_node_hands_them_o
     with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
         shared = _send(client, topic, _spread("shared-", 10), 0.5)
         exactly_once_after_markers(inbox, client, topic, shared, "m1-")
-        _admin_api_answers_for_the_cluster(cluster, shared)
+        ports = {name: node.admin_port for name, node in cluster.nodes.items()}
+        admin_api_answers_for_the_cluster(ports, "b", shared, _PARTITIONS)
         # Pending across the handover: due after a leaves.
         pending = _send(client, topic, _spread("pending-", 10), 4.0)
         cluster.stop("a")

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from confluent_kafka import OFFSET_END, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -25,6 +26,7 @@ from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
 from tests.integration.harness import (
     Inbox,
+    admin_api_answers_for_the_cluster,
     exactly_once_after_markers,
     ids_per_partition,
     make_settings,
@@ -118,6 +120,9 @@ def test_members_share_the_partitions_and_a_leaving_member_hands_them_over(
     with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
         shared = _send(client, topic, _spread("shared-", 10), 0.5)
         exactly_once_after_markers(inbox, client, topic, shared, "m1-")
+        ports = {name: member.admin_port for name, member in cluster.members.items()}
+        wait_until(lambda: _all_ready(ports), 60, "both members ready")
+        admin_api_answers_for_the_cluster(ports, "b", shared, _PARTITIONS)
         pending = _send(client, topic, _spread("pending-", 10), 4.0)
         cluster.stop("a")
         wait_until(lambda: cluster.settled({"b": _PARTITIONS}), 60, "b delivers every partition")
@@ -202,6 +207,15 @@ def test_a_member_drops_the_partitions_it_no_longer_hosts_once_their_hosts_stand
             assert stored == sorted(host.hosted), f"{name} keeps the schedules it hosts only"
         after = _send(client, topic, _spread("after-", 5), 0.5)
         exactly_once_after_markers(inbox, client, topic, before | after, "m4-")
+
+
+def _all_ready(ports: dict[str, int | None]) -> bool:
+    """Every member's ``/readyz`` answers 200 (each partition placed on it delivered there or
+    standing)."""
+    return all(
+        port is not None and httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).is_success
+        for port in ports.values()
+    )
 
 
 def _counts(cluster: Cluster) -> dict[str, int]:
