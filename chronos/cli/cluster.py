@@ -90,9 +90,8 @@ def _partition_line(view: PartitionView) -> str:
     if view.delivering is None:
         delivery = "nobody delivers"
     else:
-        delivery = (
-            f"delivered by {view.delivering} (term {view.term}, {view.committed_age_ms} ms ago)"
-        )
+        committed = "" if view.committed_age_ms is None else f", {view.committed_age_ms} ms ago"
+        delivery = f"delivered by {view.delivering} (term {view.term}{committed})"
         if view.delivering != view.owner:
             delivery += ", moving to its owner"
     replicas = "; ".join(

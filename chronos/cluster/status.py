@@ -9,12 +9,20 @@ restores or waits for its replica to stand, and the old one delivers until it ha
 
 from __future__ import annotations
 
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaException
 
+from chronos.cluster.member_status import (
+    delivering,
+    holders,
+    placed_chain,
+    read_board,
+    replica_states,
+)
 from chronos.cluster.placement import Placement
 from chronos.cluster.shard import shard_settings
 from chronos.errors import ConfigError
@@ -112,6 +120,13 @@ def cluster_status(
     members = frozenset(member.client_id for member in described.members)
     partitions = partition_count(settings, names.inner)
     placement = Placement.of(members, partitions, settings.cluster.standby_replicas)
+    if settings.cluster.shape == "node":
+        return ClusterStatus(
+            cluster=name,
+            members=sorted(members),
+            standby_replicas=settings.cluster.standby_replicas,
+            partitions=_member_views(settings, clients, members, placement, partitions, timeout_s),
+        )
     specs = [_spec(settings, p) for p in range(partitions)]
     watermarks = inner_watermarks(specs[0], clients, timeout_s)
     silent_after_ms = max(SILENT_AFTER_MS, 4 * settings.group.progress_interval_ms)
@@ -128,6 +143,47 @@ def cluster_status(
         standby_replicas=settings.cluster.standby_replicas,
         partitions=[partition_view(p, placement, g) for p, g in enumerate(groups)],
     )
+
+
+def _member_views(
+    settings: ChronosSettings,
+    clients: KafkaClients,
+    members: frozenset[str],
+    placement: Placement,
+    partitions: int,
+    timeout_s: float,
+) -> list[PartitionView]:
+    """The node shape's partitions (``member_status.py``): holders from the claims, states
+    from the readiness board."""
+    name = settings.cluster.name
+    assert name is not None
+    names = settings.topics.names
+    reader = names.progress_reader_group(f"status-{uuid.uuid4().hex[:8]}", "cli")
+    held = holders(
+        clients,
+        lambda p: names.progress(names.shard_group(name, p)),
+        partitions,
+        reader,
+        timeout_s,
+    )
+    board = read_board(clients, names.cluster_status(name), reader, timeout_s)
+    stale_after_ms = max(SILENT_AFTER_MS, 4 * settings.group.progress_interval_ms)
+    views: list[PartitionView] = []
+    for partition in range(partitions):
+        chain = placed_chain(placement, partition)
+        states = replica_states(partition, chain, held[partition], members, board, stale_after_ms)
+        views.append(
+            PartitionView(
+                partition=partition,
+                owner=chain[0] if chain else None,
+                standbys=chain[1:],
+                delivering=delivering(held[partition], members),
+                term=held[partition].term or None,
+                committed_age_ms=None,
+                replicas=[ReplicaView(node, state, None) for node, state in states.items()],
+            )
+        )
+    return views
 
 
 def _spec(settings: ChronosSettings, partition: int) -> GroupSpec:

@@ -20,7 +20,10 @@ import pytest
 from confluent_kafka import OFFSET_END, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from chronos.cli.cluster import lines
 from chronos.cluster.placement import Placement
+from chronos.cluster.status import ClusterStatus, cluster_status
+from chronos.kafka.clients import KafkaClients
 from chronos.runtime.member import ClusterMember
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
@@ -123,6 +126,7 @@ def test_members_share_the_partitions_and_a_leaving_member_hands_them_over(
         ports = {name: member.admin_port for name, member in cluster.members.items()}
         wait_until(lambda: _all_ready(ports), 60, "both members ready")
         admin_api_answers_for_the_cluster(ports, "b", shared, _PARTITIONS)
+        _status_shows_what_runs(cluster, settings)
         pending = _send(client, topic, _spread("pending-", 10), 4.0)
         cluster.stop("a")
         wait_until(lambda: cluster.settled({"b": _PARTITIONS}), 60, "b delivers every partition")
@@ -207,6 +211,36 @@ def test_a_member_drops_the_partitions_it_no_longer_hosts_once_their_hosts_stand
             assert stored == sorted(host.hosted), f"{name} keeps the schedules it hosts only"
         after = _send(client, topic, _spread("after-", 5), 0.5)
         exactly_once_after_markers(inbox, client, topic, before | after, "m4-")
+
+
+def _status_shows_what_runs(cluster: Cluster, settings: ChronosSettings) -> None:
+    """``chronos cluster`` names, per partition, the member that delivers it (the members'
+    own view), its owner and standby, and their states (said on the readiness board every
+    second: asked again until they are in). Mutant caught: the partition shape's reading (a
+    partition's own log moves only at claims: it reported nothing delivered)."""
+    clients = KafkaClients(settings.kafka, "test-cluster-status")
+    seen: list[ClusterStatus] = []
+
+    def shows_them() -> bool:
+        delivered_by = {
+            p: name
+            for name, member in cluster.members.items()
+            for p in (member.ownership.delivering if member.ownership else ())
+        }
+        status = cluster_status(settings, clients)
+        seen[:] = [status]
+        return status.members == ["a", "b"] and all(
+            view.delivering == delivered_by.get(view.partition) == view.owner
+            and view.standbys == [n for n in ("a", "b") if n != view.owner]
+            and {r.node: r.state for r in view.replicas}
+            == {view.owner: "master", view.standbys[0]: "eligible"}
+            and (view.term or 0) >= 1
+            for view in status.partitions
+        )
+
+    wait_until(shows_them, 60, "the status shows owners, standbys and states")
+    assert [v.partition for v in seen[0].partitions] == list(range(_PARTITIONS))
+    assert lines(seen[0])[-1] == f"every partition is delivered ({_PARTITIONS})"
 
 
 def _all_ready(ports: dict[str, int | None]) -> bool:
