@@ -23,6 +23,7 @@ none early and no cancelled one.
 
     python scripts/scale_out_check.py                          # 16 partitions, 1 M pending
     python scripts/scale_out_check.py --pending 200000 --steps 1,2
+    python scripts/scale_out_check.py --shape node               # one engine per node
 
 The last line of output is the JSON summary. Exit code 0 when every delivery check holds and
 every cold node delivered its partitions within ``--cold-bound-s`` of its assignment.
@@ -131,23 +132,56 @@ class EventTail:
         return self.events
 
 
-_EVENTS = {"cluster_placement", "master_first_commit", "ingest_assigned"}
+_EVENTS = {
+    "cluster_placement",
+    "master_first_commit",
+    "ingest_assigned",
+    # The node shape's (``cluster.shape = "node"``).
+    "member_placement",
+    "lane_first_commit",
+}
 
 
 def _partition_of_replica(event: dict[str, Any]) -> int:
     return int(str(event["node"]).rsplit(".p", 1)[1])
 
 
-def _wait_ingested(broker: KafkaBroker, names: TopicNames, node: str, partitions: int) -> None:
-    """Until node ``node``'s replicas committed their ingest up to the inner topic's end."""
+def _first_commit_of(event: dict[str, Any], partition: int) -> bool:
+    """Whether ``event`` is a first delivery commit of ``partition``: a replica's (the
+    partition shape) or a member's lane's (the node shape)."""
+    if event["event"] == "master_first_commit":
+        return _partition_of_replica(event) == partition
+    return event["event"] == "lane_first_commit" and event.get("partition") == partition
+
+
+def _placed_owner(event: dict[str, Any], partition: int) -> bool:
+    """Whether ``event`` is a placement naming its node ``partition``'s owner."""
+    return event["event"] in ("cluster_placement", "member_placement") and partition in event.get(
+        "owns", []
+    )
+
+
+def _ingest_groups(names: TopicNames, node: str, partitions: int, node_shape: bool) -> list[str]:
+    """The consumer group committing each inner partition's ingest on ``node``: one per
+    replica (the partition shape), the member's one (the node shape)."""
+    if node_shape:
+        return [names.node_group(node)] * partitions
+    return [names.node_group(f"{node}.p{p}") for p in range(partitions)]
+
+
+def _wait_ingested(
+    broker: KafkaBroker, names: TopicNames, node: str, partitions: int, node_shape: bool
+) -> None:
+    """Until node ``node`` committed its ingest up to the inner topic's end."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
     wanted = {TopicPartition(names.inner, p): latest for p in range(partitions)}
     ends = {tp.partition: f.result().offset for tp, f in admin.list_offsets(wanted).items()}
+    groups = _ingest_groups(names, node, partitions, node_shape)
     while True:
         behind = 0
         for p in range(partitions):
-            group = names.node_group(f"{node}.p{p}")
+            group = groups[p]
             request = [ConsumerGroupTopicPartitions(group, [TopicPartition(names.inner, p)])]
             try:
                 result = admin.list_consumer_group_offsets(request)[group].result()
@@ -222,11 +256,7 @@ def _grow(
         for p, owner in moving.items():
             if p in first or owner is None:
                 continue
-            commits = [
-                _epoch_ms(e)
-                for e in tails[owner].read()
-                if e["event"] == "master_first_commit" and _partition_of_replica(e) == p
-            ]
+            commits = [_epoch_ms(e) for e in tails[owner].read() if _first_commit_of(e, p)]
             commits = [at for at in commits if at >= started.get(owner, 0)]
             if commits:
                 first[p] = min(commits)
@@ -236,11 +266,7 @@ def _grow(
         assert owner is not None
         events = tails[owner].events
         assigned = min(
-            (
-                _epoch_ms(e)
-                for e in events
-                if e["event"] == "cluster_placement" and p in e.get("owns", [])
-            ),
+            (_epoch_ms(e) for e in events if _placed_owner(e, p)),
             default=started.get(owner, step_start),
         )
         read = 0
@@ -278,6 +304,12 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=20.0, help="seconds between steps")
     parser.add_argument("--cold-bound-s", type=float, default=15.0)
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument(
+        "--shape",
+        choices=["partition", "node"],
+        default="partition",
+        help="cluster.shape of the nodes (node: one engine per node, issue 61)",
+    )
     parser.add_argument("--keep", default=None, help="work directory to keep (logs, stores)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(1))
@@ -290,7 +322,17 @@ def main() -> int:
     extra = ScaleSummary(pending=args.pending, cold_bound_s=args.cold_bound_s)
     namespace = f"sc{uuid.uuid4().hex[:8]}"
     names = TopicNames(namespace)
-    cluster = Cluster(Layout(workdir, broker.bootstrap, namespace, args.partitions, args.standbys))
+    layout = Layout(
+        workdir,
+        broker.bootstrap,
+        namespace,
+        args.partitions,
+        args.standbys,
+        shape=args.shape,
+        # What users run: the node shape has one decoder child per node, not per partition.
+        decoder="process" if args.shape == "node" else "thread",
+    )
+    cluster = Cluster(layout)
     tails: dict[str, EventTail] = {}
     try:
         for _ in range(steps[0]):
@@ -319,7 +361,7 @@ def main() -> int:
             p = partition_of(f"{spec.prefix}-{i}".encode(), args.partitions)
             pending_by_partition[p] = pending_by_partition.get(p, 0) + 1
         for node in cluster.nodes.values():
-            _wait_ingested(broker, names, node.name, args.partitions)
+            _wait_ingested(broker, names, node.name, args.partitions, layout.node_shape)
         extra.ingested_s = round(time.monotonic() - began, 1)
         print(f"{args.pending} pending ingested in {extra.ingested_s} s", flush=True)
         committed, uncommitted, watchers = Watched.start(broker.bootstrap, topic)

@@ -23,7 +23,7 @@ from chronos.group.follower import Follower
 from chronos.group.lane import Lane, MasterState
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
 from chronos.schedule.cancel_gate import CancelGate
-from chronos.schedule.floor import RebuildFloor
+from chronos.schedule.floor import Floor, RebuildFloor
 from chronos.schedule.frontier import Frontier, Wake
 from chronos.schedule.ledger import Ledger
 from chronos.schedule.progress_record import Cut
@@ -43,6 +43,7 @@ class Hosted:
         frontier: its push frontier (the node's wake).
         ledger: the schedule's writer.
         replica: follows or leads it.
+        following: its follower now, the last ``follower`` made (None before one).
     """
 
     partition: int
@@ -51,6 +52,7 @@ class Hosted:
     frontier: Frontier
     ledger: Ledger
     replica: ReplicaStore
+    following: Follower | None = None
 
     @classmethod
     def open(
@@ -77,7 +79,17 @@ class Hosted:
         moves no commit carries, which this undoes (``ReplicaStore.follow``)."""
         self.replica.follow()
         partition = self.partition
-        return Follower(self.replica.apply_cut, lambda: self.ledger.inner_offsets([partition]))
+        follower = Follower(self.replica.apply_cut, lambda: self.ledger.inner_offsets([partition]))
+        self.following = follower
+        return follower
+
+    def latest_floor(self) -> Floor | None:
+        """The rebuild floor of the newest cut its follower read (None: no cut read, or none
+        published one): what says whether a copy that began past removed records holds
+        everything (``StoreOrigin.complete``)."""
+        following = self.following
+        cut = None if following is None else following.latest
+        return None if cut is None else cut.floor
 
     def lane(
         self,

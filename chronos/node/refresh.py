@@ -15,6 +15,7 @@ million pending messages are 12 records a second on average, produced at most
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
@@ -27,7 +28,7 @@ from chronos.kafka.publisher import OwnedPublisher, Publisher
 from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
 from chronos.schedule.floor import Floor, RebuildFloor
-from chronos.settings import RebuildSettings
+from chronos.settings import KafkaValue, RebuildSettings
 from chronos.store import codec, keys
 from chronos.store.rocks import RocksStore
 from chronos.types import Headers
@@ -35,6 +36,9 @@ from chronos.wire import encode_cancel, encode_refresh
 
 log = structlog.get_logger(__name__)
 
+#: A refresh pass is bulk and off the delivery path: compressed, in full batches (a pass over
+#: 1 M messages of 100 bytes wrote 282 MB uncompressed to the broker).
+REFRESH_PRODUCER: dict[str, KafkaValue] = {"compression.type": "lz4", "linger.ms": 50}
 _CHUNK = 1_000
 #: A tombstone this close to its expiry is not refreshed: its cancel record would outlive it
 #: and could cancel an add of the same id accepted after the expiry.
@@ -122,18 +126,17 @@ class RefreshWorker(LoopWorker):
         publisher = self._open_publisher()
         publisher.start()
         try:
-            messages = self._refresh_messages(publisher, acks)
-            tombstones = self._refresh_tombstones(publisher, acks, started_ms)
+            counted = RefreshPass(self._store, self._topic, self._rate, self._stop).run(
+                publisher, acks, started_ms
+            )
             publisher.flush(_FLUSH_TIMEOUT_S)
         finally:
             publisher.stop()
             publisher.join(_FLUSH_TIMEOUT_S)
-        if self.stopping:
+        if counted is None:
             return None  # a scan ended early: the store was not read whole
-        if not acks.wait(_FLUSH_TIMEOUT_S):
-            raise RuntimeError(f"{acks.pending} refresh records not acknowledged in time")
-        if acks.failure is not None:
-            raise RuntimeError(f"Kafka refused a refresh record: {acks.failure}")
+        settle(acks)
+        messages, tombstones = counted
         self._metrics.incr("refreshed_records", messages + tombstones)
         log.info(
             "refresh_pass_done",
@@ -143,6 +146,41 @@ class RefreshWorker(LoopWorker):
             floor=offsets,
         )
         return Floor(offsets, started_ms)
+
+
+def settle(acks: Acks) -> None:
+    """Wait for every record of a pass to be acknowledged; raises when one was refused or
+    they were not all acknowledged in time (the pass then proves no floor)."""
+    if not acks.wait(_FLUSH_TIMEOUT_S):
+        raise RuntimeError(f"{acks.pending} refresh records not acknowledged in time")
+    if acks.failure is not None:
+        raise RuntimeError(f"Kafka refused a refresh record: {acks.failure}")
+
+
+class RefreshPass:
+    """One pass over one store: every message it holds (pending ones, and delivered ones still
+    inside the idempotency window) and every live cancel tombstone, re-appended in key order at
+    most ``rate`` records a second (a node's worker, or a cluster member's per partition).
+
+    Parameters:
+        store: the store read.
+        topic: the inner topic written to (each record partitioned by its id).
+        rate: most records a second.
+        stop: set to end the pass early (it then proves no floor).
+    """
+
+    def __init__(self, store: RocksStore, topic: str, rate: int, stop: threading.Event) -> None:
+        self._store = store
+        self._topic = topic
+        self._rate = rate
+        self._stop = stop
+
+    def run(self, publisher: Publisher, acks: Acks, started_ms: int) -> tuple[int, int] | None:
+        """Produce the pass through ``publisher``, each record counted in ``acks``; the
+        messages and tombstones it sent, None when stopped before the end."""
+        messages = self._refresh_messages(publisher, acks)
+        tombstones = self._refresh_tombstones(publisher, acks, started_ms)
+        return None if self._stop.is_set() else (messages, tombstones)
 
     def _refresh_messages(self, publisher: Publisher, acks: Acks) -> int:
         count = 0
@@ -199,13 +237,13 @@ class RefreshWorker(LoopWorker):
         publisher.publish(self._topic, key, value, headers, acks.done)
 
     def _pace(self, pace: _Pace, acks: Acks, sent: int) -> bool:
-        """Hold the pass to ``refresh_rate`` and a bounded number of records in flight; False
-        once stopping."""
-        if self.stopping:
+        """Hold the pass to ``rate`` and a bounded number of records in flight; False once
+        stopping."""
+        if self._stop.is_set():
             return False
         self._stop.wait(pace.wait_after(sent))
         acks.wait(_FLUSH_TIMEOUT_S, below=10 * _CHUNK)
-        return not self.stopping
+        return not self._stop.is_set()
 
 
 class _Pace:

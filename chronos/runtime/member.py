@@ -58,9 +58,11 @@ from chronos.kafka.publisher import TransactionalPublisher
 from chronos.kafka.topic_config import check_inner_topic
 from chronos.lifecycle import Component, Fatal
 from chronos.metrics import CountingMetrics
+from chronos.node.refresh import REFRESH_PRODUCER
 from chronos.runtime.foreground import run_foreground
 from chronos.runtime.member_delete import MemberDeleter
 from chronos.runtime.member_host import MemberHost
+from chronos.runtime.member_refresh import MemberRefresh
 from chronos.schedule.frontier import Wake
 from chronos.schedule.progress_record import Cut
 from chronos.settings import ChronosSettings
@@ -120,6 +122,7 @@ class ClusterMember:
         self.ownership: OwnershipRound | None = None
         self.delivery: MemberDelivery | None = None
         self.watch: PeerWatch | None = None
+        self.refresh: MemberRefresh | None = None
         self._membership: Membership | None = None
         self._stopped = threading.Event()
         self._stop_requested = threading.Event()
@@ -366,6 +369,16 @@ class ClusterMember:
             s.delete,
             host.store_lock,
         )
+        # Refresh mode only: a member refuses compact mode (``start``'s first check).
+        refresh = MemberRefresh(
+            lanes=ownership.lanes,
+            open_publisher=lambda: self._clients.idempotent("refresh", REFRESH_PRODUCER),
+            inner_topic=names.inner,
+            settings=s.rebuild,
+            clock=self._clock,
+            metrics=self.metrics,
+        )
+        self.refresh = refresh
         self._components = [
             publisher,
             standbys,
@@ -374,6 +387,7 @@ class ClusterMember:
             board,
             heartbeats,
             delivery,
+            refresh,
             membership,
         ]
         for component in self._components:

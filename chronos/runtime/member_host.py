@@ -152,6 +152,8 @@ class MemberHost(LoopWorker):
         #: Hosted partitions whose schedule began past the topic's first record and may lack
         #: what retention removed (``_open_with_origin``): never standing.
         self._incomplete: frozenset[int] = frozenset()
+        #: Where each incomplete schedule began reading the inner topic.
+        self._began: dict[int, int] = {}
         #: The placement of the last member list applied, and what it puts on this member.
         self._placement: Placement | None = None
         self._placed_here: frozenset[int] = frozenset()
@@ -216,6 +218,8 @@ class MemberHost(LoopWorker):
             members = self._members
         if members is not None and members != self._placed_for:
             self._place(members)
+        if self._incomplete:
+            self._completed()
         self._drop_unhosted()
 
     def _place(self, members: frozenset[str]) -> None:
@@ -247,11 +251,12 @@ class MemberHost(LoopWorker):
         """Open ``partition``'s schedule, knowing where its ingest began. A schedule whose next
         inner offset lies below where the topic now starts missed records retention removed
         (a cancel among them, maybe): it is removed and restored from the topic's start. One
-        that began past offset 0 may lack messages whose only records were removed: refresh
-        passes would re-append them, and a member runs none yet, so it is *incomplete*: it
-        never stands for the partition (its peers deliver it) unless
-        ``rebuild.accept_incomplete``. A schedule written before began counts as read from
-        offset 0, as the node alone's does (``runtime/origin.py``)."""
+        that began past offset 0 may lack messages whose only records were removed: it is
+        *incomplete*, and does not stand for the partition (its peers deliver it) until the
+        holder's refresh passes publish a floor at or past where it began
+        (``_completed``), unless ``rebuild.accept_incomplete``. A schedule written before
+        began counts as read from offset 0, as the node alone's does
+        (``runtime/origin.py``)."""
         hosted = self._open_hosted(partition)
         store = hosted.store
         stored = store.read_inner_offsets([partition]).get(partition)
@@ -278,13 +283,33 @@ class MemberHost(LoopWorker):
                 began=began,
                 action="stands for it anyway (rebuild.accept_incomplete)"
                 if accepted
-                else "never stands for it: its messages whose only records the inner topic's "
-                "retention removed are not here (set retention.ms = -1 on the inner topic for "
-                "the node shape, or rebuild.accept_incomplete = true)",
+                else "stands for it once its holder's refresh pass publishes a floor at or past "
+                "where it began (within rebuild.refresh_interval_s): its messages whose only "
+                "records the inner topic's retention removed are not here until then",
             )
             if not accepted:
                 self._incomplete = self._incomplete | {partition}
+                self._began[partition] = began
         return hosted
+
+    def _completed(self) -> None:
+        """An incomplete copy becomes complete once a floor its holder published (a cut its
+        follower read) lies at or past where it began: every message and tombstone the
+        partition holds has a record there or later, and this copy read them all."""
+        for partition in sorted(self._incomplete):
+            hosted = self.hosted.get(partition)
+            floor = None if hosted is None else hosted.latest_floor()
+            began = self._began.get(partition, 0)
+            if floor is None or floor.offsets.get(partition, -1) < began:
+                continue
+            self._incomplete = self._incomplete - {partition}
+            self._began.pop(partition, None)
+            log.info(
+                "member_store_complete",
+                partition=partition,
+                began=began,
+                floor=floor.offsets.get(partition),
+            )
 
     def _drop_unhosted(self) -> None:
         """Drop a partition the placement no longer puts here, once that lasted ``grace_s``
@@ -364,6 +389,7 @@ class MemberHost(LoopWorker):
         self._incomplete = self._incomplete - set(partitions)
         for partition in partitions:
             self._unhosted_since.pop(partition, None)
+            self._began.pop(partition, None)
         self._restart_ingest()
         for partition in partitions:
             self._dropping.pop(partition, None)

@@ -42,20 +42,17 @@ from chronos.node.partitions import thread_shares
 from chronos.node.policy_follower import PolicyFollower
 from chronos.node.progress import ProgressTracker, ProgressWorker
 from chronos.node.push import JobQueue, PushWorker
-from chronos.node.refresh import RefreshWorker
+from chronos.node.refresh import REFRESH_PRODUCER, RefreshWorker
 from chronos.node.reporter import MetricsReporter
 from chronos.node.restater import Restater
 from chronos.node.sender import RetrySchedule, Sender
 from chronos.node.watermark import WatermarkProbe
 from chronos.runtime.context import NodeContext
 from chronos.schedule.floor import RebuildFloor
-from chronos.settings import ChronosSettings, DecoderPlace, KafkaValue
+from chronos.settings import ChronosSettings, DecoderPlace
 
 Role = Callable[[NodeContext], list[Component]]
 
-#: A refresh pass is bulk and off the delivery path: compressed, in full batches (a pass over
-#: 1 M messages of 100 bytes wrote 282 MB uncompressed to the broker).
-_REFRESH_PRODUCER: dict[str, KafkaValue] = {"compression.type": "lz4", "linger.ms": 50}
 
 #: How often a node alone publishes its cut: the most a wiped store delivers again, plus the
 #: seek's lag behind acknowledgements (``node/cut_publisher.py``).
@@ -254,7 +251,7 @@ def _deleter(ctx: NodeContext, delivering: Callable[[], bool]) -> list[Component
     s = ctx.settings
     if s.rebuild.mode != "compact":
         return [DeleteWorker(ctx.ledger, s.delete)]
-    publisher = ctx.clients.idempotent("expiry", _REFRESH_PRODUCER)
+    publisher = ctx.clients.idempotent("expiry", REFRESH_PRODUCER)
     stopping = threading.Event()
     writer = ExpiryWriter(
         publisher=publisher,
@@ -287,7 +284,7 @@ def _keeper(ctx: NodeContext, floor: RebuildFloor) -> Component:
     return RefreshWorker(
         store=ctx.store,
         inner_offsets=lambda: ctx.ledger.inner_offsets(ctx.owned),
-        open_publisher=lambda: ctx.clients.idempotent("refresh", _REFRESH_PRODUCER),
+        open_publisher=lambda: ctx.clients.idempotent("refresh", REFRESH_PRODUCER),
         inner_topic=ctx.settings.topics.names.inner,
         floor=floor,
         settings=ctx.settings.rebuild,

@@ -24,6 +24,7 @@ from chronos.cli.cluster import lines
 from chronos.cluster.placement import Placement
 from chronos.cluster.status import ClusterStatus, cluster_status
 from chronos.kafka.clients import KafkaClients
+from chronos.kafka.partitioner import partition_of
 from chronos.runtime.member import ClusterMember
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
@@ -67,8 +68,8 @@ class Cluster:
             **sections,
         )
 
-    def start(self, name: str) -> ClusterMember:
-        member = ClusterMember(self.settings(name))
+    def start(self, name: str, **sections: dict[str, Any]) -> ClusterMember:
+        member = ClusterMember(self.settings(name, **sections))
         member.start()
         self.members[name] = member
         return member
@@ -265,11 +266,14 @@ def test_a_member_whose_copy_began_past_removed_records_never_stands_for_it(
 ) -> None:
     """a delivers every partition; partition 0's records are removed (DeleteRecords, as
     retention does); b joins on an empty disk. Its copy of 0 begins past them and may lack a
-    message only they held (a member runs no refresh passes to re-append them), so b never
-    stands for 0 and a goes on delivering it; b stands for the others. Mutant caught: b's
+    message only they held (no refresh pass re-appended them since), so b does not stand for 0
+    and a goes on delivering it; b stands for the others. Mutant caught: b's
     copy of 0 standing (0 handed to b without the removed messages)."""
     a = cluster.start("a")
     wait_until(lambda: cluster.settled({"a": _PARTITIONS}), 60, "a delivers every partition")
+    # Each lane's first refresh pass (at once, on an empty store: floor at offset 0) done
+    # before the records are written and removed: the next one is a day later.
+    wait_until(lambda: _passes(a) >= _PARTITIONS, 60, "a refreshed each partition once")
     topic = f"{namespace}-target"
     with DelayClient(a.settings) as client:
         _send(client, topic, _spread("later-", 3), 600.0)
@@ -287,3 +291,42 @@ def test_a_member_whose_copy_began_past_removed_records_never_stands_for_it(
     )
     assert a.ownership is not None and 0 in a.ownership.delivering, "a keeps 0"
     assert b.host is not None and 0 not in b.host.standing()
+
+
+def test_a_copy_that_began_past_removed_records_stands_once_a_refresh_floor_reaches_it(
+    cluster: Cluster, namespace: str, kafka_bootstrap: str
+) -> None:
+    """As above, with refresh passes every 2 s: a's next pass re-appends partition 0's
+    messages past the removed records, its floor reaches where b's copy began, and b's copy
+    holds them and stands. Mutant caught: an incomplete copy never checked against the floors
+    its follower reads (b never stands for 0)."""
+    fast = {"refresh_interval_s": 2.0}
+    a = cluster.start("a", rebuild=fast)
+    wait_until(lambda: cluster.settled({"a": _PARTITIONS}), 60, "a delivers every partition")
+    topic = f"{namespace}-target"
+    later = _spread("later-", 3)
+    with DelayClient(a.settings) as client:
+        _send(client, topic, later, 600.0)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    inner = a.settings.topics.names.inner
+    for future in admin.delete_records([TopicPartition(inner, 0, OFFSET_END)]).values():
+        future.result(30)
+    b = cluster.start("b", rebuild=fast)
+
+    def b_covers_every_partition() -> bool:
+        # Standing, or delivering once a handed it over (a delivered partition stands no more).
+        delivering = b.ownership.delivering if b.ownership else frozenset()
+        return b.host is not None and b.host.standing() | delivering == set(range(_PARTITIONS))
+
+    wait_until(
+        b_covers_every_partition,
+        60,
+        "b stands for (or delivers) every partition, 0 once a floor reached where it began",
+    )
+    assert b.host is not None
+    zero = [i for i in later if partition_of(i.encode(), _PARTITIONS) == 0]
+    assert zero and all(b.host.hosted[0].store.get_index(zero)), "b's copy of 0 holds them"
+
+
+def _passes(member: ClusterMember) -> int:
+    return 0 if member.refresh is None else member.refresh.passes
