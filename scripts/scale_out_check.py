@@ -149,9 +149,15 @@ def _partition_of_replica(event: dict[str, Any]) -> int:
 def _first_commit_of(event: dict[str, Any], partition: int) -> bool:
     """Whether ``event`` is a first delivery commit of ``partition``: a replica's (the
     partition shape) or a member's lane's (the node shape)."""
-    if event["event"] == "master_first_commit":
-        return _partition_of_replica(event) == partition
-    return event["event"] == "lane_first_commit" and event.get("partition") == partition
+    if event["event"] == "lane_first_commit":
+        return event.get("partition") == partition
+    # A member's loop logs its own first commit too, under the node's plain id.
+    replica = str(event.get("node", ""))
+    return (
+        event["event"] == "master_first_commit"
+        and ".p" in replica
+        and (_partition_of_replica(event) == partition)
+    )
 
 
 def _placed_owner(event: dict[str, Any], partition: int) -> bool:
