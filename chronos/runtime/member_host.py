@@ -191,6 +191,8 @@ class MemberHost(LoopWorker):
         self._restore: _Generation | None = None
         self.restores = 0
         self._generations = 0
+        #: What the member's first ingest read (the rest was restored after it caught up).
+        self.first_read: list[int] = []
 
     def members_changed(self, members: frozenset[str]) -> None:
         """The membership's callback: recompute at the next tick."""
@@ -218,6 +220,8 @@ class MemberHost(LoopWorker):
             members = self._members
         if members is not None and members != self._placed_for:
             self._place(members)
+        elif self._unread():
+            self._ingest_hosted()  # a first ingest caught up: its standby copies now
         if self._incomplete:
             self._completed()
         self._drop_unhosted()
@@ -241,7 +245,7 @@ class MemberHost(LoopWorker):
             hosted = self._open_with_origin(partition, starts.get(partition, 0))
             self.hosted[partition] = hosted
             self._standbys.add(partition, hosted.progress_topic, hosted.follower())
-        self._ingest_hosted()
+        self._ingest_hosted(placement)
         # Only once done: a step that failed is done again at the next tick.
         self._placed_for = members
         self._placement = placement
@@ -401,15 +405,24 @@ class MemberHost(LoopWorker):
         self.dropped += len(partitions)
         log.info("member_partitions_dropped", node=self._node, partitions=partitions)
 
-    def _ingest_hosted(self) -> None:
+    def _ingest_hosted(self, placement: Placement | None = None) -> None:
         """Every hosted partition read by one ingest: the member's at the first start, a
-        restore's for those it does not read yet."""
+        restore's for those it does not read yet.
+
+        The first start reads the partitions this member delivers or is placed to own, and
+        the others (its standby copies) only once it caught up: a cold member restores what
+        it is to deliver first. ``scripts/scale_out_check.py --shape node`` measured a node
+        added to a 1-node cluster restoring all 16 partitions (1 M records, 50 s on two
+        cores) before it stood for its 8 own."""
         if not self.hosted:
             return
         generation = self._generation
         if generation is None:
-            self._restart_ingest()
+            self.first_read = self._first_read(placement or self._placement)
+            self._restart_ingest(self.first_read)
             return
+        if not generation.ingest.caught_up.is_set():
+            return  # the rest once it caught up (``step``)
         restore = self._restore
         reading = set(generation.partitions) | set(restore.partitions if restore else [])
         if reading == set(self.hosted):
@@ -423,9 +436,25 @@ class MemberHost(LoopWorker):
         self.restores += 1
         log.info("member_restore_started", partitions=partitions)
 
-    def _restart_ingest(self) -> None:
-        """A new generation over every hosted partition; the old one stops first (one
-        consumer per node: two would write the same schedules)."""
+    def _unread(self) -> bool:
+        """Whether some hosted partition is read by no ingest (deferred by the first)."""
+        generation = self._generation
+        if generation is None or self._restore is not None:
+            return False
+        return bool(set(self.hosted) - set(generation.partitions))
+
+    def _first_read(self, placement: Placement | None) -> list[int]:
+        """What the member's first ingest reads: the hosted partitions it delivers or is
+        placed to own (every hosted one when that leaves none)."""
+        own = set(self._delivering())
+        if placement is not None:
+            own |= set(placement.owned_by(self._node))
+        first = sorted(own & set(self.hosted))
+        return first or sorted(self.hosted)
+
+    def _restart_ingest(self, partitions: list[int] | None = None) -> None:
+        """A new generation over ``partitions`` (every hosted one by default); the old one
+        stops first (one consumer per node: two would write the same schedules)."""
         old = self._generation
         carried: dict[int, EpochMs] = {}
         if old is not None:
@@ -434,7 +463,7 @@ class MemberHost(LoopWorker):
                 # What the old gate proved is in the store: its partitions' lanes go on
                 # without waiting for the new ingest to catch up (only the restored wait).
                 carried = old.watermark.proofs()
-        partitions = sorted(self.hosted)
+        partitions = sorted(self.hosted) if partitions is None else partitions
         self._generations += 1
         generation = self._new_generation(partitions, self._generations, carried=carried)
         self._generation = generation

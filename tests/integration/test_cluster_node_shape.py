@@ -117,8 +117,13 @@ def test_members_share_the_partitions_and_a_leaving_member_hands_them_over(
 ) -> None:
     cluster.start("a")
     wait_until(lambda: cluster.settled({"a": _PARTITIONS}), 60, "a delivers every partition")
-    cluster.start("b")
+    b = cluster.start("b")
     wait_until(lambda: cluster.settled({"a": 2, "b": 2}), 60, "a and b deliver two each")
+    assert b.host is not None
+    owned = sorted(Placement.of({"a", "b"}, _PARTITIONS, 1).owned_by("b"))
+    # Mutant caught: a cold member reading its standby copies before the partitions it owns.
+    assert b.host.first_read == owned, "b restored what it is to deliver first"
+    wait_until(lambda: b.host is not None and b.host.restores == 1, 60, "then the rest")
     topic = f"{namespace}-target"
     settings = cluster.members["a"].settings
     with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
@@ -184,8 +189,13 @@ def test_a_member_drops_the_partitions_it_no_longer_hosts_once_their_hosts_stand
     delivered once. Mutant caught: nothing dropped (a member kept every partition it ever
     hosted, its ingest and disk growing with them)."""
     cluster.start("a")
-    cluster.start("b")
+    b = cluster.start("b")
     wait_until(lambda: cluster.settled({"a": 2, "b": 2}), 60, "a and b deliver two each")
+    assert b.host is not None
+    owned = sorted(Placement.of({"a", "b"}, _PARTITIONS, 1).owned_by("b"))
+    # Mutant caught: a cold member reading its standby copies before the partitions it owns.
+    assert b.host.first_read == owned, "b restored what it is to deliver first"
+    wait_until(lambda: b.host is not None and b.host.restores == 1, 60, "then the rest")
     topic = f"{namespace}-target"
     settings = cluster.members["a"].settings
     with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
@@ -283,7 +293,13 @@ def test_a_member_whose_copy_began_past_removed_records_never_stands_for_it(
         future.result(30)
     b = cluster.start("b")
     others = frozenset(range(1, _PARTITIONS))
-    wait_until(lambda: b.host is not None and b.host.standing() == others, 60, "b stands for 1..3")
+
+    def b_covers_the_others() -> bool:
+        # Standing, or delivering once a handed it over (a delivered partition stands no more).
+        delivering = b.ownership.delivering if b.ownership else frozenset()
+        return b.host is not None and b.host.standing() | delivering == others
+
+    wait_until(b_covers_the_others, 60, "b stands for (or delivers) 1..3")
     wait_until(
         lambda: cluster.settled(_counts(cluster)) and min(_counts(cluster).values()) >= 1,
         60,
