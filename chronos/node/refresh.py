@@ -167,20 +167,33 @@ class RefreshPass:
         topic: the inner topic written to (each record partitioned by its id).
         rate: most records a second.
         stop: set to end the pass early (it then proves no floor).
+        cancelled: also ends it early when true, checked between chunks (a cluster member's
+            lane handed over meanwhile: its successor refreshes the partition).
     """
 
-    def __init__(self, store: RocksStore, topic: str, rate: int, stop: threading.Event) -> None:
+    def __init__(
+        self,
+        store: RocksStore,
+        topic: str,
+        rate: int,
+        stop: threading.Event,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._store = store
         self._topic = topic
         self._rate = rate
         self._stop = stop
+        self._cancelled = cancelled
+
+    def _ended(self) -> bool:
+        return self._stop.is_set() or self._cancelled()
 
     def run(self, publisher: Publisher, acks: Acks, started_ms: int) -> tuple[int, int] | None:
         """Produce the pass through ``publisher``, each record counted in ``acks``; the
         messages and tombstones it sent, None when stopped before the end."""
         messages = self._refresh_messages(publisher, acks)
         tombstones = self._refresh_tombstones(publisher, acks, started_ms)
-        return None if self._stop.is_set() else (messages, tombstones)
+        return None if self._ended() else (messages, tombstones)
 
     def _refresh_messages(self, publisher: Publisher, acks: Acks) -> int:
         count = 0
@@ -239,11 +252,11 @@ class RefreshPass:
     def _pace(self, pace: _Pace, acks: Acks, sent: int) -> bool:
         """Hold the pass to ``rate`` and a bounded number of records in flight; False once
         stopping."""
-        if self._stop.is_set():
+        if self._ended():
             return False
         self._stop.wait(pace.wait_after(sent))
         acks.wait(_FLUSH_TIMEOUT_S, below=10 * _CHUNK)
-        return not self._stop.is_set()
+        return not self._ended()
 
 
 class _Pace:

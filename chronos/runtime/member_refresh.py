@@ -109,6 +109,11 @@ class MemberRefresh(LoopWorker):
             publisher.stop()
             publisher.join(_FLUSH_TIMEOUT_S)
 
+    def _lane_gone(self, partition: int, lane: Lane) -> bool:
+        """Whether ``lane`` no longer delivers ``partition`` here (handed over, or lost to a
+        fenced loop)."""
+        return lane.released.is_set() or self._lanes().get(partition) is not lane
+
     def _run_pass(self, publisher: OwnedPublisher, partition: int, lane: Lane) -> None:
         """One partition's pass; its floor advanced once Kafka acknowledged every record."""
         started_ms = self._clock.now_ms()
@@ -116,12 +121,19 @@ class MemberRefresh(LoopWorker):
         offsets = lane.ledger.inner_offsets([partition])
         acks = Acks()
         try:
-            counted = RefreshPass(lane.store, self._topic, self._rate, self._stop).run(
-                publisher, acks, started_ms
-            )
-            publisher.flush(_FLUSH_TIMEOUT_S)
+            counted = RefreshPass(
+                lane.store,
+                self._topic,
+                self._rate,
+                self._stop,
+                cancelled=lambda: self._lane_gone(partition, lane),
+            ).run(publisher, acks, started_ms)
             if counted is None:
-                return  # stopping: the store was not read whole
+                # Stopping, or the lane was handed over or lost: the store was not read
+                # whole (and may be dropped soon after a handover).
+                log.info("member_refresh_ended", partition=partition)
+                return
+            publisher.flush(_FLUSH_TIMEOUT_S)
             settle(acks)
         except Exception as exc:  # any failure: this partition's pass is tried again later
             log.error(

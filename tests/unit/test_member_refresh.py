@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError
 from chronos import wire
 from chronos.clock import FakeClock
 from chronos.group.lane import Lane
-from chronos.kafka.publishers.stub import StubPublisher
+from chronos.kafka.publishers.stub import StubPublisher, StubRecord
 from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage
 from chronos.runtime.member_refresh import MemberRefresh
@@ -82,19 +82,52 @@ def test_each_delivered_partition_is_refreshed_once_per_interval(tmp_path: Path)
     handed = _lane(database, 2, clock, ["d"])
     handed.released.set()
     lanes[2] = handed
-    publisher = StubPublisher(auto=True)
+    ingested_meanwhile: list[int] = []
+
+    def meanwhile(_record: StubRecord) -> None:
+        # While the pass runs, time passes and ingest goes on: the floor is what held
+        # when the pass began.
+        clock.advance(1)
+        if not ingested_meanwhile:
+            ingested_meanwhile.append(1)
+            late = DelayMessage("late", "t", None, b"v", [], T0 + 90_000)
+            lanes[0].ledger.apply([late], {0: 15})
+
+    publisher = StubPublisher(auto=True, outcome=lambda r: meanwhile(r))
     worker = _worker(lanes, publisher, clock)
     assert [p for p, _ in worker.due()] == [0, 1], "a lane without a floor is due at once"
     worker.step()
-    refreshed = sorted(wire.decode(r.value, r.headers).id for r in publisher.published)
-    assert refreshed == ["a", "b", "c"]
+    refreshed = {wire.decode(r.value, r.headers).id for r in publisher.published}
+    assert {"a", "b", "c"} <= refreshed
     assert lanes[0].state.floor.current == Floor({0: 10}, T0)
-    assert lanes[1].state.floor.current == Floor({1: 20}, T0)
+    floor_1 = lanes[1].state.floor.current
+    assert floor_1 is not None and floor_1.offsets == {1: 20} and floor_1.at_ms > T0
     assert handed.state.floor.current is None
-    clock.advance(DAY_MS - 1)
+    clock.ms = T0 + DAY_MS - 1
     assert worker.due() == []
     clock.advance(1)
-    assert [p for p, _ in worker.due()] == [0, 1]
+    assert [p for p, _ in worker.due()] == [0]
+    _close(database, lanes)
+
+
+def test_a_pass_whose_lane_is_handed_over_meanwhile_ends_and_moves_no_floor(
+    tmp_path: Path,
+) -> None:
+    """Its successor refreshes the partition, and this copy may be dropped soon after.
+    Mutant caught: the pass run to its end on a released lane (its floor moved)."""
+    clock = FakeClock(T0)
+    database = RocksDatabase(tmp_path / "db", StoreSettings(wal_sync_interval_ms=60_000))
+    lanes = {0: _lane(database, 0, clock, ["a", "b"])}
+
+    def hand_over(_record: StubRecord) -> None:
+        lanes[0].released.set()
+
+    publisher = StubPublisher(auto=True, outcome=lambda r: hand_over(r))
+    worker = _worker(lanes, publisher, clock)
+    worker.step()
+    assert publisher.published, "the pass began"
+    assert lanes[0].state.floor.current is None
+    assert worker.passes == 0
     _close(database, lanes)
 
 
