@@ -35,11 +35,11 @@ from chronos import __version__
 from chronos.admin.openapi import FAR, LIST_STATES, MAX_BUCKETS, MAX_HORIZON_S, document
 from chronos.admin.prometheus import ChronosCollector
 from chronos.admin.view import NodeView, Report, ScheduleReader
-from chronos.errors import NotReady
+from chronos.errors import ConfigError, NotReady
 from chronos.listing import ListState, PageQuery
 from chronos.metrics import BOUNDS_MS
 from chronos.serving import ThreadedServer
-from chronos.settings import SecuritySettings
+from chronos.settings import ChronosSettings, SecuritySettings
 from chronos.web.token_gauge import TokensFileGauge
 from chronos.web.tokens import Operation
 
@@ -267,3 +267,25 @@ class AdminServer(ThreadedServer):
             name="admin", app=app, host=host, port=port, security=security, router=admin_operation
         )
         tokens.book = self.book
+
+
+#: How long a started admin API may take to listen.
+_LISTEN_TIMEOUT_S = 10.0
+
+
+def serve_admin(
+    view: NodeView, settings: ChronosSettings, collectors: Sequence[Collector] = ()
+) -> AdminServer:
+    """Start the admin API over ``view`` where ``settings.admin`` says, with its security; a
+    port it cannot take raises ConfigError (the node's start then ends with nothing running).
+    """
+    admin = settings.admin
+    server = AdminServer(view, admin.host, admin.port, settings.security, collectors)
+    server.start()
+    if not server.wait_started(_LISTEN_TIMEOUT_S):
+        raise ConfigError(
+            f"the admin API could not listen on {admin.host}:{admin.port} "
+            "(is admin.port taken? 0 picks a free one)"
+        )
+    log.info("admin_listening", host=admin.host, port=server.port)
+    return server

@@ -175,7 +175,7 @@ class ClusterNode:
         cluster; returns where the other nodes reach it. A port it cannot take ends the start
         with nothing running."""
         # Only when served (a web stack and Prometheus' client).
-        from chronos.admin.server import AdminServer
+        from chronos.admin.server import serve_admin
         from chronos.cluster.partition_metrics import PartitionCollector
         from chronos.cluster.peers import Peers, admin_url_of
         from chronos.cluster.view import ClusterView
@@ -198,16 +198,8 @@ class ClusterNode:
             ),
             policies=Policies(s.delivery.topics),
         )
-        collector = PartitionCollector(view.partition_gauges)
-        admin = AdminServer(view, s.admin.host, s.admin.port, s.security, [collector])
-        admin.start()
-        if not admin.wait_started(10.0):
-            raise ConfigError(
-                f"the admin API could not listen on {s.admin.host}:{s.admin.port} "
-                "(is admin.port taken? 0 picks a free one)"
-            )
+        admin = serve_admin(view, s, [PartitionCollector(view.partition_gauges)])
         self._admin = admin
-        log.info("admin_listening", host=s.admin.host, port=admin.port)
         return s.cluster.admin_url or admin_url_of(s, admin.port)
 
     @property

@@ -30,7 +30,7 @@ from chronos.group.claims import Holding
 from chronos.group.hosted import Hosted
 from chronos.lifecycle import Component
 from chronos.metrics import MetricsReader
-from chronos.runtime.probes import delivery_lag_ms
+from chronos.runtime.probes import delivery_lag_ms, kafka_check
 from chronos.schedule.lookup import Lookup
 
 log = structlog.get_logger(__name__)
@@ -205,20 +205,8 @@ class MemberView:
         return Report(checks, self._facts())
 
     def _kafka(self) -> Check:
-        """Whether Kafka answers, as the member's cancel gate sees it (``NodeProbes._kafka``:
-        a broker down or frozen shows here within ``admin.kafka_silence_s``)."""
-        proven = self._host.proven_ms()
-        if proven is None:
-            return Check("kafka", False, "no answer from Kafka yet (or nothing hosted)")
-        age_s = max(0, self._clock.now_ms() - proven) / 1000.0
-        if age_s > self._kafka_silence_s:
-            return Check(
-                "kafka",
-                False,
-                f"nothing proven from Kafka for {age_s:.1f} s (down, frozen or ingest that far "
-                "behind): delivery is held",
-            )
-        return Check("kafka", True, f"inner topic proven up to {age_s:.1f} s ago")
+        """Kafka as the member's cancel gate sees it (``probes.kafka_check``)."""
+        return kafka_check(self._host.proven_ms(), self._clock.now_ms(), self._kafka_silence_s)
 
     def readiness(self) -> Report:
         members = self._members()

@@ -97,21 +97,11 @@ class Node:
 
     def _start_admin(self, context: NodeContext) -> None:
         """The admin API (health, readiness, metrics); a port it cannot take ends the start."""
-        from chronos.admin.server import AdminServer
+        from chronos.admin.server import serve_admin
         from chronos.runtime.probes import NodeProbes
 
-        admin = self.settings.admin
         context.store.start_due_counts()  # the forecast's counts, built in the background
-        self._admin = AdminServer(
-            NodeProbes(self, context), admin.host, admin.port, self.settings.security
-        )
-        self._admin.start()
-        if not self._admin.wait_started(10.0):
-            raise ConfigError(
-                f"the admin API could not listen on {admin.host}:{admin.port} "
-                "(is admin.port taken? 0 picks a free one)"
-            )
-        log.info("admin_listening", host=admin.host, port=self._admin.port)
+        self._admin = serve_admin(NodeProbes(self, context), self.settings)
 
     @property
     def admin_port(self) -> int | None:

@@ -39,6 +39,23 @@ def delivery_lag_ms(store: RocksStore, seek_ms: EpochMs, now_ms: EpochMs) -> int
     return 0 if oldest is None else max(0, now_ms - keys.slot_of(oldest))
 
 
+def kafka_check(proven_ms: EpochMs | None, now_ms: EpochMs, silence_s: float) -> Check:
+    """Whether Kafka answers, as a cancel gate sees it: its watermark (``proven_ms``) moves
+    with every probe Kafka answers (or batch read) and stops when Kafka does, which also
+    holds delivery. So a broker down or frozen shows here within ``silence_s``."""
+    if proven_ms is None:
+        return Check("kafka", False, "no answer from Kafka yet")
+    age_s = max(0, now_ms - proven_ms) / 1000.0
+    if age_s > silence_s:
+        return Check(
+            "kafka",
+            False,
+            f"nothing proven from Kafka for {age_s:.1f} s (down, frozen or ingest that far "
+            "behind): delivery is held",
+        )
+    return Check("kafka", True, f"inner topic proven up to {age_s:.1f} s ago")
+
+
 class NodeProbes:
     """Answers the admin API's questions (``admin.view.NodeView``) about ``node``.
 
@@ -144,23 +161,10 @@ class NodeProbes:
         return Report(checks, self._facts())
 
     def _kafka(self) -> Check:
-        """Whether Kafka answers, as the cancel gate sees it: its watermark moves with every
-        probe Kafka answers (or batch read) and stops when Kafka does, which also holds
-        delivery. So a broker down or frozen shows here within ``admin.kafka_silence_s``."""
         ctx = self._context
-        watermark = ctx.watermark.value
-        silence_s = ctx.settings.admin.kafka_silence_s
-        if watermark is None:
-            return Check("kafka", False, "no answer from Kafka yet")
-        age_s = max(0, ctx.clock.now_ms() - watermark) / 1000.0
-        if age_s > silence_s:
-            return Check(
-                "kafka",
-                False,
-                f"nothing proven from Kafka for {age_s:.1f} s (down, frozen or ingest that far "
-                "behind): delivery is held",
-            )
-        return Check("kafka", True, f"inner topic proven up to {age_s:.1f} s ago")
+        return kafka_check(
+            ctx.watermark.value, ctx.clock.now_ms(), ctx.settings.admin.kafka_silence_s
+        )
 
     def readiness(self) -> Report:
         caught_up = self._node.wait_ready(0)
