@@ -63,12 +63,15 @@ class Hosted:
         wake: Wake,
         clock: Clock,
         delete: DeleteSettings,
+        restates: bool = False,
     ) -> Hosted:
-        """Open (or create) ``partition``'s schedule in ``database``, following."""
+        """Open (or create) ``partition``'s schedule in ``database``, following; ``restates``
+        (compact mode): every copy notes in its outbox what its deliverer must restate, as
+        every replica of a group does."""
         store = RocksStore.of_partition(database, partition)
         frontier = Frontier(0, wake)
         placement = ReplicaPlacement()
-        ledger = Ledger(store, frontier, clock, delete, placement)
+        ledger = Ledger(store, frontier, clock, delete, placement, restates=restates)
         replica = ReplicaStore(store, frontier, ledger, placement)
         replica.follow()
         return cls(partition, progress_topic, store, frontier, ledger, replica)

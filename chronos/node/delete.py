@@ -8,7 +8,7 @@ import time
 import structlog
 
 from chronos.lifecycle import LoopWorker
-from chronos.node.expiry import ExpiryWriter
+from chronos.node.expiry import Expiry
 from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings
 
@@ -37,7 +37,7 @@ class DeleteWorker(LoopWorker):
         self,
         ledger: Ledger,
         settings: DeleteSettings,
-        on_gone: ExpiryWriter | None = None,
+        on_gone: Expiry | None = None,
         stop: threading.Event | None = None,
     ) -> None:
         super().__init__("delete", stop=stop)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import structlog
 from confluent_kafka import KafkaError
@@ -46,6 +47,23 @@ def id_partition(owned: list[int], partitions: int) -> Callable[[str], int]:
         only = owned[0]
         return lambda _message_id: only
     return lambda message_id: partition_of(message_id.encode(), partitions)
+
+
+class Expiry(Protocol):
+    """What a delete pass tells of the ids its store forgot (``DeleteWorker``'s ``on_gone``)."""
+
+    @property
+    def writing(self) -> bool:
+        """Whether tombstones go out now."""
+        ...
+
+    def spread(self, count: int, seconds: float) -> None:
+        """The pass about to run forgets at most ``count`` ids, over about ``seconds``."""
+        ...
+
+    def __call__(self, gone: list[tuple[str, EpochMs]]) -> None:
+        """Ids forgotten, with how each ended."""
+        ...
 
 
 class ExpiryWriter:
@@ -99,12 +117,18 @@ class ExpiryWriter:
     def __call__(self, gone: list[tuple[str, EpochMs]]) -> None:
         if not self.writing:
             return
+        self.send(gone, self._partition)
+
+    def send(self, gone: list[tuple[str, EpochMs]], partition: Callable[[str], int]) -> None:
+        """Write ``gone``'s tombstones, each to ``partition(id)``, at the pass's pace (whoever
+        asks: a member's partitions share one writer and its pace)."""
         for start in range(0, len(gone), _BATCH):
             batch = gone[start : start + _BATCH]
             for message_id, ends in batch:
                 key, value, headers = encode_expiry(message_id, max(ends, 0), max(-ends, 0))
-                partition = self._partition(message_id)
-                self._publisher.publish(self._topic, key, value, headers, self._done, partition)
+                self._publisher.publish(
+                    self._topic, key, value, headers, self._done, partition(message_id)
+                )
             self._metrics.incr("expiry_tombstones", len(batch))
             self._pace(len(batch))
 
@@ -120,3 +144,34 @@ class ExpiryWriter:
             return
         self._metrics.incr("expiry_tombstones_failed")
         log.warning("expiry_tombstone_failed", error=str(error))
+
+
+class PartitionExpiry:
+    """One hosted partition's share of a cluster member's ``ExpiryWriter``: its tombstones go to
+    that partition (its schedule holds no other's ids), while the member delivers it.
+
+    A member passes over its partitions one after another, so the member spreads the whole
+    pass over the writer (``spread`` here does nothing): a spread per partition over the
+    whole window would make the passes together last a window per partition.
+    """
+
+    def __init__(
+        self, writer: ExpiryWriter, partition: int, delivering: Callable[[], bool]
+    ) -> None:
+        self._writer = writer
+        self._partition = partition
+        self._delivering = delivering
+
+    @property
+    def writing(self) -> bool:
+        """Whether this member delivers the partition now (a standby's copy forgets ids too)."""
+        return self._delivering()
+
+    def spread(self, count: int, seconds: float) -> None:
+        """Nothing: the member spread its pass over every partition (``MemberDeleter``)."""
+
+    def __call__(self, gone: list[tuple[str, EpochMs]]) -> None:
+        if not self.writing:
+            return
+        partition = self._partition
+        self._writer.send(gone, lambda _message_id: partition)

@@ -54,16 +54,19 @@ from chronos.kafka.admin import (
     unwritable_topics,
 )
 from chronos.kafka.clients import KafkaClients
-from chronos.kafka.publisher import TransactionalPublisher
+from chronos.kafka.publisher import Publisher, TransactionalPublisher
 from chronos.kafka.topic_config import check_inner_topic
 from chronos.lifecycle import Component, Fatal
 from chronos.metrics import CountingMetrics
+from chronos.node.expiry import ExpiryWriter
 from chronos.node.refresh import REFRESH_PRODUCER
 from chronos.runtime.foreground import run_foreground
 from chronos.runtime.member_delete import MemberDeleter
 from chronos.runtime.member_host import MemberHost
 from chronos.runtime.member_refresh import MemberRefresh
+from chronos.runtime.member_restate import MemberRestater
 from chronos.schedule.frontier import Wake
+from chronos.schedule.ledger import Ledger
 from chronos.schedule.progress_record import Cut
 from chronos.settings import ChronosSettings
 from chronos.store.database import RocksDatabase
@@ -122,7 +125,10 @@ class ClusterMember:
         self.ownership: OwnershipRound | None = None
         self.delivery: MemberDelivery | None = None
         self.watch: PeerWatch | None = None
+        #: What keeps every live message in Kafka (``rebuild.mode``): refresh passes, or the
+        #: restater of a compacted inner topic.
         self.refresh: MemberRefresh | None = None
+        self.restater: MemberRestater | None = None
         self._membership: Membership | None = None
         self._stopped = threading.Event()
         self._stop_requested = threading.Event()
@@ -136,11 +142,6 @@ class ClusterMember:
         """Create and check the topics, open the store, join the cluster."""
         s = self.settings
         names = s.topics.names
-        if s.rebuild.mode == "compact":
-            raise ConfigError(
-                "cluster.shape = node does not run in rebuild.mode = compact yet (its "
-                "restating and expiry tombstones are per node alone or replica group)"
-            )
         if s.topics.create:
             ensure_topics(s, stopped=self._stop_requested.is_set)
         if s.rebuild.check_inner_topic:
@@ -192,7 +193,13 @@ class ClusterMember:
             settings=s,
             partitions=partitions,
             open_hosted=lambda p: Hosted.open(
-                database, p, progress_topics[p], wake, self._clock, s.delete
+                database,
+                p,
+                progress_topics[p],
+                wake,
+                self._clock,
+                s.delete,
+                restates=s.rebuild.mode == "compact",
             ),
             standbys=standbys,
             delivering=delivering,
@@ -364,30 +371,15 @@ class ClusterMember:
             on_change=host.members_changed,
         )
         self._membership = membership
-        deleter = MemberDeleter(
-            lambda: {p: hosted.ledger for p, hosted in list(host.hosted.items())},
-            s.delete,
-            host.store_lock,
-        )
-        # Refresh mode only: a member refuses compact mode (``start``'s first check).
-        refresh = MemberRefresh(
-            lanes=ownership.lanes,
-            open_publisher=lambda: self._clients.idempotent("refresh", REFRESH_PRODUCER),
-            inner_topic=names.inner,
-            settings=s.rebuild,
-            clock=self._clock,
-            metrics=self.metrics,
-        )
-        self.refresh = refresh
+        keepers = self._keepers(ownership, host, delivering, publisher)
         self._components = [
             publisher,
             standbys,
             host,
-            deleter,
+            *keepers,
             board,
             heartbeats,
             delivery,
-            refresh,
             membership,
         ]
         for component in self._components:
@@ -454,6 +446,55 @@ class ClusterMember:
     def stored_partitions(self) -> list[int]:
         """The partitions with a schedule in this member's database, in order."""
         return self._database.partitions() if self._database is not None else []
+
+    def _keepers(
+        self,
+        ownership: OwnershipRound,
+        host: MemberHost,
+        delivering: Callable[[], frozenset[int]],
+        publisher: Publisher,
+    ) -> list[Component]:
+        """The delete worker, and what keeps every live message in Kafka while the member
+        delivers: refresh passes, or on a compacted inner topic the restater and the expiry
+        tombstones of the delete passes (``rebuild.mode``), as a node alone's (``roles.py``)."""
+        s = self.settings
+        names = s.topics.names
+
+        def ledgers() -> dict[int, Ledger]:
+            return {p: hosted.ledger for p, hosted in list(host.hosted.items())}
+
+        if s.rebuild.mode != "compact":
+            self.refresh = MemberRefresh(
+                lanes=ownership.lanes,
+                open_publisher=lambda: self._clients.idempotent("refresh", REFRESH_PRODUCER),
+                inner_topic=names.inner,
+                settings=s.rebuild,
+                clock=self._clock,
+                metrics=self.metrics,
+            )
+            return [MemberDeleter(ledgers, s.delete, host.store_lock), self.refresh]
+        self.restater = MemberRestater(
+            lanes=ownership.lanes,
+            publisher=publisher,
+            inner_topic=names.inner,
+            clock=self._clock,
+            tombstone_retention_ms=int(s.delete.tombstone_retention_s * 1000),
+        )
+        tombstones = self._clients.idempotent("expiry", REFRESH_PRODUCER)
+        stopping = threading.Event()
+        expiry = ExpiryWriter(
+            publisher=tombstones,
+            inner_topic=names.inner,
+            partition=lambda _message_id: 0,  # unused: each partition's share names its own
+            delivering=lambda: bool(delivering()),
+            rate=s.rebuild.refresh_rate,
+            metrics=self.metrics,
+            stopping=stopping,
+        )
+        deleter = MemberDeleter(
+            ledgers, s.delete, host.store_lock, expiry, delivering, stop=stopping
+        )
+        return [tombstones, deleter, self.restater]
 
     def _standing(self) -> frozenset[int]:
         """The partitions this member could deliver: none once it is leaving (it claims

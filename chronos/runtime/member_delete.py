@@ -5,6 +5,11 @@ node shape hosts many, and a thread each would make its cost follow its partitio
 each hosted partition's pass (``DeleteWorker.run_once``: delivered data behind the seek and
 the retention window, expired cancel tombstones) one after the other, every
 ``delete.interval_s``.
+
+In compact mode (``rebuild.mode = "compact"``) each partition the member delivers hands the ids
+its pass forgot to one ``ExpiryWriter`` for the member, as a node alone's delete worker does
+(``node/expiry.py``): the member spreads its whole pass (every delivered partition's ids) over
+the writer's window, so the passes of many partitions together last one window, not one each.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ import time
 from collections.abc import Callable, Mapping
 
 from chronos.lifecycle import LoopWorker
-from chronos.node.delete import DeleteWorker
+from chronos.node.delete import SPREAD, DeleteWorker
+from chronos.node.expiry import ExpiryWriter, PartitionExpiry
 from chronos.schedule.ledger import Ledger
 from chronos.settings import DeleteSettings
 
@@ -27,6 +33,9 @@ class MemberDeleter(LoopWorker):
             set changes).
         settings: interval and retention.
         lock: held during a pass (the member drops a partition under it).
+        expiry: compact mode: the member's expiry tombstone writer (None: refresh mode).
+        delivering: the partitions the member delivers now (whose tombstones it writes).
+        stop: the event that stops this worker, which ``expiry``'s pacing waits on too.
     """
 
     def __init__(
@@ -34,11 +43,16 @@ class MemberDeleter(LoopWorker):
         ledgers: Callable[[], Mapping[int, Ledger]],
         settings: DeleteSettings,
         lock: threading.Lock | None = None,
+        expiry: ExpiryWriter | None = None,
+        delivering: Callable[[], frozenset[int]] = frozenset,
+        stop: threading.Event | None = None,
     ):
-        super().__init__("delete")
+        super().__init__("delete", stop=stop)
         self._lock = lock or threading.Lock()
         self._ledgers = ledgers
         self._settings = settings
+        self._expiry = expiry
+        self._delivering = delivering
         self._passes: dict[int, tuple[Ledger, DeleteWorker]] = {}
         self._next_pass = time.monotonic() + settings.interval_s
 
@@ -58,11 +72,32 @@ class MemberDeleter(LoopWorker):
                 for p, known in self._passes.items()
                 if p in hosted and known[0] is hosted[p]
             }
+            self._spread(hosted)
             for partition, ledger in sorted(hosted.items()):
                 if self.stopping:
                     return
                 known = self._passes.get(partition)
                 if known is None:
                     # Never started: its pass is run from this thread.
-                    known = self._passes[partition] = (ledger, DeleteWorker(ledger, self._settings))
+                    known = self._passes[partition] = (ledger, self._worker(partition, ledger))
                 known[1].run_once()
+
+    def _worker(self, partition: int, ledger: Ledger) -> DeleteWorker:
+        if self._expiry is None:
+            return DeleteWorker(ledger, self._settings)
+        share = PartitionExpiry(self._expiry, partition, lambda: partition in self._delivering())
+        return DeleteWorker(ledger, self._settings, share, self._stop)
+
+    def _spread(self, hosted: Mapping[int, Ledger]) -> None:
+        """Compact mode: the pass about to run writes the tombstones of every delivered
+        partition's forgotten ids, spread over one window together."""
+        if self._expiry is None:
+            return
+        retention_ms = int(self._settings.retention_s * 1000)
+        delivering = self._delivering()
+        due = sum(
+            ledger.deletes_due(ledger.seek_ms - retention_ms)
+            for partition, ledger in hosted.items()
+            if partition in delivering
+        )
+        self._expiry.spread(due, self._settings.interval_s * SPREAD)

@@ -1,5 +1,6 @@
-"""A node alone becomes a cluster (``chronos cluster migrate``): what it delivered is not
-delivered again, what was pending is delivered once, a repeat goes on from its next occurrence.
+"""A node alone becomes a cluster (``chronos cluster migrate``), of either shape: what it
+delivered is not delivered again, what was pending is delivered once, a repeat goes on from
+its next occurrence.
 
 Without the migration the cluster's partitions would restore from the inner topic with no cut:
 every retained add past due would be delivered again (the test's "delivered" ids).
@@ -13,6 +14,7 @@ import pytest
 
 from chronos.cluster.migrate import migrate
 from chronos.cluster.node import ClusterNode
+from chronos.runtime.member import ClusterMember
 from chronos.errors import ConfigError
 from chronos.repeat import Repeat, RepeatKind
 from proxy.client import DelayClient
@@ -23,8 +25,9 @@ pytestmark = pytest.mark.kafka_only(
 )
 
 
+@pytest.mark.parametrize("shape", ["partition", "node"])
 def test_a_node_alone_migrated_into_a_cluster_delivers_nothing_twice(
-    kafka_bootstrap: str, namespace: str, tmp_path: Path
+    kafka_bootstrap: str, namespace: str, tmp_path: Path, shape: str
 ) -> None:
     alone = make_settings(kafka_bootstrap, namespace, tmp_path / "alone", node={"node_id": "old"})
     cluster = make_settings(
@@ -32,7 +35,7 @@ def test_a_node_alone_migrated_into_a_cluster_delivers_nothing_twice(
         namespace,
         tmp_path / "a",
         node={"node_id": "a", "data_dir": tmp_path / "a", "ingest_threads": 1},
-        cluster={"name": "c"},
+        cluster={"name": "c", "shape": shape},
     )
     topic = f"{namespace}-target"
     with Inbox(alone, [topic]) as inbox, DelayClient(alone) as client:
@@ -47,7 +50,7 @@ def test_a_node_alone_migrated_into_a_cluster_delivers_nothing_twice(
             pending = {client.send_delay(topic, b"p", delay=6.0, id=f"p{n}").id for n in range(20)}
         done = migrate(alone, cluster)
         assert done.source == "node old" and done.seek_ms is not None and done.repeats == 1
-        node = ClusterNode(cluster)
+        node = ClusterNode(cluster) if shape == "partition" else ClusterMember(cluster)
         node.start()
         try:
             wait_until(lambda: inbox.wait_for(pending, 1), 60, "the pending ids delivered")

@@ -2,7 +2,9 @@
 created compacted; after re-sent adds, a cancel before its add, a reschedule, a null payload
 and a delivered message forgotten past retention, each id's last record in the real topic (what
 the cleaner keeps; a null value is removed too) states what the node holds, in the id's own
-partition; a wiped store restored from the topic holds the same.
+partition; a wiped store restored from the topic holds the same. Both for a node alone and for
+a member of the node shape (``cluster.shape = "node"``: a schedule per partition, one
+restater and one expiry writer for all).
 
 The cleaner itself is not waited for (it runs every 15 s at best): the test compacts what it
 reads as the cleaner does; ``tests/unit/test_restatement.py`` checks random histories.
@@ -20,12 +22,13 @@ from chronos import wire
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.partitioner import partition_of
 from chronos.kafka.topic_config import read_topic_config
+from chronos.runtime.member import ClusterMember
 from chronos.runtime.node import Node
 from chronos.schedule import restatement
 from chronos.settings import ChronosSettings
 from chronos.types import Headers
 from proxy.client import DelayClient
-from tests.integration.harness import Inbox, make_settings, wait_until
+from tests.integration.harness import INNER_PARTITIONS, Inbox, make_settings, wait_until
 
 pytestmark = pytest.mark.kafka_only(
     reason="Tansu does not compact and skips records under load (gaps are trusted here)"
@@ -81,28 +84,57 @@ def _header(record: Record, name: str) -> bytes | None:
     return dict(record[2]).get(name)
 
 
-def _held(node: Node, ids: list[str]) -> dict[str, object]:
+def _held(node: Node | ClusterMember, ids: list[str]) -> dict[str, object]:
+    """What the node's store holds of each id (a member: its id's partition's schedule)."""
+    if isinstance(node, ClusterMember):
+        assert node.host is not None
+        hosted = node.host.hosted
+        return {
+            i: restatement.current(
+                hosted[partition_of(i.encode(), INNER_PARTITIONS)].store, i, None
+            )
+            for i in ids
+        }
     assert node.context is not None
     store = node.context.store
     return {i: restatement.current(store, i, None) for i in ids}
 
 
+def _started(settings: ChronosSettings) -> Node | ClusterMember:
+    """A node alone ready, or a member delivering every partition."""
+    if settings.cluster.name is None:
+        node = Node(settings)
+        node.start()
+        assert node.wait_ready(60)
+        return node
+    member = ClusterMember(settings)
+    member.start()
+
+    def delivering() -> bool:
+        ownership = member.ownership
+        return ownership is not None and len(ownership.delivering) == INNER_PARTITIONS
+
+    wait_until(delivering, 60, "the member delivers every partition")
+    return member
+
+
+@pytest.mark.parametrize("shape", ["alone", "member"])
 def test_each_ids_last_record_states_it_and_a_wiped_store_restores_it(
-    kafka_bootstrap: str, namespace: str, tmp_path: Path
+    kafka_bootstrap: str, namespace: str, tmp_path: Path, shape: str
 ) -> None:
+    cluster = {"name": "c", "shape": "node"} if shape == "member" else {}
     settings = make_settings(
         kafka_bootstrap,
         namespace,
         tmp_path / "store",
         rebuild={"mode": "compact"},
         delete={"retention_s": 1.0, "interval_s": 0.5},
+        cluster=cluster,
     )
     topic = f"{namespace}-target"
     ids = ["dup", "cancelled", "moved", "null", "plain", "gone"]
-    node = Node(settings)
-    node.start()
+    node = _started(settings)
     try:
-        assert node.wait_ready(60)
         config = read_topic_config(
             KafkaClients(settings.kafka, "test").admin(), settings.topics.names.inner, 30
         )
@@ -136,7 +168,9 @@ def test_each_ids_last_record_states_it_and_a_wiped_store_restores_it(
             kept = _kept(records)
             for message_id, rs in records.items():
                 # Every record of an id in the partition the proxy's partitioner chose.
-                assert {r[0] for r in rs} == {partition_of(message_id.encode(), 4)}, message_id
+                assert {r[0] for r in rs} == {
+                    partition_of(message_id.encode(), INNER_PARTITIONS)
+                }, message_id
             assert set(kept) == set(ids) - {"gone"}
             assert kept["dup"][1] == b"first", "the first add wins, in the topic too"
             assert kept["null"][1] == b"" and _header(kept["null"], wire.H_NULL_VALUE) == b"1"
@@ -148,10 +182,9 @@ def test_each_ids_last_record_states_it_and_a_wiped_store_restores_it(
             assert held["gone"] is None and held["cancelled"] is not None
             node.stop()
             shutil.rmtree(settings.node.data_dir)
-            node = Node(settings)
-            node.start()
-            assert node.context is not None and node.context.rebuild is not None
-            assert node.wait_ready(60)
+            node = _started(settings)
+            if isinstance(node, Node):
+                assert node.context is not None and node.context.rebuild is not None
             # The restore read g's add and its tombstone: its delete pass forgets it again.
             try:
                 wait_until(lambda: _held(node, ids) == held, 60, "the restored store holds it")

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from chronos import wire
 from chronos.clock import FakeClock
 from chronos.group.hosted import Hosted
-from chronos.model import DelayMessage
+from chronos.kafka.publishers.stub import StubPublisher
+from chronos.metrics import CountingMetrics
+from chronos.model import DelayMessage, Expiry
+from chronos.node.delete import SPREAD
+from chronos.node.expiry import ExpiryWriter
 from chronos.runtime.member_delete import MemberDeleter
 from chronos.schedule.frontier import Wake
 from chronos.settings import DeleteSettings, StoreSettings
@@ -50,6 +55,63 @@ def test_one_pass_purges_what_each_hosted_partition_delivered(tmp_path: Path) ->
         )
         deleter.run_once()
         assert {p: _ids(h) for p, h in hosted.items()} == {p: [f"p{p}-later"] for p in hosted}
+    finally:
+        for schedule in hosted.values():
+            schedule.store.close()
+        database.close()
+
+
+class _Spreads(ExpiryWriter):
+    """An expiry writer that records each spread it is asked for."""
+
+    def __init__(self, publisher: StubPublisher) -> None:
+        super().__init__(
+            publisher=publisher,
+            inner_topic="inner",
+            partition=lambda _id: 99,  # never the right one: each partition names its own
+            delivering=lambda: True,
+            rate=10**9,
+            metrics=CountingMetrics(),
+        )
+        self.spreads: list[tuple[int, float]] = []
+
+    def spread(self, count: int, seconds: float) -> None:
+        self.spreads.append((count, seconds))
+        super().spread(count, seconds)
+
+
+def test_compact_mode_writes_tombstones_of_delivered_partitions_to_each_own_one(
+    tmp_path: Path,
+) -> None:
+    """Mutants caught: a standby's copy writing tombstones too (its deliverer writes them:
+    two per id); a tombstone to where the member's writer would put it (murmur2 of the id
+    over the wrong count, or one partition for all); the pass spread per partition over the
+    whole window (16 partitions' passes would last 16 windows)."""
+    database = RocksDatabase(tmp_path / "db", StoreSettings(wal_sync_interval_ms=60_000))
+    clock = FakeClock(T0)
+    delete = DeleteSettings(retention_s=0, interval_s=60)
+    hosted = {
+        p: Hosted.open(database, p, f"progress.p{p}", Wake(), clock, delete, restates=True)
+        for p in (1, 2, 5)
+    }
+    publisher = StubPublisher(auto=True)
+    writer = _Spreads(publisher)
+    try:
+        for partition, schedule in hosted.items():
+            _delivered_and_pending(schedule, f"p{partition}")
+        deleter = MemberDeleter(
+            lambda: {p: h.ledger for p, h in hosted.items()},
+            delete,
+            expiry=writer,
+            delivering=lambda: frozenset({1, 5}),
+        )
+        deleter.run_once()
+        assert {p: _ids(h) for p, h in hosted.items()} == {p: [f"p{p}-later"] for p in hosted}
+        sent = {
+            (r.partition, wire.decode(r.value, r.headers)) for r in publisher.published
+        }
+        assert sent == {(1, Expiry("p1-done", T0 + 1_000)), (5, Expiry("p5-done", T0 + 1_000))}
+        assert writer.spreads == [(2, 60 * SPREAD)], "one spread for the whole pass"
     finally:
         for schedule in hosted.values():
             schedule.store.close()
