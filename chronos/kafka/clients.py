@@ -37,6 +37,10 @@ MEMBERSHIP_CONSUMER: KafkaConfig = {
 }
 
 
+#: How long a ``waiting_consumer``'s fetch may be held by the broker (librdkafka's default).
+LONG_POLL_MS = 500
+
+
 class KafkaClients:
     """Builds the clients of one process (a node, the proxy, a CLI command, a pipeline task).
 
@@ -86,6 +90,29 @@ class KafkaClients:
     ) -> Consumer:
         """A consumer in ``group_id`` (joined only by ``subscribe``; ``assign`` does not)."""
         return consumer(self.consumer_config(group_id, **(overrides or {})), errors)
+
+    def waiting_consumer(
+        self,
+        group_id: str,
+        errors: ClientErrors,
+        overrides: Mapping[str, KafkaValue] | None = None,
+    ) -> Consumer:
+        """A consumer that mostly waits for rare records (a cluster member's progress logs,
+        heartbeats, readiness board, membership and ingest): its fetches may be held up to
+        ``LONG_POLL_MS``, as librdkafka's default holds them.
+
+        Why: a fetch held by the broker is answered as soon as a record arrives (Kafka's
+        fetch purgatory), so the hold costs no latency on Apache Kafka; what a short hold
+        costs is an empty fetch every 50 ms per consumer, each naming every partition it
+        reads (librdkafka sends no incremental fetch sessions). A member at rest over 64
+        inner partitions read that as work that followed its partitions (measured in
+        docs/design/cluster-v2.md). ``kafka.consumer_config`` still overrides it."""
+        return consumer(
+            self.consumer_config(
+                group_id, **{"fetch.wait.max.ms": LONG_POLL_MS, **(overrides or {})}
+            ),
+            errors,
+        )
 
     def admin(self) -> AdminClient:
         """An admin client."""

@@ -165,7 +165,7 @@ class ClusterMember:
         standbys = StandbysWorker(
             ProgressLogs(
                 names.progress_reader_group(self._node, "standbys"),
-                self._clients.consumer,
+                self._clients.waiting_consumer,
                 self._clients.errors("standbys"),
                 node_log=(names.node_log(self._cluster), node_log_partitions),
                 node_state=node_state,
@@ -224,7 +224,7 @@ class ClusterMember:
         board = ReadinessBoard(
             node_id=self._node,
             topic=names.cluster_status(self._cluster),
-            consumer=self._clients.consumer(
+            consumer=self._clients.waiting_consumer(
                 names.progress_reader_group(self._node, "cluster-status"),
                 self._clients.errors("readiness"),
                 {"enable.auto.commit": False},
@@ -349,7 +349,7 @@ class ClusterMember:
             watch=watch,
             topic=names.heartbeats(self._cluster),
             publisher=publisher,
-            open_consumer=self._clients.consumer,
+            open_consumer=self._clients.waiting_consumer,
             reader_group=names.progress_reader_group(self._node, "heartbeats"),
             errors=self._clients.errors("heartbeats"),
             interval_s=s.group.progress_interval_ms / 1000.0,
@@ -364,7 +364,7 @@ class ClusterMember:
                 "session.timeout.ms": s.group.session_timeout_ms,
                 "heartbeat.interval.ms": s.group.heartbeat_interval_ms,
             },
-            open_consumer=self._clients.consumer,
+            open_consumer=self._clients.waiting_consumer,
             errors=self._clients.errors("membership"),
             describe=GroupDescriber(self._clients.admin, group, _DESCRIBE_TIMEOUT_S),
             interval_s=s.cluster.membership_interval_ms / 1000.0,

@@ -41,7 +41,7 @@ from chronos.delivery.deadletter import DeadLetters
 from chronos.group.hosted import Hosted
 from chronos.group.standbys import StandbysWorker
 from chronos.kafka.admin import StableEnds
-from chronos.kafka.clients import KafkaClients
+from chronos.kafka.clients import LONG_POLL_MS, KafkaClients
 from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
 from chronos.node.decoder_process import DecoderProcess
@@ -49,7 +49,7 @@ from chronos.node.ingest import IngestWorker
 from chronos.node.inner_reader import BatchSource, DecodedBatch, InnerReader, ReaderSpec
 from chronos.node.watermark import IngestWatermark, WatermarkProbe
 from chronos.schedule.partition_ledgers import PartitionLedgers
-from chronos.settings import ChronosSettings
+from chronos.settings import ChronosSettings, KafkaValue
 from chronos.types import EpochMs
 
 log = structlog.get_logger(__name__)
@@ -494,9 +494,13 @@ class MemberHost(LoopWorker):
             if gated
             else None
         )
-        config = self._clients.consumer_config(
-            names.node_group(s.node.node_id), **{"auto.offset.reset": "error"}
-        )
+        # A long poll (``KafkaClients.waiting_consumer``): its fetch names every hosted
+        # partition, and a short hold made it an empty fetch every 50 ms at rest.
+        overrides: dict[str, KafkaValue] = {
+            "auto.offset.reset": "error",
+            "fetch.wait.max.ms": LONG_POLL_MS,
+        }
+        config = self._clients.consumer_config(names.node_group(s.node.node_id), **overrides)
         spec = ReaderSpec(
             config,
             names.inner,
