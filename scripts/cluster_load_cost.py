@@ -6,7 +6,9 @@ For each of ``--layouts`` (a fresh namespace each, on one broker), in one run:
 * ``alone``: a node alone over a 1-partition inner topic;
 * ``group``: a replica group of two (4 inner partitions), the p99 the clusters are held to;
 * ``node1x16``, ``node2x16``, ``node4x16``: 1, 2 and 4 members of the node shape
-  (``cluster.shape = "node"``) over 16 inner partitions, 1 standby each (none with one node).
+  (``cluster.shape = "node"``) over 16 inner partitions, 1 standby each (none with one node);
+* ``node1x1``: one member over one inner partition: the same engine, transactions included,
+  with one partition, so that ``node1x16`` against it says what the partitions themselves cost.
 
 Each runs the failover check's load (``failover_check.Load``: delays 0 to ``--delay-max`` s,
 10 % cancels, 2 % repeats, ``--reschedule`` rescheduled) at ``--rate`` requests/s: ``--warmup``
@@ -16,7 +18,8 @@ broker and of every node process with its decoder children, and counts the deliv
 drained and every delivery checked (lost, duplicates, early, cancelled delivered).
 
 Per layout: CPU (broker + nodes) per delivered message in µs, and against ``alone``'s (the
-acceptance: one node with 16 partitions at most 1.1×, the clusters at most 1.6×); the
+acceptance: one node with 16 partitions at most 1.1×, the clusters at most 1.6×) and, when
+``node1x1`` ran, against a member of one partition; the
 ``read_committed`` lateness p50/p99 over the window against the group's (at most the
 group's). The standby's share is the CPU of the nodes that deliver nothing in a 1-standby
 cluster: it is not split out (every member both owns and follows), the 1-node layout against
@@ -53,7 +56,7 @@ from chronos.quantiles import percentile
 from chronos.settings import load_settings
 from proxy.client import DelayClient
 
-LAYOUTS = ("alone", "group", "node1x16", "node2x16", "node4x16")
+LAYOUTS = ("alone", "group", "node1x1", "node1x16", "node2x16", "node4x16")
 
 #: How long a layout may take from its first start until every partition delivers.
 READY_TIMEOUT_S = 180.0
@@ -76,6 +79,9 @@ class LoadRow:
     nodes_us_per_message: float
     #: Against the node alone's (``alone``), when it ran.
     cpu_ratio_to_alone: float | None
+    #: Against one member of one partition's (``node1x1``), when it ran: what the partition
+    #: count costs apart from the transactions that every member pays.
+    cpu_ratio_to_one_partition: float | None
     lateness_p50_ms: int
     lateness_p99_ms: int
     #: p99 against the replica group's (``group``), when it ran.
@@ -246,6 +252,7 @@ def _measure(
             broker_us_per_message=round(broker_cpu / delivered * 1e6, 1),
             nodes_us_per_message=round(nodes_cpu / delivered * 1e6, 1),
             cpu_ratio_to_alone=None,
+            cpu_ratio_to_one_partition=None,
             lateness_p50_ms=percentile(lateness, 0.5),
             lateness_p99_ms=percentile(lateness, 0.99),
             p99_ratio_to_group=None,
@@ -262,9 +269,14 @@ def _measure(
 def _ratios(rows: list[LoadRow]) -> None:
     by_name = {row.layout: row for row in rows}
     alone, group = by_name.get("alone"), by_name.get("group")
+    one_partition = by_name.get("node1x1")
     for row in rows:
         if alone is not None and alone.cpu_us_per_message:
             row.cpu_ratio_to_alone = round(row.cpu_us_per_message / alone.cpu_us_per_message, 2)
+        if one_partition is not None and one_partition.cpu_us_per_message:
+            row.cpu_ratio_to_one_partition = round(
+                row.cpu_us_per_message / one_partition.cpu_us_per_message, 2
+            )
         if group is not None and group.lateness_p99_ms:
             row.p99_ratio_to_group = round(row.lateness_p99_ms / group.lateness_p99_ms, 2)
 

@@ -14,9 +14,10 @@ import pytest
 
 from chronos.cluster.migrate import migrate
 from chronos.cluster.node import ClusterNode
-from chronos.runtime.member import ClusterMember
 from chronos.errors import ConfigError
 from chronos.repeat import Repeat, RepeatKind
+from chronos.runtime.member import ClusterMember
+from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
 from tests.integration.harness import Inbox, make_settings, running_node, wait_until
 
@@ -61,6 +62,57 @@ def test_a_node_alone_migrated_into_a_cluster_delivers_nothing_twice(
             node.stop()
         with pytest.raises(ConfigError, match="progress already"):
             migrate(alone, cluster)  # a cluster that ran is not migrated into again
+    twice = sorted(i for i in delivered | pending | {"after"} if inbox.count(i) != 1)
+    assert not twice, f"not delivered exactly once: {twice[:5]}"
+    occurrences = sorted(d.occurrence for d in inbox.by_id[tick])
+    assert occurrences == [1, 2, 3]
+
+
+def test_a_partition_shape_cluster_restarted_in_the_node_shape_delivers_nothing_twice(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+) -> None:
+    """Stop all, start all: a cluster of the partition shape (a replica group per partition)
+    restarted as members of the node shape on the same data directory. Each partition's own
+    progress log keeps the old shape's cuts and repeat states; a member's first claim over a
+    partition fences the old shape's transactional id of that partition and starts from its
+    last cut, so what the old shape delivered is not delivered again (its stores are not read:
+    the member restores from the inner topic). Mutant run: a claim that ignores the old
+    shape's cuts (starting from none) delivers the "delivered" ids again."""
+    topic = f"{namespace}-target"
+
+    def settings(shape: str) -> ChronosSettings:
+        return make_settings(
+            kafka_bootstrap,
+            namespace,
+            tmp_path / "a",
+            node={"node_id": "a", "data_dir": tmp_path / "a", "ingest_threads": 1},
+            cluster={"name": "c", "shape": shape},
+        )
+
+    old = settings("partition")
+    with Inbox(old, [topic]) as inbox, DelayClient(old) as client:
+        node = ClusterNode(old)
+        node.start()
+        try:
+            delivered = {
+                client.send_delay(topic, b"x", delay=0.2, id=f"d{n}").id for n in range(20)
+            }
+            tick = client.send_delay(
+                topic, b"t", delay=0.2, id="tick", repeat=Repeat(RepeatKind.FIXED, 4000, 3)
+            ).id
+            assert inbox.wait_for(delivered | {tick}, 60)
+            pending = {client.send_delay(topic, b"p", delay=6.0, id=f"p{n}").id for n in range(20)}
+        finally:
+            assert node.stop(), "the partition shape's node did not stop cleanly"
+        member = ClusterMember(settings("node"))
+        member.start()
+        try:
+            wait_until(lambda: inbox.wait_for(pending, 1), 60, "the pending ids delivered")
+            wait_until(lambda: inbox.count(tick) == 3, 60, "the repeat's last occurrence")
+            marker = client.send_delay(topic, b"m", delay=0.2, id="after").id
+            assert inbox.wait_for({marker}, 60), "a message sent after the others"
+        finally:
+            assert member.stop(), "the member did not stop cleanly"
     twice = sorted(i for i in delivered | pending | {"after"} if inbox.count(i) != 1)
     assert not twice, f"not delivered exactly once: {twice[:5]}"
     occurrences = sorted(d.occurrence for d in inbox.by_id[tick])

@@ -107,9 +107,7 @@ def test_compact_mode_writes_tombstones_of_delivered_partitions_to_each_own_one(
         )
         deleter.run_once()
         assert {p: _ids(h) for p, h in hosted.items()} == {p: [f"p{p}-later"] for p in hosted}
-        sent = {
-            (r.partition, wire.decode(r.value, r.headers)) for r in publisher.published
-        }
+        sent = {(r.partition, wire.decode(r.value, r.headers)) for r in publisher.published}
         assert sent == {(1, Expiry("p1-done", T0 + 1_000)), (5, Expiry("p5-done", T0 + 1_000))}
         assert writer.spreads == [(2, 60 * SPREAD)], "one spread for the whole pass"
     finally:
