@@ -76,8 +76,8 @@ def test_a_partition_shape_cluster_restarted_in_the_node_shape_delivers_nothing_
     progress log keeps the old shape's cuts and repeat states; a member's first claim over a
     partition fences the old shape's transactional id of that partition and starts from its
     last cut, so what the old shape delivered is not delivered again (its stores are not read:
-    the member restores from the inner topic). Mutant run: a claim that ignores the old
-    shape's cuts (starting from none) delivers the "delivered" ids again."""
+    the member restores from the inner topic). Mutant run: a follower that skips the old
+    shape's cuts (those without a ``seq``) never lets the member deliver the pending ids."""
     topic = f"{namespace}-target"
 
     def settings(shape: str) -> ChronosSettings:
