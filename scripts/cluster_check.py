@@ -20,6 +20,10 @@ Scenarios (``--scenario``):
 * ``churn``: a fault every ``--interval`` s drawn from: kill -9 a node, SIGTERM a node, start
   a new node on an empty disk, remove a node for good, SIGSTOP a node for 10 s; the node
   count stays between 2 and ``--nodes`` + 2.
+* ``migrate`` (from ``--shape partition``, ``--release`` to start from a release): the upgrade
+  across the two shapes, stop all and start all. After ``--interval`` s of load, SIGTERM every
+  node, then start each again on its data directory as a member of the node shape run by this
+  tree. Gap: the first stop to each partition's first commit as a member.
 
 Every run reports the longest time no delivery became visible (``longest_gap_ms``), per fault
 the longest gap of the partitions it moved within 30 s (``fault_gaps_ms``; for a node started
@@ -35,6 +39,7 @@ commit in a term ``lane_first_commit``.
     python scripts/cluster_check.py --scenario leave --faults 5
     python scripts/cluster_check.py --scenario broker --faults 3 --rate 1500
     python scripts/cluster_check.py --scenario churn --nodes 4 --partitions 16 --seconds 600
+    python scripts/cluster_check.py --scenario migrate --faults 1 --release ../last-release
 
 The last line of output is the JSON summary. Exit code 0 when every check holds, 1 otherwise.
 """
@@ -48,7 +53,7 @@ import signal
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -333,6 +338,33 @@ def _fault(kind: str, cluster: Cluster, summary: ClusterSummary, turn: int) -> F
     return Fault(now_ms, sorted(lost))
 
 
+def _migrate(cluster: Cluster, summary: ClusterSummary) -> Fault:
+    """Stop every node (SIGTERM), then start each again on its data directory as a member of
+    the node shape, run by this tree; waits until each partition delivered as a member."""
+    now_ms = int(time.time() * 1000)
+    lost: dict[int, int] = {}
+    for node in cluster.nodes.values():
+        lost.update(node.delivering())
+    for node in cluster.nodes.values():  # all at once, as an operator stops a cluster
+        node.process.signal(signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while any(n.process.running() for n in cluster.nodes.values()):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the partition shape's nodes did not stop within 60 s")
+        time.sleep(0.1)
+    summary.faults.append(f"migrate {sorted(cluster.nodes)}")
+    cluster.layout = replace(cluster.layout, shape="node", release=None)
+    # The same names: the same data directories and logs (a member's events start after its
+    # ``cluster_member_started``).
+    cluster.nodes = {name: ClusterNodeProcess(name, cluster.layout) for name in cluster.nodes}
+    for node in cluster.nodes.values():
+        node.process.start()
+    moved = cluster.wait_moved(lost, now_ms)
+    summary.handover_ms += moved
+    print(f"migrated: partitions {sorted(lost)} delivering as members after {sorted(moved)} ms")
+    return Fault(now_ms, sorted(lost))
+
+
 def _worst_gap(
     gaps: dict[int, list[tuple[int, int]]], partitions: list[int], from_ms: int, to_ms: int
 ) -> int:
@@ -449,7 +481,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--scenario", choices=["kill", "leave", "broker", "churn"], default="kill")
+    parser.add_argument(
+        "--scenario", choices=["kill", "leave", "broker", "churn", "migrate"], default="kill"
+    )
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--standbys", type=int, default=1)
@@ -476,6 +510,8 @@ def main() -> int:
         "dependencies): the same check before a change",
     )
     args = parser.parse_args()
+    if args.scenario == "migrate" and args.shape != "partition":
+        parser.error("--scenario migrate starts from --shape partition")
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(1))
     with staged(args, "cluster") as stage:
         workdir, bootstrap, broker = stage.workdir, stage.bootstrap, stage.broker
@@ -520,6 +556,8 @@ def main() -> int:
                         time.sleep(args.interval)
                         if kind == "broker":
                             broker_answers.append(_broker_crash(broker, extra))
+                        elif kind == "migrate":
+                            faults.append(_migrate(cluster, extra))
                         else:
                             faults.append(_fault(kind, cluster, extra, turn))
                         turn += 1

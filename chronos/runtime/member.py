@@ -20,9 +20,11 @@ rounds do, once the others no longer count it a member), then stops.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
@@ -95,6 +97,24 @@ def _ignored(error: object, message: object) -> None:
     """A board record's outcome: the next one replaces a lost one."""
 
 
+def _note_partition_shape_stores(data_dir: Path) -> None:
+    """Say so when ``data_dir`` still holds the partition shape's stores (``p<N>``, a cluster
+    restarted in this shape: docs/clusters.md). They are not read (a member restores each
+    partition from the inner topic and starts from its last cut) and not removed: the
+    operator removes them once the members deliver, or keeps them to go back."""
+    left = sorted(
+        d.name for d in data_dir.iterdir() if d.is_dir() and re.fullmatch(r"p\d+", d.name)
+    )
+    if left:
+        log.warning(
+            "partition_shape_stores_left",
+            data_dir=str(data_dir),
+            stores=left,
+            action="not read: each partition is restored from the inner topic; remove them "
+            "once every partition delivers",
+        )
+
+
 class ClusterMember:
     """One member of ``cluster.name`` in the node shape.
 
@@ -155,6 +175,7 @@ class ClusterMember:
             raise ConfigError("a cluster member needs its group timings")
         data_dir = s.node.data_dir / "node"
         data_dir.mkdir(parents=True, exist_ok=True)
+        _note_partition_shape_stores(s.node.data_dir)
         database = RocksDatabase(data_dir, s.store, range(partitions))
         self._database = database
         wake = Wake()
