@@ -26,6 +26,33 @@ pytestmark = pytest.mark.kafka_only(
 )
 
 
+def _deliver_some_leave_some(
+    inbox: Inbox, client: DelayClient, topic: str
+) -> tuple[set[str], set[str]]:
+    """Before the move: 20 ids delivered and a repeat's first occurrence, then 20 ids due in
+    6 s (pending when the old nodes stop). Returns (delivered, pending)."""
+    delivered = {client.send_delay(topic, b"x", delay=0.2, id=f"d{n}").id for n in range(20)}
+    client.send_delay(topic, b"t", delay=0.2, id="tick", repeat=Repeat(RepeatKind.FIXED, 4000, 3))
+    assert inbox.wait_for(delivered | {"tick"}, 60)
+    pending = {client.send_delay(topic, b"p", delay=6.0, id=f"p{n}").id for n in range(20)}
+    return delivered, pending
+
+
+def _delivers_the_rest(inbox: Inbox, client: DelayClient, topic: str, pending: set[str]) -> None:
+    """After the move: the pending ids, the repeat's last occurrences and a new message."""
+    wait_until(lambda: inbox.wait_for(pending, 1), 60, "the pending ids delivered")
+    wait_until(lambda: inbox.count("tick") == 3, 60, "the repeat's last occurrence")
+    marker = client.send_delay(topic, b"m", delay=0.2, id="after").id
+    assert inbox.wait_for({marker}, 60), "a message sent after the others"
+
+
+def _each_once(inbox: Inbox, delivered: set[str], pending: set[str]) -> None:
+    twice = sorted(i for i in delivered | pending | {"after"} if inbox.count(i) != 1)
+    assert not twice, f"not delivered exactly once: {twice[:5]}"
+    occurrences = sorted(d.occurrence for d in inbox.by_id["tick"])
+    assert occurrences == [1, 2, 3]
+
+
 @pytest.mark.parametrize("shape", ["partition", "node"])
 def test_a_node_alone_migrated_into_a_cluster_delivers_nothing_twice(
     kafka_bootstrap: str, namespace: str, tmp_path: Path, shape: str
@@ -41,31 +68,18 @@ def test_a_node_alone_migrated_into_a_cluster_delivers_nothing_twice(
     topic = f"{namespace}-target"
     with Inbox(alone, [topic]) as inbox, DelayClient(alone) as client:
         with running_node(alone):
-            delivered = {
-                client.send_delay(topic, b"x", delay=0.2, id=f"d{n}").id for n in range(20)
-            }
-            tick = client.send_delay(
-                topic, b"t", delay=0.2, id="tick", repeat=Repeat(RepeatKind.FIXED, 4000, 3)
-            ).id
-            assert inbox.wait_for(delivered | {tick}, 60)
-            pending = {client.send_delay(topic, b"p", delay=6.0, id=f"p{n}").id for n in range(20)}
+            delivered, pending = _deliver_some_leave_some(inbox, client, topic)
         done = migrate(alone, cluster)
         assert done.source == "node old" and done.seek_ms is not None and done.repeats == 1
         node = ClusterNode(cluster) if shape == "partition" else ClusterMember(cluster)
         node.start()
         try:
-            wait_until(lambda: inbox.wait_for(pending, 1), 60, "the pending ids delivered")
-            wait_until(lambda: inbox.count(tick) == 3, 60, "the repeat's last occurrence")
-            marker = client.send_delay(topic, b"m", delay=0.2, id="after").id
-            assert inbox.wait_for({marker}, 60), "a message sent after the others"
+            _delivers_the_rest(inbox, client, topic, pending)
         finally:
             node.stop()
         with pytest.raises(ConfigError, match="progress already"):
             migrate(alone, cluster)  # a cluster that ran is not migrated into again
-    twice = sorted(i for i in delivered | pending | {"after"} if inbox.count(i) != 1)
-    assert not twice, f"not delivered exactly once: {twice[:5]}"
-    occurrences = sorted(d.occurrence for d in inbox.by_id[tick])
-    assert occurrences == [1, 2, 3]
+    _each_once(inbox, delivered, pending)
 
 
 def test_a_partition_shape_cluster_restarted_in_the_node_shape_delivers_nothing_twice(
@@ -94,26 +108,13 @@ def test_a_partition_shape_cluster_restarted_in_the_node_shape_delivers_nothing_
         node = ClusterNode(old)
         node.start()
         try:
-            delivered = {
-                client.send_delay(topic, b"x", delay=0.2, id=f"d{n}").id for n in range(20)
-            }
-            tick = client.send_delay(
-                topic, b"t", delay=0.2, id="tick", repeat=Repeat(RepeatKind.FIXED, 4000, 3)
-            ).id
-            assert inbox.wait_for(delivered | {tick}, 60)
-            pending = {client.send_delay(topic, b"p", delay=6.0, id=f"p{n}").id for n in range(20)}
+            delivered, pending = _deliver_some_leave_some(inbox, client, topic)
         finally:
             assert node.stop(), "the partition shape's node did not stop cleanly"
         member = ClusterMember(settings("node"))
         member.start()
         try:
-            wait_until(lambda: inbox.wait_for(pending, 1), 60, "the pending ids delivered")
-            wait_until(lambda: inbox.count(tick) == 3, 60, "the repeat's last occurrence")
-            marker = client.send_delay(topic, b"m", delay=0.2, id="after").id
-            assert inbox.wait_for({marker}, 60), "a message sent after the others"
+            _delivers_the_rest(inbox, client, topic, pending)
         finally:
             assert member.stop(), "the member did not stop cleanly"
-    twice = sorted(i for i in delivered | pending | {"after"} if inbox.count(i) != 1)
-    assert not twice, f"not delivered exactly once: {twice[:5]}"
-    occurrences = sorted(d.occurrence for d in inbox.by_id[tick])
-    assert occurrences == [1, 2, 3]
+    _each_once(inbox, delivered, pending)
