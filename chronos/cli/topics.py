@@ -120,6 +120,17 @@ def migrate_main(args: argparse.Namespace) -> int:
             "after the migration, and it is compact mode's topic settings that are applied)"
         )
         return 2
+    if settings.cluster.name is not None:
+        # A cluster's schedules are per partition (``<data_dir>/p<N>`` or the node shape's
+        # families under ``<data_dir>/node``): the store this reads would be empty, nothing
+        # would be restated, and the cleaner would then drop what the moves left.
+        print(
+            f"cluster {settings.cluster.name}: chronos topics migrate moves a node alone or a "
+            "replica group (one store); a cluster does not move to compact mode in place yet. "
+            "Start a new cluster in compact mode, or migrate a node alone or a group first "
+            "and then `chronos cluster migrate` into a cluster in compact mode"
+        )
+        return 2
     migrated = migrate_to_compact(settings, SystemClock())
     print(
         f"inner topic {topic}: read {migrated.records_read} records; restated "

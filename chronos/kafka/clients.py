@@ -102,7 +102,8 @@ class KafkaClients:
         ``LONG_POLL_MS``, as librdkafka's default holds them.
 
         Why: a fetch held by the broker is answered as soon as a record arrives (Kafka's
-        fetch purgatory), so the hold costs no latency on Apache Kafka; what a short hold
+        fetch purgatory), so the hold costs a record no latency on Apache Kafka (a partition
+        newly assigned waits up to the hold for the fetch in flight); what a short hold
         costs is an empty fetch every 50 ms per consumer, each naming every partition it
         reads (librdkafka sends no incremental fetch sessions). A member at rest over 64
         inner partitions read that as work that followed its partitions (measured in

@@ -152,7 +152,10 @@ class PartitionExpiry:
 
     A member passes over its partitions one after another, so the member spreads the whole
     pass over the writer (``spread`` here does nothing): a spread per partition over the
-    whole window would make the passes together last a window per partition.
+    whole window would make the passes together last a window per partition. And the pass
+    runs under the member's store lock (a partition is dropped under it), which the pacing
+    must not hold for most of the window: the ids are held here and sent (``send_held``) once
+    the member let go of the lock.
     """
 
     def __init__(
@@ -161,6 +164,7 @@ class PartitionExpiry:
         self._writer = writer
         self._partition = partition
         self._delivering = delivering
+        self._held: list[tuple[str, EpochMs]] = []
 
     @property
     def writing(self) -> bool:
@@ -171,7 +175,12 @@ class PartitionExpiry:
         """Nothing: the member spread its pass over every partition (``MemberDeleter``)."""
 
     def __call__(self, gone: list[tuple[str, EpochMs]]) -> None:
-        if not self.writing:
-            return
+        if self.writing:
+            self._held.extend(gone)
+
+    def send_held(self) -> int:
+        """Send the tombstones of the ids held since the last call, paced; how many."""
+        held, self._held = self._held, []
         partition = self._partition
-        self._writer.send(gone, lambda _message_id: partition)
+        self._writer.send(held, lambda _message_id: partition)
+        return len(held)

@@ -56,7 +56,7 @@ from chronos.kafka.admin import (
     unwritable_topics,
 )
 from chronos.kafka.clients import KafkaClients
-from chronos.kafka.publisher import Publisher, TransactionalPublisher
+from chronos.kafka.publisher import TransactionalPublisher
 from chronos.kafka.topic_config import check_inner_topic
 from chronos.lifecycle import Component, Fatal
 from chronos.metrics import CountingMetrics
@@ -86,6 +86,8 @@ _BOARD_INTERVAL_S = 1.0
 _BOARD_STALE_S = 3.5
 #: Fewest seconds between two ownership rounds, and the delivery loop's longest idle wait.
 _ROUND_S = 0.1
+#: How long a member's idempotent producers wait at stop for what is in flight.
+_STOP_FLUSH_S = 2.0
 #: How long a member's delivery loop must have been stuck in a pass, or failing every
 #: transaction, before its heartbeat says it owes deliveries (``due``): its peers then suspect
 #: it after ``group.suspect_after_ms`` more. Well above a slow commit or claim round, so that
@@ -179,7 +181,7 @@ class ClusterMember:
         database = RocksDatabase(data_dir, s.store, range(partitions))
         self._database = database
         wake = Wake()
-        publisher = self._clients.idempotent("member", stop_flush_s=2.0)
+        publisher = self._clients.idempotent("member", stop_flush_s=_STOP_FLUSH_S)
         dead_letters = DeadLetters(publisher, names.dead_letter, self.metrics, self._fatal.report)
         policies = Policies(s.delivery.topics)
         node_state = NodeLogState()
@@ -392,15 +394,16 @@ class ClusterMember:
             on_change=host.members_changed,
         )
         self._membership = membership
-        keepers = self._keepers(ownership, host, delivering, publisher)
+        deleting, keeping = self._keepers(ownership, host, delivering)
         self._components = [
             publisher,
             standbys,
             host,
-            *keepers,
+            *deleting,
             board,
             heartbeats,
             delivery,
+            *keeping,
             membership,
         ]
         for component in self._components:
@@ -469,15 +472,14 @@ class ClusterMember:
         return self._database.partitions() if self._database is not None else []
 
     def _keepers(
-        self,
-        ownership: OwnershipRound,
-        host: MemberHost,
-        delivering: Callable[[], frozenset[int]],
-        publisher: Publisher,
-    ) -> list[Component]:
-        """The delete worker, and what keeps every live message in Kafka while the member
-        delivers: refresh passes, or on a compacted inner topic the restater and the expiry
-        tombstones of the delete passes (``rebuild.mode``), as a node alone's (``roles.py``)."""
+        self, ownership: OwnershipRound, host: MemberHost, delivering: Callable[[], frozenset[int]]
+    ) -> tuple[list[Component], list[Component]]:
+        """The delete worker (with, in compact mode, the producer of its expiry tombstones),
+        and what keeps every live message in Kafka while the member delivers: refresh passes,
+        or on a compacted inner topic the restater and its producer (``rebuild.mode``), as a
+        node alone's (``roles.py``). The second list is started after delivery and stopped
+        before it. Restatements have a producer of their own: a burst of them (a mass
+        reschedule, a slow broker) must not fill the queue the member's heartbeats use."""
         s = self.settings
         names = s.topics.names
 
@@ -493,15 +495,18 @@ class ClusterMember:
                 clock=self._clock,
                 metrics=self.metrics,
             )
-            return [MemberDeleter(ledgers, s.delete, host.store_lock), self.refresh]
+            return [MemberDeleter(ledgers, s.delete, host.store_lock)], [self.refresh]
+        restatements = self._clients.idempotent("restater", stop_flush_s=_STOP_FLUSH_S)
         self.restater = MemberRestater(
             lanes=ownership.lanes,
-            publisher=publisher,
+            publisher=restatements,
             inner_topic=names.inner,
             clock=self._clock,
             tombstone_retention_ms=int(s.delete.tombstone_retention_s * 1000),
         )
-        tombstones = self._clients.idempotent("expiry", REFRESH_PRODUCER)
+        tombstones = self._clients.idempotent(
+            "expiry", REFRESH_PRODUCER, stop_flush_s=_STOP_FLUSH_S
+        )
         stopping = threading.Event()
         expiry = ExpiryWriter(
             publisher=tombstones,
@@ -515,7 +520,7 @@ class ClusterMember:
         deleter = MemberDeleter(
             ledgers, s.delete, host.store_lock, expiry, delivering, stop=stopping
         )
-        return [tombstones, deleter, self.restater]
+        return [tombstones, deleter], [restatements, self.restater]
 
     def _standing(self) -> frozenset[int]:
         """The partitions this member could deliver: none once it is leaving (it claims

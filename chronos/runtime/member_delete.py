@@ -53,7 +53,7 @@ class MemberDeleter(LoopWorker):
         self._settings = settings
         self._expiry = expiry
         self._delivering = delivering
-        self._passes: dict[int, tuple[Ledger, DeleteWorker]] = {}
+        self._passes: dict[int, tuple[Ledger, DeleteWorker, PartitionExpiry | None]] = {}
         self._next_pass = time.monotonic() + settings.interval_s
 
     def step(self) -> None:
@@ -63,7 +63,8 @@ class MemberDeleter(LoopWorker):
         self.run_once()
 
     def run_once(self) -> None:
-        """One pass over every hosted partition (also used by tests)."""
+        """One pass over every hosted partition (also used by tests); in compact mode the
+        tombstones of what it forgot go out after it, paced, without the store lock."""
         with self._lock:
             hosted = self._ledgers()
             # A partition dropped, or dropped and hosted again (a new schedule): its pass goes.
@@ -75,18 +76,23 @@ class MemberDeleter(LoopWorker):
             self._spread(hosted)
             for partition, ledger in sorted(hosted.items()):
                 if self.stopping:
-                    return
+                    break
                 known = self._passes.get(partition)
                 if known is None:
                     # Never started: its pass is run from this thread.
-                    known = self._passes[partition] = (ledger, self._worker(partition, ledger))
+                    known = self._passes[partition] = self._worker(ledger, partition)
                 known[1].run_once()
+            shares = [share for _, _, share in self._passes.values() if share is not None]
+        for share in shares:
+            share.send_held()
 
-    def _worker(self, partition: int, ledger: Ledger) -> DeleteWorker:
+    def _worker(
+        self, ledger: Ledger, partition: int
+    ) -> tuple[Ledger, DeleteWorker, PartitionExpiry | None]:
         if self._expiry is None:
-            return DeleteWorker(ledger, self._settings)
+            return ledger, DeleteWorker(ledger, self._settings), None
         share = PartitionExpiry(self._expiry, partition, lambda: partition in self._delivering())
-        return DeleteWorker(ledger, self._settings, share, self._stop)
+        return ledger, DeleteWorker(ledger, self._settings, share, self._stop), share
 
     def _spread(self, hosted: Mapping[int, Ledger]) -> None:
         """Compact mode: the pass about to run writes the tombstones of every delivered

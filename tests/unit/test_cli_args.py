@@ -144,3 +144,21 @@ def test_topics_migrate_refuses_to_run_outside_compact_mode(
     assert args.func(args) == 2
     assert "set rebuild.mode = compact" in capsys.readouterr().out
     assert not (tmp_path / "store").exists(), "no store opened"
+
+
+def test_topics_migrate_refuses_a_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cluster's schedules are per partition: read as one store, it would be empty, nothing
+    would be restated and the topic made compact anyway (reschedules lost to the cleaner)."""
+    from chronos.cli.main import build_parser
+
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[node]\ndata_dir = "' + str(tmp_path / "store") + '"\n'
+        '[rebuild]\nmode = "compact"\n[cluster]\nname = "c"\nshape = "node"\n'
+    )
+    args = build_parser().parse_args(["topics", "migrate", "--config", str(config)])
+    assert args.func(args) == 2
+    assert "does not move to compact mode in place" in capsys.readouterr().out
+    assert not (tmp_path / "store").exists(), "no store opened"

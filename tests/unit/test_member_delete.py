@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 from chronos import wire
 from chronos.clock import FakeClock
@@ -80,13 +82,28 @@ class _Spreads(ExpiryWriter):
         super().spread(count, seconds)
 
 
+class _LockWatch(StubPublisher):
+    """A publisher that notes whether the member's store lock was held at each record."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        super().__init__(auto=True)
+        self.lock = lock
+        self.under_lock: list[bool] = []
+
+    def publish(self, *args: Any, **kwargs: Any) -> None:
+        self.under_lock.append(self.lock.locked())
+        super().publish(*args, **kwargs)
+
+
 def test_compact_mode_writes_tombstones_of_delivered_partitions_to_each_own_one(
     tmp_path: Path,
 ) -> None:
     """Mutants caught: a standby's copy writing tombstones too (its deliverer writes them:
     two per id); a tombstone to where the member's writer would put it (murmur2 of the id
     over the wrong count, or one partition for all); the pass spread per partition over the
-    whole window (16 partitions' passes would last 16 windows)."""
+    whole window (16 partitions' passes would last 16 windows); tombstones sent, and paced,
+    while the pass holds the store lock (a drop of a partition, on the host thread, waited
+    for most of the window)."""
     database = RocksDatabase(tmp_path / "db", StoreSettings(wal_sync_interval_ms=60_000))
     clock = FakeClock(T0)
     delete = DeleteSettings(retention_s=0, interval_s=60)
@@ -94,7 +111,8 @@ def test_compact_mode_writes_tombstones_of_delivered_partitions_to_each_own_one(
         p: Hosted.open(database, p, f"progress.p{p}", Wake(), clock, delete, restates=True)
         for p in (1, 2, 5)
     }
-    publisher = StubPublisher(auto=True)
+    lock = threading.Lock()
+    publisher = _LockWatch(lock)
     writer = _Spreads(publisher)
     try:
         for partition, schedule in hosted.items():
@@ -102,6 +120,7 @@ def test_compact_mode_writes_tombstones_of_delivered_partitions_to_each_own_one(
         deleter = MemberDeleter(
             lambda: {p: h.ledger for p, h in hosted.items()},
             delete,
+            lock,
             expiry=writer,
             delivering=lambda: frozenset({1, 5}),
         )
@@ -110,6 +129,7 @@ def test_compact_mode_writes_tombstones_of_delivered_partitions_to_each_own_one(
         sent = {(r.partition, wire.decode(r.value, r.headers)) for r in publisher.published}
         assert sent == {(1, Expiry("p1-done", T0 + 1_000)), (5, Expiry("p5-done", T0 + 1_000))}
         assert writer.spreads == [(2, 60 * SPREAD)], "one spread for the whole pass"
+        assert publisher.under_lock == [False, False], "sent once the store lock was let go"
     finally:
         for schedule in hosted.values():
             schedule.store.close()
