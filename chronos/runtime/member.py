@@ -99,11 +99,12 @@ def _ignored(error: object, message: object) -> None:
     """A board record's outcome: the next one replaces a lost one."""
 
 
-def _note_partition_shape_stores(data_dir: Path) -> None:
+def _note_partition_shape_stores(data_dir: Path) -> list[str]:
     """Say so when ``data_dir`` still holds the partition shape's stores (``p<N>``, a cluster
     restarted in this shape: docs/clusters.md). They are not read (a member restores each
     partition from the inner topic and starts from its last cut) and not removed: the
-    operator removes them once the members deliver, or keeps them to go back."""
+    operator removes them once the members deliver, or keeps them to go back. Returns their
+    names."""
     left = sorted(
         d.name for d in data_dir.iterdir() if d.is_dir() and re.fullmatch(r"p\d+", d.name)
     )
@@ -115,6 +116,7 @@ def _note_partition_shape_stores(data_dir: Path) -> None:
             action="not read: each partition is restored from the inner topic; remove them "
             "once every partition delivers",
         )
+    return left
 
 
 class ClusterMember:
