@@ -178,6 +178,11 @@ class PartitionExpiry:
         if self.writing:
             self._held.extend(gone)
 
+    @property
+    def held(self) -> int:
+        """Ids held for ``send_held``."""
+        return len(self._held)
+
     def send_held(self) -> int:
         """Send the tombstones of the ids held since the last call, paced; how many."""
         held, self._held = self._held, []

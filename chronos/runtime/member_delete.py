@@ -73,7 +73,6 @@ class MemberDeleter(LoopWorker):
                 for p, known in self._passes.items()
                 if p in hosted and known[0] is hosted[p]
             }
-            self._spread(hosted)
             for partition, ledger in sorted(hosted.items()):
                 if self.stopping:
                     break
@@ -83,6 +82,10 @@ class MemberDeleter(LoopWorker):
                     known = self._passes[partition] = self._worker(ledger, partition)
                 known[1].run_once()
             shares = [share for _, _, share in self._passes.values() if share is not None]
+        if self._expiry is not None:
+            # What the pass forgot, known once it ran: spread over one window together.
+            held = sum(share.held for share in shares)
+            self._expiry.spread(held, self._settings.interval_s * SPREAD)
         for share in shares:
             share.send_held()
 
@@ -93,17 +96,3 @@ class MemberDeleter(LoopWorker):
             return ledger, DeleteWorker(ledger, self._settings), None
         share = PartitionExpiry(self._expiry, partition, lambda: partition in self._delivering())
         return ledger, DeleteWorker(ledger, self._settings, share, self._stop), share
-
-    def _spread(self, hosted: Mapping[int, Ledger]) -> None:
-        """Compact mode: the pass about to run writes the tombstones of every delivered
-        partition's forgotten ids, spread over one window together."""
-        if self._expiry is None:
-            return
-        retention_ms = int(self._settings.retention_s * 1000)
-        delivering = self._delivering()
-        due = sum(
-            ledger.deletes_due(ledger.seek_ms - retention_ms)
-            for partition, ledger in hosted.items()
-            if partition in delivering
-        )
-        self._expiry.spread(due, self._settings.interval_s * SPREAD)
