@@ -48,6 +48,7 @@ from chronos.node.decoder_process import DecoderProcess
 from chronos.node.ingest import IngestWorker
 from chronos.node.inner_reader import BatchSource, DecodedBatch, InnerReader, ReaderSpec
 from chronos.node.watermark import IngestWatermark, WatermarkProbe
+from chronos.schedule.origin import StoreOrigin
 from chronos.schedule.partition_ledgers import PartitionLedgers
 from chronos.settings import ChronosSettings, KafkaValue
 from chronos.types import EpochMs
@@ -258,7 +259,9 @@ class MemberHost(LoopWorker):
         that began past offset 0 may lack messages whose only records were removed: it is
         *incomplete*, and does not stand for the partition (its peers deliver it) until the
         holder's refresh passes publish a floor at or past where it began
-        (``_completed``), unless ``rebuild.accept_incomplete``. A schedule written before
+        (``_completed``), unless ``rebuild.accept_incomplete``; on a compacted inner topic
+        (no floor is published there) it is complete: the cleaner keeps every id's last
+        record (``StoreOrigin.missing``, the node alone's rule). A schedule written before
         began counts as read from offset 0, as the node alone's does
         (``runtime/origin.py``)."""
         hosted = self._open_hosted(partition)
@@ -279,7 +282,8 @@ class MemberHost(LoopWorker):
         if began is None:
             began = 0 if stored is not None else start
             store.write_began_offsets({partition: began})
-        if began > 0:
+        compacted = self._settings.rebuild.mode == "compact"
+        if StoreOrigin({partition: began}, compacted=compacted).missing(None):
             accepted = self._settings.rebuild.accept_incomplete
             log.error(
                 "member_store_incomplete",

@@ -16,9 +16,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewTopic
 
 from chronos import wire
+from chronos.kafka import compacted_config
+from chronos.kafka.admin import log_start_offsets
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.partitioner import partition_of
 from chronos.kafka.topic_config import read_topic_config
@@ -194,5 +199,52 @@ def test_each_ids_last_record_states_it_and_a_wiped_store_restores_it(
             client.send_delay(topic, b"a", delay=0.1, id="after")
             assert inbox.wait_for({"after"}, 60)
             assert inbox.count("gone") == 1 and inbox.count("cancelled") == 0
+    finally:
+        node.stop()
+
+
+def _compacted_past_its_head(settings: ChronosSettings) -> dict[int, int]:
+    """The inner topic as a node alone's leaves it after ``chronos topics migrate``: created
+    with retention, its head removed (``DeleteRecords`` stands in for retention), then made
+    compact. Returns where each partition now starts (past 0)."""
+    admin = KafkaClients(settings.kafka, "test").admin()
+    inner = settings.topics.names.inner
+    wanted = compacted_config.creation_config() | {"cleanup.policy": "delete"}
+    created = NewTopic(inner, INNER_PARTITIONS, 1, config=wanted)
+    for future in admin.create_topics([created]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    for partition in range(INNER_PARTITIONS):
+        producer.produce(inner, b"removed", key=b"removed", partition=partition)
+    assert producer.flush(30) == 0
+    heads = [TopicPartition(inner, p, 1) for p in range(INNER_PARTITIONS)]
+    for future in admin.delete_records(heads).values():
+        future.result(30)
+    compact = ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.TOPIC, inner, incremental_configs=[compact])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    return log_start_offsets(settings, inner, list(range(INNER_PARTITIONS)))
+
+
+@pytest.mark.parametrize("shape", ["alone", "member"])
+def test_a_store_that_began_past_the_start_of_a_compacted_topic_delivers(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path, shape: str
+) -> None:
+    """On a compacted topic every id's last record is kept, so a store that read it from where
+    it now starts holds everything: no refresh floor is published in compact mode, and a
+    member's copy that waited for one never stood for its partition (nothing delivered)."""
+    cluster = {"name": "c", "shape": "node"} if shape == "member" else {}
+    settings = make_settings(
+        kafka_bootstrap, namespace, tmp_path / "store", rebuild={"mode": "compact"}, cluster=cluster
+    )
+    starts = _compacted_past_its_head(settings)
+    assert all(start == 1 for start in starts.values()), starts
+    topic = f"{namespace}-target"
+    node = _started(settings)
+    try:
+        with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
+            sent = {client.send_delay(topic, b"v", delay=0.1, id=f"m{n}").id for n in range(8)}
+            assert inbox.wait_for(sent, 60)
     finally:
         node.stop()
