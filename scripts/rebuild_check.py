@@ -76,7 +76,7 @@ def _floor(settings_path: Path, group: bool) -> dict[int, int] | None:
         spec = GroupSpec.of(settings)
         assert spec is not None
         return group_status(spec, clients).rebuild_floor
-    from chronos.runtime.rebuild import read_published
+    from chronos.group.published import read_published
 
     cut = read_published(settings, clients).cut
     return None if cut is None or cut.floor is None else cut.floor.offsets

@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from chronos.cluster.node import ClusterNode
     from chronos.logs import configure_logging
+    from chronos.runtime.cluster_node import ClusterNode
     from chronos.runtime.member import ClusterMember
     from chronos.runtime.node import Node
 

@@ -22,11 +22,11 @@ import structlog
 from confluent_kafka import TopicPartition
 
 from chronos.errors import ConfigError
+from chronos.group.published import Published, read_published
 from chronos.group.status import watermark
 from chronos.kafka.admin import ensure_topics, partition_count, stable_ends
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.partitioner import partition_of
-from chronos.runtime.rebuild import Published, read_published
 from chronos.schedule.floor import Floor
 from chronos.schedule.progress_record import Cut, RepeatState, encode_cut, encode_repeat
 from chronos.settings import ChronosSettings

@@ -24,7 +24,7 @@ from chronos.cluster.member_status import (
     replica_states,
 )
 from chronos.cluster.placement import Placement
-from chronos.cluster.shard import shard_settings
+from chronos.cluster.shard_settings import shard_settings
 from chronos.errors import ConfigError
 from chronos.group.spec import GroupSpec
 from chronos.group.status import SILENT_AFTER_MS, GroupStatus, group_status, inner_watermarks

@@ -82,7 +82,7 @@ def ensure_topics(
     wanted.append(_policy_topic(settings))
     cluster = settings.cluster.name
     if cluster is not None:
-        # Each inner partition is a replica group of its own (cluster/shard.py); as many as
+        # Each inner partition is a replica group of its own (runtime/shard.py); as many as
         # the inner topic has, whoever created it.
         inner = existing.get(names.inner)
         count = settings.topics.inner_partitions if inner is None else len(inner.partitions)

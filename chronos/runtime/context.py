@@ -12,6 +12,7 @@ from chronos.delivery.deadletter import DeadLetters
 from chronos.delivery.policies import Policies
 from chronos.errors import ConfigError
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.group.published import Published, read_published
 from chronos.group.replica import OpenElection
 from chronos.group.spec import GroupSpec
 from chronos.kafka.admin import partition_count
@@ -23,7 +24,7 @@ from chronos.metrics import CountingMetrics
 from chronos.node.partitions import owned_partitions
 from chronos.node.watermark import IngestWatermark
 from chronos.runtime.origin import establish_origin
-from chronos.runtime.rebuild import AloneRebuild, Published, read_published
+from chronos.runtime.rebuild import AloneRebuild
 from chronos.schedule.floor import RebuildFloor
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import ALONE, Ledger, resume_frontier

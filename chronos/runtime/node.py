@@ -37,11 +37,11 @@ class Node:
         clock: time source (the system clock outside tests).
         role: a key of ``ROLES``; by default what the settings ask for (``role_of``).
         open_election: for a replica, what tells it whether to lead instead of its group's
-            election (a cluster's partitions, ``cluster/host.py``).
+            election (a cluster's partitions, ``runtime/shard_host.py``).
         ends_for: where its questions about partition ends go (a cluster node's replicas
             share them, ``kafka/shared_ends.py``); None: asked on its own.
         serves_admin: whether it serves its own admin API when ``admin.enabled`` (a cluster's
-            partition does not: its node serves one over all of them, ``cluster/view.py``).
+            partition does not: its node serves one over all of them, ``runtime/cluster_view.py``).
     """
 
     def __init__(

@@ -17,11 +17,11 @@ import pytest
 from confluent_kafka.cimpl import NewPartitions
 
 from chronos.cli.cluster import lines
-from chronos.cluster.node import ClusterNode
 from chronos.cluster.status import ClusterStatus, PartitionView, cluster_status
 from chronos.errors import ConfigError
 from chronos.kafka.admin import ensure_topics
 from chronos.kafka.clients import KafkaClients
+from chronos.runtime.cluster_node import ClusterNode
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
 from tests.integration.harness import (

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from chronos.cluster.migrate import migrate
-from chronos.cluster.node import ClusterNode
 from chronos.errors import ConfigError
 from chronos.repeat import Repeat, RepeatKind
+from chronos.runtime.cluster_node import ClusterNode
 from chronos.runtime.member import ClusterMember
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient

@@ -19,13 +19,13 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from chronos.errors import ConfigError
+from chronos.group.published import read_published
 from chronos.group.replica import Replica
 from chronos.group.spec import GroupSpec
 from chronos.group.status import group_status
 from chronos.kafka.clients import KafkaClients
 from chronos.repeat import Repeat, RepeatKind
 from chronos.runtime.node import Node
-from chronos.runtime.rebuild import read_published
 from chronos.settings import ChronosSettings
 from proxy.client import DelayClient
 from tests.integration.harness import (

@@ -6,9 +6,9 @@ import math
 import time
 from typing import Any, cast
 
-from chronos.cluster.host import ShardHost
 from chronos.cluster.placement import Placement
-from chronos.cluster.shard import Shard
+from chronos.runtime.shard import Shard
+from chronos.runtime.shard_host import ShardHost
 
 
 class FakeShard:

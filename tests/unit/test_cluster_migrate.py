@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from chronos.cluster.migrate import shares
+from chronos.group.published import Published
 from chronos.kafka.partitioner import partition_of
-from chronos.runtime.rebuild import Published
 from chronos.schedule.floor import Floor
 from chronos.schedule.progress_record import Cut, RepeatState
 

@@ -32,10 +32,10 @@ FORBIDDEN: dict[str, set[str]] = {
     "node": {"group", "runtime", "cluster", "cli", "bench", "devstack"},
     "group": {"node", "runtime", "cluster", "cli", "bench", "devstack"},
     # A cluster's parts (membership, placement, claims' rounds) know nothing of a node's
-    # components; runtime/ wires a member of the node shape from them (runtime/member.py).
-    # cluster/shard.py still builds a runtime Node per partition (the partition shape): once
-    # it goes (issue 61, step d), cluster/ never imports runtime/ either.
-    "cluster": {"node", "cli", "bench", "devstack"},
+    # components nor of how a node is wired: runtime/ wires a member of the node shape from
+    # them (runtime/member.py) and the partition shape's runtime Node per partition
+    # (runtime/shard.py, runtime/cluster_node.py).
+    "cluster": {"node", "runtime", "cli", "bench", "devstack"},
     "runtime": {"cli", "bench"},
     "schedule": {"node", "group", "runtime", "cluster", "delivery", "kafka", "cli"},
     "delivery": {"node", "group", "runtime", "cluster", "cli"},

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from chronos import wire
 from chronos.clock import FakeClock
 from chronos.group.placement import ReplicaPlacement, ReplicaStore
+from chronos.group.published import Published
 from chronos.kafka.publishers.stub import StubPublisher
 from chronos.metrics import CountingMetrics
 from chronos.model import (
@@ -37,7 +38,7 @@ from chronos.model import (
 from chronos.node.delete import DeleteWorker
 from chronos.node.expiry import ExpiryWriter
 from chronos.node.restater import Restater
-from chronos.runtime.rebuild import AloneRebuild, Published
+from chronos.runtime.rebuild import AloneRebuild
 from chronos.schedule import restatement
 from chronos.schedule.frontier import Frontier
 from chronos.schedule.ledger import ALONE, Ledger

@@ -26,8 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 import structlog
 
 from chronos.cluster.placement import Placement
-from chronos.cluster.shard import Shard
 from chronos.lifecycle import LoopWorker
+from chronos.runtime.shard import Shard
 
 log = structlog.get_logger(__name__)
 

@@ -12,11 +12,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from chronos.clock import Clock, SystemClock
-from chronos.cluster.host import ShardHost
 from chronos.cluster.membership import GroupDescriber, Membership
 from chronos.cluster.partitions import PartitionWatch, check_unchanged
 from chronos.cluster.readiness import ReadinessBoard
-from chronos.cluster.shard import Shard
 from chronos.errors import ConfigError
 from chronos.kafka.admin import ensure_topics, partition_count
 from chronos.kafka.clients import KafkaClients
@@ -24,6 +22,8 @@ from chronos.kafka.shared_ends import Ends, EndsFor, SharedEnds
 from chronos.kafka.topic_config import check_inner_topic
 from chronos.lifecycle import Component, Fatal
 from chronos.runtime.foreground import run_foreground
+from chronos.runtime.shard import Shard
+from chronos.runtime.shard_host import ShardHost
 from chronos.settings import ChronosSettings
 
 if TYPE_CHECKING:
@@ -178,8 +178,8 @@ class ClusterNode:
         from chronos.admin.server import serve_admin
         from chronos.cluster.partition_metrics import PartitionCollector
         from chronos.cluster.peers import Peers, admin_url_of
-        from chronos.cluster.view import ClusterView
         from chronos.delivery.policies import Policies
+        from chronos.runtime.cluster_view import ClusterView
 
         s = self.settings
         token = s.cluster.peer_token

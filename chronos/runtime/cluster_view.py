@@ -14,14 +14,14 @@ import threading
 from collections.abc import Callable
 
 from chronos.admin.view import Check, Gauges, Report, ScheduleReader
-from chronos.cluster.host import ShardHost
 from chronos.cluster.lookup import ClusterLookup, LocalLookup
 from chronos.cluster.partition_metrics import PartitionGauges
 from chronos.cluster.peers import Peers
-from chronos.cluster.shard import Shard
 from chronos.delivery.policies import Policies
 from chronos.metrics import MergedMetrics, MetricsReader
 from chronos.runtime.probes import NodeProbes
+from chronos.runtime.shard import Shard
+from chronos.runtime.shard_host import ShardHost
 
 ROLE = "cluster"
 

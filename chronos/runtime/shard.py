@@ -15,51 +15,16 @@ from __future__ import annotations
 import shutil
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 import structlog
 
 from chronos.clock import Clock
+from chronos.cluster.shard_settings import shard_settings
 from chronos.kafka.shared_ends import EndsFor
-from chronos.names import TopicNames
 from chronos.runtime.node import Node
 from chronos.settings import ChronosSettings
 
 log = structlog.get_logger(__name__)
-
-
-def shard_settings(settings: ChronosSettings, partition: int) -> ChronosSettings:
-    """The settings of partition ``partition``'s replica on this node."""
-    cluster = settings.cluster.name
-    if cluster is None:
-        raise ValueError("shard settings need cluster.name")
-    node = settings.node.model_copy(
-        update={
-            # The replica's name in its partition's group (announcements, client ids,
-            # handovers: ``Shard.hand_over``).
-            "node_id": f"{settings.node.node_id}.p{partition}",
-            "data_dir": shard_dir(settings.node.data_dir, partition),
-            "owned_partitions": [partition],
-        }
-    )
-    return settings.model_copy(
-        update={
-            "node": node,
-            "group": settings.group.model_copy(
-                update={"name": TopicNames.shard_group(cluster, partition)}
-            ),
-            "cluster": settings.cluster.model_copy(update={"name": None}),
-            # The cluster node created and checked the topics (and serves the admin API:
-            # ``Shard`` says so to its node, so outcomes are kept as the admin settings say).
-            "topics": settings.topics.model_copy(update={"create": False}),
-            "rebuild": settings.rebuild.model_copy(update={"check_inner_topic": False}),
-        }
-    )
-
-
-def shard_dir(data_dir: Path, partition: int) -> Path:
-    """Where a node keeps partition ``partition``'s store."""
-    return data_dir / f"p{partition}"
 
 
 class ShardElection:
