@@ -758,6 +758,29 @@ class ClusterSettings(_Section):
             "nothing to disk and back: dropping at once made each leave a restore."
         ),
     )
+    ingest_linger_ms: int = Field(
+        20,
+        ge=0,
+        le=1000,
+        description=(
+            "Node shape: while inner records flow, how long a member's ingest waits for more "
+            "after the first of a read (0: takes only what was fetched). Under load each "
+            "fetch carries a few records and every batch costs a write per partition it "
+            "touches; a lone record (at rest, a low rate) is never held."
+        ),
+    )
+    transaction_linger_ms: int = Field(
+        25,
+        ge=0,
+        le=1000,
+        description=(
+            "Node shape: while deliveries flow (the last transaction carried several "
+            "messages), a member's next transaction begins this long after the last commit "
+            "instead of group.transaction_interval_ms: fewer, larger transactions under load "
+            "(each costs the broker a commit marker per partition it touches). A lone "
+            "message is never held. 0: off."
+        ),
+    )
     fence_check_ms: int = Field(
         3_000,
         ge=100,

@@ -73,6 +73,9 @@ log = structlog.get_logger(__name__)
 _MAX_WAIT_S = 1.0
 #: How soon a loop held back by the cancel gate looks again.
 _GATE_RECHECK_S = 0.01
+#: A transaction that carried at least this many messages says deliveries flow: the next one
+#: lingers (``linger_s``). One message a transaction (a low rate) gains nothing by waiting.
+_FLOWING_JOBS = 2
 
 
 class TransactionLoop(LoopWorker):
@@ -109,6 +112,11 @@ class TransactionLoop(LoopWorker):
             then thawed) went on holding them, believing it delivered them, until a message
             fell due (a partition undelivered for 25 s in a churn run). One small transaction
             per period for the whole loop, whatever its lanes. None: never.
+        linger_s: while deliveries flow (the last transaction carried at least
+            ``_FLOWING_JOBS``), the next one begins this long after the last commit instead
+            of ``group.transaction_interval_ms``: fewer, larger transactions under load, each
+            costing the broker its commit markers and the loop its per-lane work. A lone
+            message (at rest, a low rate) is never held. 0: never (a replica group).
     """
 
     def __init__(
@@ -127,8 +135,10 @@ class TransactionLoop(LoopWorker):
         wake: Wake | None = None,
         max_idle_s: float = _MAX_WAIT_S,
         fence_check_s: float | None = None,
+        linger_s: float = 0.0,
     ) -> None:
         super().__init__("transactions")
+        self._linger_s = linger_s
         self._between = between
         self._idle_cuts = idle_cuts
         self._node_log = node_log
@@ -161,6 +171,8 @@ class TransactionLoop(LoopWorker):
         #: The last abort judged every failure (no outage): the redo need not wait.
         self._redo_at_once = False
         self._last_commit = 0.0
+        #: Messages the last committed transaction carried (``linger_s``).
+        self._last_jobs = 0
         self._failures = 0
         #: Monotonic time the last pass of the loop ended, and of the first of the failed
         #: transactions since the last commit (None: the last one committed).
@@ -333,8 +345,11 @@ class TransactionLoop(LoopWorker):
             return
         now = self._clock.now_ms()
         since = time.monotonic() - self._last_commit
-        if since < self._interval_s:
-            self._stop.wait(self._interval_s - since)
+        gap_s = self._interval_s
+        if self._last_jobs >= _FLOWING_JOBS:
+            gap_s = max(gap_s, self._linger_s)
+        if since < gap_s:
+            self._stop.wait(gap_s - since)
             return
         batches: list[LaneBatch] = []
         idle: list[_Idle] = []
@@ -530,6 +545,7 @@ class TransactionLoop(LoopWorker):
                 seek_ms=batches[0].upto,
             )
         self._last_commit = time.monotonic()
+        self._last_jobs = sum(len(batch.jobs) for batch in batches)
         for batch in batches:
             self._committed(batch)
         self._metrics.incr("transactions")

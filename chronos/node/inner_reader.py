@@ -7,6 +7,7 @@ out is plain data (strings, ints, bytes), cheap to send between processes.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -229,6 +230,11 @@ class ReaderSpec:
     #: Offsets that jump are taken as they come (a compacted topic's removed records), not
     #: read again: compact mode runs on Apache Kafka, whose gaps are real.
     trust_gaps: bool = False
+    #: While records flow (the last one came less than this long before), a read waits this
+    #: long for more after its first record, instead of taking only what was fetched: under
+    #: load each fetch carries a few records, and every batch costs a write per partition it
+    #: touches (a member's 16 schedules). 0: never (a node alone, a group). See ``read``.
+    linger_s: float = 0.0
 
 
 class InnerReader:
@@ -264,6 +270,8 @@ class InnerReader:
         #: Re-reads done and jumps taken as real (markers), for logs and tests.
         self.rereads = 0
         self.gaps_accepted = 0
+        #: When the last read that returned records ended (monotonic s).
+        self._flowed_at = -math.inf
 
     def _open_consumer(self) -> Consumer:
         return consumer(self._spec.consumer_config, ClientErrors("ingest"))
@@ -300,11 +308,23 @@ class InnerReader:
         spec = self._spec
         records = [first]
         if spec.batch_max > 1:
-            records += consumer.consume(spec.batch_max - 1, 0)
+            records += consumer.consume(spec.batch_max - 1, self._linger_s())
+            self._flowed_at = time.monotonic()
         records = self._in_sequence(consumer, records)
         if not records:
             return DecodedBatch()
         return decode_batch(records, spec.limits, spec.names, self._now_ms())
+
+    def _linger_s(self) -> float:
+        """How long this read waits for more records after its first: ``linger_s`` while
+        records flow (the read before returned records less than ``linger_s`` ago), else
+        nothing, so that a lone record (at rest, a low rate) is not held. Under a steady load
+        the next record is there as soon as the last batch is handed on, and waiting turns
+        many batches of a few records into one."""
+        linger_s = self._spec.linger_s
+        if linger_s <= 0.0 or time.monotonic() - self._flowed_at >= linger_s:
+            return 0.0
+        return linger_s
 
     def _in_sequence(self, consumer: Consumer, records: list[Message]) -> list[Message]:
         """``records`` up to any unexplained jump of offsets; a partition that jumped is read

@@ -349,6 +349,7 @@ class ClusterMember:
                 wake=wake,
                 max_idle_s=_ROUND_S,
                 fence_check_s=s.cluster.fence_check_ms / 1000.0,
+                linger_s=s.cluster.transaction_linger_ms / 1000.0,
             )
 
         delivery = MemberDelivery(

@@ -514,6 +514,7 @@ class MemberHost(LoopWorker):
             s.node.ingest_batch_max,
             s.node.ingest_poll_timeout_ms / 1000.0,
             trust_gaps=s.rebuild.mode == "compact",
+            linger_s=s.cluster.ingest_linger_ms / 1000.0,
         )
 
         def open_source() -> BatchSource:

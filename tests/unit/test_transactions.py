@@ -24,6 +24,7 @@ from chronos.group.spec import GroupSpec
 from chronos.group.transactions import TransactionLoop
 from chronos.kafka.errors import Fenced, NotAuthorized, TransactionAborted
 from chronos.kafka.publishers.stub import StubPublisher
+from chronos.lifecycle import LoopWorker
 from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage, Op
 from chronos.schedule.frontier import Frontier
@@ -742,3 +743,51 @@ def test_moves_read_ahead_wait_for_a_cut_that_covers_their_adds(tmp_path: Path) 
     assert master.delivered() == ["late"]
     assert {st.message_id for st in _states(master)} == {"m2", "m3"}
     assert master.cuts()[-1].offsets == {0: master.offset}
+
+
+class Monotonic:
+    """The transaction loop's monotonic clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_while_deliveries_flow_the_next_transaction_lingers(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mutants: ``linger_s`` ignored (the fourth message goes at once); the linger applied
+    after a transaction of one message (the second and third wait for it)."""
+    monotonic = Monotonic()
+    monkeypatch.setattr("chronos.group.transactions.time.monotonic", monotonic)
+    loop = TransactionLoop(
+        spec=master.spec,
+        publisher=master.publisher,
+        lanes=master.loop.lanes,
+        retry=RETRY,
+        clock=master.clock,
+        metrics=master.metrics,
+        linger_s=60.0,
+    )
+    # Only the stop event (not the loop's stop, which ends its publisher): every wait of the
+    # loop returns at once, and a step that waits returns without a transaction.
+    LoopWorker.stop(loop)
+    master.add("a", T0 - 10)
+    loop.step()
+    assert master.delivered() == ["a"]
+    # Each later message is placed behind the committed frontier (T0): due once it moved on.
+    master.add("b", T0 + 1)
+    master.add("c", T0 + 2)
+    master.clock.advance(10)
+    loop.step()
+    assert master.delivered() == ["a", "b", "c"], "one message carried: no linger"
+    master.add("d", T0 + 11)
+    master.clock.advance(10)
+    monotonic.now += 59.0
+    loop.step()
+    assert master.delivered() == ["a", "b", "c"], "two carried: the next waits its linger"
+    monotonic.now += 1.0
+    loop.step()
+    assert master.delivered() == ["a", "b", "c", "d"]
