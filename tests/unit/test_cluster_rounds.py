@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from chronos.cluster.placement import Placement
-from chronos.cluster.rounds import Rounds, RoundView
+from chronos.cluster.placement import Placement, rank
+from chronos.cluster.rounds import STAND_IN_AFTER_S, Rounds, RoundView
 from chronos.group.claims import Holding
 
 PARTITIONS = 16
@@ -269,3 +269,58 @@ def test_a_leaving_node_hands_over_on_its_successors_last_word() -> None:
     assert plan.releases == {p: placement.hosts[p][0] for p in mine}
     staying = replace(view, leaving=False)
     assert _rounds("a", board).plan(staying, 1.0).releases == {}
+
+
+def _orphan(members: frozenset[str]) -> tuple[int, tuple[str, ...], list[str]]:
+    """A partition b held, b suspected: its placement chain over the others (owner first)
+    and the members outside the chain in the partition's order."""
+    survivors = members - {"b"}
+    placed = Placement.of(survivors, PARTITIONS, 1)
+    partition = next(
+        p for p in range(PARTITIONS) if Placement.of(members, PARTITIONS, 1).owner(p) == "b"
+    )
+    chain = placed.hosts[partition]
+    return partition, chain, rank(survivors - set(chain), partition)
+
+
+def test_a_gone_holders_partition_whose_placed_owner_does_not_stand_is_claimed_by_a_stand_in() -> (
+    None
+):
+    """Mutants: no stand-in (the churn run's 20 s gap); one at once (no wait for the placed
+    owner's own takeover); one while the owner stands; a later node while an earlier stands."""
+    members = MEMBERS | {"d"}
+    partition, chain, others = _orphan(members)
+    owner, standby = chain
+    (outside,) = others
+    held = {partition: Holding("b")}
+    view = _view(members=members, suspects=frozenset({"b"}), holdings=held)
+    board = Board()
+    rounds = _rounds(standby, board)
+    assert rounds.plan(view, 0.0).empty, "the placed owner gets its own takeover first"
+    assert rounds.plan(view, STAND_IN_AFTER_S - 0.1).empty
+    assert rounds.plan(view, STAND_IN_AFTER_S).claims == {"b": [partition]}
+    # Outside the chain: only while no node before it in the order stands.
+    later = _rounds(outside, board)
+    later.plan(view, 0.0)
+    assert later.plan(view, STAND_IN_AFTER_S).claims == {"b": [partition]}
+    board.say(standby, [partition], 1.0)
+    assert later.plan(view, STAND_IN_AFTER_S + 1).empty
+    # The placed owner stands: it claims, nobody stands in.
+    board.say(owner, [partition], 2.0)
+    assert rounds.plan(view, STAND_IN_AFTER_S + 2).empty
+    assert _rounds(owner, board).plan(view, 0.0).claims == {"b": [partition]}
+
+
+def test_no_stand_in_for_a_live_holder_or_a_partition_nobody_held() -> None:
+    members = MEMBERS | {"d"}
+    partition, chain, _others = _orphan(members)
+    standby = chain[1]
+    for held, suspects in (
+        ({partition: Holding("b")}, frozenset[str]()),  # alive: it hands over when it goes
+        ({partition: Holding(None)}, frozenset({"b"})),  # a new cluster: its owner claims
+    ):
+        rounds = _rounds(standby)
+        view = _view(members=members, suspects=suspects, holdings=held)
+        for now in (0.0, STAND_IN_AFTER_S, 2 * STAND_IN_AFTER_S):
+            assert partition not in rounds.plan(view, now).claims.get("b", [])
+            assert partition not in rounds.plan(view, now).claims.get(None, [])
