@@ -168,7 +168,13 @@ class OwnershipRound:
         )
         plan = self._rounds.plan(view, now)
         if plan.claims or plan.handed or plan.resume:
-            log.info("round_claims", claims=plan.claims, handed=plan.handed, resume=plan.resume)
+            log.info(
+                "round_claims",
+                claims=plan.claims,
+                handed=plan.handed,
+                resume=plan.resume,
+                stand_ins=plan.stand_ins,
+            )
         for partition in plan.resume:
             if partition not in self._undecided:
                 continue  # being handed in

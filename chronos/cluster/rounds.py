@@ -113,12 +113,15 @@ class RoundPlan:
             the log says so: ``Claimant.claim_all(handed=True)``).
         resume: partitions whose undecided claim is read on.
         releases: partition -> the node it is handed to.
+        stand_ins: the partitions among ``claims`` claimed in their placed owner's place
+            (``Rounds._stands_in``), for the log.
     """
 
     claims: dict[str | None, list[int]] = field(default_factory=dict)
     handed: dict[str, list[int]] = field(default_factory=dict)
     resume: list[int] = field(default_factory=list)
     releases: dict[int, str] = field(default_factory=dict)
+    stand_ins: list[int] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -185,6 +188,7 @@ class Rounds:
             if next_owners.owner(partition) != self._node:
                 if self._stands_in(partition, holding, next_owners, view, now):
                     plan.claims.setdefault(holding.node, []).append(partition)
+                    plan.stand_ins.append(partition)
                 if partition in self._orphaned_since:
                     orphaned.add(partition)
                 continue

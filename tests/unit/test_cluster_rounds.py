@@ -298,7 +298,8 @@ def test_a_gone_holders_partition_whose_placed_owner_does_not_stand_is_claimed_b
     rounds = _rounds(standby, board)
     assert rounds.plan(view, 0.0).empty, "the placed owner gets its own takeover first"
     assert rounds.plan(view, STAND_IN_AFTER_S - 0.1).empty
-    assert rounds.plan(view, STAND_IN_AFTER_S).claims == {"b": [partition]}
+    stood_in = rounds.plan(view, STAND_IN_AFTER_S)
+    assert stood_in.claims == {"b": [partition]} and stood_in.stand_ins == [partition]
     # Outside the chain: only while no node before it in the order stands.
     later = _rounds(outside, board)
     later.plan(view, 0.0)
