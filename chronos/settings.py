@@ -777,8 +777,9 @@ class ClusterSettings(_Section):
             "Node shape: while deliveries flow (the last transaction carried several "
             "messages), a member's next transaction begins this long after the last commit "
             "instead of group.transaction_interval_ms: fewer, larger transactions under load "
-            "(each costs the broker a commit marker per partition it touches). A lone "
-            "message is never held. 0: off."
+            "(each costs the broker a commit marker per partition it touches). At rest "
+            "nothing waits; a message due right after a busy commit waits at most this "
+            "long. 0: off."
         ),
     )
     fence_check_ms: int = Field(

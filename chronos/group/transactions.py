@@ -115,8 +115,9 @@ class TransactionLoop(LoopWorker):
         linger_s: while deliveries flow (the last transaction carried at least
             ``_FLOWING_JOBS``), the next one begins this long after the last commit instead
             of ``group.transaction_interval_ms``: fewer, larger transactions under load, each
-            costing the broker its commit markers and the loop its per-lane work. A lone
-            message (at rest, a low rate) is never held. 0: never (a replica group).
+            costing the broker its commit markers and the loop its per-lane work. At rest
+            or at a low rate nothing waits; a message due within ``linger_s`` of a busy
+            commit waits at most the rest of it. 0: never (a replica group).
     """
 
     def __init__(

@@ -230,8 +230,9 @@ class ReaderSpec:
     #: Offsets that jump are taken as they come (a compacted topic's removed records), not
     #: read again: compact mode runs on Apache Kafka, whose gaps are real.
     trust_gaps: bool = False
-    #: While records flow (the last one came less than this long before), a read waits this
-    #: long for more after its first record, instead of taking only what was fetched: under
+    #: While records flow (the read before took its records less than this long before this
+    #: read's first arrived), a read waits this long for more after its first record, instead
+    #: of taking only what was fetched: under
     #: load each fetch carries a few records, and every batch costs a write per partition it
     #: touches (a member's 16 schedules). 0: never (a node alone, a group). See ``read``.
     linger_s: float = 0.0
