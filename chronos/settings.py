@@ -764,9 +764,11 @@ class ClusterSettings(_Section):
         le=1000,
         description=(
             "Node shape: while inner records flow, how long a member's ingest waits for more "
-            "after the first of a read (0: takes only what was fetched). Under load each "
-            "fetch carries a few records and every batch costs a write per partition it "
-            "touches; a lone record (at rest, a low rate) is never held."
+            "after the first of a read, and how long after a fetch that returned records "
+            "its partitions wait to be fetched again (0: neither). Under load each fetch "
+            "carries a few records, names every hosted partition and costs the broker per "
+            "partition, and every batch costs a write per partition it touches; a lone "
+            "record (at rest, a low rate) is never held."
         ),
     )
     transaction_linger_ms: int = Field(

@@ -300,12 +300,18 @@ def main() -> int:
         help="node.ingest_decoder of every node (the default: a decoder child each)",
     )
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument(
+        "--broker-pid",
+        type=int,
+        help="the process of the broker --bootstrap names, to count its CPU (a long-lived "
+        "broker past its JIT warm-up; without it only a broker this script starts is counted)",
+    )
     add_broker_options(parser)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(1))
     with staged(args, "load-cost") as stage:
         result = LoadSummary(broker=stage.broker_name, rate=args.rate, seconds=args.seconds)
-        broker_pid = stage.broker.pid if stage.broker is not None else None
+        broker_pid = stage.broker.pid if stage.broker is not None else args.broker_pid
         for layout in args.layouts:
             row, checked = _measure(
                 layout, stage.workdir / layout, stage.bootstrap, broker_pid, args

@@ -232,9 +232,9 @@ class ReaderSpec:
     trust_gaps: bool = False
     #: While records flow (the read before took its records less than this long before this
     #: read's first arrived), a read waits this long for more after its first record, instead
-    #: of taking only what was fetched: under
-    #: load each fetch carries a few records, and every batch costs a write per partition it
-    #: touches (a member's 16 schedules). 0: never (a node alone, a group). See ``read``.
+    #: of taking only what was fetched: under load each fetch carries a few records, and every
+    #: batch costs a write per partition it touches (a member's 16 schedules). 0: never (a
+    #: node alone, a group). See ``read``.
     linger_s: float = 0.0
 
 
@@ -310,7 +310,8 @@ class InnerReader:
         records = [first]
         if spec.batch_max > 1:
             records += consumer.consume(spec.batch_max - 1, self._linger_s())
-            self._flowed_at = time.monotonic()
+            if spec.linger_s:
+                self._flowed_at = time.monotonic()
         records = self._in_sequence(consumer, records)
         if not records:
             return DecodedBatch()

@@ -41,7 +41,7 @@ from chronos.delivery.deadletter import DeadLetters
 from chronos.group.hosted import Hosted
 from chronos.group.standbys import StandbysWorker
 from chronos.kafka.admin import StableEnds
-from chronos.kafka.clients import LONG_POLL_MS, KafkaClients
+from chronos.kafka.clients import LONG_POLL_MS, KafkaClients, lingering_fetch
 from chronos.lifecycle import LoopWorker
 from chronos.metrics import Metrics
 from chronos.node.decoder_process import DecoderProcess
@@ -96,6 +96,22 @@ class PartitionGate:
 
     def want(self, slot: EpochMs) -> None:
         self._host.want(slot)
+
+
+def ingest_overrides(linger_ms: int, restoring: bool) -> dict[str, KafkaValue]:
+    """The consumer settings of a member's ingest (``restoring``: a restore's).
+
+    A long poll (``KafkaClients.waiting_consumer``): its fetch names every hosted partition,
+    and a short hold made it an empty fetch every 50 ms at rest. The member's ingest fetches
+    once per ``linger_ms`` while records flow (``kafka.clients.lingering_fetch``); a restore
+    reads a backlog, and keeps fetching as soon as its queue is drained."""
+    overrides: dict[str, KafkaValue] = {
+        "auto.offset.reset": "error",
+        "fetch.wait.max.ms": LONG_POLL_MS,
+    }
+    if not restoring:
+        overrides |= lingering_fetch(linger_ms)
+    return overrides
 
 
 class MemberHost(LoopWorker):
@@ -498,12 +514,7 @@ class MemberHost(LoopWorker):
             if gated
             else None
         )
-        # A long poll (``KafkaClients.waiting_consumer``): its fetch names every hosted
-        # partition, and a short hold made it an empty fetch every 50 ms at rest.
-        overrides: dict[str, KafkaValue] = {
-            "auto.offset.reset": "error",
-            "fetch.wait.max.ms": LONG_POLL_MS,
-        }
+        overrides = ingest_overrides(s.cluster.ingest_linger_ms, restoring=not gated)
         config = self._clients.consumer_config(names.node_group(s.node.node_id), **overrides)
         spec = ReaderSpec(
             config,

@@ -1,13 +1,16 @@
 """A member's ingest waits for more records only while they flow (``ReaderSpec.linger_s``):
-under load a read gathers several fetches into one batch; a lone record is never held."""
+under load a read gathers several fetches into one batch, and a fetch carries a linger's
+records; a lone record is never held."""
 
 from __future__ import annotations
 
 import pytest
 from confluent_kafka import Consumer, Message
 
+from chronos.kafka.clients import LONG_POLL_MS
 from chronos.names import TopicNames
 from chronos.node.inner_reader import InnerReader, ReaderSpec
+from chronos.runtime.member_host import ingest_overrides
 from chronos.settings import LimitSettings
 from tests.unit.test_inner_gaps import NOW, TOPIC, FakeConsumer
 
@@ -72,3 +75,19 @@ def test_without_a_linger_a_read_never_waits(clock: Clock) -> None:
     for _ in range(3):
         assert len(reader.read(0).items) == 4
     assert consumer.waits == [0.0, 0.0, 0.0]
+
+
+def test_a_members_ingest_fetches_once_per_linger_while_records_wait() -> None:
+    """The fetch side of the linger (``kafka.clients.lingering_fetch``): librdkafka backs a
+    partition off for the linger while anything waits in the consumer's queue."""
+    overrides = ingest_overrides(20, restoring=False)
+    assert overrides["queued.min.messages"] == 1
+    assert overrides["fetch.queue.backoff.ms"] == 20
+    assert overrides["fetch.wait.max.ms"] == LONG_POLL_MS  # at rest: the long poll, as before
+
+
+def test_a_restore_and_a_zero_linger_fetch_at_once() -> None:
+    """A restore reads a backlog: it fetches again as soon as its queue is drained."""
+    for overrides in (ingest_overrides(20, restoring=True), ingest_overrides(0, restoring=False)):
+        assert "queued.min.messages" not in overrides
+        assert "fetch.queue.backoff.ms" not in overrides
