@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""What the inner topic's partition count costs the broker alone, with no chronos node.
+
+A producer configured as the proxy's (``KafkaSettings.producer``: idempotent, acks=all,
+murmur2 on a random id, linger 2 ms) writes ``--rate`` records/s of 200 bytes for
+``--seconds`` into a topic of 1 or ``--partitions`` partitions, while one consumer reads it
+(``read_committed``, fetches held up to 500 ms as a member's are), with either
+librdkafka's fetch (``plain``: a fetch is answered at the first record, and every fetch names
+every partition read) or the lingering fetch of a member's ingest
+(``kafka.clients.lingering_fetch``: a fetch per linger while records wait); ``none`` runs
+the producer alone. Prints the broker's CPU (user + system, /proc) per record written.
+
+Why: issue 61 holds one member of 16 partitions to 1.1× a node alone over one partition,
+broker included; this says how much of the difference the broker pays for the partitions
+themselves, whatever reads them. Cases run in alternated rounds after one warm-up case (a
+broker's first minute is its JIT compiling).
+
+    python scripts/inner_partitions_cost.py                        # 1 and 16, every reader
+    python scripts/inner_partitions_cost.py --readers plain linger --rounds 3
+    python scripts/inner_partitions_cost.py --bootstrap HOST:PORT --broker-pid PID
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+
+from confluent_kafka import Consumer, Producer
+
+from chronos.bench.sampler import cpu_seconds
+from chronos.devstack.check import add_broker_options, staged
+from chronos.kafka.admin import create_topic
+from chronos.kafka.clients import LONG_POLL_MS, lingering_fetch
+from chronos.settings import ChronosSettings, KafkaSettings
+
+READERS = ("none", "plain", "linger")
+_VALUE = b"x" * 200
+
+
+@dataclass
+class Case:
+    partitions: int
+    reader: str
+    records: int
+    broker_us_per_record: float
+    broker_core_share: float
+
+
+def _read(bootstrap: str, topic: str, reader: str, linger_ms: int, stop: threading.Event) -> None:
+    """Read ``topic`` until stopped, as ``reader`` fetches."""
+    extra = lingering_fetch(linger_ms) if reader == "linger" else {}
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": topic,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": LONG_POLL_MS,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **extra,
+        }
+    )
+    consumer.subscribe([topic])
+    try:
+        while not stop.is_set():
+            consumer.consume(500, 0.1)
+    finally:
+        consumer.close()
+
+
+def _produce(producer: Producer, topic: str, rate: int, seconds: float) -> int:
+    """Write ``rate`` records a second for ``seconds``; returns how many."""
+    written = 0
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        ahead = start + written / rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+        producer.produce(topic, _VALUE, key=uuid.uuid4().hex.encode())
+        producer.poll(0)
+        written += 1
+    return written
+
+
+def _case(args: argparse.Namespace, bootstrap: str, pid: int, partitions: int, reader: str) -> Case:
+    topic = f"inner-cost-{partitions}-{uuid.uuid4().hex[:8]}"
+    settings = ChronosSettings(kafka=KafkaSettings(bootstrap_servers=bootstrap))
+    create_topic(settings, topic, partitions)
+    producer = Producer(settings.kafka.producer())
+    stop = threading.Event()
+    thread = None
+    if reader != "none":
+        thread = threading.Thread(
+            target=_read, args=(bootstrap, topic, reader, args.linger_ms, stop), daemon=True
+        )
+        thread.start()
+    try:
+        _produce(producer, topic, args.rate, args.warmup)
+        before = cpu_seconds(pid)
+        written = _produce(producer, topic, args.rate, args.seconds)
+        used = cpu_seconds(pid) - before
+        producer.flush(30)
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join()
+    return Case(partitions, reader, written, used * 1e6 / written, used / args.seconds)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--partitions", type=int, default=16, help="the many-partition topic")
+    parser.add_argument("--readers", nargs="+", choices=READERS, default=list(READERS))
+    parser.add_argument("--rate", type=int, default=2000, help="records per second")
+    parser.add_argument("--seconds", type=float, default=25.0, help="the measured window")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds before it")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--linger-ms", type=int, default=20, help="the lingering fetch's")
+    parser.add_argument(
+        "--broker-pid", type=int, help="the process of the broker --bootstrap names"
+    )
+    add_broker_options(parser)
+    args = parser.parse_args()
+    with staged(args, "inner-cost", temporary=True) as stage:
+        pid = stage.broker.pid if stage.broker is not None else args.broker_pid
+        if pid is None:
+            parser.error("--bootstrap needs --broker-pid: the broker's CPU is what is measured")
+        _case(args, stage.bootstrap, pid, 1, args.readers[-1])  # the broker's JIT warm-up
+        cases: list[Case] = []
+        for _ in range(args.rounds):
+            for reader in args.readers:
+                for partitions in (1, args.partitions):
+                    case = _case(args, stage.bootstrap, pid, partitions, reader)
+                    print(json.dumps(asdict(case)), flush=True)
+                    cases.append(case)
+    for reader in args.readers:
+        for partitions in (1, args.partitions):
+            costs = [
+                c.broker_us_per_record
+                for c in cases
+                if (c.partitions, c.reader) == (partitions, reader)
+            ]
+            shown = ", ".join(f"{cost:.1f}" for cost in costs)
+            print(f"{reader:6s} {partitions:3d} partitions: broker µs per record {shown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
