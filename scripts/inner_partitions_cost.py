@@ -2,11 +2,11 @@
 """What the inner topic's partition count costs the broker alone, with no chronos node.
 
 A producer configured as the proxy's (``KafkaSettings.producer``: idempotent, acks=all,
-murmur2 on a random id, linger 2 ms) writes ``--rate`` records/s of 200 bytes for
-``--seconds`` into a topic of 1 or ``--partitions`` partitions, while one consumer reads it
-(``read_committed``, fetches held up to 500 ms as a member's are), with either
-librdkafka's fetch (``plain``: a fetch is answered at the first record, and every fetch names
-every partition read) or the lingering fetch of a member's ingest
+murmur2 on a random id, linger 2 ms, or ``--producer-linger-ms``) writes ``--rate``
+records/s of 200 bytes for ``--seconds`` into a topic of 1 or ``--partitions`` partitions,
+while one consumer reads it (``read_committed``, fetches held up to 500 ms as a member's
+are), with either librdkafka's fetch (``plain``: a fetch is answered at the first record,
+and every fetch names every partition read) or the lingering fetch of a member's ingest
 (``kafka.clients.lingering_fetch``: a fetch per linger while records wait); ``none`` runs
 the producer alone. Prints the broker's CPU (user + system, /proc) per record written.
 
@@ -91,7 +91,7 @@ def _case(args: argparse.Namespace, bootstrap: str, pid: int, partitions: int, r
     topic = f"inner-cost-{partitions}-{uuid.uuid4().hex[:8]}"
     settings = ChronosSettings(kafka=KafkaSettings(bootstrap_servers=bootstrap))
     create_topic(settings, topic, partitions)
-    producer = Producer(settings.kafka.producer())
+    producer = Producer(settings.kafka.producer(**{"linger.ms": args.producer_linger_ms}))
     stop = threading.Event()
     thread = None
     if reader != "none":
@@ -123,6 +123,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds before it")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--linger-ms", type=int, default=20, help="the lingering fetch's")
+    parser.add_argument(
+        "--producer-linger-ms", type=int, default=2, help="the producer's (the proxy's: 2)"
+    )
     parser.add_argument(
         "--broker-pid", type=int, help="the process of the broker --bootstrap names"
     )
