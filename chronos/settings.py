@@ -767,8 +767,9 @@ class ClusterSettings(_Section):
             "after the first of a read, and how long after a fetch that returned records "
             "its partitions wait to be fetched again (0: neither). Under load each fetch "
             "carries a few records, names every hosted partition and costs the broker per "
-            "partition, and every batch costs a write per partition it touches; a lone "
-            "record (at rest, a low rate) is never held."
+            "partition, and every batch costs a write per partition it touches. At rest a "
+            "record is never held; under load one waits up to about a linger for its fetch "
+            "and another for its read."
         ),
     )
     transaction_linger_ms: int = Field(

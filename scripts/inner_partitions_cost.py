@@ -12,8 +12,9 @@ the producer alone. Prints the broker's CPU (user + system, /proc) per record wr
 
 Why: issue 61 holds one member of 16 partitions to 1.1× a node alone over one partition,
 broker included; this says how much of the difference the broker pays for the partitions
-themselves, whatever reads them. Cases run in alternated rounds after one warm-up case (a
-broker's first minute is its JIT compiling).
+themselves, whatever reads them. Cases run in rounds, every other one backwards, after one
+warm-up case; a fresh broker's JIT compiles for a minute or more, so a long-lived broker
+(``--bootstrap`` with ``--broker-pid``) gives steadier figures. Exit 1 if a reader read nothing.
 
     python scripts/inner_partitions_cost.py                        # 1 and 16, every reader
     python scripts/inner_partitions_cost.py --readers plain linger --rounds 3
@@ -47,12 +48,21 @@ class Case:
     partitions: int
     reader: str
     records: int
+    #: Records the reader read (0 without one): a reader that failed reads none.
+    read: int
     broker_us_per_record: float
     broker_core_share: float
 
 
-def _read(bootstrap: str, topic: str, reader: str, linger_ms: int, stop: threading.Event) -> None:
-    """Read ``topic`` until stopped, as ``reader`` fetches."""
+def _read(
+    bootstrap: str,
+    topic: str,
+    reader: str,
+    linger_ms: int,
+    stop: threading.Event,
+    read: list[int],
+) -> None:
+    """Read ``topic`` until stopped, as ``reader`` fetches; ``read[0]`` counts the records."""
     extra = lingering_fetch(linger_ms) if reader == "linger" else {}
     consumer = Consumer(
         {
@@ -68,7 +78,7 @@ def _read(bootstrap: str, topic: str, reader: str, linger_ms: int, stop: threadi
     consumer.subscribe([topic])
     try:
         while not stop.is_set():
-            consumer.consume(500, 0.1)
+            read[0] += sum(1 for record in consumer.consume(500, 0.1) if record.error() is None)
     finally:
         consumer.close()
 
@@ -93,10 +103,11 @@ def _case(args: argparse.Namespace, bootstrap: str, pid: int, partitions: int, r
     create_topic(settings, topic, partitions)
     producer = Producer(settings.kafka.producer(**{"linger.ms": args.producer_linger_ms}))
     stop = threading.Event()
+    read = [0]
     thread = None
     if reader != "none":
         thread = threading.Thread(
-            target=_read, args=(bootstrap, topic, reader, args.linger_ms, stop), daemon=True
+            target=_read, args=(bootstrap, topic, reader, args.linger_ms, stop, read), daemon=True
         )
         thread.start()
     try:
@@ -109,7 +120,7 @@ def _case(args: argparse.Namespace, bootstrap: str, pid: int, partitions: int, r
         stop.set()
         if thread is not None:
             thread.join()
-    return Case(partitions, reader, written, used * 1e6 / written, used / args.seconds)
+    return Case(partitions, reader, written, read[0], used * 1e6 / written, used / args.seconds)
 
 
 def main() -> int:
@@ -137,12 +148,13 @@ def main() -> int:
             parser.error("--bootstrap needs --broker-pid: the broker's CPU is what is measured")
         _case(args, stage.bootstrap, pid, 1, args.readers[-1])  # the broker's JIT warm-up
         cases: list[Case] = []
-        for _ in range(args.rounds):
-            for reader in args.readers:
-                for partitions in (1, args.partitions):
-                    case = _case(args, stage.bootstrap, pid, partitions, reader)
-                    print(json.dumps(asdict(case)), flush=True)
-                    cases.append(case)
+        order = [(r, p) for r in args.readers for p in (1, args.partitions)]
+        for number in range(args.rounds):
+            # Every other round backwards: a drift of the broker favours no case.
+            for reader, partitions in order if number % 2 == 0 else order[::-1]:
+                case = _case(args, stage.bootstrap, pid, partitions, reader)
+                print(json.dumps(asdict(case)), flush=True)
+                cases.append(case)
     for reader in args.readers:
         for partitions in (1, args.partitions):
             costs = [
@@ -152,6 +164,10 @@ def main() -> int:
             ]
             shown = ", ".join(f"{cost:.1f}" for cost in costs)
             print(f"{reader:6s} {partitions:3d} partitions: broker µs per record {shown}")
+    unread = [asdict(c) for c in cases if c.reader != "none" and c.read == 0]
+    if unread:
+        print(f"readers that read nothing (their figures say nothing): {unread}")
+        return 1
     return 0
 
 

@@ -50,12 +50,14 @@ def lingering_fetch(linger_ms: int) -> KafkaConfig:
     and librdkafka sends no incremental fetch sessions, so every fetch and its answer name
     every partition read. Under load over many partitions that is hundreds of fetches a
     second, each paid per partition by the broker: reading 16 partitions at 2,000 records/s
-    cost the broker about 130 µs more per record than reading one (docs/design/cluster-v2.md).
+    cost the broker about 120 µs more per record than reading one (docs/design/cluster-v2.md).
     Here ``queued.min.messages`` 1 makes librdkafka back a partition off for
-    ``fetch.queue.backoff.ms`` while the queue (the consumer's, shared by its partitions)
-    holds anything, so a fetch carries ``linger_ms`` of records. At rest nothing is queued
-    and a fetch is answered at the first record, as before; a record arriving right after a
-    fetch waits at most ``linger_ms``. A backlog is read at a fetch per ``linger_ms`` and
+    ``fetch.queue.backoff.ms`` whenever it finds anything in the queue (the consumer's, shared
+    by its partitions, logs and errors included; librdkafka's ``rd_kafka_toppar_fetch_decide``)
+    and look again then, so a fetch carries up to ``linger_ms`` of records and, once the queue
+    is drained, goes 0 to ``linger_ms`` later. At rest nothing is queued and a fetch is
+    answered at the first record, as before; under load a record waits up to about
+    ``linger_ms`` more for its fetch. A backlog is read at a fetch per ``linger_ms`` and
     queue drained: a restore keeps librdkafka's defaults."""
     if linger_ms <= 0:
         return {}

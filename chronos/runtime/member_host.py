@@ -98,20 +98,34 @@ class PartitionGate:
         self._host.want(slot)
 
 
-def ingest_overrides(linger_ms: int, restoring: bool) -> dict[str, KafkaValue]:
-    """The consumer settings of a member's ingest (``restoring``: a restore's).
+def ingest_spec(
+    settings: ChronosSettings, clients: KafkaClients, partitions: list[int], restoring: bool
+) -> ReaderSpec:
+    """What a member's ingest over ``partitions`` reads, and how (``restoring``: a restore's).
 
     A long poll (``KafkaClients.waiting_consumer``): its fetch names every hosted partition,
     and a short hold made it an empty fetch every 50 ms at rest. The member's ingest fetches
-    once per ``linger_ms`` while records flow (``kafka.clients.lingering_fetch``); a restore
-    reads a backlog, and keeps fetching as soon as its queue is drained."""
+    once per ``cluster.ingest_linger_ms`` while records wait (``kafka.clients.lingering_fetch``);
+    a restore reads a backlog, and fetches again as soon as its queue is drained."""
+    s = settings
+    names = s.topics.names
     overrides: dict[str, KafkaValue] = {
         "auto.offset.reset": "error",
         "fetch.wait.max.ms": LONG_POLL_MS,
     }
     if not restoring:
-        overrides |= lingering_fetch(linger_ms)
-    return overrides
+        overrides |= lingering_fetch(s.cluster.ingest_linger_ms)
+    return ReaderSpec(
+        clients.consumer_config(names.node_group(s.node.node_id), **overrides),
+        names.inner,
+        partitions,
+        s.limits,
+        names,
+        s.node.ingest_batch_max,
+        s.node.ingest_poll_timeout_ms / 1000.0,
+        trust_gaps=s.rebuild.mode == "compact",
+        linger_s=s.cluster.ingest_linger_ms / 1000.0,
+    )
 
 
 class MemberHost(LoopWorker):
@@ -514,19 +528,7 @@ class MemberHost(LoopWorker):
             if gated
             else None
         )
-        overrides = ingest_overrides(s.cluster.ingest_linger_ms, restoring=not gated)
-        config = self._clients.consumer_config(names.node_group(s.node.node_id), **overrides)
-        spec = ReaderSpec(
-            config,
-            names.inner,
-            partitions,
-            s.limits,
-            names,
-            s.node.ingest_batch_max,
-            s.node.ingest_poll_timeout_ms / 1000.0,
-            trust_gaps=s.rebuild.mode == "compact",
-            linger_s=s.cluster.ingest_linger_ms / 1000.0,
-        )
+        spec = ingest_spec(s, self._clients, partitions, restoring=not gated)
 
         def open_source() -> BatchSource:
             if s.node.ingest_decoder == "process":

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Consumer, Message
 
-from chronos.kafka.clients import LONG_POLL_MS
+from chronos.kafka.clients import LONG_POLL_MS, KafkaClients
 from chronos.names import TopicNames
 from chronos.node.inner_reader import InnerReader, ReaderSpec
-from chronos.runtime.member_host import ingest_overrides
-from chronos.settings import LimitSettings
+from chronos.runtime.member_host import ingest_spec
+from chronos.settings import ChronosSettings, ClusterSettings, LimitSettings
 from tests.unit.test_inner_gaps import NOW, TOPIC, FakeConsumer
 
 LINGER_S = 0.02
@@ -77,17 +77,25 @@ def test_without_a_linger_a_read_never_waits(clock: Clock) -> None:
     assert consumer.waits == [0.0, 0.0, 0.0]
 
 
+def _member_spec(linger_ms: int, restoring: bool) -> ReaderSpec:
+    settings = ChronosSettings(cluster=ClusterSettings(ingest_linger_ms=linger_ms))
+    clients = KafkaClients(settings.kafka, "test")
+    return ingest_spec(settings, clients, [0, 1], restoring=restoring)
+
+
 def test_a_members_ingest_fetches_once_per_linger_while_records_wait() -> None:
     """The fetch side of the linger (``kafka.clients.lingering_fetch``): librdkafka backs a
     partition off for the linger while anything waits in the consumer's queue."""
-    overrides = ingest_overrides(20, restoring=False)
-    assert overrides["queued.min.messages"] == 1
-    assert overrides["fetch.queue.backoff.ms"] == 20
-    assert overrides["fetch.wait.max.ms"] == LONG_POLL_MS  # at rest: the long poll, as before
+    spec = _member_spec(20, restoring=False)
+    config = spec.consumer_config
+    assert config["queued.min.messages"] == 1
+    assert config["fetch.queue.backoff.ms"] == 20
+    assert config["fetch.wait.max.ms"] == LONG_POLL_MS  # at rest: the long poll, as before
+    assert spec.linger_s == 0.02
 
 
 def test_a_restore_and_a_zero_linger_fetch_at_once() -> None:
     """A restore reads a backlog: it fetches again as soon as its queue is drained."""
-    for overrides in (ingest_overrides(20, restoring=True), ingest_overrides(0, restoring=False)):
-        assert "queued.min.messages" not in overrides
-        assert "fetch.queue.backoff.ms" not in overrides
+    for spec in (_member_spec(20, restoring=True), _member_spec(0, restoring=False)):
+        assert "queued.min.messages" not in spec.consumer_config
+        assert "fetch.queue.backoff.ms" not in spec.consumer_config
