@@ -34,7 +34,7 @@ from chronos.model import (
     Op,
 )
 from chronos.names import TopicNames
-from chronos.settings import LimitSettings
+from chronos.settings import ChronosSettings, LimitSettings
 from chronos.store import codec
 from chronos.types import EpochMs, Headers, KafkaConfig
 
@@ -236,6 +236,29 @@ class ReaderSpec:
     #: batch costs a write per partition it touches (a member's 16 schedules). 0: never (a
     #: node alone, a group). See ``read``.
     linger_s: float = 0.0
+
+    @classmethod
+    def of_ingest(
+        cls,
+        settings: ChronosSettings,
+        consumer_config: KafkaConfig,
+        partitions: list[int],
+        linger_s: float = 0.0,
+    ) -> ReaderSpec:
+        """A node's ingest over ``partitions`` of the inner topic, as ``settings`` say (a node
+        alone's or a replica's, or a member's with its ``linger_s``)."""
+        names = settings.topics.names
+        return cls(
+            consumer_config,
+            names.inner,
+            partitions,
+            settings.limits,
+            names,
+            settings.node.ingest_batch_max,
+            settings.node.ingest_poll_timeout_ms / 1000.0,
+            trust_gaps=settings.rebuild.mode == "compact",
+            linger_s=linger_s,
+        )
 
 
 class InnerReader:

@@ -108,24 +108,14 @@ def ingest_spec(
     once per ``cluster.ingest_linger_ms`` while records wait (``kafka.clients.lingering_fetch``);
     a restore reads a backlog, and fetches again as soon as its queue is drained."""
     s = settings
-    names = s.topics.names
     overrides: dict[str, KafkaValue] = {
         "auto.offset.reset": "error",
         "fetch.wait.max.ms": LONG_POLL_MS,
     }
     if not restoring:
         overrides |= lingering_fetch(s.cluster.ingest_linger_ms)
-    return ReaderSpec(
-        clients.consumer_config(names.node_group(s.node.node_id), **overrides),
-        names.inner,
-        partitions,
-        s.limits,
-        names,
-        s.node.ingest_batch_max,
-        s.node.ingest_poll_timeout_ms / 1000.0,
-        trust_gaps=s.rebuild.mode == "compact",
-        linger_s=s.cluster.ingest_linger_ms / 1000.0,
-    )
+    config = clients.consumer_config(s.topics.names.node_group(s.node.node_id), **overrides)
+    return ReaderSpec.of_ingest(s, config, partitions, s.cluster.ingest_linger_ms / 1000.0)
 
 
 class MemberHost(LoopWorker):

@@ -71,16 +71,7 @@ def _ingest(ctx: NodeContext, owned: list[int]) -> list[IngestWorker]:
     )
     workers: list[IngestWorker] = []
     for i, partitions in enumerate(thread_shares(owned, s.node.ingest_threads)):
-        spec = ReaderSpec(
-            config,
-            names.inner,
-            partitions,
-            s.limits,
-            names,
-            s.node.ingest_batch_max,
-            s.node.ingest_poll_timeout_ms / 1000.0,
-            trust_gaps=s.rebuild.mode == "compact",
-        )
+        spec = ReaderSpec.of_ingest(s, config, partitions)
         workers.append(
             IngestWorker(
                 index=i,
