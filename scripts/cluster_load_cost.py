@@ -8,7 +8,9 @@ For each of ``--layouts`` (a fresh namespace each, on one broker), in one run:
 * ``node1x16``, ``node2x16``, ``node4x16``: 1, 2 and 4 members of the node shape
   (``cluster.shape = "node"``) over 16 inner partitions, 1 standby each (none with one node);
 * ``node1x1``: one member over one inner partition: the same engine, transactions included,
-  with one partition, so that ``node1x16`` against it says what the partitions themselves cost.
+  with one partition, so that ``node1x16`` against it says what the partitions themselves cost;
+* ``node2x16s0``: 2 members over 16 partitions with no standby, so that ``node2x16`` against
+  it says what the standby costs.
 
 Each runs the failover check's load (``failover_check.Load``: delays 0 to ``--delay-max`` s,
 10 % cancels, 2 % repeats, ``--reschedule`` rescheduled) at ``--rate`` requests/s: ``--warmup``
@@ -21,9 +23,8 @@ Per layout: CPU (broker + nodes) per delivered message in µs, and against ``alo
 acceptance: one node with 16 partitions at most 1.1×, the clusters at most 1.6×) and, when
 ``node1x1`` ran, against a member of one partition; the
 ``read_committed`` lateness p50/p99 over the window against the group's (at most the
-group's). The standby's share is the CPU of the nodes that deliver nothing in a 1-standby
-cluster: it is not split out (every member both owns and follows), the 1-node layout against
-the 2-node one says it.
+group's). The standby's share is not split out per process (every member both owns and
+follows): ``node2x16`` against ``node2x16s0`` says it.
 
     python scripts/cluster_load_cost.py                          # every layout, 2,000 req/s
     python scripts/cluster_load_cost.py --layouts alone node1x16 --rate 1000
@@ -56,7 +57,7 @@ from chronos.quantiles import percentile
 from chronos.settings import load_settings
 from proxy.client import DelayClient
 
-LAYOUTS = ("alone", "group", "node1x1", "node1x16", "node2x16", "node4x16")
+LAYOUTS = ("alone", "group", "node1x1", "node1x16", "node2x16", "node2x16s0", "node4x16")
 
 #: How long a layout may take from its first start until every partition delivers.
 READY_TIMEOUT_S = 180.0
@@ -175,15 +176,16 @@ def _start(
             processes.append(process)
             configs.append(config)
         return Processes(processes, configs[0]), replicas, partitions
-    nodes = int(layout.removeprefix("node").split("x")[0])
-    partitions = int(layout.split("x")[1])
+    shape, _, standbys = layout.partition("s")
+    nodes = int(shape.removeprefix("node").split("x")[0])
+    partitions = int(shape.split("x")[1])
     cluster = Cluster(
         Layout(
             workdir,
             bootstrap,
             namespace,
             partitions,
-            standbys=min(1, nodes - 1),
+            standbys=int(standbys) if standbys else min(1, nodes - 1),
             shape="node",
             decoder=decoder,
         )
