@@ -149,12 +149,19 @@ def main() -> int:
     )
     parser.add_argument("--settle", type=float, default=20.0, help="seconds after settling")
     parser.add_argument("--seconds", type=float, default=60.0, help="the measured window")
+    parser.add_argument(
+        "--broker-pid",
+        type=int,
+        help="the process of the broker --bootstrap names, to count its CPU (a long-lived "
+        "broker past its JIT warm-up: a broker this script starts compiles during the first "
+        "layout measured)",
+    )
     add_broker_options(parser)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(1))
     with staged(args, "cluster-cost") as stage:
         summary = RestSummary(broker=stage.broker_name, seconds=args.seconds)
-        broker_pid = stage.broker.pid if stage.broker is not None else None
+        broker_pid = stage.broker.pid if stage.broker is not None else args.broker_pid
         for partitions in args.partitions:
             layout = Layout(
                 Path(stage.workdir / f"p{partitions}"),
