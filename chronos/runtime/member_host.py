@@ -1,18 +1,21 @@
 """The partitions a cluster member hosts, and its one ingest over all of them.
 
 A member of the node shape (``docs/design/cluster-v2.md``) keeps one schedule per hosted
-partition in its one database (``group/hosted.py``) and reads every hosted partition through
+partition in its one database (``group/hosted.py``) and reads the hosted partitions through
 one ingest (``node/ingest.py`` over ``schedule/partition_ledgers.py``), with one cancel gate
 (``node/watermark.py``) over them, whose proof each lane reads for its own partition only
 (``PartitionGate``). On a change of the member list it computes the placement,
 opens the schedules of the partitions it now hosts and follows them (``group/standbys.py``).
 
-Their restore (reading the inner topic from their start) runs in an ingest of its own, beside
-the member's: restarting the member's ingest over them at once would hold every lane of the
-member back for the whole restore (a new cancel gate proves nothing before every partition it
-reads was caught up), and the member would claim nothing meanwhile, a failover included.
-Once the restore caught up, the member's ingest starts again over every hosted partition (a
-new *generation*: ingest, cancel gate and probe). The new gate carries what the old one
+A cold member's first ingest reads the partitions it owns (by the placement of now: one that
+changes what it owns before that read caught up starts it again). The others are restored
+afterwards (read from where their schedule stopped) in an ingest of their own, beside the
+member's, the partitions it owns before its standby copies: restarting the member's ingest
+over them at once would hold every lane of the member back for the whole restore (a new
+cancel gate proves nothing before every partition it reads was caught up), and the member
+would claim nothing meanwhile, a failover included. Once a restore caught up, the member's
+ingest starts again over what it read and what was restored (a new *generation*: ingest,
+cancel gate and probe). The new gate carries what the old one
 proved (it is in the store), so the lanes of the partitions read before go on; their
 deliveries past that proof and the margin wait for the new ingest's first reads or probe.
 Each partition is written by one ingest at a time.
@@ -23,7 +26,9 @@ was read to its end once.
 
 A partition no longer hosted is dropped (unfollowed, left out of a new ingest generation, its
 column families removed) once that lasted the grace, every node it is placed on stands for
-it and its log names another holder: until then this member's copy is the warm one.
+it and its log names another holder: until then this member's copy is the warm one, if an
+ingest reads it (one not read yet when the placement took it away is never restored: it
+would stand for nothing the new hosts do not).
 """
 
 from __future__ import annotations
@@ -121,9 +126,18 @@ def ingest_spec(
 def restore_next(unread: set[int], owned: frozenset[int], placed: frozenset[int]) -> list[int]:
     """What a member restores next of the hosted partitions no ingest reads (``unread``):
     those it owns first, then its standby copies (``placed`` here); none the placement no
-    longer puts here (it is dropped once its hosts stand). A restore of all at once made an
-    owned partition wait for every copy's backlog."""
+    longer puts here (``MemberHost._drop_unhosted`` drops it). A restore of all at once made
+    an owned partition wait for every copy's backlog."""
     return sorted(unread & owned or unread & placed)
+
+
+def restore_goes_on(running: list[int], wanted: list[int], owned: frozenset[int]) -> bool:
+    """Whether a running restore of ``running`` goes on when ``wanted`` is what to restore
+    next: it reads all of them, and nothing more when they are owned partitions (a copy the
+    placement gave the member to own waits for no other copy's backlog)."""
+    if set(wanted) & owned:
+        return set(wanted) == set(running)
+    return set(wanted) <= set(running)
 
 
 class MemberHost(LoopWorker):
@@ -224,6 +238,8 @@ class MemberHost(LoopWorker):
         #: and that ingest's generation.
         self.first_read: list[int] = []
         self._first_generation: _Generation | None = None
+        #: What the member owned when that read started (a change starts it again).
+        self._first_owned: frozenset[int] = frozenset()
 
     def members_changed(self, members: frozenset[str]) -> None:
         """The membership's callback: recompute at the next tick."""
@@ -428,7 +444,14 @@ class MemberHost(LoopWorker):
         for partition in partitions:
             self._unhosted_since.pop(partition, None)
             self._began.pop(partition, None)
-        self._restart_ingest(self._read_after([]))
+        generation = self._generation
+        if generation is not None and not set(partitions).isdisjoint(generation.partitions):
+            first = (
+                generation is self._first_generation and not generation.ingest.caught_up.is_set()
+            )
+            self._restart_ingest(self._read_after([]))
+            if first:
+                self._first_generation = self._generation  # still the first read
         for partition in partitions:
             self._dropping.pop(partition, None)
         self._not_standing = frozenset(self._dropping)
@@ -440,9 +463,9 @@ class MemberHost(LoopWorker):
         log.info("member_partitions_dropped", node=self._node, partitions=partitions)
 
     def _ingest_hosted(self, placement: Placement | None = None) -> None:
-        """Every hosted partition read by one ingest: the member's at the first start, then
-        restores for those it does not read yet, the partitions it owns before its standby
-        copies.
+        """The hosted partitions read: the member's ingest at the first start, then restores
+        for those it does not read yet, the partitions it owns before its standby copies
+        (none the placement no longer puts here).
 
         The first start reads the partitions this member delivers or is placed to own, and
         the others (its standby copies) only once it caught up: a cold member restores what
@@ -457,14 +480,18 @@ class MemberHost(LoopWorker):
         placement = placement or self._placement
         generation = self._generation
         if generation is None:
-            self._read_first(self._first_read(placement))
+            self._read_first(placement)
             return
         if not generation.ingest.caught_up.is_set():
             if generation is self._first_generation:
-                first = self._first_read(placement)
-                if first != generation.partitions:
-                    log.info("member_first_read_moved", before=generation.partitions, now=first)
-                    self._read_first(first)
+                owned_now = self._owned(placement) & set(self.hosted)
+                if owned_now != self._first_owned:
+                    log.info(
+                        "member_first_read_moved",
+                        before=generation.partitions,
+                        now=self._first_read(placement),
+                    )
+                    self._read_first(placement)
             return  # the rest once it caught up (``step``)
         restore = self._restore
         unread = set(self.hosted) - set(generation.partitions)
@@ -472,8 +499,8 @@ class MemberHost(LoopWorker):
         placed = owned | (placement.hosted_by(self._node) if placement else set(self.hosted))
         partitions = restore_next(unread, owned, placed)
         if restore is not None:
-            if set(partitions) <= set(restore.partitions):
-                return  # it reads them already
+            if restore_goes_on(restore.partitions, partitions, owned):
+                return
             restore.stop(self._settings.node.shutdown_timeout_s)
         elif not partitions:
             return
@@ -483,11 +510,12 @@ class MemberHost(LoopWorker):
         self.restores += 1
         log.info("member_restore_started", partitions=partitions)
 
-    def _read_first(self, partitions: list[int]) -> None:
+    def _read_first(self, placement: Placement | None) -> None:
         """The member's first ingest (started again when what it owns moved before it caught
         up: what it read so far is in the store, and is not read again)."""
-        self.first_read = partitions
-        self._restart_ingest(partitions)
+        self.first_read = self._first_read(placement)
+        self._first_owned = self._owned(placement) & set(self.hosted)
+        self._restart_ingest(self.first_read)
         self._first_generation = self._generation
 
     def _read_after(self, restored: list[int]) -> list[int]:
@@ -496,10 +524,13 @@ class MemberHost(LoopWorker):
         out: a gated ingest that reads a backlog holds every lane)."""
         generation = self._generation
         before = set(generation.partitions) if generation is not None else set()
-        return sorted((before | set(restored)) & set(self.hosted))
+        return sorted((before | set(restored)) & set(self.hosted)) or sorted(self.hosted)
 
     def _unread(self) -> bool:
-        """Whether some hosted partition is read by no ingest (deferred by the first)."""
+        """Whether some hosted partition is read by no ingest: deferred by the first read or
+        a restore of owned partitions, or taken away by the placement before it was read
+        (never restored: true until it is dropped, and ``_ingest_hosted`` then finds nothing
+        to do)."""
         generation = self._generation
         if generation is None or self._restore is not None:
             return False

@@ -19,12 +19,13 @@ from chronos.group.standbys import StandbysWorker
 from chronos.kafka.clients import KafkaClients
 from chronos.metrics import NullMetrics
 from chronos.node.ingest import IngestWorker
-from chronos.runtime.member_host import MemberHost, _Generation, restore_next
-from chronos.settings import ChronosSettings, NodeSettings
+from chronos.runtime.member_host import MemberHost, _Generation, restore_goes_on, restore_next
+from chronos.settings import ChronosSettings, ClusterSettings, NodeSettings
 from chronos.types import EpochMs
 
 PARTITIONS = 16
 NODE = "c"
+STANDBYS = 1
 
 
 class FakeIngest:
@@ -65,7 +66,10 @@ class Host(MemberHost):
 
     def __init__(self) -> None:
         super().__init__(
-            settings=ChronosSettings(node=NodeSettings(node_id=NODE)),
+            settings=ChronosSettings(
+                node=NodeSettings(node_id=NODE),
+                cluster=ClusterSettings(standby_replicas=STANDBYS),
+            ),
             partitions=PARTITIONS,
             open_hosted=lambda _p: cast(Hosted, FakeHosted()),
             standbys=cast(StandbysWorker, FakeStandbys()),
@@ -105,11 +109,11 @@ class Host(MemberHost):
 
 
 def owned(*members: str) -> list[int]:
-    return sorted(Placement.of(members, PARTITIONS, 1).owned_by(NODE))
+    return sorted(Placement.of(members, PARTITIONS, STANDBYS).owned_by(NODE))
 
 
 def hosted(*members: str) -> list[int]:
-    return sorted(Placement.of(members, PARTITIONS, 1).hosted_by(NODE))
+    return sorted(Placement.of(members, PARTITIONS, STANDBYS).hosted_by(NODE))
 
 
 def test_a_partition_placed_on_a_member_during_its_first_read_joins_that_read() -> None:
@@ -118,7 +122,8 @@ def test_a_partition_placed_on_a_member_during_its_first_read_joins_that_read() 
     (before the fix, that partition waited for the restore of every standby copy: 57 s
     against 18 s, ``scripts/scale_out_check.py --shape node``)."""
     four, three = ("a", "b", "c", "d"), ("a", "b", "c")
-    assert set(owned(*three)) - set(owned(*four)), "the leave gives c a partition to own"
+    gained = set(owned(*three)) - set(owned(*four))
+    assert gained and gained <= set(hosted(*four)), "the leave makes a copy of c's its own"
     host = Host()
     host.place(*four)
     assert host.started == [(owned(*four), True)]
@@ -126,6 +131,9 @@ def test_a_partition_placed_on_a_member_during_its_first_read_joins_that_read() 
     assert host.first_read == owned(*three)
     assert host.started[-1] == (owned(*three), True), "the first read, started again"
     assert host.ingests[0].stopped
+    host.step()
+    host.step()
+    assert len(host.started) == 2, "started again once, not at every tick"
     host.catch_up()
     assert host.started[-1] == (sorted(set(hosted(*three)) - set(owned(*three))), False)
 
@@ -161,3 +169,31 @@ def test_restore_next_takes_owned_partitions_first_and_none_unplaced() -> None:
     assert restore_next({1, 2, 3}, frozenset({2}), frozenset({1, 2})) == [2]
     assert restore_next({1, 3}, frozenset({2}), frozenset({1, 2})) == [1]
     assert restore_next({3}, frozenset({2}), frozenset({1, 2})) == []
+
+
+def test_a_copy_made_owned_during_its_restore_is_restored_alone_first() -> None:
+    """c restores its standby copies when the placement makes two of them its own: that
+    restore gives way to one of those two alone, the other copies after."""
+    two, other = ("a", "c"), ("b", "c")
+    copies = sorted(set(hosted(*two)) - set(owned(*two)))
+    made_owned = set(owned(*other)) & set(copies)
+    assert made_owned and not set(owned(*other)) - set(hosted(*two)), "only copies made owned"
+    host = Host()
+    host.place(*two)
+    host.catch_up()
+    assert host.started[-1] == (copies, False)
+    host.place(*other)
+    assert host.started[-1] == (sorted(made_owned), False), "those alone"
+    host.catch_up()
+    read = sorted(set(owned(*two)) | made_owned)
+    assert host.started[-1] == (read, True)
+    host.catch_up()
+    assert host.started[-1] == (sorted(set(hosted(*other)) - set(read)), False)
+
+
+def test_a_restore_goes_on_while_it_reads_what_comes_next_and_no_copy_holds_up_an_owner() -> None:
+    owned_ = frozenset({1, 2})
+    assert restore_goes_on([3, 4], [3], owned_), "a copy among the copies it reads"
+    assert not restore_goes_on([3, 4], [3, 5], owned_), "a copy it does not read"
+    assert restore_goes_on([1, 2], [1, 2], owned_), "the owned ones, exactly"
+    assert not restore_goes_on([1, 3], [1], owned_), "an owned one read with a copy"
