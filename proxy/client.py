@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-import uuid
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,12 +31,17 @@ from chronos.validation import (
     validate_topic,
 )
 from proxy.status import StatusSource
+from proxy.sticky_ids import StickyIds
 
 #: ``client.id`` of the client library's and the proxy's Kafka clients.
 CLIENT_ID = "chronos-client"
 
 #: How long one answer of Kafka stands for its health (``DelayClient.healthy``).
 HEALTH_TTL_MS = 1000
+#: Longest wait for the inner topic's partition count, and how often it is looked up again
+#: (after an acknowledged publish: partitions added to the inner topic).
+_PARTITIONS_TIMEOUT_S = 1.0
+_RECOUNT_S = 30.0
 
 HeaderInput = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]]
 
@@ -215,6 +220,10 @@ class DelayClient:
         #: When Kafka was last asked whether it answers, and what it said (``healthy``).
         self._health: tuple[EpochMs | None, bool] = (None, False)
         self._health_lock = threading.Lock()
+        #: The inner topic's partition count, and when it was looked up (``_count_inner``).
+        self._inner_count: int | None = None
+        self._counted_at: float | None = None
+        self._ids = StickyIds(self._inner_partitions, self._settings.proxy.sticky_ids_ms)
 
     def __enter__(self) -> DelayClient:
         return self
@@ -251,6 +260,28 @@ class DelayClient:
                 self._started = publisher
             return self._started
 
+    def new_id(self, prefix: str = "") -> str:
+        """A fresh message id, ``prefix`` in front, landing in the inner partition this client
+        sticks to for ``proxy.sticky_ids_ms`` (``proxy/sticky_ids.py``: fewer, larger batches
+        per partition for the broker)."""
+        return self._ids.new(prefix)
+
+    def _inner_partitions(self) -> int | None:
+        """The inner topic's partition count as last looked up (None: not yet), read
+        without asking Kafka: ids are made while validating, which never connects."""
+        return self._inner_count
+
+    def _count_inner(self, publisher: IdempotentPublisher) -> None:
+        """After Kafka acknowledged a publish (so it answers now): look the inner topic's
+        partition count up, at most every ``_RECOUNT_S``."""
+        now = time.monotonic()
+        if self._counted_at is not None and now - self._counted_at < _RECOUNT_S:
+            return
+        self._counted_at = now
+        count = publisher.partitions(self._names.inner, _PARTITIONS_TIMEOUT_S)
+        if count is not None:
+            self._inner_count = count
+
     def status(self, id: str) -> dict[str, Any]:
         """Where message ``id`` is: pending, delivered (partition, offset), dead_lettered,
         cancelled (and what the cancel found) or unknown, as a ready node of
@@ -280,7 +311,7 @@ class DelayClient:
             now, delay_ms=_delay_ms(request.delay), deliver_at_ms=_deliver_at_ms(request.deliver_at)
         )
         message = DelayMessage(
-            id=request.id if request.id is not None else uuid.uuid4().hex,
+            id=request.id if request.id is not None else self.new_id(),
             topic=request.topic,
             key=_bytes(request.key),
             value=_bytes(request.value),
@@ -336,6 +367,7 @@ class DelayClient:
         for one in prepared:
             self._publisher.publish(self._names.inner, *one.record, acks)
         acks.wait(self._timeout_s)
+        self._count_inner(self._publisher)
         return [Receipt(p.id, p.deliver_at_ms) for p in prepared]
 
     def cancel(self, id: str) -> CancelReceipt:

@@ -492,8 +492,7 @@ class Load:
                         self._topic,
                         rng.randbytes(32),
                         delay=rng.uniform(*self.delay_s),
-                        id=uuid.uuid4().hex,
-                        repeat=repeat,
+                        repeat=repeat,  # the id the client makes up, as a proxy's users get
                     )
                 )
             try:
@@ -506,9 +505,9 @@ class Load:
                 times = request.repeat.times if request.repeat else 1
                 self.expected[receipt.id] = Expected(receipt.deliver_at_ms, times, request.repeat)
             ahead = [
-                r.id
-                for r in requests
-                if r.id and r.repeat is None and self.expected[r.id].due_ms - now_ms >= 1500
+                receipt.id
+                for request, receipt in zip(requests, receipts, strict=True)
+                if request.repeat is None and receipt.deliver_at_ms - now_ms >= 1500
             ]
             # A tenth of the requests, drawn one by one: a tick of fewer than 5 requests (a
             # sender's share below 400 requests/s) rounded a tenth of it down to none.

@@ -367,7 +367,7 @@ def create_app(
         hand_over = proxy.inline_cpu_ms if proxy.body_workers else None
         within = cpu_budget(proxy.request_cpu_ms, hand_over)
         requests = schedule_requests(messages, settings, batch)
-        in_id_space(requests, tenant(request), settings, batch)
+        in_id_space(requests, tenant(request), settings, batch, client.new_id)
         return client.prepare(requests, within)
 
     def send(

@@ -159,12 +159,17 @@ def schedule_requests(
 
 
 def in_id_space(
-    requests: Sequence[DelayRequest], tenant: str | None, settings: ChronosSettings, batch: bool
+    requests: Sequence[DelayRequest],
+    tenant: str | None,
+    settings: ChronosSettings,
+    batch: bool,
+    new_id: Callable[[str], str],
 ) -> None:
-    """Give each request its id on the wire, in ``tenant``'s id space (proxy/http/tenancy.py)."""
+    """Give each request its id on the wire, in ``tenant``'s id space (proxy/http/tenancy.py);
+    a request without one gets ``new_id``'s (``DelayClient.new_id``)."""
     for index, one in enumerate(requests):
         name = f"messages[{index}].id" if batch else "id"
-        one.id = to_wire(tenant, one.id, settings.limits.max_id_bytes, name)
+        one.id = to_wire(tenant, one.id, settings.limits.max_id_bytes, name, new_id)
 
 
 class BodyReader:
@@ -219,7 +224,7 @@ class BodyReader:
     ) -> list[Prepared]:
         within = cpu_budget(self._settings.proxy.request_cpu_ms)
         requests = schedule_requests(messages, self._settings, batch)
-        in_id_space(requests, tenant, self._settings, batch)
+        in_id_space(requests, tenant, self._settings, batch, self._client.new_id)
         return self._client.prepare(requests, within)
 
     def publish(self) -> tuple[Any, ...]:

@@ -23,6 +23,7 @@ carry the id they gave.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 from chronos.errors import ValidationError
 from chronos.web.tokens import Token
@@ -37,13 +38,24 @@ def tenant_of(token: Token | None, scope_ids: bool) -> str | None:
     return token.tenant
 
 
-def to_wire(tenant: str | None, message_id: str | None, max_id_bytes: int, field: str) -> str:
-    """The id on the wire for ``message_id`` (a fresh one for None); 422 naming ``field``
-    when the prefix leaves the id no room."""
-    given = message_id if message_id is not None else uuid.uuid4().hex
+def _random_id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex
+
+
+def to_wire(
+    tenant: str | None,
+    message_id: str | None,
+    max_id_bytes: int,
+    field: str,
+    new_id: Callable[[str], str] = _random_id,
+) -> str:
+    """The id on the wire for ``message_id``, or a fresh one from ``new_id`` (given the
+    tenant's prefix: ``DelayClient.new_id``) for None; 422 naming ``field`` when the prefix
+    leaves the id no room."""
+    prefix = "" if tenant is None else f"{tenant}{SEPARATOR}"
+    wire = prefix + message_id if message_id is not None else new_id(prefix)
     if tenant is None:
-        return given
-    wire = f"{tenant}{SEPARATOR}{given}"
+        return wire
     if len(wire.encode()) > max_id_bytes:
         room = max_id_bytes - len(tenant) - len(SEPARATOR)
         limit = f"longer than {room} bytes"

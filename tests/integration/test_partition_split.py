@@ -27,6 +27,9 @@ def test_two_nodes_splitting_the_partitions_deliver_everything_once(
             namespace,
             tmp_path / f"store-{i}",
             node={"node_id": f"n{i}", "owned_partitions": owned, "ingest_threads": 1},
+            # Random ids, so that one batch reaches both halves (a made-up id sticks to one
+            # partition for proxy.sticky_ids_ms: a batch sent within it would reach one).
+            proxy={"sticky_ids_ms": 0},
         )
         for i, owned in enumerate(halves)
     ]
@@ -76,7 +79,10 @@ def test_a_node_owning_a_partition_the_topic_lacks_does_not_start(
 def test_a_store_filled_from_more_partitions_than_the_node_owns_is_refused(
     kafka_bootstrap: str, namespace: str, tmp_path: Path
 ) -> None:
-    whole = make_settings(kafka_bootstrap, namespace, tmp_path / "store")
+    # Random ids (proxy.sticky_ids_ms 0): one batch of made-up ids would stick to one partition.
+    whole = make_settings(
+        kafka_bootstrap, namespace, tmp_path / "store", proxy={"sticky_ids_ms": 0}
+    )
     topic = f"{namespace}-moved"
     with running_node(whole) as node, DelayClient(whole) as client:
         # Ids spread over the 4 partitions; far in the future, so they stay pending.

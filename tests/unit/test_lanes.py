@@ -29,6 +29,7 @@ from chronos.kafka.publishers.stub import StubPublisher
 from chronos.metrics import CountingMetrics
 from chronos.model import DelayMessage, Op
 from chronos.repeat import Repeat, RepeatKind
+from chronos.schedule.cancel_gate import CancelGate
 from chronos.schedule.frontier import Frontier, Wake
 from chronos.schedule.ledger import Ledger
 from chronos.schedule.progress_record import Cut, RepeatState, decode, decode_node_cut
@@ -94,8 +95,9 @@ class Node:
         records = self.publisher.visible_on(NODE_LOG.topic)
         return [(r.partition, *decode_node_cut(r.key, r.value)) for r in records]
 
-    def lane(self, partition: int, term: int) -> Partition:
-        """A partition's schedule and a lane over it, leading from ``T0 - 1000``."""
+    def lane(self, partition: int, term: int, gate: CancelGate | None = None) -> Partition:
+        """A partition's schedule and a lane over it, leading from ``T0 - 1000``, held by
+        ``gate`` (None: none)."""
         store = RocksStore.of_partition(self.database, partition)
         frontier = Frontier(0, self.wake)
         placement = ReplicaPlacement()
@@ -114,6 +116,7 @@ class Node:
             policy=DeadLetterPolicy(RETRY, lambda t: publisher.topic_exists(t, 1.0)),
             clock=self.clock,
             partition=partition,
+            cancel_gate=gate,
         )
         made = Partition(partition, store, ledger, lane, fenced)
         self.partitions[partition] = made
@@ -769,3 +772,42 @@ def test_a_loop_says_how_long_it_could_not_deliver(tmp_path: Path) -> None:
     before = time.monotonic()
     wait_until(redone, 10, "the redo commits")
     assert node.loop.stalled_s() <= time.monotonic() - before, "reset by the commit"
+
+
+@dataclass
+class _HeldGate:
+    """A cancel gate proven up to ``proven`` only; records the slots wanted of it."""
+
+    proven: int
+    margin: int = 250
+    wanted: list[int] = field(default_factory=list)
+
+    def horizon(self, now_ms: int) -> int:
+        return min(now_ms, self.proven + self.margin)
+
+    def want(self, slot: int) -> None:
+        self.wanted.append(slot)
+
+
+def test_a_lane_held_by_its_gate_asks_for_its_next_slot_while_other_lanes_deliver(
+    node: Node,
+) -> None:
+    """A quiet partition's gate is proven by probes only, and probes follow what lanes want:
+    a lane held while another lane delivers must still want its next slot, or it waits for
+    its partition's next record (p99 565 ms with ids that stick to one partition). Mutant
+    caught: wants asked only when every lane is idle (the release before this)."""
+    gate = _HeldGate(proven=T0 - 1000)
+    held = node.lane(3, 5, gate)
+    node.loop.add_lane(held.lane)
+    node.loop.step()  # the new lane's first cut
+    held.add("held", T0 - 100)  # due, past the gate's horizon (T0 - 750)
+    node.partitions[1].add("a", T0 - 10)
+    node.clock.advance(1)
+    gate.wanted.clear()
+    node.loop.step()  # lane 1 delivers; lane 3 is idle, held
+    assert node.delivered() == ["a"]
+    assert T0 - 100 in gate.wanted
+    gate.proven = T0  # the probe it asked for came back
+    node.clock.advance(1)
+    node.loop.step()
+    assert node.delivered() == ["a", "held"]

@@ -171,6 +171,17 @@ class IdempotentPublisher:
         does not answer)."""
         return lists_topic(self._producer.list_topics(topic, timeout=timeout_s), topic)
 
+    def partitions(self, topic: str, timeout_s: float) -> int | None:
+        """How many partitions ``topic`` has by the broker's metadata; None when it does not
+        answer within ``timeout_s`` or has no such topic."""
+        try:
+            metadata = self._producer.list_topics(topic, timeout=timeout_s)
+        except KafkaException:
+            return None
+        if not lists_topic(metadata, topic):
+            return None
+        return len(metadata.topics[topic].partitions)
+
     def ping(self, timeout_s: float) -> bool:
         """True when the cluster answered a metadata request within ``timeout_s`` and this
         producer can deliver (not waiting to be replaced, not failed for good)."""
