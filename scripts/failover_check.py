@@ -100,7 +100,7 @@ from chronos.kafka.admin import create_topic
 from chronos.quantiles import percentile
 from chronos.repeat import CatchUp, Repeat, RepeatKind
 from chronos.settings import load_settings
-from proxy.client import DelayClient, DelayRequest
+from proxy.client import DelayClient, DelayRequest, Receipt
 
 GROUP = "g"
 #: The margin a reschedule must be acknowledged by before its first due time to be applied
@@ -523,7 +523,7 @@ class Load:
                     expected.cancel_late = acknowledged_ms >= expected.due_ms
             except Exception as exc:
                 self.errors.append(f"cancel: {exc}")
-            self._reschedule(requests, set(chosen), now_ms, rng)
+            self._reschedule(requests, receipts, set(chosen), now_ms, rng)
             next_at += tick
             pause = next_at - time.monotonic()
             if pause > 0:
@@ -532,23 +532,29 @@ class Load:
                 next_at = time.monotonic()
 
     def _reschedule(
-        self, requests: list[DelayRequest], cancelled: set[str], now_ms: int, rng: random.Random
+        self,
+        requests: list[DelayRequest],
+        receipts: list[Receipt],
+        cancelled: set[str],
+        now_ms: int,
+        rng: random.Random,
     ) -> None:
         """Move ``reschedule_share`` of the one-shots still 1.5 s or more ahead to a new time
         up to ``reschedule_max_s`` ahead, sooner or later: the longer ones meet more faults
-        between the reschedule and their due time (issue 59)."""
-        for request in requests:
-            message_id = request.id
-            if message_id is None or message_id in cancelled or request.repeat is not None:
+        between the reschedule and their due time (issue 59). By the receipts' ids: the
+        requests carry none (the client makes them up)."""
+        for request, receipt in zip(requests, receipts, strict=True):
+            message_id = receipt.id
+            if message_id in cancelled or request.repeat is not None:
                 continue
             expected = self.expected[message_id]
             if expected.due_ms - now_ms < 1500 or rng.random() >= self._reschedule_share:
                 continue
             try:
                 delay = rng.uniform(self.delay_s[0], self._reschedule_max_s)
-                receipt = self._client.reschedule(message_id, delay=delay)
+                moved = self._client.reschedule(message_id, delay=delay)
                 acknowledged_ms = int(time.time() * 1000)
-                expected.rescheduled_to = receipt.deliver_at_ms
+                expected.rescheduled_to = moved.deliver_at_ms
                 margin = expected.due_ms - acknowledged_ms
                 strict = self._strict_reschedules and margin >= RESCHEDULE_MARGIN_MS
                 expected.reschedule_strict = strict
