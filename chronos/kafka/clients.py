@@ -37,8 +37,10 @@ MEMBERSHIP_CONSUMER: KafkaConfig = {
 }
 
 
-#: Longest wait of ``KafkaClients.admin`` for a new client's first answer.
-ADMIN_METADATA_WAIT_S = 2.0
+#: Longest wait of ``KafkaClients.admin`` for a new client's first answer: a broker answers
+#: DescribeCluster in 3-4 ms here; while it is away, every new admin client stalls its
+#: caller this long (a member's claim round, a new owner's cancel gate), so no longer.
+ADMIN_METADATA_WAIT_S = 0.5
 
 #: How long a ``waiting_consumer``'s fetch may be held by the broker (librdkafka's default).
 LONG_POLL_MS = 500
