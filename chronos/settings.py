@@ -772,8 +772,20 @@ class ClusterSettings(_Section):
             "and another for its read."
         ),
     )
+    progress_linger_ms: int = Field(
+        100,
+        ge=0,
+        le=1000,
+        description=(
+            "Node shape: while progress flows, how long after a fetch that returned records a "
+            "member's reader of the progress logs (its standby copies' and every member's "
+            "node log) fetches again (0: at once). Each committed transaction of any member "
+            "answers that fetch: under load one fetch per commit, on every member. A standby "
+            "copy and the claims then trail the owner's commits by up to this long."
+        ),
+    )
     transaction_linger_ms: int = Field(
-        25,
+        50,
         ge=0,
         le=1000,
         description=(

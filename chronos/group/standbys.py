@@ -42,6 +42,7 @@ from chronos.group.claims import Holding, Ownership
 from chronos.group.follower import READER_OPTIONS, Follower, decoded
 from chronos.group.node_log import NodeLogState
 from chronos.kafka.batches import read_ready
+from chronos.kafka.clients import lingering_fetch
 from chronos.kafka.librdkafka import ClientErrors
 from chronos.kafka.start import FROM_START
 from chronos.lifecycle import LoopWorker
@@ -106,6 +107,10 @@ class ProgressLogs:
         node_log: the cluster's node-log topic and its partition count; None: none read.
         node_state: where what it reads of the node log is kept for the claims
             (``node_log.NodeLogCuts``); a new one by default.
+        linger_ms: once a fetch returned records, the logs are fetched again this long
+            later (``kafka.clients.lingering_fetch``; 0: at once). Every member reads every
+            member's node log, and each committed transaction answers its fetch: under load
+            one fetch per commit of any member, each read and routed here.
     """
 
     def __init__(
@@ -115,9 +120,12 @@ class ProgressLogs:
         errors: ClientErrors,
         node_log: tuple[str, int] | None = None,
         node_state: NodeLogState | None = None,
+        linger_ms: int = 0,
     ) -> None:
         self._errors = errors
-        self._consumer = open_consumer(reader_group, errors, READER_OPTIONS)
+        self._consumer = open_consumer(
+            reader_group, errors, {**READER_OPTIONS, **lingering_fetch(linger_ms)}
+        )
         #: The inner partition whose progress each followed topic holds.
         self._partitions: dict[str, int] = {}
         #: The newest node-log cut of every partition seen, followed or not, and how far

@@ -194,6 +194,7 @@ class ClusterMember:
                 self._clients.errors("standbys"),
                 node_log=(names.node_log(self._cluster), node_log_partitions),
                 node_state=node_state,
+                linger_ms=s.cluster.progress_linger_ms,
             )
         )
         progress_topics = {p: self._progress_topic(p) for p in range(partitions)}
