@@ -368,6 +368,7 @@ class TransactionLoop(LoopWorker):
             self._wait_idle(idle, now)
             return
         self._want_next(idle)
+        self._want_through(batches, now + round(2 * gap_s * 1000))
         try:
             committed = self._transact(batches)
         except TransactionAborted:
@@ -477,6 +478,18 @@ class TransactionLoop(LoopWorker):
             upcoming = lane.next_slot(upto)
             if upcoming is not None:
                 lane.want(upcoming)
+
+    @staticmethod
+    def _want_through(batches: list[LaneBatch], until: EpochMs) -> None:
+        """Each delivering lane asks its cancel gate to reach ``until`` (about the next
+        transaction's start): the gate probes Kafka only when its proof would not last
+        that long. A partition that stopped receiving records (ids that stick to one
+        partition for a while: ``proxy/sticky_ids.py``) is proven by probes only; asked
+        only once its lane found nothing deliverable, the probe came one transaction too
+        late, and what fell due meanwhile waited a whole linger more: one member of 16
+        partitions read p99 pre-commit lateness 130 ms at a 58 ms transaction period."""
+        for batch in batches:
+            batch.lane.want(until)
 
     def _wait_idle(self, idle: list[_Idle], now: EpochMs) -> None:
         """Every lane is idle: sleep until the first one's next message is due, a write
