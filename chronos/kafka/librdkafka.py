@@ -76,6 +76,37 @@ class ClientErrors:
             log.warning("kafka_client_error", client=self._client, error=text, repeated=repeated)
 
 
+class TransactionFailures:
+    """The ``logger`` of one transactional producer: librdkafka's lines go on to chronos'
+    logger, and the one that says the open transaction failed (facility ``TXNERR``) is noted.
+
+    librdkafka says so in that line only. A transaction that failed on skipped sequence
+    numbers (after a broker restart: ``OUT_OF_ORDER_SEQUENCE_NUMBER``, "requires epoch bump")
+    keeps the failed request's records queued, unsent and unanswered, until the abort purges
+    them: a flush waits its whole timeout for them (10 s seen in a broker-kill run) unless
+    its caller knows to stop. confluent-kafka serves the lines from ``poll`` and ``flush`` on
+    the calling thread, so a flush in slices sees the note between two of them.
+    """
+
+    def __init__(self) -> None:
+        #: The failed transaction's reason, until ``clear``; None while none failed.
+        self.reason: str | None = None
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        """What confluent-kafka calls: ``log(level, "%s [%s] %s", facility, client, text)``."""
+        LIBRDKAFKA_LOGGER.log(level, msg, *args)
+        if len(args) == 3 and args[0] == TRANSACTION_FAILED and level >= logging.ERROR:
+            self.reason = str(args[2])
+
+    def clear(self) -> None:
+        """A new transaction begins: what failed the last one is over."""
+        self.reason = None
+
+
+#: librdkafka's facility for "Current transaction failed in state ...: ... (abortable)".
+TRANSACTION_FAILED = "TXNERR"
+
+
 def lists_topic(metadata: Any, topic: str) -> bool:
     """Whether cluster metadata (any client's ``list_topics``) has ``topic`` with partitions
     and no error: how chronos decides a topic exists."""
@@ -83,10 +114,13 @@ def lists_topic(metadata: Any, topic: str) -> bool:
     return meta is not None and meta.error is None and bool(meta.partitions)
 
 
-def routed(config: KafkaConfig, errors: ClientErrors) -> dict[str, Any]:
-    """``config`` with chronos' logger and error callback: what every client is built from
-    (also in a decoder child, which receives the plain config)."""
-    return {**config, "logger": LIBRDKAFKA_LOGGER, "error_cb": errors}
+def routed(
+    config: KafkaConfig, errors: ClientErrors, logger: object = LIBRDKAFKA_LOGGER
+) -> dict[str, Any]:
+    """``config`` with chronos' logger (or ``logger``, which passes the lines on to it) and
+    error callback: what every client is built from (also in a decoder child, which receives
+    the plain config)."""
+    return {**config, "logger": logger, "error_cb": errors}
 
 
 def consumer(config: KafkaConfig, errors: ClientErrors) -> Consumer:
@@ -95,6 +129,8 @@ def consumer(config: KafkaConfig, errors: ClientErrors) -> Consumer:
     return Consumer(routed(config, errors))
 
 
-def producer(config: KafkaConfig, errors: ClientErrors) -> Producer:
-    """A raw producer of ``config`` for the publisher drivers."""
-    return Producer(routed(config, errors))
+def producer(
+    config: KafkaConfig, errors: ClientErrors, logger: object = LIBRDKAFKA_LOGGER
+) -> Producer:
+    """A raw producer of ``config`` for the publisher drivers (``logger``: see ``routed``)."""
+    return Producer(routed(config, errors, logger))

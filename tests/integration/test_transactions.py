@@ -8,12 +8,23 @@ isolation test runs on Apache Kafka only.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+
+from chronos.kafka.librdkafka import TRANSACTION_FAILED, TransactionFailures
+from chronos.kafka.publishers.transactional import TransactionalProducer
 
 TXN_TIMEOUT_MS = 10_000
 
@@ -106,3 +117,52 @@ def test_second_producer_with_the_same_transactional_id_fences_the_first(
     error = raised.value.args[0]
     assert error.fatal() or error.txn_requires_abort(), error
     assert "FENCED" in error.name() or error.code() < 0, error
+
+
+def test_a_flush_stops_once_librdkafka_says_the_transaction_failed(
+    kafka_bootstrap: str, namespace: str
+) -> None:
+    """After a broker restart a transaction can fail on skipped sequence numbers while
+    librdkafka keeps the failed request's records queued until the abort purges them: the
+    flush waited its whole timeout (10 s) for them. Here the records wait for a topic that
+    does not exist (auto-creation is off), and the failure is librdkafka's line as it says
+    it: the flush returns them unanswered instead of waiting for the topic to be given up."""
+    failures = TransactionFailures()
+    publisher = TransactionalProducer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "transactional.id": f"{namespace}.flush",
+            "transaction.timeout.ms": TXN_TIMEOUT_MS,
+        },
+        "flush",
+        30.0,
+        failures=failures,
+    )
+    answers: list[KafkaError | None] = []
+    try:
+        publisher.init(30)
+        publisher.begin()
+        for i in range(3):
+            publisher.publish(
+                f"{namespace}.no-such-topic", None, b"%d" % i, [], lambda e, _m: answers.append(e)
+            )
+        failures.log(
+            logging.ERROR,
+            "%s [%s] %s",
+            TRANSACTION_FAILED,
+            "rdkafka#producer-1",
+            "Current transaction failed in state InTransaction: skipped sequence numbers "
+            "(OUT_OF_ORDER_SEQUENCE_NUMBER, requires epoch bump)",
+        )
+        # Without the stop, the flush waits until librdkafka gives the topic up (30 s) and
+        # answers every record with an error: none would be left.
+        assert publisher.flush(60) == 3
+        assert answers == []
+        publisher.abort()
+        assert publisher.in_flight() == 0
+        assert failures.reason is not None
+        publisher.begin()  # a new transaction: the failure is over
+        assert failures.reason is None
+        publisher.abort()
+    finally:
+        publisher.close()

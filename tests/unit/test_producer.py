@@ -3,6 +3,7 @@ every Kafka error has one kind."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -12,8 +13,10 @@ from confluent_kafka import KafkaError, KafkaException
 
 from chronos.devstack.tansu import free_port
 from chronos.kafka.errors import ErrorKind, Fenced, classify
+from chronos.kafka.librdkafka import TRANSACTION_FAILED, TransactionFailures
 from chronos.kafka.publishers.idempotent import IdempotentPublisher
 from chronos.kafka.publishers.transactional import TransactionalProducer
+from chronos.logs import LIBRDKAFKA
 
 
 def test_a_fenced_producer_is_replaced_and_its_records_purged_for_retry() -> None:
@@ -110,3 +113,22 @@ def test_a_fatal_flush_names_its_cause(cause: BaseException, reason: str) -> Non
             publisher.flush(0.1)
     finally:
         publisher._producer = None
+
+
+def test_a_transactional_producers_log_notes_only_librdkafkas_failed_transaction(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its lines still reach chronos' librdkafka logger; only the abortable failure's is
+    noted (a broker's disconnect, at error level too, is no transaction's failure)."""
+    failures = TransactionFailures()
+    with caplog.at_level(logging.DEBUG, logger=LIBRDKAFKA):
+        failures.log(logging.ERROR, "%s [%s] %s", "FAIL", "p#1", "Disconnected")
+        failures.log(logging.DEBUG, "%s [%s] %s", TRANSACTION_FAILED, "p#1", "Ignoring ...")
+        assert failures.reason is None
+        failures.log(logging.ERROR, "%s [%s] %s", TRANSACTION_FAILED, "p#1", "failed: why")
+    assert failures.reason == "failed: why"
+    assert [r.getMessage() for r in caplog.records if r.name == LIBRDKAFKA][0] == (
+        "FAIL [p#1] Disconnected"
+    )
+    failures.clear()
+    assert failures.reason is None

@@ -9,6 +9,7 @@ ends) and ``TransactionAborted`` (the range is tried again).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +24,13 @@ from chronos.kafka.errors import (
     classify,
     describe,
 )
-from chronos.kafka.librdkafka import ClientErrors, OnFatal, lists_topic, producer
+from chronos.kafka.librdkafka import (
+    ClientErrors,
+    OnFatal,
+    TransactionFailures,
+    lists_topic,
+    producer,
+)
 from chronos.kafka.publisher import ANY_PARTITION, DeliveryCallback
 from chronos.logs import Throttle
 from chronos.types import Headers, KafkaConfig
@@ -33,6 +40,8 @@ log = structlog.get_logger(__name__)
 _RETRY_PAUSE_S = 0.1
 #: Longest wait of an abort once the publisher was interrupted.
 _INTERRUPTED_ABORT_S = 1.0
+#: A flush waits in slices this long, and stops between two once the transaction failed.
+FLUSH_SLICE_S = 0.1
 
 
 class TransactionalProducer:
@@ -44,6 +53,8 @@ class TransactionalProducer:
         timeout_s: the transaction timeout: longest wait of any one call.
         on_fatal: told when Kafka refuses chronos' credentials (client-level errors).
         error_log: the throttle its client error lines share with the process' other clients.
+        failures: its librdkafka lines' watcher (a test's, to say a transaction failed); None:
+            its own.
     """
 
     def __init__(
@@ -53,11 +64,13 @@ class TransactionalProducer:
         timeout_s: float,
         on_fatal: OnFatal | None = None,
         error_log: Throttle | None = None,
+        failures: TransactionFailures | None = None,
     ) -> None:
         self.name = name
         self._timeout_s = timeout_s
         errors = ClientErrors(name, on_fatal, error_log=error_log)
-        self._producer: Producer | None = producer(config, errors)
+        self._failures = failures or TransactionFailures()
+        self._producer: Producer | None = producer(config, errors, self._failures)
         self._interrupted = threading.Event()
 
     def _live(self) -> Producer:
@@ -73,6 +86,7 @@ class TransactionalProducer:
             raise
 
     def begin(self) -> None:
+        self._failures.clear()
         self._call(self._live().begin_transaction)
 
     def publish(
@@ -98,8 +112,26 @@ class TransactionalProducer:
                 return
 
     def flush(self, timeout_s: float) -> int:
+        """Wait for the transaction's records; returns how many are still unanswered.
+
+        Waits in ``FLUSH_SLICE_S`` slices, and stops early once librdkafka said the
+        transaction failed (``TransactionFailures``) and a whole slice then brought no
+        answer: what is left waits for the abort, not for Kafka. Answers still coming (a
+        refused record's neighbours in flight) are waited for, so that each failure is
+        judged as its own."""
+        live = self._live()
+        until = time.monotonic() + timeout_s
+        before = -1
         try:
-            return int(self._live().flush(timeout_s))
+            while True:
+                left = int(live.flush(max(0.0, min(FLUSH_SLICE_S, until - time.monotonic()))))
+                if not left or time.monotonic() >= until:
+                    return left
+                reason = self._failures.reason
+                if reason is not None and left == before:
+                    log.warning("transaction_failed_while_flushing", left=left, error=reason)
+                    return left
+                before = left if reason is not None else -1
         except KafkaException as exc:
             self._raise_for(exc.args[0], "flush")
             raise
