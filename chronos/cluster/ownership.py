@@ -19,8 +19,9 @@ On the delivery thread because a claim is a transaction of the node's one produc
 between two delivery transactions is none open. A won claim whose hand-in does not end in
 time is left: its partition is still followed, and a later round retakes it (the log names
 this node). A partition whose claim failed or was lost is not claimed again for
-``_RETRY_S``. A fenced loop loses every lane (``lanes_lost``); its member starts a new
-producer and the next rounds claim them back (``delivery.py``).
+``_RETRY_S`` (``ClaimBackoff``: sooner after a log's end was not learned). A fenced loop
+loses every lane (``lanes_lost``); its member starts a new producer and the next rounds claim
+them back (``delivery.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Callable, Mapping
 import structlog
 
 from chronos.cluster.rounds import Rounds, RoundView
-from chronos.group.claims import Claimant, ClaimFailed, ClaimLog, Decision
+from chronos.group.claims import Claimant, ClaimFailed, ClaimLog, Decision, EndUnknown
 from chronos.group.lane import Lane
 from chronos.group.standbys import HandIn, StandbysWorker
 from chronos.group.transactions import TransactionLoop
@@ -42,6 +43,45 @@ log = structlog.get_logger(__name__)
 #: How long a partition whose claim failed, was lost or whose takeover did not end is left
 #: alone before it is claimed again.
 _RETRY_S = 1.0
+#: The first wait after a claim failed because its log's end was not learned (doubled on
+#: each such failure in a row, up to ``_RETRY_S``).
+_REREAD_S = 0.2
+
+
+class ClaimBackoff:
+    """When each partition may be claimed again (monotonic seconds).
+
+    A claim that failed, was lost or whose takeover did not end waits ``_RETRY_S``. One
+    whose log's end was not learned (``EndUnknown``: nothing fenced, nothing claimed) waits
+    ``_REREAD_S``, doubled on each such failure in a row: after a broker's restart the first
+    question of a progress log's end failed (``FENCED_LEADER_EPOCH``) and its retry a
+    second later was most of a 5.6 s recovery, while a broker still away is not asked five
+    times a second for long.
+    """
+
+    def __init__(self) -> None:
+        self._not_before: dict[int, float] = {}
+        self._unread: dict[int, int] = {}
+
+    def waiting(self, now: float) -> frozenset[int]:
+        """The partitions not to be claimed at ``now`` (and forgets the others' waits)."""
+        self._not_before = {p: at for p, at in self._not_before.items() if at > now}
+        return frozenset(self._not_before)
+
+    def failed(self, partition: int, now: float, end_unknown: bool = False) -> None:
+        """``partition``'s claim came to nothing at ``now``."""
+        if not end_unknown:
+            self._unread.pop(partition, None)
+            self._not_before[partition] = now + _RETRY_S
+            return
+        times = self._unread.get(partition, 0)
+        self._unread[partition] = times + 1
+        self._not_before[partition] = now + min(_RETRY_S, _REREAD_S * 2**times)
+
+    def decided(self, partition: int) -> None:
+        """``partition``'s log was read and its claim made: failures in a row start over."""
+        self._unread.pop(partition, None)
+
 
 #: Partition, term and start cut -> the lane that delivers it (``Hosted.lane``, bound).
 Lead = Callable[[int, int, Cut | None], Lane]
@@ -110,8 +150,8 @@ class OwnershipRound:
         #: Won claims whose partition the standbys' reader is handing in: the decision, the
         #: hand-in and until when (monotonic) it is waited for.
         self._handing: dict[int, tuple[Decision, HandIn, float]] = {}
-        #: Partition -> monotonic time before which it is not claimed again.
-        self._not_before: dict[int, float] = {}
+        #: When each partition may be claimed again.
+        self._backoff = ClaimBackoff()
         self._last = -float("inf")
         #: Rounds run (tests and metrics).
         self.rounds = 0
@@ -154,8 +194,7 @@ class OwnershipRound:
         self.rounds += 1
         self._take_back_released()
         self._lead_handed_in(now)
-        waiting = {p for p, at in self._not_before.items() if at > now}
-        self._not_before = {p: self._not_before[p] for p in waiting}
+        waiting = self._backoff.waiting(now)
         view = RoundView(
             members=members,
             suspects=self._suspects(),
@@ -218,7 +257,7 @@ class OwnershipRound:
             log.warning("claims_failed", partitions=partitions, holder=expected, error=str(exc))
             for partition, claim_log in zip(partitions, logs, strict=True):
                 claim_log.close()
-                self._not_before[partition] = now + _RETRY_S
+                self._backoff.failed(partition, now, isinstance(exc, EndUnknown))
             return
         except BaseException:
             for claim_log in logs:
@@ -228,6 +267,7 @@ class OwnershipRound:
             self._decided(partition, claim_log, decision, now)
 
     def _decided(self, partition: int, claim_log: ClaimLog, decision: Decision, now: float) -> None:
+        self._backoff.decided(partition)
         if decision.undecided:
             self._undecided[partition] = (claim_log, decision)
             return
@@ -236,7 +276,7 @@ class OwnershipRound:
             log.info(
                 "claim_lost", partition=partition, holder=decision.holder, reason=decision.reason
             )
-            self._not_before[partition] = now + _RETRY_S
+            self._backoff.failed(partition, now)
             return
         # The standbys' reader reads its log past the claim and applies its start: waited
         # for by the next rounds, not here (the other lanes go on meanwhile).
@@ -253,7 +293,7 @@ class OwnershipRound:
                     continue
                 del self._handing[partition]
                 log.warning("takeover_incomplete", partition=partition, offset=decision.offset)
-                self._not_before[partition] = now + _RETRY_S
+                self._backoff.failed(partition, now)
                 continue
             del self._handing[partition]
             claim = decision.claim
@@ -265,7 +305,7 @@ class OwnershipRound:
                 # Won and not delivered: followed again, a later round retakes it.
                 log.exception("takeover_failed", partition=partition, term=claim.term)
                 self._follow(partition)
-                self._not_before[partition] = now + _RETRY_S
+                self._backoff.failed(partition, now)
                 continue
             self._lanes[partition] = lane
             log.info(

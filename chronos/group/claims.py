@@ -284,6 +284,13 @@ class ClaimFailed(Exception):
     """The claim could not be committed (a fence or the claim's transaction failed)."""
 
 
+class EndUnknown(ClaimFailed):
+    """Where a claim's log ends was not learned: nothing was fenced or claimed. A broker just
+    back answered a progress log's end with ``FENCED_LEADER_EPOCH`` once (its client is made
+    anew for the next question, ``kafka/admin.RenewedAdmin``), and the next question a moment
+    later was answered."""
+
+
 #: Where a log of ``topic`` and ``partition`` may be read up to now (its last stable offset).
 StableEnd = Callable[[str, int], int]
 #: A transactional publisher for a transactional id (``KafkaClients.transactional``).
@@ -470,7 +477,7 @@ class Claimant:
         try:
             end = self._stable_end(claim_log.topic, claim_log.partition)
         except Exception as exc:
-            raise ClaimFailed(f"where {claim_log.topic} ends is unknown: {exc}") from exc
+            raise EndUnknown(f"where {claim_log.topic} ends is unknown: {exc}") from exc
         if not claim_log.read_to(end, self._timeout_s):
             raise ClaimFailed(f"{claim_log.topic} was not read to {end} in {self._timeout_s} s")
         return claim_log.ownership
