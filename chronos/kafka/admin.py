@@ -285,14 +285,33 @@ class RenewedAdmin:
         self._admin: AdminClient | None = None
 
     def ask(self, question: Callable[[AdminClient], _T]) -> _T:
-        """``question``'s answer from the client; a failure drops it (raised on)."""
-        if self._admin is None:
-            self._admin = self._open_admin()
-        try:
-            return question(self._admin)
-        except BaseException:
-            self._admin = None
-            raise
+        """``question``'s answer from the client; a failure drops it (raised on). One that
+        says the client's metadata is stale (``FENCED_LEADER_EPOCH``, after a broker's
+        restart) is asked once more at once, of a new client: a claim round that failed on
+        it waited for the next one (a broker-kill run read it on every member's first round
+        after each restart, and the new client's answer a moment later)."""
+        for last in (False, True):
+            if self._admin is None:
+                self._admin = self._open_admin()
+            try:
+                return question(self._admin)
+            except BaseException as exc:
+                self._admin = None
+                if last or not _says_stale(exc):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _says_stale(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is Kafka's ``FENCED_LEADER_EPOCH``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KafkaException) and seen.args:
+            error = seen.args[0]
+            if isinstance(error, KafkaError) and error.code() == KafkaError.FENCED_LEADER_EPOCH:
+                return True
+        seen = seen.__cause__
+    return False
 
 
 class StableEnds:

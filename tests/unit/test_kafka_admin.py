@@ -57,11 +57,40 @@ def test_a_renewed_admin_is_made_anew_after_a_failed_question() -> None:
     renewed = RenewedAdmin(open_admin)
     assert renewed.ask(lambda client: made.index(client)) == 0
     assert renewed.ask(lambda client: made.index(client)) == 0, "kept while it answers"
-    stale = KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH))
+    down = KafkaException(KafkaError(KafkaError._TRANSPORT))
 
     def fails(_client: AdminClient) -> int:
-        raise stale
+        raise down
 
     with pytest.raises(KafkaException):
         renewed.ask(fails)
+    assert len(made) == 1, "a broker away: not asked again at once"
     assert renewed.ask(lambda client: made.index(client)) == 1, "a new one after the failure"
+
+
+def test_a_stale_answer_is_asked_again_at_once_of_a_new_client() -> None:
+    """After each broker restart of a broker-kill run, every member's first claim round read
+    FENCED_LEADER_EPOCH for a progress log's end (raised as ConfigError from stable_end),
+    and waited for the next round. Mutants caught: no second question; a third."""
+    made: list[object] = []
+
+    def open_admin() -> AdminClient:
+        made.append(object())
+        return cast(AdminClient, made[-1])
+
+    def stale_once(client: AdminClient) -> int:
+        if made.index(client) == 0:
+            admin = _Offsets(KafkaError.FENCED_LEADER_EPOCH)
+            return stable_end(cast(AdminClient, admin), "ns.progress.g", timeout_s=5)
+        return made.index(client)
+
+    renewed = RenewedAdmin(open_admin)
+    assert renewed.ask(stale_once) == 1
+    stale = KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH))
+
+    def always_stale(_client: AdminClient) -> int:
+        raise stale
+
+    with pytest.raises(KafkaException):
+        renewed.ask(always_stale)
+    assert len(made) == 3, "asked of one new client, not more"
