@@ -13,6 +13,7 @@ those nobody claimed since (a retake). A false suspicion costs handovers, never 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import structlog
@@ -87,6 +88,7 @@ class MemberDelivery(LoopWorker):
         log.warning("member_delivery_fenced", reason=reason, partitions=lost)
 
     def _start_loop(self) -> bool:
+        began = time.monotonic()
         publisher = self._open_publisher()
         if self._wake is not None:
             self._wake.restart()  # a fenced loop's stop stopped it: waits would return at once
@@ -105,6 +107,8 @@ class MemberDelivery(LoopWorker):
         self._ownership.attach(loop, self._new_claimant(publisher))
         self.loop = loop  # before it runs: its first round leads through it
         loop.start()
+        # How long a new producer took to start (after a fence: part of every takeover).
+        log.info("member_producer_started", init_ms=round((time.monotonic() - began) * 1000))
         return True
 
     def _end(self, loop: TransactionLoop) -> None:

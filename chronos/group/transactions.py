@@ -572,6 +572,12 @@ class TransactionLoop(LoopWorker):
                 node=self._spec.node_id,
                 term=self.term,
                 seek_ms=batches[0].upto,
+                # Where the first transaction's time went (a takeover's last step), ms.
+                phases_ms={
+                    "produce": round((produced_at - began) * 1000),
+                    "flush": round((flushed_at - produced_at) * 1000),
+                    "commit": round((committed_at - flushed_at) * 1000),
+                },
             )
         self._last_commit = time.monotonic()
         self._last_jobs = sum(len(batch.jobs) for batch in batches)
