@@ -32,7 +32,14 @@ from collections.abc import Callable, Mapping
 import structlog
 
 from chronos.cluster.rounds import Rounds, RoundView
-from chronos.group.claims import Claimant, ClaimFailed, ClaimLog, Decision, EndUnknown
+from chronos.group.claims import (
+    Claimant,
+    ClaimFailed,
+    ClaimLog,
+    Decision,
+    EndUnknown,
+    Holding,
+)
 from chronos.group.lane import Lane
 from chronos.group.standbys import HandIn, StandbysWorker
 from chronos.group.transactions import TransactionLoop
@@ -152,6 +159,9 @@ class OwnershipRound:
         self._handing: dict[int, tuple[Decision, HandIn, float]] = {}
         #: When each partition may be claimed again.
         self._backoff = ClaimBackoff()
+        #: Partitions this member delivered until its loop was fenced, while the standbys'
+        #: reader reads their logs again (``lanes_lost``): planned as held by this node.
+        self._retaking: set[int] = set()
         self._last = -float("inf")
         #: Rounds run (tests and metrics).
         self.rounds = 0
@@ -200,7 +210,7 @@ class OwnershipRound:
             suspects=self._suspects(),
             delivering=self.delivering,
             standing=self._standing() - waiting,
-            holdings=self._standbys.holdings(),
+            holdings=self._holdings(),
             undecided=frozenset(self._undecided) | frozenset(self._handing),
             heard=self._heard(),
             leaving=self._leaving(),
@@ -236,6 +246,21 @@ class OwnershipRound:
                 log.info("handover_asked", partition=partition, successor=successor)
                 lane.release(successor)
 
+    def _holdings(self) -> dict[int, Holding]:
+        """What each followed partition's log says of its holder; a partition this member
+        delivered until its loop was fenced counts as held by it until the standbys' reader
+        read its log again. A fence after a broker's restart (every member's producer
+        failed its first abort with ``INVALID_TXN_STATE`` or was fenced by the coordinator's
+        timeout) left each member's partitions unclaimed for up to 1.3 s in broker-kill
+        runs while that reader read them from their start. The retake's claim reads the log
+        to its end itself and makes no claim where another node holds it now (a thawed
+        node's lost lanes), so the guess costs at most a read of the log."""
+        holdings = self._standbys.holdings()
+        self._retaking -= holdings.keys()
+        for partition in self._retaking:
+            holdings[partition] = Holding(self._rounds.node)
+        return holdings
+
     def _take_back_released(self) -> None:
         for partition, lane in list(self._lanes.items()):
             if lane.released.is_set():
@@ -268,6 +293,7 @@ class OwnershipRound:
 
     def _decided(self, partition: int, claim_log: ClaimLog, decision: Decision, now: float) -> None:
         self._backoff.decided(partition)
+        self._retaking.discard(partition)  # the claim read the log: its word counts now
         if decision.undecided:
             self._undecided[partition] = (claim_log, decision)
             return
@@ -321,9 +347,13 @@ class OwnershipRound:
         (its store undoes the moves no commit carries), and the claims left undecided are
         dropped (the next rounds read the logs again). Returns those partitions."""
         lost = sorted(self._lanes)
+        # Not those being handed over: their logs may name the successor (the rounds decide
+        # them once the reader read them again, as before).
+        held = [p for p, lane in self._lanes.items() if lane.release_to is None]
         self._lanes.clear()
         for partition in lost:
             self._follow(partition)
+        self._retaking.update(held)
         for partition, (_decision, hand_in, _until) in list(self._handing.items()):
             if not self._standbys.cancel(hand_in):
                 self._follow(partition)  # it had left the standbys: back to following

@@ -153,6 +153,11 @@ class Rounds:
         #: owner (another node) not standing for it (``_stands_in``).
         self._orphaned_since: dict[int, float] = {}
 
+    @property
+    def node(self) -> str:
+        """The node whose rounds these are."""
+        return self._node
+
     def placement(self, members: frozenset[str]) -> Placement:
         """The placement over ``members`` (kept for the last two member sets asked for)."""
         placed = self._placements.get(members)
