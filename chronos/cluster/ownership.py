@@ -182,6 +182,13 @@ class OwnershipRound:
         lanes = list(self._lanes.items())
         return frozenset(p for p, lane in lanes if not lane.released.is_set())
 
+    @property
+    def retaking(self) -> frozenset[int]:
+        """The partitions this member delivered until its loop was fenced, not claimed back
+        yet, while the standbys' reader reads their logs again (``_holdings``): their store
+        is complete (its own commits kept it), so the member stands for them meanwhile."""
+        return frozenset(self._retaking)
+
     def busy(self) -> frozenset[int]:
         """The partitions this member's rounds may still act on: its lanes (handed over ones
         until taken back and followed again), its undecided claims and its hand-ins."""

@@ -531,7 +531,8 @@ class ClusterMember:
         nothing then, and nobody hands it anything)."""
         if self._leaving.is_set() or self.host is None:
             return frozenset()
-        return self.host.standing()
+        ownership = self.ownership
+        return self.host.standing(frozenset() if ownership is None else ownership.retaking)
 
     def _members(self) -> frozenset[str] | None:
         """The member list the rounds place over: without this node once it is leaving, so

@@ -661,15 +661,19 @@ class MemberHost(LoopWorker):
         watermark = None if generation is None else generation.watermark
         return None if watermark is None else watermark.value
 
-    def standing(self) -> frozenset[int]:
+    def standing(self, delivered: frozenset[int] = frozenset()) -> frozenset[int]:
         """The hosted partitions whose store is complete: read by an ingest that caught up,
-        and their log read to its end once."""
+        and their log read to its end once; or among ``delivered``, the partitions this
+        member delivered until its loop was fenced (``OwnershipRound.retaking``), whose
+        store its own commits kept, while the standbys' reader reads their logs again."""
         generation = self._generation
         if generation is None or not generation.ingest.caught_up.is_set():
             return frozenset()
         read = self._standbys.holdings()
         left_out = self._not_standing | self._incomplete
-        return frozenset(p for p in generation.partitions if p in read and p not in left_out)
+        return frozenset(
+            p for p in generation.partitions if (p in read or p in delivered) and p not in left_out
+        )
 
     def finish(self) -> None:
         for generation in (self._restore, self._generation):

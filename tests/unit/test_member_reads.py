@@ -197,3 +197,19 @@ def test_a_restore_goes_on_while_it_reads_what_comes_next_and_no_copy_holds_up_a
     assert not restore_goes_on([3, 4], [3, 5], owned_), "a copy it does not read"
     assert restore_goes_on([1, 2], [1, 2], owned_), "the owned ones, exactly"
     assert not restore_goes_on([1, 3], [1], owned_), "an owned one read with a copy"
+
+
+def test_a_partition_delivered_until_a_fence_stands_while_its_log_is_read_again() -> None:
+    """A fenced member follows its partitions' logs again from their start; until its reader
+    read them, only the partitions it delivered until the fence stand (their store is its
+    own commits'), and only while its ingest has caught up. Mutant caught: ``delivered``
+    ignored (every member of a broker-kill run waited up to 1.3 s for its reader)."""
+    members = ("a", "c")
+    host = Host()
+    host.place(*members)
+    mine = owned(*members)
+    assert host.standing(frozenset(mine)) == frozenset(), "the first read has not caught up"
+    host.catch_up()
+    assert host.standing() == frozenset(), "no log read yet"
+    assert host.standing(frozenset(mine[:2])) == frozenset(mine[:2])
+    assert host.standing(frozenset({PARTITIONS + 1})) == frozenset(), "not hosted here"

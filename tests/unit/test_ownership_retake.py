@@ -117,10 +117,12 @@ def test_a_fenced_member_retakes_its_partitions_before_its_reader_read_them_agai
     standbys.read = {}  # the reader follows them again, from their start
     assert ownership.lanes_lost() == [0, 1]
     assert standbys.followed == [0, 1]
+    assert ownership.retaking == {0, 1}, "what the member stands for meanwhile"
     clock[0] += 0.2
     ownership()
     assert claimant.asked[1] == ([0, 1], "a"), "retaken from this node, as a retake is"
     assert ownership.delivering == {0, 1}
+    assert ownership.retaking == frozenset(), "the claims read the logs: their word counts"
 
 
 def test_a_partition_being_handed_over_is_not_retaken_before_its_log_is_read() -> None:
