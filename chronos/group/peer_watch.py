@@ -174,10 +174,15 @@ class PeerWatch:
             self._peers.pop(node, None)
 
     def heard_within(self, seconds: float) -> frozenset[str]:
-        """The peers heard from in the last ``seconds``."""
-        now = self._now()
+        """The peers not watched silent for ``seconds``: heard from within them, or silent
+        only while this node was not watching. A broker's restart silences every node at
+        once; counted on the wall clock, right after it every peer whose beats had not come
+        back yet was "not heard", and a round took the partitions of those the group's
+        member list did not name yet either (its members rejoin one by one): a handover
+        back for nothing, after a fence of a live owner. A peer never heard from is not
+        listed."""
         with self._lock:
-            return frozenset(n for n, peer in self._peers.items() if now - peer.heard_at < seconds)
+            return frozenset(n for n in self._peers if self.silent_s(n) < seconds)
 
     @property
     def peers(self) -> list[str]:

@@ -97,3 +97,30 @@ def test_a_peer_that_beats_but_does_not_commit_what_is_due_is_suspected() -> Non
     assert watch.suspects() == [], "b stalled 1.25 s"
     run(watch, clock, 0.5, {"a": (0, False), "b": (13, True), "c": (9, False)})
     assert watch.suspects() == ["b"] and watch.stalled_s("c") == 0.0
+
+
+def test_a_peer_silent_only_while_the_watcher_was_cut_off_still_counts_as_heard() -> None:
+    """A broker's restart silences everyone: right after it, a peer whose beats had not come
+    back yet was "not heard" on the wall clock, and a round claimed its partitions when the
+    group's member list did not name it yet either. Its silence counts from the watcher's
+    new chain. Mutant caught: the wall clock since its last beat."""
+    clock = Clock()
+    watch = PeerWatch("a", SUSPECT_S, now=clock)
+    run(watch, clock, 2.0, {"a": (0, False), "b": (0, False)})
+    assert watch.heard_within(SUSPECT_S) == {"b"}
+    clock.t += 12.0  # the broker is away: nobody's beats arrive, the watcher's neither
+    run(watch, clock, 1.0, {"a": (0, False)})  # the watcher's own come back first
+    assert watch.heard_within(SUSPECT_S) == {"b"}, "silent only while a was cut off"
+    run(watch, clock, 1.0, {"a": (0, False)})  # b stays silent, watched 2 s now
+    assert watch.heard_within(SUSPECT_S) == frozenset()
+    assert watch.suspects() == ["b"]
+
+
+def test_a_peer_silent_while_watched_is_no_longer_heard() -> None:
+    clock = Clock()
+    watch = PeerWatch("a", SUSPECT_S, now=clock)
+    run(watch, clock, 2.0, {"a": (0, False), "b": (0, False)})
+    run(watch, clock, 1.0, {"a": (0, False)})
+    assert watch.heard_within(SUSPECT_S) == {"b"}
+    run(watch, clock, 0.75, {"a": (0, False)})
+    assert watch.heard_within(SUSPECT_S) == frozenset()
