@@ -132,3 +132,53 @@ def test_a_transactional_producers_log_notes_only_librdkafkas_failed_transaction
     )
     failures.clear()
     assert failures.reason is None
+
+
+class _Aborts:
+    """A producer whose aborts answer ``errors`` in turn, then succeed."""
+
+    def __init__(self, *errors: KafkaError) -> None:
+        self.errors = list(errors)
+        self.asked = 0
+
+    def abort_transaction(self, _timeout_s: float) -> None:
+        self.asked += 1
+        if self.errors:
+            raise KafkaException(self.errors.pop(0))
+
+    def begin_transaction(self) -> None:
+        pass
+
+
+def test_an_abort_unanswered_for_the_transaction_timeout_ends_the_producer() -> None:
+    """After a broker's restart an abort asked again reached the coordinator 6-8 s later
+    than a new producer would have; by then Kafka aborts the transaction itself and fences
+    this producer anyway. Mutants caught: the abort asked again; later calls let through."""
+    publisher = TransactionalProducer(
+        {"bootstrap.servers": f"127.0.0.1:{free_port()}", "transactional.id": "t"}, "t", 1.0
+    )
+    aborts = _Aborts(KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True))
+    try:
+        publisher._producer = aborts  # type: ignore[assignment]
+        with pytest.raises(Fenced, match="not answered in 1 s"):
+            publisher.abort()
+        assert aborts.asked == 1
+        with pytest.raises(Fenced, match="not answered"):
+            publisher.begin()
+    finally:
+        publisher._producer = None
+
+
+def test_an_abort_that_fails_otherwise_retriably_is_asked_again() -> None:
+    publisher = TransactionalProducer(
+        {"bootstrap.servers": f"127.0.0.1:{free_port()}", "transactional.id": "t"}, "t", 1.0
+    )
+    busy = KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "loading", retriable=True)
+    aborts = _Aborts(busy)
+    try:
+        publisher._producer = aborts  # type: ignore[assignment]
+        publisher.abort()
+        assert aborts.asked == 2
+        publisher.begin()
+    finally:
+        publisher._producer = None

@@ -72,10 +72,14 @@ class TransactionalProducer:
         self._failures = failures or TransactionFailures()
         self._producer: Producer | None = producer(config, errors, self._failures)
         self._interrupted = threading.Event()
+        #: Why this producer can deliver nothing more (its abort went unanswered); None: it can.
+        self._lost: str | None = None
 
     def _live(self) -> Producer:
         if self._producer is None:
             raise Fenced(f"{self.name} was closed")
+        if self._lost is not None:
+            raise Fenced(self._lost)  # every call after it too: a quiet abort ignored it
         return self._producer
 
     def init(self, timeout_s: float) -> None:
@@ -169,11 +173,34 @@ class TransactionalProducer:
                 log.warning("transaction_commit_retry", error=describe(error))
 
     def abort(self) -> None:
+        """Abort the open transaction. ``Fenced`` when Kafka did not answer the abort within
+        the transaction timeout: by then Kafka aborts the transaction itself, bumping the
+        producer's epoch, so this producer is done whatever comes next (a broker-kill run:
+        every member's next answer was ``PRODUCER_FENCED`` or ``INVALID_TXN_STATE``), and
+        once its coordinator was away longer than a request's timeout the abort asked again
+        reached it 6-8 s after the broker was back, where a new producer starts in
+        0.1-0.5 s. Other retriable errors are retried here."""
         # Once interrupted (a stop or a demotion), a short try: the next master's init, or
         # Kafka after the transaction timeout, aborts what is left, and a node that waited the
         # whole timeout on a dead broker outlived its own shutdown.
         wait_s = _INTERRUPTED_ABORT_S if self._interrupted.is_set() else self._timeout_s
-        self._call(self._live().abort_transaction, wait_s)
+        live = self._live()
+        while True:
+            try:
+                live.abort_transaction(wait_s)
+                return
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                self._raise_for(error, "abort_transaction")
+                if not error.retriable() or self._interrupted.is_set():
+                    raise
+                if error.code() == KafkaError._TIMED_OUT:
+                    self._lost = (
+                        f"the abort was not answered in {wait_s:g} s (the transaction "
+                        "timeout): Kafka aborts the transaction itself"
+                    )
+                    raise Fenced(self._lost) from None
+                self._interrupted.wait(_RETRY_PAUSE_S)
 
     def in_flight(self) -> int:
         return 0 if self._producer is None else len(self._producer)
