@@ -44,26 +44,37 @@ def test_a_refusal_is_not_asked_again() -> None:
     assert admin.asked == 1
 
 
+class _Admins:
+    """Makes a distinct stand-in client per call and keeps them in order (``made``)."""
+
+    def __init__(self) -> None:
+        self.made: list[object] = []
+
+    def __call__(self) -> AdminClient:
+        self.made.append(object())
+        return cast(AdminClient, self.made[-1])
+
+
+def _asked_failing(renewed: RenewedAdmin, code: int) -> None:
+    """``renewed`` asked a question whose every answer is Kafka's error ``code``."""
+
+    def fails(_client: AdminClient) -> int:
+        raise KafkaException(KafkaError(code))
+
+    with pytest.raises(KafkaException):
+        renewed.ask(fails)
+
+
 def test_a_renewed_admin_is_made_anew_after_a_failed_question() -> None:
     """After a broker restart librdkafka's metadata cache kept answering FENCED_LEADER_EPOCH
     for minutes: a member's claims failed for 2 minutes. A failed question drops the client.
     Mutants caught: the client kept after a failure, a new client for every question."""
-    made: list[object] = []
-
-    def open_admin() -> AdminClient:
-        made.append(object())
-        return cast(AdminClient, made[-1])
-
+    open_admin = _Admins()
+    made = open_admin.made
     renewed = RenewedAdmin(open_admin)
     assert renewed.ask(lambda client: made.index(client)) == 0
     assert renewed.ask(lambda client: made.index(client)) == 0, "kept while it answers"
-    down = KafkaException(KafkaError(KafkaError._TRANSPORT))
-
-    def fails(_client: AdminClient) -> int:
-        raise down
-
-    with pytest.raises(KafkaException):
-        renewed.ask(fails)
+    _asked_failing(renewed, KafkaError._TRANSPORT)
     assert len(made) == 1, "a broker away: not asked again at once"
     assert renewed.ask(lambda client: made.index(client)) == 1, "a new one after the failure"
 
@@ -72,11 +83,8 @@ def test_a_stale_answer_is_asked_again_at_once_of_a_new_client() -> None:
     """After each broker restart of a broker-kill run, every member's first claim round read
     FENCED_LEADER_EPOCH for a progress log's end (raised as ConfigError from stable_end),
     and waited for the next round. Mutants caught: no second question; a third."""
-    made: list[object] = []
-
-    def open_admin() -> AdminClient:
-        made.append(object())
-        return cast(AdminClient, made[-1])
+    open_admin = _Admins()
+    made = open_admin.made
 
     def stale_once(client: AdminClient) -> int:
         if made.index(client) == 0:
@@ -86,11 +94,5 @@ def test_a_stale_answer_is_asked_again_at_once_of_a_new_client() -> None:
 
     renewed = RenewedAdmin(open_admin)
     assert renewed.ask(stale_once) == 1
-    stale = KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH))
-
-    def always_stale(_client: AdminClient) -> int:
-        raise stale
-
-    with pytest.raises(KafkaException):
-        renewed.ask(always_stale)
+    _asked_failing(renewed, KafkaError.FENCED_LEADER_EPOCH)
     assert len(made) == 3, "asked of one new client, not more"
