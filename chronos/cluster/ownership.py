@@ -264,7 +264,7 @@ class OwnershipRound:
         node's lost lanes), so the guess costs at most a read of the log."""
         holdings = self._standbys.holdings()
         self._retaking -= holdings.keys()
-        for partition in self._retaking:
+        for partition in list(self._retaking):
             holdings[partition] = Holding(self._rounds.node)
         return holdings
 

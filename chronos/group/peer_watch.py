@@ -45,6 +45,9 @@ log = structlog.get_logger(__name__)
 #: Longest gap between two of the watcher's own heartbeats read back that still counts as
 #: continuous watching.
 _MAX_GAP_S = 0.6
+#: How long a peer silent by the clock counts as heard while this node did not watch it
+#: (``heard_within``): a node whose own heartbeats do not come back still finds a peer gone.
+_UNWATCHED_SILENCE_S = 30.0
 _VERSION = 1
 _POLL_S = 0.05
 
@@ -179,10 +182,16 @@ class PeerWatch:
         once; counted on the wall clock, right after it every peer whose beats had not come
         back yet was "not heard", and a round took the partitions of those the group's
         member list did not name yet either (its members rejoin one by one): a handover
-        back for nothing, after a fence of a live owner. A peer never heard from is not
-        listed."""
+        back for nothing, after a fence of a live owner. A peer silent by the clock for
+        ``_UNWATCHED_SILENCE_S`` is not heard either way (a node whose own heartbeats do not
+        come back watches nothing). A peer never heard from is not listed."""
+        now = self._now()
         with self._lock:
-            return frozenset(n for n in self._peers if self.silent_s(n) < seconds)
+            return frozenset(
+                node
+                for node, peer in self._peers.items()
+                if self.silent_s(node) < seconds and now - peer.heard_at < _UNWATCHED_SILENCE_S
+            )
 
     @property
     def peers(self) -> list[str]:

@@ -329,6 +329,15 @@ class TransactionLoop(LoopWorker):
         except (Fenced, NotAuthorized, KafkaException):
             pass
 
+    def _abort_after_failure(self) -> None:
+        """Abort after a failed transaction call; only Kafka's errors are ignored: a producer
+        whose abort went unanswered is done (``Fenced``), and the loop ends at once rather
+        than after a backoff and a ``begin`` that says so."""
+        try:
+            self._publisher.abort()
+        except KafkaException:
+            pass
+
     def _take_lanes(self) -> None:
         """Between transactions only: take in the lanes added, leave out those handed over."""
         with self._joining_lock:
@@ -383,8 +392,9 @@ class TransactionLoop(LoopWorker):
             raise
         except KafkaException as exc:
             # An outage (a broker killed) or a stop mid-transaction: nothing of it may stay
-            # open; one line, no traceback, and the same range again after the backoff.
-            self._quiet_abort()
+            # open; one line, no traceback, and the same range again after the backoff. An
+            # abort Kafka left unanswered for the transaction timeout ends the loop (Fenced).
+            self._abort_after_failure()
             error = exc.args[0] if exc.args else None
             reason = describe(error) if isinstance(error, KafkaError) else str(exc)
             log.warning("transaction_failed", term=self.term, error=reason)

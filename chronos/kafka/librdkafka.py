@@ -78,7 +78,8 @@ class ClientErrors:
 
 class TransactionFailures:
     """The ``logger`` of one transactional producer: librdkafka's lines go on to chronos'
-    logger, and the one that says the open transaction failed (facility ``TXNERR``) is noted.
+    logger, and the one that says the open transaction failed and needs an epoch bump
+    (facility ``TXNERR``, :data:`EPOCH_BUMP`) is noted.
 
     librdkafka says so in that line only. A transaction that failed on skipped sequence
     numbers (after a broker restart: ``OUT_OF_ORDER_SEQUENCE_NUMBER``, "requires epoch bump")
@@ -95,7 +96,12 @@ class TransactionFailures:
     def log(self, level: int, msg: str, *args: Any) -> None:
         """What confluent-kafka calls: ``log(level, "%s [%s] %s", facility, client, text)``."""
         LIBRDKAFKA_LOGGER.log(level, msg, *args)
-        if len(args) == 3 and args[0] == TRANSACTION_FAILED and level >= logging.ERROR:
+        if (
+            len(args) == 3
+            and args[0] == TRANSACTION_FAILED
+            and level >= logging.ERROR
+            and EPOCH_BUMP in str(args[2])
+        ):
             self.reason = str(args[2])
 
     def clear(self) -> None:
@@ -105,6 +111,10 @@ class TransactionFailures:
 
 #: librdkafka's facility for "Current transaction failed in state ...: ... (abortable)".
 TRANSACTION_FAILED = "TXNERR"
+#: What that line says when librdkafka keeps the failed request's records queued until the
+#: abort (``rd_kafka_txn_set_abortable_error0``; other abortable failures purge them, and
+#: their answers end the flush by themselves: a refused record is judged as its own).
+EPOCH_BUMP = "requires epoch bump"
 
 
 def lists_topic(metadata: Any, topic: str) -> bool:

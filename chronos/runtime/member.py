@@ -298,7 +298,7 @@ class ClusterMember:
             suspects=lambda: frozenset(watch.suspects()),
             heard=lambda: watch.heard_within(s.group.suspect_after_ms / 1000.0),
             leaving=self._leaving.is_set,
-            standing=self._standing,
+            standing=self._standing_to_claim,
             standbys=standbys,
             open_claim_log=lambda p: ClaimLog(
                 progress_topics[p],
@@ -529,6 +529,15 @@ class ClusterMember:
     def _standing(self) -> frozenset[int]:
         """The partitions this member could deliver: none once it is leaving (it claims
         nothing then, and nobody hands it anything)."""
+        if self._leaving.is_set() or self.host is None:
+            return frozenset()
+        return self.host.standing()
+
+    def _standing_to_claim(self) -> frozenset[int]:
+        """What the rounds may claim: the standing partitions and, after a fence, those this
+        member delivered until then (``OwnershipRound.retaking``), not yet read again. Not
+        said on the readiness board: other nodes hand over to, and drop copies for, a node
+        whose replica stands, and a thawed node's may lack what another committed since."""
         if self._leaving.is_set() or self.host is None:
             return frozenset()
         ownership = self.ownership

@@ -830,3 +830,16 @@ def test_a_delivering_lane_asks_its_gate_to_last_until_the_next_transaction(node
     node.loop.step()
     assert node.delivered() == ["due"]
     assert gate.wanted and max(gate.wanted) >= T0 + 10, "asked through the next transaction"
+
+
+def test_an_abort_left_unanswered_after_a_failed_flush_ends_the_loop_at_once(node: Node) -> None:
+    """A flush that failed (the broker away), then an abort Kafka did not answer for the
+    transaction timeout: the producer is done (``TransactionalProducer.abort`` raises
+    Fenced). Mutant caught: the abort's Fenced ignored, the loop ending only after a backoff
+    and the next ``begin``."""
+    node.partitions[1].add("a", T0 - 10)
+    node.publisher.fail_next("flush", KafkaException(KafkaError(KafkaError._TRANSPORT)))
+    node.publisher.fail_next("abort", Fenced("the abort was not answered in 10 s"))
+    node.loop.step()
+    assert node.loop.fenced is not None and "not answered" in node.loop.fenced
+    assert node.delivered() == []

@@ -124,3 +124,16 @@ def test_a_peer_silent_while_watched_is_no_longer_heard() -> None:
     assert watch.heard_within(SUSPECT_S) == {"b"}
     run(watch, clock, 0.75, {"a": (0, False)})
     assert watch.heard_within(SUSPECT_S) == frozenset()
+
+
+def test_a_peer_silent_for_long_counts_as_gone_though_the_watcher_cannot_watch() -> None:
+    """A node whose own heartbeats do not come back watches nothing; a peer silent by the
+    clock for 30 s is not heard all the same (else its partitions would wait for ever).
+    Mutant caught: no bound on the clock."""
+    clock = Clock()
+    watch = PeerWatch("a", SUSPECT_S, now=clock)
+    run(watch, clock, 2.0, {"a": (0, False), "b": (0, False)})
+    run(watch, clock, 29.0, {})
+    assert watch.heard_within(SUSPECT_S) == {"b"}, "not watched: silent only by the clock"
+    run(watch, clock, 1.5, {})
+    assert watch.heard_within(SUSPECT_S) == frozenset()
