@@ -323,19 +323,14 @@ class TransactionLoop(LoopWorker):
         must not keep one per term."""
         self._publisher.close()
 
-    def _quiet_abort(self) -> None:
+    def _quiet_abort(self, fence_ends_loop: bool = False) -> None:
+        """Abort, ignoring its failure; ``fence_ends_loop``: but not a fence (nor a refusal)
+        after a failed transaction call: a producer whose abort went unanswered is done, and
+        the loop ends at once rather than after a backoff and a ``begin`` that says so."""
+        ignored = (KafkaException,) if fence_ends_loop else (Fenced, NotAuthorized, KafkaException)
         try:
             self._publisher.abort()
-        except (Fenced, NotAuthorized, KafkaException):
-            pass
-
-    def _abort_after_failure(self) -> None:
-        """Abort after a failed transaction call; only Kafka's errors are ignored: a producer
-        whose abort went unanswered is done (``Fenced``), and the loop ends at once rather
-        than after a backoff and a ``begin`` that says so."""
-        try:
-            self._publisher.abort()
-        except KafkaException:
+        except ignored:
             pass
 
     def _take_lanes(self) -> None:
@@ -394,7 +389,7 @@ class TransactionLoop(LoopWorker):
             # An outage (a broker killed) or a stop mid-transaction: nothing of it may stay
             # open; one line, no traceback, and the same range again after the backoff. An
             # abort Kafka left unanswered for the transaction timeout ends the loop (Fenced).
-            self._abort_after_failure()
+            self._quiet_abort(fence_ends_loop=True)
             error = exc.args[0] if exc.args else None
             reason = describe(error) if isinstance(error, KafkaError) else str(exc)
             log.warning("transaction_failed", term=self.term, error=reason)

@@ -184,23 +184,16 @@ class TransactionalProducer:
         # Kafka after the transaction timeout, aborts what is left, and a node that waited the
         # whole timeout on a dead broker outlived its own shutdown.
         wait_s = _INTERRUPTED_ABORT_S if self._interrupted.is_set() else self._timeout_s
-        live = self._live()
-        while True:
-            try:
-                live.abort_transaction(wait_s)
-                return
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                self._raise_for(error, "abort_transaction")
-                if not error.retriable() or self._interrupted.is_set():
-                    raise
-                if error.code() == KafkaError._TIMED_OUT:
-                    self._lost = (
-                        f"the abort was not answered in {wait_s:g} s (the transaction "
-                        "timeout): Kafka aborts the transaction itself"
-                    )
-                    raise Fenced(self._lost) from None
-                self._interrupted.wait(_RETRY_PAUSE_S)
+        try:
+            self._call(self._live().abort_transaction, wait_s, again_after_timeout=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._TIMED_OUT or self._interrupted.is_set():
+                raise
+            self._lost = (
+                f"the abort was not answered in {wait_s:g} s (the transaction timeout): "
+                "Kafka aborts the transaction itself"
+            )
+            raise Fenced(self._lost) from None
 
     def in_flight(self) -> int:
         return 0 if self._producer is None else len(self._producer)
@@ -231,8 +224,11 @@ class TransactionalProducer:
             exc.__traceback__ = None
             log.info("transactional_producer_closed", error=str(exc))
 
-    def _call(self, method: Callable[..., None], *args: Any) -> None:
-        """A transaction API call; retriable failures are retried until interrupted."""
+    def _call(
+        self, method: Callable[..., None], *args: Any, again_after_timeout: bool = True
+    ) -> None:
+        """A transaction API call; retriable failures are retried until interrupted, a
+        timeout only while ``again_after_timeout``."""
         while True:
             try:
                 method(*args)
@@ -241,6 +237,8 @@ class TransactionalProducer:
                 error: KafkaError = exc.args[0]
                 self._raise_for(error, getattr(method, "__name__", "transaction call"))
                 if not error.retriable() or self._interrupted.is_set():
+                    raise
+                if not again_after_timeout and error.code() == KafkaError._TIMED_OUT:
                     raise
                 self._interrupted.wait(_RETRY_PAUSE_S)
 
