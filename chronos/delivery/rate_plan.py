@@ -66,19 +66,26 @@ class _Topic:
 
     A GCRA's theoretical arrival times, kept as a set instead of a single clock: time is cut
     into steps of ``interval_ms`` (``1000 / rate``), each message takes one step and goes at
-    its step less ``tolerance_ms`` (``(burst - 1)`` steps: a burst after a quiet spell), never
-    before its earliest time. In due order this is a GCRA exactly; a message planned later
-    than messages due after it takes the first free step from its own time.
+    its theoretical time less ``tolerance_ms`` (``(burst - 1)`` steps: a burst after a quiet
+    spell), never before its earliest time. A step's theoretical time is its start, or later
+    within it: a message that takes a step after its start (a lone one, at its own time)
+    pushes the steps that follow it by as much (``offset_before``), so in due order this is a
+    GCRA exactly, never two messages closer than ``interval_ms`` past the tolerance. A
+    message planned later than messages due after it takes the first free step from its own
+    time.
     """
 
     name: str
     interval_ms: float
     tolerance_ms: float
-    #: Steps taken (``step``), and the highest one.
-    taken: set[int] = field(default_factory=set)
+    #: Steps taken (``step``) with how far past its start each one's theoretical time is
+    #: (0 up to ``interval_ms``), and the highest one.
+    taken: dict[int, float] = field(default_factory=dict)
     highest: int = 0
-    #: Steps below it count as taken: an inherited plan's.
+    #: Steps below it count as taken: an inherited plan's; the inherited theoretical time is
+    #: this far past the floor's start.
     floor: int = 0
+    floor_offset: float = 0.0
     #: The latest slot a message of the topic was moved to (0: none), and the due time of
     #: the first message moved since the moves last caught up with their due times: a
     #: message due before it may go before them.
@@ -98,13 +105,30 @@ class _Topic:
         ``tat = max(tat, t)``)."""
         return math.floor(t / self.interval_ms + 1e-9)
 
-    def goes_at(self, step: int) -> EpochMs:
-        """When a message of ``step`` may go at the earliest."""
-        return math.ceil(step * self.interval_ms - self.tolerance_ms - 1e-6)
+    def offset_before(self, step: int) -> float:
+        """How far past its start ``step``'s theoretical time is at the least: as far as the
+        step before's, when taken (a GCRA's ``tat`` is the previous one's plus an interval)."""
+        before = self.taken.get(step - 1)
+        if before is not None:
+            return before
+        return self.floor_offset if step == self.floor else 0.0
+
+    def take(self, step: int, earliest: EpochMs) -> float:
+        """Take ``step`` for a message not due before ``earliest``: its theoretical time."""
+        start = step * self.interval_ms
+        tat = max(float(earliest), start + self.offset_before(step))
+        self.taken[step] = min(tat - start, self.interval_ms - 1e-6)
+        self.highest = max(self.highest, step)
+        return tat
+
+    def goes_at(self, tat: float) -> EpochMs:
+        """When a message of theoretical time ``tat`` may go at the earliest."""
+        return math.ceil(tat - self.tolerance_ms - 1e-6)
 
     def tat(self) -> float:
         """The theoretical arrival time of the next message in due order."""
-        return (max(self.highest, self.floor - 1) + 1) * self.interval_ms
+        after = max(self.highest, self.floor - 1) + 1
+        return after * self.interval_ms + self.offset_before(after)
 
 
 class RatePlan:
@@ -185,6 +209,7 @@ class RatePlan:
             self._inherited_end[name] = tat - tolerance
             plan.last_moved = math.ceil(tat - tolerance - interval)
             plan.floor = plan.step(tat)
+            plan.floor_offset = max(0.0, tat - plan.floor * interval)
         return plan
 
     def limited(self, topic: str) -> bool:
@@ -297,10 +322,9 @@ class RatePlan:
                 plan.full_from, plan.full_to = first, step
         if plan.name not in self._saved:
             self._saved[plan.name] = (plan.last_moved, plan.backlog_due, plan.highest)
-        taken.add(step)
-        plan.highest = max(plan.highest, step)
+        tat = plan.take(step, earliest)
         self._charged.append((plan, step))
-        return max(earliest, after, plan.goes_at(step))
+        return max(earliest, after, plan.goes_at(tat))
 
     def _plan(self, ident: str, plan: _Topic, base: EpochMs, slot: EpochMs) -> None:
         """``ident`` (lateness counted from ``base``) moves to ``slot``."""
@@ -344,7 +368,7 @@ class RatePlan:
     def aborted(self) -> None:
         """The transaction aborted: what it planned never happened."""
         for plan, step in self._charged:
-            plan.taken.discard(step)
+            plan.taken.pop(step, None)
             plan.full_from = plan.full_to = 0
         for name, (last, due, highest) in self._saved.items():
             topic = self._topics.get(name)
@@ -373,8 +397,9 @@ class RatePlan:
         for plan in self._topics.values():
             if plan is None or len(plan.taken) < max(1024, 2 * plan.kept):
                 continue
-            current = plan.step(now_ms)  # no plan starts before it
-            plan.taken = {step for step in plan.taken if step >= current}
+            # No plan starts before the current step; the one before it holds its offset.
+            current = plan.step(now_ms) - 1
+            plan.taken = {step: at for step, at in plan.taken.items() if step >= current}
             plan.kept = len(plan.taken)
             plan.full_from = plan.full_to = 0
 

@@ -13,10 +13,11 @@ A peer is suspected when its heartbeats stop, or when its commit count stands st
 says it owns something due (alive but unable to deliver: fenced, or its transactions
 failing), for ``group.suspect_after_ms``. The watcher's own heartbeats, read back from the
 same topic, are its proof of watching: silence is counted only while its own beats keep
-arriving without a gap longer than ``_MAX_GAP_S``. A watcher starved of CPU, or cut off from
-Kafka, or a broker that stalls, breaks that chain; the silence of the others is then counted
-again from the chain's new start, so a frozen or lagging watcher never suspects everyone at
-once when it thaws (``master_watch.py`` does the same with its chain of answers).
+arriving without a gap longer than ``max_gap_s`` (``gap_for`` the beat interval). A watcher
+starved of CPU, or cut off from Kafka, or a broker that stalls, breaks that chain; the
+silence of the others is then counted again from the chain's new start, so a frozen or
+lagging watcher never suspects everyone at once when it thaws (``master_watch.py`` does the
+same with its chain of answers).
 
 What a suspicion costs: the watcher fences the suspect and claims its partitions
 (``claims.py``); a false one costs a handover, never a duplicate.
@@ -43,8 +44,9 @@ from chronos.settings import KafkaValue
 log = structlog.get_logger(__name__)
 
 #: Longest gap between two of the watcher's own heartbeats read back that still counts as
-#: continuous watching.
+#: continuous watching, at the least (``gap_for``), and in beat intervals.
 _MAX_GAP_S = 0.6
+_GAP_PER_INTERVAL = 2.4
 #: How long a peer silent by the clock counts as heard while this node did not watch it
 #: (``heard_within``): a node whose own heartbeats do not come back still finds a peer gone.
 _UNWATCHED_SILENCE_S = 30.0
@@ -97,6 +99,14 @@ class _Peer:
     progressed_at: float
 
 
+def gap_for(interval_s: float) -> float:
+    """The longest gap between two of a watcher's own heartbeats, sent every ``interval_s``,
+    that still counts as continuous watching: 0.6 s at the default 250 ms, more for a longer
+    interval (a fixed 0.6 s never let a chain form at 600 ms or more: nobody was ever
+    suspected)."""
+    return max(_MAX_GAP_S, _GAP_PER_INTERVAL * interval_s)
+
+
 class PeerWatch:
     """Which peers fell silent, judged from the heartbeats this node reads.
 
@@ -104,14 +114,21 @@ class PeerWatch:
         node: this node's id (its own heartbeats are its proof of watching).
         suspect_after_s: how long a peer must be silent (or stalled), watched without a break.
         now: monotonic time source.
+        max_gap_s: the longest gap in the watcher's own beats that still counts as watching
+            (``gap_for`` the beat interval).
     """
 
     def __init__(
-        self, node: str, suspect_after_s: float, now: Callable[[], float] = time.monotonic
+        self,
+        node: str,
+        suspect_after_s: float,
+        now: Callable[[], float] = time.monotonic,
+        max_gap_s: float = _MAX_GAP_S,
     ) -> None:
         self.node = node
         self.suspect_after_s = suspect_after_s
         self._now = now
+        self._max_gap_s = max_gap_s
         #: ``heard`` runs on the heartbeat thread, ``suspects`` on the delivery thread.
         self._lock = threading.Lock()
         self._peers: dict[str, _Peer] = {}
@@ -127,7 +144,7 @@ class PeerWatch:
     def _heard(self, beat: Heartbeat) -> None:
         now = self._now()
         if beat.node == self.node:
-            if self._own_at is None or now - self._own_at > _MAX_GAP_S:
+            if self._own_at is None or now - self._own_at > self._max_gap_s:
                 self._chain_since = now  # a new chain: what happened meanwhile is unknown
             self._own_at = now
             return
@@ -144,7 +161,7 @@ class PeerWatch:
         ``at`` (0 without a chain)."""
         if self._own_at is None or self._chain_since is None:
             return 0.0
-        if self._now() - self._own_at > _MAX_GAP_S:
+        if self._now() - self._own_at > self._max_gap_s:
             return 0.0  # the chain broke: this node is not watching now
         return max(0.0, self._own_at - max(at, self._chain_since))
 

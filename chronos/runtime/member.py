@@ -43,7 +43,7 @@ from chronos.group.claims import Claimant, ClaimLog
 from chronos.group.hosted import Hosted
 from chronos.group.lane import Lane
 from chronos.group.node_log import NodeLog, NodeLogCuts, NodeLogState
-from chronos.group.peer_watch import HeartbeatWorker, PeerWatch
+from chronos.group.peer_watch import HeartbeatWorker, PeerWatch, gap_for
 from chronos.group.spec import GroupSpec
 from chronos.group.standbys import ProgressLogs, StandbysWorker
 from chronos.group.transactions import TransactionLoop
@@ -265,7 +265,11 @@ class ClusterMember:
             admin_url=admin_url,
         )
         board_ref.append(board)
-        watch = PeerWatch(self._node, s.group.suspect_after_ms / 1000.0)
+        watch = PeerWatch(
+            self._node,
+            s.group.suspect_after_ms / 1000.0,
+            max_gap_s=gap_for(s.group.progress_interval_ms / 1000.0),
+        )
         self.watch = watch
         admin = RenewedAdmin(self._clients.admin)
         node_cuts = NodeLogCuts(

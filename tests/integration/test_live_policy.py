@@ -4,6 +4,7 @@ delivers with it from then on; cleared, the configured one is back."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,8 @@ def test_a_rate_set_live_paces_the_topic_and_clearing_it_lifts_it(
     """A node alone's senders hold what is over the rate; a group's master plans it into later
     slots (``delivery/rate_plan.py``). Mutants caught: the follower not applying records (the
     node kept the configured, unlimited policy), the pacing not seeing a rate set after its
-    start, a master without the plan."""
+    start, a master without the plan, a plan whose steps go at their start whatever the step
+    before took."""
     sections: dict[str, dict[str, Any]] = {"admin": {"port": 0}}
     if mode == "group":
         sections |= {"group": {"name": "g"}, "node": {"ingest_threads": 1}}
@@ -64,9 +66,13 @@ def test_a_rate_set_live_paces_the_topic_and_clearing_it_lifts_it(
         assert chronos(args) == 0
         assert _printed(capsys)["policy"]["rate"] == 4.0
         wait_until(lambda: topic in _live(port), 60, "the node read the policy")
+        # The first due late in a quarter-second step, the rest 110 ms later (as when the
+        # first send was slow on CI): a plan on a fixed grid sent the second 140 ms after it.
+        first = (int(time.time() * 1000) + 1_500) // 250 * 250 + 210
         with DelayClient(settings) as client:
             for n in range(5):
-                client.send_delay(topic, b"v", delay=0.5 + n / 1000, id=f"p{n}")
+                at = first if n == 0 else first + 110 + n
+                client.send_delay(topic, b"v", deliver_at=at, id=f"p{n}")
         assert inbox.wait_for({f"p{n}" for n in range(5)}, 60)
         delivered = [inbox.first(f"p{n}") for n in range(5)]
         # One at once (the burst), four more a quarter of a second apart at the least: the

@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 
 from chronos.errors import DecodeError
-from chronos.group.peer_watch import Heartbeat, PeerWatch, decode_heartbeat, encode_heartbeat
+from chronos.group.peer_watch import (
+    Heartbeat,
+    PeerWatch,
+    decode_heartbeat,
+    encode_heartbeat,
+    gap_for,
+)
 
 SUSPECT_S = 1.5
 BEAT_S = 0.25
@@ -26,11 +32,15 @@ def beat(node: str, commits: int = 0, due: bool = False) -> Heartbeat:
 
 
 def run(
-    watch: PeerWatch, clock: Clock, seconds: float, beating: dict[str, tuple[int, bool]]
+    watch: PeerWatch,
+    clock: Clock,
+    seconds: float,
+    beating: dict[str, tuple[int, bool]],
+    every_s: float = BEAT_S,
 ) -> None:
-    """Every ``BEAT_S``, each node of ``beating`` (the watcher included when named) beats."""
-    for _ in range(round(seconds / BEAT_S)):
-        clock.t += BEAT_S
+    """Every ``every_s``, each node of ``beating`` (the watcher included when named) beats."""
+    for _ in range(round(seconds / every_s)):
+        clock.t += every_s
         for node, (commits, due) in beating.items():
             watch.heard(beat(node, commits, due))
 
@@ -137,3 +147,21 @@ def test_a_peer_silent_for_long_counts_as_gone_though_the_watcher_cannot_watch()
     assert watch.heard_within(SUSPECT_S) == {"b"}, "not watched: silent only by the clock"
     run(watch, clock, 1.5, {})
     assert watch.heard_within(SUSPECT_S) == frozenset()
+
+
+def test_a_longer_beat_interval_still_lets_a_silent_peer_be_suspected() -> None:
+    """``group.progress_interval_ms`` may be 600 ms or more (with ``suspect_after_ms`` at
+    least 3 times it): the watcher's own beats then come further apart than the default
+    gap, and its chain must still form. Mutant caught: the fixed 0.6 s gap (the chain never
+    formed and the silent peer was never suspected)."""
+    every_s, suspect_s = 0.7, 2.1
+    assert gap_for(BEAT_S) == pytest.approx(0.6)
+    clock = Clock()
+    watch = PeerWatch("a", suspect_s, clock, max_gap_s=gap_for(every_s))
+    run(watch, clock, 2.8, {"a": (0, False), "b": (0, False), "c": (0, False)}, every_s)
+    run(watch, clock, 1.4, {"a": (0, False), "b": (0, False)}, every_s)  # c stopped
+    assert watch.suspects() == [], "1.4 s of silence"
+    run(watch, clock, 1.4, {"a": (0, False), "b": (0, False)}, every_s)
+    assert watch.suspects() == ["c"]
+    clock.t += gap_for(every_s) + 0.1  # the watcher's own beats stop: it is not watching
+    assert watch.silent_s("b") == 0.0

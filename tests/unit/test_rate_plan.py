@@ -3,6 +3,8 @@ and a transaction's undo."""
 
 from __future__ import annotations
 
+import math
+
 from chronos.delivery.policies import Policies
 from chronos.delivery.rate_plan import RatePlan
 from chronos.settings import TopicPolicy
@@ -182,7 +184,61 @@ def test_a_lone_message_goes_at_its_own_time() -> None:
     assert plan.ahead_for("b", "slow", T0 + 5001, T0 + 5001) == T0 + 5001
     slow = _plan(rate=0.1, burst=1)
     assert slow.slot_for("c", "slow", T0 + 7, T0 + 7, T0 + 7, T0 + 7) is None
-    assert slow.slot_for("d", "slow", T0 + 8, T0 + 8, T0 + 8, T0 + 8) == T0 + 10_000
+    assert slow.slot_for("d", "slow", T0 + 8, T0 + 8, T0 + 8, T0 + 8) == T0 + 10_007
+
+
+def _gcra(due: list[int], interval: float, tolerance: float) -> list[int]:
+    """A GCRA's schedule of messages in due order (virtual scheduling): the reference."""
+    went, tat = [], 0.0
+    for t in due:
+        tat = max(tat, float(t))
+        went.append(max(t, math.ceil(tat - tolerance - 1e-6)))
+        tat += interval
+    return went
+
+
+def _as_due(plan: RatePlan, due: list[int]) -> list[int]:
+    """Each message planned as it falls due (one transaction each, at its due time)."""
+    went = []
+    for n, t in enumerate(due):
+        slot = plan.slot_for(f"m{n}", "slow", t, t, t, t)
+        plan.committed([f"m{n}"], t)
+        went.append(t if slot is None else slot)
+    return went
+
+
+def test_a_message_off_a_step_s_start_pushes_the_steps_after_it() -> None:
+    """In due order the plan is a GCRA exactly: one due late in its step leaves a whole
+    interval before the next (CI: at 4/s, burst 1, one due 95 ms into its step and four due
+    110 ms later went 155 ms after it, then on the steps). Mutant caught: steps that go at
+    their start whatever the step before took."""
+    due = [T0 + 345] + [T0 + 455 + n for n in range(4)]
+    assert (
+        _as_due(_plan(rate=4, burst=1), due)
+        == _gcra(due, 250, 0)
+        == [T0 + 345 + 250 * n for n in range(5)]
+    )
+    burst = [T0 + 345] * 4 + [T0 + 2_000 + 7 * n for n in range(30)]
+    assert _as_due(_plan(rate=4, burst=3), burst) == _gcra(burst, 250, 500)
+    ahead = _plan(rate=4, burst=1)
+    assert [ahead.ahead_for(f"a{n}", "slow", t, t) for n, t in enumerate(due)] == _gcra(due, 250, 0)
+
+
+def test_an_inherited_backlog_s_end_off_a_step_s_start_holds() -> None:
+    """``Cut.paced`` is a theoretical time, not a step: a successor's first message goes a
+    whole interval after the predecessor's last. Mutant caught: the floor at its step's start."""
+    plan = RatePlan(Policies({"slow": TopicPolicy(rate=4, burst=1)}), {"slow": T0 + 1_095.0})
+    assert plan.slot_for("a", "slow", T0 + 900, T0 + 900, T0 + 900, T0 + 900) == T0 + 1_095
+    assert plan.backlog(T0 + 900) == {"slow": T0 + 1_345.0}
+
+
+def test_an_abort_frees_an_offset_step() -> None:
+    """Mutant caught: an aborted step's offset kept (the redo went one interval later)."""
+    plan = _plan(rate=4, burst=1)
+    assert plan.slot_for("a", "slow", T0 + 345, T0 + 345, T0 + 345, T0 + 345) is None
+    plan.aborted()
+    assert plan.slot_for("b", "slow", T0 + 300, T0 + 300, T0 + 300, T0 + 300) is None
+    assert plan.slot_for("c", "slow", T0 + 310, T0 + 310, T0 + 310, T0 + 310) == T0 + 550
 
 
 def test_a_successor_passes_on_how_far_the_previous_master_read() -> None:
