@@ -735,8 +735,8 @@ class ClusterSettings(_Section):
             "partition: each hosted partition is a replica group of its own (its own decoder, "
             "consumer, producer and progress reader). node: one ingest, one store, one "
             "producer and one delivery loop per node for every partition it hosts, ownership "
-            "decided by claims in each partition's progress log (docs/design/cluster-v2.md; "
-            "being built: no admin API, refresh passes or checkpoint worker yet)."
+            "decided by claims in each partition's progress log (docs/clusters.md, "
+            "docs/design/cluster-v2.md)."
         ),
     )
     standby_replicas: int = Field(

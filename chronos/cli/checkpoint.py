@@ -24,7 +24,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def main(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     from chronos.store.checkpoint import take_checkpoint
+    from chronos.store.database import member_store_dir
 
-    result = take_checkpoint(settings.node.data_dir, settings.store, args.out, args.timeout)
+    data_dir = settings.node.data_dir
+    if settings.cluster.name is not None and settings.cluster.shape == "node":
+        data_dir = member_store_dir(data_dir)  # a cluster member's one database
+    result = take_checkpoint(data_dir, settings.store, args.out, args.timeout)
     print(f"checkpoint {result.path} (seek {result.seek_ms}, {result.took_ms} ms)")
     return 0

@@ -1,4 +1,5 @@
-"""The checkpoint worker: answers ``chronos checkpoint`` requests for the store this node owns."""
+"""The checkpoint worker: answers ``chronos checkpoint`` requests for the store this node owns
+(a node alone's or a replica's, or a cluster member's whole database)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import structlog
 from chronos.errors import ChronosError
 from chronos.lifecycle import LoopWorker
 from chronos.store import checkpoint
-from chronos.store.rocks import RocksStore
 
 log = structlog.get_logger(__name__)
 
@@ -18,7 +18,8 @@ class CheckpointWorker(LoopWorker):
     """Looks for request files every ``poll_s`` (one directory stat: no measurable idle cost).
 
     Parameters:
-        store: the node's open store (only its owner can checkpoint it consistently).
+        store: the node's open store or database (only its owner can checkpoint it
+            consistently).
         data_dir: the store directory, where requests arrive.
         poll_s: how often to look for requests.
         root: the only directory checkpoints may be written into (``node.checkpoint_dir``;
@@ -26,7 +27,11 @@ class CheckpointWorker(LoopWorker):
     """
 
     def __init__(
-        self, store: RocksStore, data_dir: Path, poll_s: float = 0.5, root: Path | None = None
+        self,
+        store: checkpoint.Checkpointable,
+        data_dir: Path,
+        poll_s: float = 0.5,
+        root: Path | None = None,
     ) -> None:
         super().__init__("checkpoint")
         self._store = store

@@ -2,7 +2,10 @@
 
 Splits are due-time ranges (``splits`` of them, equal in time, default 8) read by separate
 tasks, each opening the checkpoint read-only. By default only pending messages are read (slot
-after the checkpoint's seek timestamp): what the node still has to deliver.
+after the checkpoint's seek timestamp): what the node still has to deliver. A cluster member's
+checkpoint holds a schedule per inner partition it hosts, each with its own seek timestamp;
+a partition it keeps as a standby copy is in its holder's checkpoint too (an id is in one
+partition: drop duplicates by ``id`` when reading several members' checkpoints together).
 
 Options: ``path`` (required; on a cluster, a directory every executor can read),
 ``splits``, ``includeDelivered`` (default false), ``payload`` (default true; false leaves key,
@@ -51,11 +54,14 @@ def split_slots(first: int, last: int, splits: int) -> list[SlotRange]:
     return [SlotRange(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
-def read_slots(path: Path, start_ms: int, stop_ms: int, payload: bool) -> Iterator[pa.RecordBatch]:
-    """Decoded messages of one slot range as Arrow batches."""
+def read_slots(
+    path: Path, start_ms: int, stop_ms: int, payload: bool, pending: bool = False
+) -> Iterator[pa.RecordBatch]:
+    """Decoded messages of one slot range as Arrow batches (``pending``: only those after
+    their schedule's seek timestamp)."""
     with CheckpointReader(path) as reader:
         cols: list[list[object]] = [[] for _ in CHECKPOINT_COLUMNS]
-        for key, raw in reader.messages(start_ms, stop_ms):
+        for key, raw in reader.messages(start_ms, stop_ms, pending):
             message = codec.decode(raw)
             repeat = message.repeat
             row = [
@@ -117,7 +123,9 @@ class CheckpointSourceReader(DataSourceReader):
         assert isinstance(partition, SlotRange)
         if partition.stop_ms <= partition.start_ms:
             return iter(())
-        return read_slots(self._path, partition.start_ms, partition.stop_ms, self._payload)
+        return read_slots(
+            self._path, partition.start_ms, partition.stop_ms, self._payload, not self._delivered
+        )
 
 
 class CheckpointDataSource(DataSource):

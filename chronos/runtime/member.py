@@ -60,6 +60,7 @@ from chronos.kafka.publisher import TransactionalPublisher
 from chronos.kafka.topic_config import check_inner_topic
 from chronos.lifecycle import Component, Fatal
 from chronos.metrics import CountingMetrics
+from chronos.node.checkpointer import CheckpointWorker
 from chronos.node.expiry import ExpiryWriter
 from chronos.node.refresh import REFRESH_PRODUCER
 from chronos.runtime.foreground import run_foreground
@@ -71,7 +72,7 @@ from chronos.schedule.frontier import Wake
 from chronos.schedule.ledger import Ledger
 from chronos.schedule.progress_record import Cut
 from chronos.settings import ChronosSettings
-from chronos.store.database import RocksDatabase
+from chronos.store.database import RocksDatabase, member_store_dir
 
 if TYPE_CHECKING:
     from chronos.admin.server import AdminServer
@@ -177,7 +178,7 @@ class ClusterMember:
         )
         if spec is None:
             raise ConfigError("a cluster member needs its group timings")
-        data_dir = s.node.data_dir / "node"
+        data_dir = member_store_dir(s.node.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         _note_partition_shape_stores(s.node.data_dir)
         database = RocksDatabase(data_dir, s.store, range(partitions))
@@ -403,6 +404,12 @@ class ClusterMember:
         )
         self._membership = membership
         deleting, keeping = self._keepers(ownership, host, delivering)
+        # ``chronos checkpoint`` (the pipeline's input): the whole database, every schedule.
+        checkpointer = CheckpointWorker(
+            database,
+            data_dir,
+            root=s.node.checkpoint_dir or s.node.data_dir.resolve().parent,
+        )
         self._components = [
             publisher,
             standbys,
@@ -413,6 +420,7 @@ class ClusterMember:
             delivery,
             *keeping,
             membership,
+            checkpointer,
         ]
         for component in self._components:
             component.start()

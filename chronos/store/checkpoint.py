@@ -10,6 +10,11 @@ no node running the command opens the store itself (see ``take_checkpoint``).
 A checkpoint is hard links to the store's immutable files plus the write-ahead log needed to
 make all column families agree, so it is cheap on the same file system and consistent: the
 messages, the index and the seek timestamp are from one instant.
+
+A cluster member of the node shape keeps one database with a schedule per inner partition it
+hosts (``database.py``): its checkpoint holds every one of them, each with its own seek
+timestamp, and ``CheckpointReader`` reads them all (a partition delivered elsewhere and kept
+here as a standby copy too: its seek follows its holder's cuts).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions
 
@@ -28,6 +34,7 @@ from chronos.errors import ChronosError, StoreError
 from chronos.names import CF_MESSAGES, CF_META
 from chronos.settings import StoreSettings
 from chronos.store import keys
+from chronos.store.database import family_name, partition_of_family
 from chronos.store.rocks import RocksStore
 from chronos.types import EpochMs
 
@@ -38,14 +45,21 @@ _RESULT = ".result"
 
 @dataclass(frozen=True)
 class CheckpointResult:
-    """Where a checkpoint was written and the seek timestamp it holds."""
+    """Where a checkpoint was written and the seek timestamp it holds (the lowest of its
+    schedules': every message at or before it was delivered in each)."""
 
     path: Path
     seek_ms: EpochMs
     took_ms: int
 
 
-def create(store: RocksStore, dest: Path) -> CheckpointResult:
+class Checkpointable(Protocol):
+    """What can be checkpointed: a node's store, or a cluster member's whole database."""
+
+    def create_checkpoint(self, dest: Path) -> None: ...
+
+
+def create(store: Checkpointable, dest: Path) -> CheckpointResult:
     """Checkpoint an open store at ``dest`` and read back the seek timestamp it holds."""
     started = time.monotonic()
     store.create_checkpoint(dest)
@@ -154,7 +168,8 @@ def requested_dest(request: Path) -> Path:
 
 
 class CheckpointReader:
-    """Read-only view of a checkpoint: its seek timestamp and its messages in slot order.
+    """Read-only view of a checkpoint: its schedules' seek timestamps and their messages in
+    slot order.
 
     Several readers (Spark tasks) may open one checkpoint at once.
 
@@ -176,43 +191,97 @@ class CheckpointReader:
             )
         except Exception as exc:  # rocksdict raises plain Exceptions for open failures
             raise StoreError(f"cannot open checkpoint {path}: {exc}") from exc
-        self._messages = self._db.get_column_family(CF_MESSAGES)
-        self._meta = self._db.get_column_family(CF_META)
+        #: (messages, meta) of each schedule: the default one (a node alone's, a replica's)
+        #: and each inner partition's (a cluster member's).
+        self._schedules: dict[int | None, tuple[Rdict, Rdict]] = {}
+        found = {partition_of_family(name) for name in families}
+        partitions = sorted(p for p in found if p is not None)
+        for partition in (None, *partitions):
+            messages, meta = family_name(CF_MESSAGES, partition), family_name(CF_META, partition)
+            if messages in families and meta in families:
+                self._schedules[partition] = (
+                    self._db.get_column_family(messages),
+                    self._db.get_column_family(meta),
+                )
+        self._seeks = {p: _seek_of(meta) for p, (_m, meta) in self._schedules.items()}
 
-    def seek_ms(self) -> EpochMs:
-        """Every message with slot <= seek was delivered when the checkpoint was taken."""
-        raw = self._meta.get(keys.META_SEEK)
-        return 0 if raw is None else keys.unpack_ms(raw)
+    def partitions(self) -> list[int]:
+        """The inner partitions with a schedule in the checkpoint (none: a node alone's or a
+        replica's, whose one schedule is the default one)."""
+        return [p for p in self._schedules if p is not None and self._holds(p)]
+
+    def _holds(self, partition: int | None) -> bool:
+        """Whether ``partition``'s schedule holds a message or a seek (a member's families
+        exist, empty, for every inner partition)."""
+        messages, _meta = self._schedules[partition]
+        return self._seeks[partition] is not None or _first_key(messages) is not None
+
+    def _held(self) -> list[int | None]:
+        return [p for p in self._schedules if self._holds(p)]
+
+    def seek_ms(self, partition: int | None = None) -> EpochMs:
+        """Every message with slot <= seek was delivered when the checkpoint was taken: in
+        ``partition``'s schedule, or (None) in every schedule the checkpoint holds."""
+        if partition is not None:
+            return self._seeks.get(partition) or 0
+        seeks = [self._seeks[p] or 0 for p in self._held()]
+        return min(seeks, default=0)
 
     def slot_range(self) -> tuple[EpochMs, EpochMs] | None:
         """(first, last) slot of the stored messages, None when there are none."""
-        it = self._messages.iter(ReadOptions())
-        it.seek_to_first()
-        if not it.valid():
+        found: list[tuple[EpochMs, EpochMs]] = []
+        for messages, _meta in self._schedules.values():
+            it = messages.iter(ReadOptions())
+            it.seek_to_first()
+            if not it.valid():
+                continue
+            first = keys.slot_of(it.key())
+            it.seek_to_last()
+            found.append((first, keys.slot_of(it.key())))
+        if not found:
             return None
-        first = keys.slot_of(it.key())
-        it.seek_to_last()
-        return first, keys.slot_of(it.key())
+        return min(f for f, _l in found), max(last for _f, last in found)
 
-    def messages(self, start_ms: EpochMs, stop_ms: EpochMs) -> Iterator[tuple[bytes, bytes]]:
-        """(key, encoded message) with ``start_ms <= slot < stop_ms``, in key order."""
-        read = ReadOptions()
-        read.set_iterate_upper_bound(keys.slot_bound(stop_ms))
-        it = self._messages.iter(read)
-        it.seek(keys.slot_bound(start_ms))
-        while it.valid():
-            yield it.key(), it.value()
-            it.next()
+    def messages(
+        self, start_ms: EpochMs, stop_ms: EpochMs, pending: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """(key, encoded message) with ``start_ms <= slot < stop_ms``, in key order within
+        each schedule, one schedule after another; ``pending``: only those after their
+        schedule's seek (not delivered when the checkpoint was taken)."""
+        for partition, (table, _meta) in self._schedules.items():
+            start = max(start_ms, (self._seeks[partition] or 0) + 1) if pending else start_ms
+            if start >= stop_ms:
+                continue
+            read = ReadOptions()
+            read.set_iterate_upper_bound(keys.slot_bound(stop_ms))
+            it = table.iter(read)
+            it.seek(keys.slot_bound(start))
+            while it.valid():
+                yield it.key(), it.value()
+                it.next()
 
     def close(self) -> None:
         """Release the files (RocksDB keeps them open while any handle lives)."""
-        self._messages.close()
-        self._meta.close()
+        for messages, meta in self._schedules.values():
+            messages.close()
+            meta.close()
+        self._schedules.clear()
         self._db.close()
-        del self._messages, self._meta, self._db
+        del self._db
 
     def __enter__(self) -> CheckpointReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _seek_of(meta: Rdict) -> EpochMs | None:
+    raw = meta.get(keys.META_SEEK)
+    return None if raw is None else keys.unpack_ms(raw)
+
+
+def _first_key(table: Rdict) -> bytes | None:
+    it = table.iter(ReadOptions())
+    it.seek_to_first()
+    return it.key() if it.valid() else None

@@ -101,13 +101,21 @@ def lower_compaction_priority(nice: int) -> list[int]:
     return reniced
 
 
+def member_store_dir(data_dir: Path) -> Path:
+    """Where a cluster member of the node shape keeps its one database under ``node.data_dir``
+    (the partition shape's stores are ``p<N>`` beside it)."""
+    return data_dir / "node"
+
+
 def family_name(concern: str, partition: int | None) -> str:
     """The column family of ``concern`` in the schedule of ``partition`` (None: the default
     schedule, named as every earlier release named it)."""
     return concern if partition is None else f"{concern}{_PARTITION_SUFFIX}{partition}"
 
 
-def _partition_of(name: str) -> int | None:
+def partition_of_family(name: str) -> int | None:
+    """The partition whose schedule the column family ``name`` belongs to (None: the
+    default schedule's, or no schedule's)."""
     concern, sep, number = name.rpartition(_PARTITION_SUFFIX)
     if not sep or concern not in CONCERNS or not number.isdigit():
         return None
@@ -256,7 +264,7 @@ class RocksDatabase:
         return options
 
     def _family_options(self, name: str) -> Options:
-        if _partition_of(name) is None:
+        if partition_of_family(name) is None:
             return self._options(point_reads=name in _POINT_READ_FAMILIES)
         concern = name.rpartition(_PARTITION_SUFFIX)[0]
         options = self._options(point_reads=concern in _POINT_READ_FAMILIES)
@@ -291,7 +299,7 @@ class RocksDatabase:
         is dropped)."""
         with self._families_lock:
             names = sorted(self._names)
-        found = {_partition_of(name) for name in names if self._holds_keys(name)}
+        found = {partition_of_family(name) for name in names if self._holds_keys(name)}
         return sorted(p for p in found if p is not None)
 
     def _holds_keys(self, name: str) -> bool:

@@ -21,12 +21,15 @@ from confluent_kafka import OFFSET_END, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from chronos.cli.cluster import lines
+from chronos.cli.main import main as chronos_main
 from chronos.cluster.placement import Placement
 from chronos.cluster.status import ClusterStatus, cluster_status
 from chronos.kafka.clients import KafkaClients
 from chronos.kafka.partitioner import partition_of
 from chronos.runtime.member import ClusterMember
 from chronos.settings import ChronosSettings
+from chronos.store import codec
+from chronos.store.checkpoint import CheckpointReader
 from proxy.client import DelayClient
 from tests.integration.harness import (
     Inbox,
@@ -351,3 +354,41 @@ def test_a_copy_that_began_past_removed_records_stands_once_a_refresh_floor_reac
 
 def _passes(member: ClusterMember) -> int:
     return 0 if member.refresh is None else member.refresh.passes
+
+
+def test_chronos_checkpoint_copies_a_running_member_s_every_partition(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """``chronos checkpoint`` on a member's configuration: the running member writes a copy of
+    its one database, every partition's schedule in it, each read after its own seek (what
+    the pipeline's backlog job reads). Mutants caught: no checkpoint worker on a member (the
+    command waits for an answer and fails), a reader of the default schedule alone (nothing
+    pending)."""
+    member = cluster.start("a")
+    wait_until(lambda: cluster.settled({"a": _PARTITIONS}), 60, "a delivers every partition")
+    settings = member.settings
+    config = tmp_path / "a.toml"
+    config.write_text(
+        f'[kafka]\nbootstrap_servers = "{settings.kafka.bootstrap_servers}"\n'
+        f'[topics]\nnamespace = "{namespace}"\ninner_partitions = {_PARTITIONS}\n'
+        f'[node]\ndata_dir = "{settings.node.data_dir}"\nnode_id = "a"\n'
+        '[cluster]\nname = "c"\nshape = "node"\n'
+    )
+    topic = f"{namespace}-target"
+    with Inbox(settings, [topic]) as inbox, DelayClient(settings) as client:
+        delivered = _send(client, topic, _spread("now-", 2), 0.5)
+        assert inbox.wait_for(delivered, 60)
+        pending = _send(client, topic, _spread("later-", 3), 3_600.0)
+    taken: list[set[str]] = []
+
+    def pending_in_a_checkpoint() -> bool:
+        out = tmp_path / f"checkpoint-{len(taken)}"
+        assert chronos_main(["checkpoint", "--config", str(config), "--out", str(out)]) == 0
+        with CheckpointReader(out) as reader:
+            assert reader.partitions() == list(range(_PARTITIONS))
+            found = {codec.decode(raw).id for _key, raw in reader.messages(0, 2**62, True)}
+        taken.append(found)
+        return pending <= found
+
+    wait_until(pending_in_a_checkpoint, 60, "a checkpoint holds every pending message")
+    assert not delivered & taken[-1], "delivered before the checkpoint: not pending in it"

@@ -7,9 +7,12 @@ from pathlib import Path
 import pytest
 
 from chronos.errors import ChronosError, StoreError
+from chronos.model import DelayMessage
 from chronos.node.checkpointer import CheckpointWorker
+from chronos.pipeline.checkpoint_source import read_slots
 from chronos.settings import StoreSettings
-from chronos.store import checkpoint, keys
+from chronos.store import checkpoint, codec, keys
+from chronos.store.database import RocksDatabase
 from chronos.store.rocks import RocksStore
 
 FAST = StoreSettings(wal_sync_interval_ms=60_000)
@@ -122,3 +125,59 @@ def test_the_store_directory_is_owner_only(tmp_path: Path) -> None:
         store = RocksStore(tmp_path / name, FAST)
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o700
         store.close()
+
+
+def _member_database(path: Path) -> RocksDatabase:
+    """A cluster member's one database (``runtime/member.py``): partitions 1 and 3 hosted,
+    each with its own seek; 0 and 2 have (empty) families, as every inner partition does."""
+    database = RocksDatabase(path, FAST, range(4))
+    for partition, seek in ((1, 104), (3, 112)):
+        store = RocksStore.of_partition(database, partition)
+        batch = store.batch()
+        for slot in range(100 + partition, 120, 4):
+            ident = f"p{partition}-{slot}"
+            message = DelayMessage(ident, "t", None, b"v", first_due_ms=slot)
+            batch.put_message(keys.message_key(slot, ident), codec.encode(message))
+        batch.set_seek(seek)
+        store.write(batch)
+        store.close()
+    return database
+
+
+def test_a_cluster_member_s_checkpoint_holds_every_partition_with_its_own_seek(
+    tmp_path: Path,
+) -> None:
+    """Mutants caught: the default schedule read alone (a member's checkpoint looked empty),
+    one seek for every partition (partition 3's pending 108 counted as delivered)."""
+    database = _member_database(tmp_path / "node")
+    worker = CheckpointWorker(database, tmp_path / "node", poll_s=0.02)
+    worker.start()
+    try:
+        result = checkpoint.take_checkpoint(tmp_path / "node", FAST, tmp_path / "c", 10)
+    finally:
+        worker.stop()
+        worker.join(5)
+    database.close()
+    assert result.seek_ms == 104  # the lowest: every partition delivered up to it
+    with checkpoint.CheckpointReader(result.path) as reader:
+        assert reader.partitions() == [1, 3]
+        assert (reader.seek_ms(1), reader.seek_ms(3), reader.seek_ms()) == (104, 112, 104)
+        assert reader.slot_range() == (101, 119)
+        every = {keys.split_message_key(k)[1] for k, _ in reader.messages(0, 1_000)}
+        pending = {keys.split_message_key(k)[1] for k, _ in reader.messages(0, 1_000, True)}
+    assert every == {f"p1-{s}" for s in range(101, 120, 4)} | {
+        f"p3-{s}" for s in range(103, 120, 4)
+    }
+    assert pending == {"p1-105", "p1-109", "p1-113", "p1-117", "p3-115", "p3-119"}
+    # What the pipeline's source reads (``chronos-checkpoint``): the pending ones.
+    columns = [batch.to_pydict() for batch in read_slots(result.path, 0, 1_000, False, True)]
+    assert sorted(i for c in columns for i in c["id"]) == sorted(pending)
+
+
+def test_a_stopped_member_s_database_is_checkpointed_by_the_command_itself(
+    tmp_path: Path,
+) -> None:
+    _member_database(tmp_path / "node").close()
+    result = checkpoint.take_checkpoint(tmp_path / "node", FAST, tmp_path / "c", timeout_s=1)
+    with checkpoint.CheckpointReader(result.path) as reader:
+        assert reader.partitions() == [1, 3] and result.seek_ms == 104
