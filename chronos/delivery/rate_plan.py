@@ -194,9 +194,16 @@ class RatePlan:
         if policy is None or policy.rate is None:
             return None
         interval, tolerance = _shape(policy)
-        plan = _Topic(
-            name, interval, tolerance, limit=math.floor(policy.rate or 0) + policy.burst_size
-        )
+        limit = math.floor(policy.rate or 0) + policy.burst_size
+        if old is not None and (old.interval_ms, old.tolerance_ms, old.limit) == (
+            interval,
+            tolerance,
+            limit,
+        ):
+            # Its shape did not change (another topic's policy did): the plan stands, its
+            # steps and their offsets too (rebuilt, a step went early or was given twice).
+            return old
+        plan = _Topic(name, interval, tolerance, limit=limit)
         if old is not None:
             # A new shape: its steps start after the old plan's backlog (what it planned in
             # place keeps its slots; the trailing second's count holds the new rate).

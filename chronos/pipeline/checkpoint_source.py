@@ -3,13 +3,14 @@
 Splits are due-time ranges (``splits`` of them, equal in time, default 8) read by separate
 tasks, each opening the checkpoint read-only. By default only pending messages are read (slot
 after the checkpoint's seek timestamp): what the node still has to deliver. A cluster member's
-checkpoint holds a schedule per inner partition it hosts, each with its own seek timestamp;
-a partition it keeps as a standby copy is in its holder's checkpoint too (an id is in one
-partition: drop duplicates by ``id`` when reading several members' checkpoints together).
+checkpoint holds a schedule per inner partition it hosts, each with its own seek timestamp,
+its standby copies' too (their seek trails their holder's: a message the holder delivered can
+still be pending there). ``partitions`` (comma-separated inner partitions) reads only those:
+for a whole cluster, each partition from the checkpoint of the member delivering it.
 
 Options: ``path`` (required; on a cluster, a directory every executor can read),
 ``splits``, ``includeDelivered`` (default false), ``payload`` (default true; false leaves key,
-value and headers null, for jobs that only count).
+value and headers null, for jobs that only count), ``partitions`` (default: every schedule).
 """
 
 from __future__ import annotations
@@ -55,11 +56,16 @@ def split_slots(first: int, last: int, splits: int) -> list[SlotRange]:
 
 
 def read_slots(
-    path: Path, start_ms: int, stop_ms: int, payload: bool, pending: bool = False
+    path: Path,
+    start_ms: int,
+    stop_ms: int,
+    payload: bool,
+    pending: bool = False,
+    partitions: Sequence[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Decoded messages of one slot range as Arrow batches (``pending``: only those after
-    their schedule's seek timestamp)."""
-    with CheckpointReader(path) as reader:
+    their schedule's seek timestamp; ``partitions``: only those schedules)."""
+    with CheckpointReader(path, partitions) as reader:
         cols: list[list[object]] = [[] for _ in CHECKPOINT_COLUMNS]
         for key, raw in reader.messages(start_ms, stop_ms, pending):
             message = codec.decode(raw)
@@ -110,9 +116,10 @@ class CheckpointSourceReader(DataSourceReader):
         self._splits = int_option(options, "splits", 8) or 8
         self._delivered = options.get("includeDelivered", "false").lower() == "true"
         self._payload = options.get("payload", "true").lower() != "false"
+        self._partitions = _partitions_option(options.get("partitions"))
 
     def partitions(self) -> Sequence[InputPartition]:
-        with CheckpointReader(self._path) as reader:
+        with CheckpointReader(self._path, self._partitions) as reader:
             found = reader.slot_range()
             first = 0 if self._delivered else reader.seek_ms() + 1
         if found is None or found[1] < max(first, found[0]):
@@ -124,8 +131,26 @@ class CheckpointSourceReader(DataSourceReader):
         if partition.stop_ms <= partition.start_ms:
             return iter(())
         return read_slots(
-            self._path, partition.start_ms, partition.stop_ms, self._payload, not self._delivered
+            self._path,
+            partition.start_ms,
+            partition.stop_ms,
+            self._payload,
+            not self._delivered,
+            self._partitions,
         )
+
+
+def _partitions_option(raw: str | None) -> list[int] | None:
+    """The ``partitions`` option: comma-separated inner partitions; None when not given."""
+    if raw is None or not raw.strip():
+        return None
+    try:
+        found = [int(part) for part in raw.split(",") if part.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"partitions must be comma-separated numbers, not {raw!r}") from exc
+    if any(p < 0 for p in found):
+        raise ConfigError(f"partitions must not be negative: {raw!r}")
+    return found
 
 
 class CheckpointDataSource(DataSource):

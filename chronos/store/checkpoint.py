@@ -23,7 +23,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -175,9 +175,12 @@ class CheckpointReader:
 
     Parameters:
         path: a directory created by ``chronos checkpoint``.
+        partitions: read only these inner partitions' schedules (a cluster member's
+            checkpoint holds its standby copies too, whose seek trails their holder's);
+            None: every schedule.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, partitions: Collection[int] | None = None) -> None:
         if not (path / "CURRENT").exists():
             raise StoreError(f"{path} is not a chronos store checkpoint (no RocksDB CURRENT file)")
         options = Options(raw_mode=True)
@@ -195,15 +198,21 @@ class CheckpointReader:
         #: and each inner partition's (a cluster member's).
         self._schedules: dict[int | None, tuple[Rdict, Rdict]] = {}
         found = {partition_of_family(name) for name in families}
-        partitions = sorted(p for p in found if p is not None)
-        for partition in (None, *partitions):
-            messages, meta = family_name(CF_MESSAGES, partition), family_name(CF_META, partition)
-            if messages in families and meta in families:
-                self._schedules[partition] = (
-                    self._db.get_column_family(messages),
-                    self._db.get_column_family(meta),
-                )
-        self._seeks = {p: _seek_of(meta) for p, (_m, meta) in self._schedules.items()}
+        schedules: list[int | None] = [None] if partitions is None else []
+        schedules += sorted(p for p in found if p is not None and _wanted(p, partitions))
+        try:
+            for partition in schedules:
+                messages = family_name(CF_MESSAGES, partition)
+                meta = family_name(CF_META, partition)
+                if messages in families and meta in families:
+                    self._schedules[partition] = (
+                        self._db.get_column_family(messages),
+                        self._db.get_column_family(meta),
+                    )
+            self._seeks = {p: _seek_of(meta) for p, (_m, meta) in self._schedules.items()}
+        except Exception as exc:  # rocksdict raises plain Exceptions
+            self.close()
+            raise StoreError(f"cannot read checkpoint {path}: {exc}") from exc
 
     def partitions(self) -> list[int]:
         """The inner partitions with a schedule in the checkpoint (none: a node alone's or a
@@ -274,6 +283,10 @@ class CheckpointReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _wanted(partition: int, partitions: Collection[int] | None) -> bool:
+    return partitions is None or partition in partitions
 
 
 def _seek_of(meta: Rdict) -> EpochMs | None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from chronos.errors import ChronosError, StoreError
+from chronos.errors import ChronosError, ConfigError, StoreError
 from chronos.model import DelayMessage
 from chronos.node.checkpointer import CheckpointWorker
-from chronos.pipeline.checkpoint_source import read_slots
+from chronos.pipeline.checkpoint_source import _partitions_option, read_slots
 from chronos.settings import StoreSettings
 from chronos.store import checkpoint, codec, keys
 from chronos.store.database import RocksDatabase
@@ -172,6 +172,16 @@ def test_a_cluster_member_s_checkpoint_holds_every_partition_with_its_own_seek(
     # What the pipeline's source reads (``chronos-checkpoint``): the pending ones.
     columns = [batch.to_pydict() for batch in read_slots(result.path, 0, 1_000, False, True)]
     assert sorted(i for c in columns for i in c["id"]) == sorted(pending)
+    # Its ``partitions`` option: the schedules of those only (a member's standby copies out).
+    with checkpoint.CheckpointReader(result.path, [3]) as reader:
+        assert (reader.partitions(), reader.seek_ms()) == ([3], 112)
+        assert reader.slot_range() == (103, 119)
+    columns = [b.to_pydict() for b in read_slots(result.path, 0, 1_000, False, True, [3])]
+    assert sorted(i for c in columns for i in c["id"]) == ["p3-115", "p3-119"]
+    assert _partitions_option(" 3, 1") == [3, 1] and _partitions_option("") is None
+    for wrong in ("a", "1,-2"):
+        with pytest.raises(ConfigError):
+            _partitions_option(wrong)
 
 
 def test_a_stopped_member_s_database_is_checkpointed_by_the_command_itself(

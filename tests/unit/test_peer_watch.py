@@ -163,5 +163,9 @@ def test_a_longer_beat_interval_still_lets_a_silent_peer_be_suspected() -> None:
     assert watch.suspects() == [], "1.4 s of silence"
     run(watch, clock, 1.4, {"a": (0, False), "b": (0, False)}, every_s)
     assert watch.suspects() == ["c"]
-    clock.t += gap_for(every_s) + 0.1  # the watcher's own beats stop: it is not watching
-    assert watch.silent_s("b") == 0.0
+    # A stall longer than the gap breaks the chain: silence is counted again from its new
+    # start. Mutant caught: no bound (d was suspected at once).
+    run(watch, clock, 2.8, {"a": (0, False), "b": (0, False), "d": (0, False)}, every_s)
+    clock.t += 1.8  # 1.8 s without the watcher's own beats (the gap: 1.68 s)
+    run(watch, clock, 1.4, {"a": (0, False), "b": (0, False)}, every_s)  # d stopped
+    assert "d" not in watch.suspects(), "d silent 3.2 s by the clock, 1.4 s watched"

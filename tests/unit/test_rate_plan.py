@@ -233,7 +233,7 @@ def test_an_inherited_backlog_s_end_off_a_step_s_start_holds() -> None:
 
 
 def test_an_abort_frees_an_offset_step() -> None:
-    """Mutant caught: an aborted step's offset kept (the redo went one interval later)."""
+    """Mutant caught: an aborted step kept (the redo went one interval later)."""
     plan = _plan(rate=4, burst=1)
     assert plan.slot_for("a", "slow", T0 + 345, T0 + 345, T0 + 345, T0 + 345) is None
     plan.aborted()
@@ -249,3 +249,35 @@ def test_a_successor_passes_on_how_far_the_previous_master_read() -> None:
     assert plan.ahead_ms == T0 + 2000
     plan.read_ahead(b"k", T0 + 1000)
     assert plan.ahead_ms == T0 + 2000
+
+
+def test_another_topic_s_policy_set_live_leaves_the_plan_as_it_was() -> None:
+    """Every ``chronos policy set`` bumps the policies' version; a topic whose shape did not
+    change keeps its plan. Mutant caught: every topic's plan rebuilt (its steps' offsets
+    lost: the second message went 110 ms after the first at 4/s, burst 1)."""
+    policies = Policies({"slow": TopicPolicy(rate=4, burst=1)})
+    plan = RatePlan(policies)
+    due = [T0 + 345, T0 + 455, T0 + 456]
+    went = []
+    for n, t in enumerate(due):
+        if n == 1:
+            policies.set("other", TopicPolicy(rate=100))
+        slot = plan.slot_for(f"m{n}", "slow", t, t, t, t)
+        plan.committed([f"m{n}"], t)
+        went.append(t if slot is None else slot)
+    assert went == _gcra(due, 250, 0)
+
+
+def test_steps_forgotten_keep_the_offset_of_the_step_before_now() -> None:
+    """``forget_before`` (once 1,024 steps were taken) keeps the step before the current
+    one: the next message goes a whole interval after the last. Mutant caught: steps
+    before the current one all forgotten (it went 160 ms after the last)."""
+    plan = _plan(rate=4, burst=1)
+    last = T0 + 345 + 250 * 1_099
+    for n in range(1_100):
+        t = T0 + 345 + 250 * n
+        assert plan.ahead_for(f"a{n}", "slow", t, t) == t  # in place, each 95 ms into its step
+    plan.committed([])
+    now = last + 160  # the next step
+    plan.forget_before(now)
+    assert plan.slot_for("next", "slow", now, now, now, now) == last + 250
