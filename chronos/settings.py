@@ -491,7 +491,10 @@ class TopicPolicy(_Section):
         description=(
             "Most messages a second delivered to the topic; what falls due faster waits (a "
             "group's master moves it to a later slot), in due order, and shows in "
-            "topic_lateness (unset: no limit)."
+            "topic_lateness (unset: no limit). In a cluster, or on nodes that own some of "
+            "the inner partitions, each partition's owner paces its share (rate and burst "
+            "times the partitions it delivers over all of them; a burst of one at least): "
+            "the rate holds for the whole when the topic's ids spread over the partitions."
         ),
     )
     burst: int | None = Field(

@@ -69,13 +69,12 @@ class Pacing:
         return bucket
 
     def _new_bucket(self, topic: str, old: TokenBucket | None) -> TokenBucket | None:
-        policy = self._policies.policy_of(topic)
-        if policy is None or policy.rate is None:
+        rate = self._policies.rate_of(topic)  # this node's share of it
+        if rate is None:
             return None
-        burst = policy.burst_size
-        if old is not None and (old.rate, old.burst) == (policy.rate, burst):
+        if old is not None and (old.rate, old.burst) == (rate.per_s, rate.burst):
             return old
-        return TokenBucket(policy.rate, burst, self._now())
+        return TokenBucket(rate.per_s, rate.burst, self._now())
 
     def _refresh(self) -> None:
         """The policies changed: each known topic's bucket again."""

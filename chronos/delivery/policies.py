@@ -11,10 +11,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pydantic import ValidationError
 
 from chronos.settings import ANY_TOPIC, TopicPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """What one delivering engine holds of a topic's rate: messages a second and a burst."""
+
+    per_s: float
+    burst: int
 
 
 class Policies:
@@ -22,9 +31,17 @@ class Policies:
 
     Parameters:
         configured: ``delivery.topics``.
+        rate_share: the share of each topic's ``rate`` and ``burst`` the engine reading these
+            holds: the inner partitions it delivers over all of them. A topic's rate is the
+            cluster's, not each partition owner's: every owner (a cluster member's lane, a
+            node that owns some partitions) paces its share, so the rate holds for the whole
+            when the topic's messages spread over the partitions, as ids do by their hash.
     """
 
-    def __init__(self, configured: Mapping[str, TopicPolicy]) -> None:
+    def __init__(self, configured: Mapping[str, TopicPolicy], rate_share: float = 1.0) -> None:
+        if not 0 < rate_share <= 1:
+            raise ValueError(f"rate_share must be in (0, 1], not {rate_share}")
+        self.rate_share = rate_share
         self._configured = dict(configured)
         self._live: dict[str, TopicPolicy] = {}
         self._lock = threading.Lock()
@@ -41,6 +58,15 @@ class Policies:
         if found is not None:
             return found
         return live.get(ANY_TOPIC) or configured.get(ANY_TOPIC)
+
+    def rate_of(self, topic: str) -> Rate | None:
+        """``topic``'s rate here (its share of it), None without one: a burst of at least
+        one, so a share below one message lets each owner send one at once."""
+        policy = self.policy_of(topic)
+        if policy is None or policy.rate is None:
+            return None
+        share = self.rate_share
+        return Rate(policy.rate * share, max(1, round(policy.burst_size * share)))
 
     def set(self, topic: str, policy: TopicPolicy | None) -> bool:
         """Apply a record of the policy topic (None: cleared); True when it changed a policy."""

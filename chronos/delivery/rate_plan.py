@@ -51,8 +51,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from chronos.delivery.policies import Policies
-from chronos.settings import TopicPolicy
+from chronos.delivery.policies import Policies, Rate
 from chronos.types import EpochMs
 
 #: The trailing window ``admit`` counts sends in, ms: a second, and the time a transaction
@@ -190,11 +189,11 @@ class RatePlan:
         return self._topics[name]
 
     def _new_topic(self, name: str, old: _Topic | None) -> _Topic | None:
-        policy = self._policies.policy_of(name)
-        if policy is None or policy.rate is None:
+        rate = self._policies.rate_of(name)
+        if rate is None:
             return None
-        interval, tolerance = _shape(policy)
-        limit = math.floor(policy.rate or 0) + policy.burst_size
+        interval, tolerance = _shape(rate)
+        limit = math.floor(rate.per_s) + rate.burst
         if old is not None and (old.interval_ms, old.tolerance_ms, old.limit) == (
             interval,
             tolerance,
@@ -430,8 +429,7 @@ class RatePlan:
         return len(self._planned)
 
 
-def _shape(policy: TopicPolicy) -> tuple[float, float]:
-    """(interval, tolerance) in ms of a policy with a rate: a burst of ``burst_size`` at once."""
-    assert policy.rate is not None
-    interval = 1000.0 / policy.rate
-    return interval, (policy.burst_size - 1) * interval
+def _shape(rate: Rate) -> tuple[float, float]:
+    """(interval, tolerance) in ms of a rate: a burst of ``rate.burst`` at once."""
+    interval = 1000.0 / rate.per_s
+    return interval, (rate.burst - 1) * interval

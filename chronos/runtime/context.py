@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import structlog
@@ -151,7 +152,8 @@ def build_context(settings: ChronosSettings, clock: Clock) -> NodeContext:
         origin=origin,
         floor=RebuildFloor(None if published.cut is None else published.cut.floor),
         published=published,
-        policies=Policies(settings.delivery.topics),
+        # A node that owns some of the partitions paces its share of each topic's rate.
+        policies=Policies(settings.delivery.topics, rate_share=_share(owned, inner_partitions)),
         watermark=IngestWatermark(
             ledger.inner_offsets(owned), settings.node.cancel_margin_ms, owned, clock
         ),
@@ -204,3 +206,8 @@ def _owned(settings: ChronosSettings, store: RocksStore) -> tuple[list[int], int
         )
     log.info("ingest_partitions", owned=owned, inner_partitions=count)
     return owned, count
+
+
+def _share(owned: Collection[int], inner_partitions: int) -> float:
+    """The share of the inner topic's partitions a node delivers (1 when it owns them all)."""
+    return min(1.0, len(owned) / inner_partitions) if owned and inner_partitions > 0 else 1.0

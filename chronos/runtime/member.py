@@ -186,7 +186,8 @@ class ClusterMember:
         wake = Wake()
         publisher = self._clients.idempotent("member", stop_flush_s=_STOP_FLUSH_S)
         dead_letters = DeadLetters(publisher, names.dead_letter, self.metrics, self._fatal.report)
-        policies = Policies(s.delivery.topics)
+        # Each partition's lane paces its share of a topic's rate (the rate is the cluster's).
+        policies = Policies(s.delivery.topics, rate_share=1 / partitions)
         node_state = NodeLogState()
         standbys = StandbysWorker(
             ProgressLogs(

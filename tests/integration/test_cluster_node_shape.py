@@ -392,3 +392,23 @@ def test_chronos_checkpoint_copies_a_running_member_s_every_partition(
 
     wait_until(pending_in_a_checkpoint, 60, "a checkpoint holds every pending message")
     assert not delivered & taken[-1], "delivered before the checkpoint: not pending in it"
+
+
+def test_a_topic_s_rate_is_the_cluster_s_each_partition_pacing_its_share(
+    cluster: Cluster, namespace: str
+) -> None:
+    """``delivery.topics.<t>.rate`` is the topic's rate, not each partition owner's: each
+    lane paces its share (4/s over 4 partitions: one a second each). Mutant caught: the share
+    ignored (each partition's three messages went 250 ms apart: four times the rate)."""
+    topic = f"{namespace}-paced"
+    member = cluster.start("a", delivery={"topics": {topic: {"rate": 4, "burst": 1}}})
+    wait_until(lambda: cluster.settled({"a": _PARTITIONS}), 60, "a delivers every partition")
+    per_partition = 3
+    ids = _spread("paced-", per_partition)
+    with Inbox(member.settings, [topic]) as inbox, DelayClient(member.settings) as client:
+        sent = _send(client, topic, ids, 1.0)
+        assert inbox.wait_for(sent, 60)
+        for start in range(0, len(ids), per_partition):
+            went = sorted(inbox.first(i).produced_ms for i in ids[start : start + per_partition])
+            gaps = [b - a for a, b in zip(went, went[1:], strict=False)]
+            assert min(gaps) >= 1000 - 5, (ids[start], gaps)

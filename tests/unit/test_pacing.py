@@ -93,3 +93,16 @@ def test_the_default_burst_is_a_tenth_of_a_second() -> None:
     assert TopicPolicy(rate=5000).burst_size == 500
     assert TopicPolicy(rate=3).burst_size == 1
     assert TopicPolicy(rate=5000, burst=7).burst_size == 7
+
+
+def test_a_node_owning_a_share_of_the_partitions_paces_its_share_of_the_rate() -> None:
+    """``node.owned_partitions``: a node of two partitions out of four holds half the rate.
+    Mutant caught: the share ignored (the second job went 10 ms after the first)."""
+    clock = ManualClock()
+    policies = Policies({"slow": TopicPolicy(rate=100, burst=1)}, rate_share=0.5)
+    pacing = Pacing(policies, None, clock)
+    assert pacing.admit(_job(0), "slow", T0) and not pacing.admit(_job(1), "slow", T0)
+    clock.now += 0.015
+    assert pacing.release(T0 + 15) == []
+    clock.now += 0.005
+    assert [j.message and j.message.id for j in pacing.release(T0 + 20)] == ["m1"]

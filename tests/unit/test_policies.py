@@ -7,7 +7,7 @@ from typing import Any, get_args
 
 import pytest
 
-from chronos.delivery.policies import Policies, decode, encode
+from chronos.delivery.policies import Policies, Rate, decode, encode
 from chronos.settings import TopicPolicy, check_policy_topic
 
 CONFIGURED = {"orders": TopicPolicy(max_attempts=3), "*": TopicPolicy(max_age_s=60)}
@@ -119,3 +119,18 @@ def test_a_policy_change_through_the_proxy_is_the_admin_operation() -> None:
     assert proxy_operation("PUT", "/v1/policies/orders") == "admin"
     assert proxy_operation("DELETE", "/v1/policies/*") == "admin"
     assert proxy_operation("DELETE", "/v1/messages/m1") == "cancel"
+
+
+def test_a_topic_s_rate_is_shared_by_the_partitions_owners() -> None:
+    """Each engine paces its share of a topic's rate (the inner partitions it delivers over
+    all of them), a burst of one at the least. Mutant caught: the share ignored (a cluster
+    of 16 partitions delivered 16 times the rate)."""
+    policies = Policies({"slow": TopicPolicy(rate=4000, burst=400)}, rate_share=1 / 16)
+    assert policies.rate_of("slow") == Rate(250.0, 25)
+    assert policies.rate_of("fast") is None
+    small = Policies({"slow": TopicPolicy(rate=4, burst=1)}, rate_share=1 / 16)
+    assert small.rate_of("slow") == Rate(0.25, 1)
+    assert Policies({"slow": TopicPolicy(rate=4)}).rate_of("slow") == Rate(4.0, 1)
+    for wrong in (0.0, 1.5):
+        with pytest.raises(ValueError, match="rate_share"):
+            Policies({}, rate_share=wrong)

@@ -281,3 +281,11 @@ def test_steps_forgotten_keep_the_offset_of_the_step_before_now() -> None:
     now = last + 160  # the next step
     plan.forget_before(now)
     assert plan.slot_for("next", "slow", now, now, now, now) == last + 250
+
+
+def test_a_partition_s_owner_plans_its_share_of_the_rate() -> None:
+    """A cluster member's lane (``rate_share`` 1/4): at 4/s for the topic, one message a
+    second for the partition. Mutant caught: the share ignored (250 ms apart)."""
+    plan = RatePlan(Policies({"slow": TopicPolicy(rate=4, burst=1)}, rate_share=0.25))
+    due = [T0 + 100 + n for n in range(3)]
+    assert _as_due(plan, due) == _gcra(due, 1000, 0) == [T0 + 100, T0 + 1100, T0 + 2100]
