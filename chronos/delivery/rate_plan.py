@@ -98,6 +98,11 @@ class _Topic:
     #: Most sends in ``_SENT_WINDOW_MS``, and when the latest ones went (ms, ascending).
     limit: int = 1
     sent: deque[EpochMs] = field(default_factory=deque)
+    #: The slot the trailing count last moved a message to, and that message's lateness
+    #: base: until the slot may be delivered, a message of the topic not due before it goes
+    #: behind it (``admit``).
+    wait_slot: EpochMs = 0
+    wait_base: EpochMs = 0
 
     def step(self, t: float) -> int:
         """The step ``t`` falls in: a message at ``t`` taking it goes at ``t`` (a GCRA's
@@ -168,7 +173,7 @@ class RatePlan:
         self.ahead_ms: EpochMs | None = ahead_ms
         #: What the open transaction changed, undone by ``aborted``.
         self._charged: list[tuple[_Topic, int]] = []
-        self._saved: dict[str, tuple[EpochMs, EpochMs, int]] = {}
+        self._saved: dict[str, tuple[EpochMs, EpochMs, int, EpochMs, EpochMs]] = {}
         self._new: list[str] = []
         self._saved_ahead: tuple[bytes | None, EpochMs | None] | None = None
         self._admitted: list[_Topic] = []
@@ -209,6 +214,7 @@ class RatePlan:
             plan.last_moved, plan.backlog_due = old.last_moved, old.backlog_due
             plan.floor = plan.step(old.last_moved) + 1 if old.last_moved else 0
             plan.sent = old.sent
+            plan.wait_slot, plan.wait_base = old.wait_slot, old.wait_base
             return plan
         tat = self._inherited.pop(name, None)
         if tat is not None:
@@ -275,12 +281,27 @@ class RatePlan:
             self._plan(ident, plan, max(due_ms, slot_ms), slot)
         return slot
 
-    def admit(self, ident: str, topic: str, base: EpochMs, now_ms: EpochMs) -> EpochMs | None:
-        """Count a message of ``topic`` that goes now (lateness counted from ``base``): None
-        when the trailing second has room, else the slot it moves to instead."""
+    def admit(
+        self,
+        ident: str,
+        topic: str,
+        base: EpochMs,
+        now_ms: EpochMs,
+        upto: EpochMs | None = None,
+    ) -> EpochMs | None:
+        """Count a message of ``topic`` that goes now (lateness counted from ``base``) in a
+        transaction delivering up to ``upto``: None when the trailing second has room, else
+        the slot it moves to instead.
+
+        A message moved here waits for a slot the count gives at ``now_ms``, but goes only
+        once the cancel gate lets ``upto`` reach it, later: one not due before it (a larger
+        ``base``) that comes meanwhile goes behind it, into its slot, though the count may
+        have room by then (it went first: the rate check saw pairs out of due order)."""
         plan = self._topic(topic)
         if plan is None:
             return None
+        if upto is not None and plan.wait_slot > upto and base >= plan.wait_base:
+            return self._move(ident, plan, base, plan.wait_slot)
         sent = plan.sent
         while sent and sent[0] <= now_ms - _SENT_WINDOW_MS:
             sent.popleft()
@@ -289,11 +310,32 @@ class RatePlan:
             self._admitted.append(plan)
             return None
         slot = max(now_ms + 1, sent[len(sent) - plan.limit] + _SENT_WINDOW_MS)
+        self._save(plan)
+        if upto is None or plan.wait_slot <= upto:
+            plan.wait_slot, plan.wait_base = slot, base
+        else:  # due before the one waiting: both wait for the later slot, this one first
+            plan.wait_slot, plan.wait_base = max(plan.wait_slot, slot), base
+        return self._move(ident, plan, base, plan.wait_slot)
+
+    def _move(self, ident: str, plan: _Topic, base: EpochMs, slot: EpochMs) -> EpochMs:
+        """``ident`` moves to ``slot`` instead of going now (its plan replaced)."""
+        self._save(plan)
         before = self._planned.pop(ident, None)
         if before is not None:
             self._replaced.append((ident, before))
         self._plan(ident, plan, base, slot)
         return slot
+
+    def _save(self, plan: _Topic) -> None:
+        """What ``aborted`` restores of ``plan``, once per transaction."""
+        if plan.name not in self._saved:
+            self._saved[plan.name] = (
+                plan.last_moved,
+                plan.backlog_due,
+                plan.highest,
+                plan.wait_slot,
+                plan.wait_base,
+            )
 
     def _planned_before(
         self, topic: str, slot_ms: EpochMs, due_ms: EpochMs, now_ms: EpochMs | None
@@ -326,8 +368,7 @@ class RatePlan:
                 plan.full_to = max(plan.full_to, step)
             else:
                 plan.full_from, plan.full_to = first, step
-        if plan.name not in self._saved:
-            self._saved[plan.name] = (plan.last_moved, plan.backlog_due, plan.highest)
+        self._save(plan)
         tat = plan.take(step, earliest)
         self._charged.append((plan, step))
         return max(earliest, after, plan.goes_at(tat))
@@ -376,10 +417,11 @@ class RatePlan:
         for plan, step in self._charged:
             plan.taken.pop(step, None)
             plan.full_from = plan.full_to = 0
-        for name, (last, due, highest) in self._saved.items():
+        for name, (last, due, highest, wait_slot, wait_base) in self._saved.items():
             topic = self._topics.get(name)
             if topic is not None:
                 topic.last_moved, topic.backlog_due, topic.highest = last, due, highest
+                topic.wait_slot, topic.wait_base = wait_slot, wait_base
         for ident in self._new:
             self._planned.pop(ident, None)
         if self._saved_ahead is not None:

@@ -99,7 +99,7 @@ def plan_batch(
         if rates is not None and message is not None and known is None:
             # Counted as it goes: what the trailing second holds (``RatePlan.admit``).
             base = max(job.due_ms, keys.slot_of(job.key))
-            slot = rates.admit(message.id, message.topic, base, now)
+            slot = rates.admit(message.id, message.topic, base, now, upto)
             if slot is not None:
                 states.append(RepeatState(message.id, message, slot))  # over the rate
                 continue
