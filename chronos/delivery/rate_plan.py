@@ -287,7 +287,7 @@ class RatePlan:
         topic: str,
         base: EpochMs,
         now_ms: EpochMs,
-        upto: EpochMs | None = None,
+        upto: EpochMs,
     ) -> EpochMs | None:
         """Count a message of ``topic`` that goes now (lateness counted from ``base``) in a
         transaction delivering up to ``upto``: None when the trailing second has room, else
@@ -300,7 +300,7 @@ class RatePlan:
         plan = self._topic(topic)
         if plan is None:
             return None
-        if upto is not None and plan.wait_slot > upto and base >= plan.wait_base:
+        if plan.wait_slot > upto and base >= plan.wait_base:
             return self._move(ident, plan, base, plan.wait_slot)
         sent = plan.sent
         while sent and sent[0] <= now_ms - _SENT_WINDOW_MS:
@@ -311,7 +311,7 @@ class RatePlan:
             return None
         slot = max(now_ms + 1, sent[len(sent) - plan.limit] + _SENT_WINDOW_MS)
         self._save(plan)
-        if upto is None or plan.wait_slot <= upto:
+        if plan.wait_slot <= upto:
             plan.wait_slot, plan.wait_base = slot, base
         else:  # due before the one waiting: both wait for the later slot, this one first
             plan.wait_slot, plan.wait_base = max(plan.wait_slot, slot), base

@@ -142,14 +142,14 @@ def test_what_goes_is_counted_in_the_trailing_second() -> None:
     the transaction before) would not. Mutants caught: nothing counted; an abort's sends
     kept counted."""
     plan = _plan(rate=10, burst=2)
-    assert all(plan.admit(f"e{n}", "slow", T0, T0) is None for n in range(12))
-    assert plan.admit("e12", "slow", T0, T0 + 10) == T0 + 1050
+    assert all(plan.admit(f"e{n}", "slow", T0, T0, T0) is None for n in range(12))
+    assert plan.admit("e12", "slow", T0, T0 + 10, T0 + 10) == T0 + 1050
     plan.aborted()
     assert plan.planned() == 0
-    assert all(plan.admit(f"f{n}", "slow", T0, T0 + 20) is None for n in range(12))
+    assert all(plan.admit(f"f{n}", "slow", T0, T0 + 20, T0 + 20) is None for n in range(12))
     plan.committed([f"f{n}" for n in range(12)])
-    assert plan.admit("f12", "slow", T0, T0 + 1069) == T0 + 1070
-    assert plan.admit("fast", "other", T0, T0) is None  # no rate: not counted
+    assert plan.admit("f12", "slow", T0, T0 + 1069, T0 + 1069) == T0 + 1070
+    assert plan.admit("fast", "other", T0, T0, T0) is None  # no rate: not counted
 
 
 def test_a_plan_whose_slot_passed_undelivered_is_forgotten() -> None:
@@ -169,8 +169,8 @@ def test_a_message_read_ahead_never_goes_before_one_moved_behind_it() -> None:
     by the look-ahead (it stayed in place, before the moved one)."""
     plan = _plan(rate=10, burst=2)
     for n in range(12):
-        assert plan.admit(f"h{n}", "slow", T0, T0) is None
-    assert plan.admit("moved", "slow", T0, T0) == T0 + 1050
+        assert plan.admit(f"h{n}", "slow", T0, T0, T0) is None
+    assert plan.admit("moved", "slow", T0, T0, T0) == T0 + 1050
     assert plan.ahead_for("later", "slow", T0 + 1010, T0 + 1010) >= T0 + 1050
 
 
@@ -291,15 +291,21 @@ def test_a_partition_s_owner_plans_its_share_of_the_rate() -> None:
     assert _as_due(plan, due) == _gcra(due, 1000, 0) == [T0 + 100, T0 + 1100, T0 + 2100]
 
 
+def _full(prefix: str) -> RatePlan:
+    """A plan at 10/s, burst 2, whose trailing count is full at ``T0`` (12 sent)."""
+    plan = _plan(rate=10, burst=2)
+    assert all(plan.admit(f"{prefix}{n}", "slow", T0, T0, T0) is None for n in range(12))
+    plan.committed([])
+    return plan
+
+
 def test_a_message_moved_by_the_count_is_not_overtaken_while_the_gate_holds_its_slot() -> None:
     """The count moves a message to the slot where it has room at ``now``; the cancel gate
     holds ``upto`` behind ``now``, so when the count has room again the slot may not be
     deliverable yet: a message due later goes behind it, not before (the rate check saw
     pairs 12-18 ms out of due order, both plans). Mutants caught: no wait (b went first), the
     wait not undone by an abort."""
-    plan = _plan(rate=10, burst=2)
-    assert all(plan.admit(f"e{n}", "slow", T0, T0) is None for n in range(12))
-    plan.committed([f"e{n}" for n in range(12)])
+    plan = _full("e")
     assert plan.admit("a", "slow", T0 + 5, T0 + 10, T0) == T0 + 1050  # the count is full
     plan.committed(["a"])
     # The count has room again, the gate does not let 1,050 go yet: b waits behind a.
@@ -310,17 +316,11 @@ def test_a_message_moved_by_the_count_is_not_overtaken_while_the_gate_holds_its_
     assert plan.admit("a", "slow", T0 + 1050, T0 + 1070, T0 + 1060) is None
     assert plan.admit("b", "slow", T0 + 1050, T0 + 1070, T0 + 1060) is None
     # One due before the waiting one still goes when the count lets it (it is not behind).
-    waiting = _plan(rate=10, burst=2)
-    for n in range(12):
-        waiting.admit(f"f{n}", "slow", T0, T0)
-    waiting.committed([])
+    waiting = _full("f")
     assert waiting.admit("late", "slow", T0 + 500, T0 + 10, T0) == T0 + 1050
     assert waiting.admit("early", "slow", T0 + 1, T0 + 1060, T0 + 1040) is None
     # A move the transaction aborted leaves nothing to wait for.
-    undone = _plan(rate=10, burst=2)
-    for n in range(12):
-        undone.admit(f"g{n}", "slow", T0, T0)
-    undone.committed([])
+    undone = _full("g")
     assert undone.admit("a", "slow", T0 + 5, T0 + 10, T0) == T0 + 1050
     undone.aborted()
     assert undone.admit("b", "slow", T0 + 20, T0 + 1060, T0 + 1040) is None
