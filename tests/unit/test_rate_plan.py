@@ -324,3 +324,23 @@ def test_a_message_moved_by_the_count_is_not_overtaken_while_the_gate_holds_its_
     assert undone.admit("a", "slow", T0 + 5, T0 + 10, T0) == T0 + 1050
     undone.aborted()
     assert undone.admit("b", "slow", T0 + 20, T0 + 1060, T0 + 1040) is None
+
+
+def test_a_message_planned_out_of_order_leaves_an_interval_before_the_next_step_taken() -> None:
+    """The review's case (4/s, burst 1): one read ahead 100 ms into its step and one at the
+    start of the step after next; a message that falls due unplanned between them took the
+    free step with the offset of the step before, 150 ms before the next. Mutant caught: the
+    first step not taken (it went at T0 + 350)."""
+    plan = _plan(rate=4, burst=1)
+    assert plan.ahead_for("a", "slow", T0 + 100, T0 + 100) == T0 + 100
+    assert plan.ahead_for("b", "slow", T0 + 500, T0 + 500) == T0 + 500
+    plan.committed([])
+    late = plan.slot_for("late", "slow", T0 + 150, T0 + 150, T0 + 150, T0 + 150)
+    assert late == T0 + 750  # a whole interval after b: neither step between is free
+    plan.committed(["late"])
+    # One that can take the free step without crowding the next still does (no queueing).
+    spaced = _plan(rate=4, burst=1)
+    assert spaced.ahead_for("a", "slow", T0 + 100, T0 + 100) == T0 + 100
+    assert spaced.ahead_for("b", "slow", T0 + 700, T0 + 700) == T0 + 700
+    spaced.committed([])
+    assert spaced.slot_for("late", "slow", T0 + 150, T0 + 150, T0 + 150, T0 + 150) == T0 + 350
