@@ -89,7 +89,14 @@ def add_job_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parents=[common],
         help="pending deliveries per topic per minute, from a checkpoint",
     )
-    p.add_argument("--checkpoint", type=Path, required=True, help="from `chronos checkpoint`")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        action="append",
+        help="from `chronos checkpoint`; for a cluster, once per member (each inner partition "
+        "is read from the copy that delivered furthest)",
+    )
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.add_argument(
         "--bucket",

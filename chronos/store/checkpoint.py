@@ -23,14 +23,14 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions
 
-from chronos.errors import ChronosError, StoreError
+from chronos.errors import ChronosError, ConfigError, StoreError
 from chronos.names import CF_MESSAGES, CF_META
 from chronos.settings import StoreSettings
 from chronos.store import keys
@@ -225,6 +225,11 @@ class CheckpointReader:
         messages, _meta = self._schedules[partition]
         return self._seeks[partition] is not None or _first_key(messages) is not None
 
+    def holds_default_schedule(self) -> bool:
+        """Whether the default schedule holds a message or a seek: a node alone's or a
+        replica's checkpoint, not a cluster member's."""
+        return None in self._schedules and self._holds(None)
+
     def _held(self) -> list[int | None]:
         return [p for p in self._schedules if self._holds(p)]
 
@@ -283,6 +288,42 @@ class CheckpointReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def freshest_copies(paths: Sequence[Path]) -> list[tuple[Path, list[int] | None]]:
+    """What to read of ``paths`` for the pending messages they hold together: (checkpoint,
+    its inner partitions to read, None: every schedule).
+
+    One checkpoint: all of it. Several (a cluster's members', taken about together): each
+    inner partition from the one whose copy of it delivered furthest, the member delivering
+    it; a standby copy's seek trails its holder's, so a message the holder delivered can
+    still be pending there, and reading every copy would count a partition once per copy.
+    Of copies with the same seek, the first given. A node alone's or a replica's checkpoint
+    does not combine (its one schedule spans every partition).
+    """
+    if len(set(paths)) != len(paths):
+        raise ConfigError("a checkpoint is given twice")
+    if len(paths) == 1:
+        return [(paths[0], None)]
+    best: dict[int, tuple[EpochMs, Path]] = {}
+    for path in paths:
+        with CheckpointReader(path) as reader:
+            if reader.holds_default_schedule():
+                raise ConfigError(
+                    f"{path} is a node alone's or a replica's checkpoint: only a cluster's "
+                    "members' checkpoints combine"
+                )
+            for partition in reader.partitions():
+                seek = reader.seek_ms(partition)
+                if partition not in best or seek > best[partition][0]:
+                    best[partition] = (seek, path)
+    if not best:
+        return [(paths[0], None)]  # none holds a message or a seek: nothing is pending
+    return [
+        (path, sorted(p for p, (_s, chosen) in best.items() if chosen == path))
+        for path in paths
+        if any(chosen == path for _s, chosen in best.values())
+    ]
 
 
 def _wanted(partition: int, partitions: Collection[int] | None) -> bool:

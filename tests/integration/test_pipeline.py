@@ -22,6 +22,7 @@ from chronos.pipeline.main import main as pipeline_main
 from chronos.pipeline.options import settings_to_option
 from chronos.repeat import Repeat, RepeatKind
 from chronos.settings import ChronosSettings
+from chronos.store.checkpoint import take_checkpoint
 from proxy import DelayClient
 from proxy.client import DelayRequest
 from tests.broker import is_tansu
@@ -32,6 +33,7 @@ from tests.integration.harness import (
     running_node,
     wait_until,
 )
+from tests.member_stores import FAST, member_database
 
 #: Record timestamps of the source test: an hour ago, inside any broker's retention. (Apache
 #: Kafka deletes a segment whose newest timestamp is older than ``retention.ms``, 7 days by
@@ -481,3 +483,28 @@ def test_backlog_counts_what_the_store_holds_via_a_live_checkpoint(
         for bucket in {b for _t, b in expected}
     )
     assert (out / "backlog.png").stat().st_size > 0
+
+
+def test_a_cluster_s_backlog_reads_each_partition_from_the_member_delivering_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``--checkpoint`` once per member: each inner partition counted once, from the copy
+    that delivered furthest (a standby's trails it). Mutants caught: only the first
+    checkpoint read (8), every copy read (21)."""
+    _once_per_suite()
+    minute = 60_000
+    now = (int(time.time() * 1000) // minute + 2) * minute
+    slots = range(now + 1, now + 21)  # partition p: now + 1 + p + 4k, five each
+    copies = []
+    for name, seeks in (("a", {1: now + 9, 2: 0}), ("b", {1: 0, 2: now + 10, 3: 0})):
+        member_database(tmp_path / name, seeks, slots).close()
+        copies.append(take_checkpoint(tmp_path / name, FAST, tmp_path / f"{name}-c", 1).path)
+    out = tmp_path / "backlog"
+    argv = ["backlog", "--out", str(out), "--now", str(now), "--horizon", "10m"]
+    for path in copies:
+        argv += ["--checkpoint", str(path)]
+    assert pipeline_main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    # Partition 1 from a (3 after its seek), 2 and 3 from b (3 and 5).
+    assert (summary["pending"], summary["per_topic"]) == (11, {"t": 11})
+    assert summary["checkpoints"] == [str(path) for path in copies]

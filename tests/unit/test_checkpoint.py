@@ -7,15 +7,11 @@ from pathlib import Path
 import pytest
 
 from chronos.errors import ChronosError, ConfigError, StoreError
-from chronos.model import DelayMessage
 from chronos.node.checkpointer import CheckpointWorker
 from chronos.pipeline.checkpoint_source import _partitions_option, read_slots
-from chronos.settings import StoreSettings
-from chronos.store import checkpoint, codec, keys
-from chronos.store.database import RocksDatabase
+from chronos.store import checkpoint, keys
 from chronos.store.rocks import RocksStore
-
-FAST = StoreSettings(wal_sync_interval_ms=60_000)
+from tests.member_stores import FAST, member_database
 
 
 def _filled(path: Path, slots: range, seek: int) -> RocksStore:
@@ -127,29 +123,12 @@ def test_the_store_directory_is_owner_only(tmp_path: Path) -> None:
         store.close()
 
 
-def _member_database(path: Path) -> RocksDatabase:
-    """A cluster member's one database (``runtime/member.py``): partitions 1 and 3 hosted,
-    each with its own seek; 0 and 2 have (empty) families, as every inner partition does."""
-    database = RocksDatabase(path, FAST, range(4))
-    for partition, seek in ((1, 104), (3, 112)):
-        store = RocksStore.of_partition(database, partition)
-        batch = store.batch()
-        for slot in range(100 + partition, 120, 4):
-            ident = f"p{partition}-{slot}"
-            message = DelayMessage(ident, "t", None, b"v", first_due_ms=slot)
-            batch.put_message(keys.message_key(slot, ident), codec.encode(message))
-        batch.set_seek(seek)
-        store.write(batch)
-        store.close()
-    return database
-
-
 def test_a_cluster_member_s_checkpoint_holds_every_partition_with_its_own_seek(
     tmp_path: Path,
 ) -> None:
     """Mutants caught: the default schedule read alone (a member's checkpoint looked empty),
     one seek for every partition (partition 3's pending 108 counted as delivered)."""
-    database = _member_database(tmp_path / "node")
+    database = member_database(tmp_path / "node", {1: 104, 3: 112})
     worker = CheckpointWorker(database, tmp_path / "node", poll_s=0.02)
     worker.start()
     try:
@@ -187,7 +166,47 @@ def test_a_cluster_member_s_checkpoint_holds_every_partition_with_its_own_seek(
 def test_a_stopped_member_s_database_is_checkpointed_by_the_command_itself(
     tmp_path: Path,
 ) -> None:
-    _member_database(tmp_path / "node").close()
+    member_database(tmp_path / "node", {1: 104, 3: 112}).close()
     result = checkpoint.take_checkpoint(tmp_path / "node", FAST, tmp_path / "c", timeout_s=1)
     with checkpoint.CheckpointReader(result.path) as reader:
         assert reader.partitions() == [1, 3] and result.seek_ms == 104
+
+
+def _member_copy(path: Path, seeks: dict[int, int]) -> Path:
+    """A stopped member's checkpoint holding ``seeks``' partitions (``tests/member_stores.py``)."""
+    member_database(path / "node", seeks).close()
+    return checkpoint.take_checkpoint(path / "node", FAST, path / "c", timeout_s=1).path
+
+
+def test_a_cluster_s_checkpoints_are_read_each_partition_from_the_copy_that_delivered_furthest(
+    tmp_path: Path,
+) -> None:
+    """What the backlog job reads of several members' checkpoints. Mutants caught: every
+    copy read (a partition counted twice, and its standby's delivered messages as pending),
+    the first copy kept whatever its seek."""
+    a = _member_copy(tmp_path / "a", {1: 109, 2: 0})  # delivers 1, a standby of 2
+    b = _member_copy(tmp_path / "b", {1: 0, 2: 110, 3: 0})  # delivers 2 and 3, a standby of 1
+    reads = checkpoint.freshest_copies([a, b])
+    assert reads == [(a, [1]), (b, [2, 3])]
+    pending: list[str] = []
+    for path, partitions in reads:
+        with checkpoint.CheckpointReader(path, partitions) as reader:
+            pending += [keys.split_message_key(k)[1] for k, _ in reader.messages(0, 1_000, True)]
+    assert sorted(pending) == sorted(
+        ["p1-113", "p1-117", "p2-114", "p2-118"] + [f"p3-{s}" for s in range(103, 120, 4)]
+    )
+    assert checkpoint.freshest_copies([b, a]) == [(b, [2, 3]), (a, [1])]
+    assert checkpoint.freshest_copies([a]) == [(a, None)]  # one: all of it
+
+
+def test_only_a_cluster_s_members_checkpoints_combine(tmp_path: Path) -> None:
+    member = _member_copy(tmp_path / "m", {0: 0})
+    _filled(tmp_path / "db", range(10), seek=4).close()
+    alone = checkpoint.take_checkpoint(tmp_path / "db", FAST, tmp_path / "alone", 1).path
+    with pytest.raises(ConfigError, match="node alone's or a replica's"):
+        checkpoint.freshest_copies([member, alone])
+    with pytest.raises(ConfigError, match="twice"):
+        checkpoint.freshest_copies([member, member])
+    empty = _member_copy(tmp_path / "e", {})
+    other = _member_copy(tmp_path / "o", {})
+    assert checkpoint.freshest_copies([empty, other]) == [(empty, None)]  # nothing pending

@@ -1,5 +1,8 @@
 """backlog: from a store checkpoint, how many deliveries each topic faces per minute (or hour).
 
+A cluster's backlog: every member's checkpoint, each inner partition read from the copy that
+delivered furthest (``store.checkpoint.freshest_copies``).
+
 Counts every pending message at its slot (when the node will push it; the due time, or later
 for a late arrival) and the later occurrences of repeats, over ``[now, now + horizon)``.
 Messages already overdue at ``now`` (the node is behind, or the checkpoint is old) count in
@@ -11,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -20,6 +24,7 @@ from pyspark.sql import functions as F
 
 from chronos.pipeline.jobs import charts
 from chronos.pipeline.jobs.occurrences import OUTPUT_DDL, expand_batches
+from chronos.store.checkpoint import freshest_copies
 
 BUCKETS = {"minute": 60_000, "hour": 3_600_000}
 _CHART_TOPICS = 8
@@ -29,7 +34,9 @@ _CHART_TOPICS = 8
 class BacklogSummary:
     """Totals and the busiest bucket."""
 
+    #: The first checkpoint read (an earlier release's one field), and all of them.
     checkpoint: str
+    checkpoints: list[str]
     from_ms: int
     until_ms: int
     bucket: str
@@ -45,16 +52,22 @@ class BacklogSummary:
         return json.dumps(asdict(self), indent=2)
 
 
-def pending(spark: SparkSession, checkpoint: Path, until_ms: int) -> DataFrame:
-    """(id, topic, occurrence, due_ms) of every delivery before ``until_ms`` the checkpoint
-    holds; ``due_ms`` is the slot for stored occurrences."""
-    stored = (
-        spark.read.format("chronos-checkpoint")
-        .option("path", str(checkpoint))
-        .option("payload", "false")
-        .load()
-        .withColumn("due_ms", F.col("slot_ms"))
-    )
+def pending(spark: SparkSession, checkpoints: Sequence[Path], until_ms: int) -> DataFrame:
+    """(id, topic, occurrence, due_ms) of every delivery before ``until_ms`` the checkpoints
+    hold together; ``due_ms`` is the slot for stored occurrences."""
+    stored: DataFrame | None = None
+    for path, partitions in freshest_copies(checkpoints):
+        reader = (
+            spark.read.format("chronos-checkpoint")
+            .option("path", str(path))
+            .option("payload", "false")
+        )
+        if partitions is not None:
+            reader = reader.option("partitions", ",".join(map(str, partitions)))
+        frame = reader.load()
+        stored = frame if stored is None else stored.unionByName(frame)
+    assert stored is not None  # freshest_copies names one checkpoint at least
+    stored = stored.withColumn("due_ms", F.col("slot_ms"))
     single = stored.where(F.col("repeat").isNull()).select("id", "topic", "occurrence", "due_ms")
     repeats = stored.where(F.col("repeat").isNotNull()).mapInArrow(
         partial(expand_batches, until_ms=until_ms), OUTPUT_DDL
@@ -64,7 +77,7 @@ def pending(spark: SparkSession, checkpoint: Path, until_ms: int) -> DataFrame:
 
 def run_backlog(
     spark: SparkSession,
-    checkpoint: Path,
+    checkpoints: Sequence[Path],
     out_dir: Path,
     *,
     bucket: str = "minute",
@@ -72,13 +85,14 @@ def run_backlog(
     now_ms: int | None = None,
 ) -> BacklogSummary:
     """Write ``backlog/`` (Parquet: topic, bucket_start, count, overdue), ``summary.json`` and
-    ``backlog.png`` to ``out_dir``."""
+    ``backlog.png`` to ``out_dir``, from one checkpoint or a cluster's members' (each
+    partition from the copy that delivered furthest)."""
     started = time.monotonic()
     size = BUCKETS[bucket]
     start = now_ms if now_ms is not None else int(time.time() * 1000)
     until = start + horizon_ms
     counts = (
-        pending(spark, checkpoint, until)
+        pending(spark, checkpoints, until)
         .groupBy("topic", (F.floor(F.col("due_ms") / size) * size).alias("bucket_ms"))
         .agg(
             F.count("*").alias("count"),
@@ -101,7 +115,8 @@ def run_backlog(
         per_bucket[row["bucket_ms"]] = per_bucket.get(row["bucket_ms"], 0) + row["count"]
     peak = max(per_bucket.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
     summary = BacklogSummary(
-        str(checkpoint),
+        str(checkpoints[0]),
+        [str(path) for path in checkpoints],
         start,
         until,
         bucket,
