@@ -58,6 +58,10 @@ from chronos.types import EpochMs
 #: takes to produce what it planned at its start (its records' timestamps are that much later).
 _SENT_WINDOW_MS = 1_050
 
+#: Offsets this close are the same: a step's offset is computed at epoch magnitudes (~1.8e12
+#: ms), where a double resolves 2.4e-4 ms.
+_SAME_MS = 1e-3
+
 
 @dataclass(slots=True)
 class _Topic:
@@ -91,7 +95,7 @@ class _Topic:
     #: message due before it may go before them.
     last_moved: EpochMs = 0
     backlog_due: EpochMs = 0
-    #: [full_from, full_to): steps found taken (only an abort frees one).
+    #: [full_from, full_to): steps found closed (only an abort frees one).
     full_from: int = 0
     full_to: int = 0
     #: How many steps were taken at the last ``forget_before``.
@@ -118,19 +122,26 @@ class _Topic:
             return before
         return self.floor_offset if step == self.floor else 0.0
 
-    def free(self, step: int, earliest: EpochMs) -> bool:
-        """Whether a message not due before ``earliest`` may take ``step``: not taken, and
-        not so far into it that the next step, taken, would follow it closer than an interval
-        (a message planned out of order between two taken steps: the review's 50 ms at 4/s).
-        """
+    def closed(self, step: int) -> bool:
+        """Whether no message may take ``step`` whatever its time: taken, or between two
+        taken steps whose offsets leave it less than an interval before the next (a message
+        taking it would go at the step before's offset at least). Only an abort or
+        ``forget_before`` opens it again."""
         taken = self.taken
         if step in taken:
-            return False
-        after = taken.get(step + 1)
-        if after is None:
             return True
-        start = step * self.interval_ms
-        return max(float(earliest) - start, self.offset_before(step)) <= after + 1e-6
+        after = taken.get(step + 1)
+        return after is not None and self.offset_before(step) > after + _SAME_MS
+
+    def free(self, step: int, earliest: EpochMs) -> bool:
+        """Whether a message not due before ``earliest`` may take ``step``: not closed, and
+        ``earliest`` not so far into it that the next step, taken, would follow it closer
+        than an interval (a message planned out of order between two taken steps: the
+        review's 150 ms at 4/s)."""
+        if self.closed(step):
+            return False
+        after = self.taken.get(step + 1)
+        return after is None or earliest - step * self.interval_ms <= after + _SAME_MS
 
     def take(self, step: int, earliest: EpochMs) -> float:
         """Take ``step`` for a message not due before ``earliest``: its theoretical time."""
@@ -372,23 +383,32 @@ class RatePlan:
         """Take the first free step from ``earliest`` (``_Topic.free``): when its message goes
         (not before ``after`` either: the order)."""
         first = max(plan.step(earliest), plan.floor)
-        step = first
-        if plan.full_from <= step < plan.full_to:
-            step = plan.full_to
-        taken = plan.taken
-        while step in taken:
-            step += 1
-        if step > first:
-            if plan.full_from <= first <= plan.full_to:
-                plan.full_to = max(plan.full_to, step)
-            else:
-                plan.full_from, plan.full_to = first, step
-        while not plan.free(step, earliest):
-            step += 1
+        step = self._first_open(plan, first)
+        if step == first and not plan.free(first, earliest):
+            # Due too far into its step for the next one taken: only ``first`` depends on
+            # ``earliest`` (a message taking a later step goes at that step's offset).
+            step = self._first_open(plan, first + 1)
         self._save(plan)
         tat = plan.take(step, earliest)
         self._charged.append((plan, step))
         return max(earliest, after, plan.goes_at(tat))
+
+    @staticmethod
+    def _first_open(plan: _Topic, start: int) -> int:
+        """The first step from ``start`` that is not closed, past the run of closed steps
+        found before (``full_from``, ``full_to``), which it extends: a burst planned ahead
+        is walked once, not once per message planned behind it."""
+        step = start
+        if plan.full_from <= step < plan.full_to:
+            step = plan.full_to
+        while plan.closed(step):
+            step += 1
+        if step > start:
+            if plan.full_from <= start <= plan.full_to:
+                plan.full_to = max(plan.full_to, step)
+            else:
+                plan.full_from, plan.full_to = start, step
+        return step
 
     def _plan(self, ident: str, plan: _Topic, base: EpochMs, slot: EpochMs) -> None:
         """``ident`` (lateness counted from ``base``) moves to ``slot``."""

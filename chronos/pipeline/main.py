@@ -122,6 +122,10 @@ def run_job(args: argparse.Namespace) -> int:
         print(f"chronos: {exc}", file=sys.stderr)
         return 2
     settings = settings_from(args)
+    if args.job == "backlog":
+        from chronos.store.checkpoint import freshest_copies
+
+        reads = freshest_copies(args.checkpoint)  # a bad one fails before Spark starts
     spark = spark_session(args.master)
     if args.job == "schedule":
         from chronos.pipeline.jobs.schedule import run_schedule
@@ -154,7 +158,7 @@ def run_job(args: argparse.Namespace) -> int:
 
     backlog = run_backlog(
         spark,
-        args.checkpoint,
+        reads,
         args.out,
         bucket=args.bucket,
         horizon_ms=args.horizon,

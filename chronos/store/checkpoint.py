@@ -290,25 +290,34 @@ class CheckpointReader:
         self.close()
 
 
-def freshest_copies(paths: Sequence[Path]) -> list[tuple[Path, list[int] | None]]:
-    """What to read of ``paths`` for the pending messages they hold together: (checkpoint,
-    its inner partitions to read, None: every schedule).
+#: What to read of one checkpoint: its path and the inner partitions to read (None: every
+#: schedule it holds).
+CheckpointRead = tuple[Path, list[int] | None]
+
+
+def freshest_copies(paths: Sequence[Path]) -> list[CheckpointRead]:
+    """What to read of ``paths`` for the pending messages they hold together; each is opened
+    (a bad one fails here, with its name, not in a Spark task).
 
     One checkpoint: all of it. Several (a cluster's members', taken about together): each
     inner partition from the one whose copy of it delivered furthest, the member delivering
     it; a standby copy's seek trails its holder's, so a message the holder delivered can
     still be pending there, and reading every copy would count a partition once per copy.
     Of copies with the same seek, the first given. A node alone's or a replica's checkpoint
-    does not combine (its one schedule spans every partition).
+    does not combine (its one schedule spans every partition). A member left out is not
+    noticed: its partitions are read from a standby's copy, or not at all.
     """
-    if len(set(paths)) != len(paths):
-        raise ConfigError("a checkpoint is given twice")
-    if len(paths) == 1:
-        return [(paths[0], None)]
+    if not paths:
+        raise ConfigError("no checkpoint given")
+    seen: dict[Path, Path] = {}
+    for path in paths:
+        same = seen.setdefault(path.resolve(), path)
+        if same is not path:
+            raise ConfigError(f"checkpoint {path} is given twice (as {same} too)")
     best: dict[int, tuple[EpochMs, Path]] = {}
     for path in paths:
         with CheckpointReader(path) as reader:
-            if reader.holds_default_schedule():
+            if len(paths) > 1 and reader.holds_default_schedule():
                 raise ConfigError(
                     f"{path} is a node alone's or a replica's checkpoint: only a cluster's "
                     "members' checkpoints combine"
@@ -317,8 +326,8 @@ def freshest_copies(paths: Sequence[Path]) -> list[tuple[Path, list[int] | None]
                 seek = reader.seek_ms(partition)
                 if partition not in best or seek > best[partition][0]:
                     best[partition] = (seek, path)
-    if not best:
-        return [(paths[0], None)]  # none holds a message or a seek: nothing is pending
+    if len(paths) == 1 or not best:
+        return [(paths[0], None)]  # all of one; or none holds a message or a seek
     return [
         (path, sorted(p for p, (_s, chosen) in best.items() if chosen == path))
         for path in paths

@@ -507,4 +507,4 @@ def test_a_cluster_s_backlog_reads_each_partition_from_the_member_delivering_it(
     summary = json.loads((out / "summary.json").read_text())
     # Partition 1 from a (3 after its seek), 2 and 3 from b (3 and 5).
     assert (summary["pending"], summary["per_topic"]) == (11, {"t": 11})
-    assert summary["checkpoints"] == [str(path) for path in copies]
+    assert summary["checkpoints"] == {str(copies[0]): [1], str(copies[1]): [2, 3]}

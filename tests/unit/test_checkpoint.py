@@ -183,19 +183,21 @@ def test_a_cluster_s_checkpoints_are_read_each_partition_from_the_copy_that_deli
 ) -> None:
     """What the backlog job reads of several members' checkpoints. Mutants caught: every
     copy read (a partition counted twice, and its standby's delivered messages as pending),
-    the first copy kept whatever its seek."""
-    a = _member_copy(tmp_path / "a", {1: 109, 2: 0})  # delivers 1, a standby of 2
-    b = _member_copy(tmp_path / "b", {1: 0, 2: 110, 3: 0})  # delivers 2 and 3, a standby of 1
+    the first copy kept whatever its seek, the last of equal copies kept."""
+    a = _member_copy(tmp_path / "a", {0: 0, 1: 109, 2: 0})  # delivers 1, a standby of 2
+    b = _member_copy(tmp_path / "b", {0: 0, 1: 0, 2: 110, 3: 0})  # delivers 2 and 3
     reads = checkpoint.freshest_copies([a, b])
-    assert reads == [(a, [1]), (b, [2, 3])]
+    assert reads == [(a, [0, 1]), (b, [2, 3])]  # 0: neither delivered any, the first given
     pending: list[str] = []
     for path, partitions in reads:
         with checkpoint.CheckpointReader(path, partitions) as reader:
             pending += [keys.split_message_key(k)[1] for k, _ in reader.messages(0, 1_000, True)]
     assert sorted(pending) == sorted(
-        ["p1-113", "p1-117", "p2-114", "p2-118"] + [f"p3-{s}" for s in range(103, 120, 4)]
+        [f"p0-{s}" for s in range(100, 120, 4)]
+        + ["p1-113", "p1-117", "p2-114", "p2-118"]
+        + [f"p3-{s}" for s in range(103, 120, 4)]
     )
-    assert checkpoint.freshest_copies([b, a]) == [(b, [2, 3]), (a, [1])]
+    assert checkpoint.freshest_copies([b, a]) == [(b, [0, 2, 3]), (a, [1])]
     assert checkpoint.freshest_copies([a]) == [(a, None)]  # one: all of it
 
 
@@ -203,10 +205,16 @@ def test_only_a_cluster_s_members_checkpoints_combine(tmp_path: Path) -> None:
     member = _member_copy(tmp_path / "m", {0: 0})
     _filled(tmp_path / "db", range(10), seek=4).close()
     alone = checkpoint.take_checkpoint(tmp_path / "db", FAST, tmp_path / "alone", 1).path
+    assert checkpoint.freshest_copies([alone]) == [(alone, None)]
     with pytest.raises(ConfigError, match="node alone's or a replica's"):
         checkpoint.freshest_copies([member, alone])
-    with pytest.raises(ConfigError, match="twice"):
-        checkpoint.freshest_copies([member, member])
+    with pytest.raises(ConfigError, match="given twice"):
+        checkpoint.freshest_copies([member, member.parent / ".." / member.parent.name / "c"])
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        checkpoint.freshest_copies([])
+    for bad in ([tmp_path / "nothing"], [member, tmp_path / "nothing"]):
+        with pytest.raises(StoreError, match="nothing is not a chronos store checkpoint"):
+            checkpoint.freshest_copies(bad)  # one alone too: not in a Spark task later
     empty = _member_copy(tmp_path / "e", {})
     other = _member_copy(tmp_path / "o", {})
     assert checkpoint.freshest_copies([empty, other]) == [(empty, None)]  # nothing pending

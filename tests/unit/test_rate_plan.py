@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from chronos.delivery.policies import Policies
-from chronos.delivery.rate_plan import RatePlan
+from chronos.delivery.rate_plan import RatePlan, _Topic
 from chronos.settings import TopicPolicy
 
 T0 = 1_700_000_000_000
@@ -344,3 +346,32 @@ def test_a_message_planned_out_of_order_leaves_an_interval_before_the_next_step_
     assert spaced.ahead_for("b", "slow", T0 + 700, T0 + 700) == T0 + 700
     spaced.committed([])
     assert spaced.slot_for("late", "slow", T0 + 150, T0 + 150, T0 + 150, T0 + 150) == T0 + 350
+
+
+def test_a_step_closed_between_two_taken_is_walked_past_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The review's hole (no message can take it) must join the run of taken steps a message
+    skips in one jump: else every message planned behind it walks the whole run again
+    (quadratic: 4,000 late messages took 0.7 s, a 100,000 burst would hold a master's loop).
+    Counted in steps looked at, not time. Mutant caught: the previous commit's walk (2,005,002
+    steps looked at)."""
+    looked = 0
+    closed = _Topic.closed
+
+    def counted(self: _Topic, step: int) -> bool:
+        nonlocal looked
+        looked += 1
+        return closed(self, step)
+
+    monkeypatch.setattr(_Topic, "closed", counted)
+    plan = _plan(rate=4, burst=1)
+    assert plan.ahead_for("a", "slow", T0 + 200, T0 + 200) == T0 + 200
+    assert plan.ahead_for("b", "slow", T0 + 500, T0 + 500) == T0 + 500
+    plan.committed([])
+    late = 2_000
+    slots = [
+        plan.slot_for(f"l{n}", "slow", T0 + 300, T0 + 300, T0 + 300, T0 + 300) for n in range(late)
+    ]
+    assert slots[0] == T0 + 750 and slots[-1] == T0 + 500 + 250 * late  # one per step, after b
+    assert looked < 4 * late  # a walk per message: about late² / 2

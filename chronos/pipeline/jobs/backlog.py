@@ -1,7 +1,8 @@
 """backlog: from a store checkpoint, how many deliveries each topic faces per minute (or hour).
 
 A cluster's backlog: every member's checkpoint, each inner partition read from the copy that
-delivered furthest (``store.checkpoint.freshest_copies``).
+delivered furthest (``store.checkpoint.freshest_copies``, which the command runs before
+Spark starts).
 
 Counts every pending message at its slot (when the node will push it; the due time, or later
 for a late arrival) and the later occurrences of repeats, over ``[now, now + horizon)``.
@@ -22,9 +23,10 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from chronos.errors import ConfigError
 from chronos.pipeline.jobs import charts
 from chronos.pipeline.jobs.occurrences import OUTPUT_DDL, expand_batches
-from chronos.store.checkpoint import freshest_copies
+from chronos.store.checkpoint import CheckpointRead
 
 BUCKETS = {"minute": 60_000, "hour": 3_600_000}
 _CHART_TOPICS = 8
@@ -34,9 +36,10 @@ _CHART_TOPICS = 8
 class BacklogSummary:
     """Totals and the busiest bucket."""
 
-    #: The first checkpoint read (an earlier release's one field), and all of them.
+    #: The first checkpoint read (an earlier release's one field), and each one read with the
+    #: inner partitions read from it (None: all of it).
     checkpoint: str
-    checkpoints: list[str]
+    checkpoints: dict[str, list[int] | None]
     from_ms: int
     until_ms: int
     bucket: str
@@ -52,11 +55,11 @@ class BacklogSummary:
         return json.dumps(asdict(self), indent=2)
 
 
-def pending(spark: SparkSession, checkpoints: Sequence[Path], until_ms: int) -> DataFrame:
-    """(id, topic, occurrence, due_ms) of every delivery before ``until_ms`` the checkpoints
-    hold together; ``due_ms`` is the slot for stored occurrences."""
+def pending(spark: SparkSession, reads: Sequence[CheckpointRead], until_ms: int) -> DataFrame:
+    """(id, topic, occurrence, due_ms) of every delivery before ``until_ms`` in what ``reads``
+    names; ``due_ms`` is the slot for stored occurrences."""
     stored: DataFrame | None = None
-    for path, partitions in freshest_copies(checkpoints):
+    for path, partitions in reads:
         reader = (
             spark.read.format("chronos-checkpoint")
             .option("path", str(path))
@@ -66,7 +69,8 @@ def pending(spark: SparkSession, checkpoints: Sequence[Path], until_ms: int) -> 
             reader = reader.option("partitions", ",".join(map(str, partitions)))
         frame = reader.load()
         stored = frame if stored is None else stored.unionByName(frame)
-    assert stored is not None  # freshest_copies names one checkpoint at least
+    if stored is None:
+        raise ConfigError("no checkpoint given")
     stored = stored.withColumn("due_ms", F.col("slot_ms"))
     single = stored.where(F.col("repeat").isNull()).select("id", "topic", "occurrence", "due_ms")
     repeats = stored.where(F.col("repeat").isNotNull()).mapInArrow(
@@ -77,7 +81,7 @@ def pending(spark: SparkSession, checkpoints: Sequence[Path], until_ms: int) -> 
 
 def run_backlog(
     spark: SparkSession,
-    checkpoints: Sequence[Path],
+    reads: Sequence[CheckpointRead],
     out_dir: Path,
     *,
     bucket: str = "minute",
@@ -85,14 +89,15 @@ def run_backlog(
     now_ms: int | None = None,
 ) -> BacklogSummary:
     """Write ``backlog/`` (Parquet: topic, bucket_start, count, overdue), ``summary.json`` and
-    ``backlog.png`` to ``out_dir``, from one checkpoint or a cluster's members' (each
-    partition from the copy that delivered furthest)."""
+    ``backlog.png`` to ``out_dir``, from what ``reads`` names (``freshest_copies``: one
+    checkpoint, or a cluster's members', each partition from the copy that delivered
+    furthest)."""
     started = time.monotonic()
     size = BUCKETS[bucket]
     start = now_ms if now_ms is not None else int(time.time() * 1000)
     until = start + horizon_ms
     counts = (
-        pending(spark, checkpoints, until)
+        pending(spark, reads, until)
         .groupBy("topic", (F.floor(F.col("due_ms") / size) * size).alias("bucket_ms"))
         .agg(
             F.count("*").alias("count"),
@@ -115,8 +120,8 @@ def run_backlog(
         per_bucket[row["bucket_ms"]] = per_bucket.get(row["bucket_ms"], 0) + row["count"]
     peak = max(per_bucket.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
     summary = BacklogSummary(
-        str(checkpoints[0]),
-        [str(path) for path in checkpoints],
+        str(reads[0][0]),
+        {str(path): partitions for path, partitions in reads},
         start,
         until,
         bucket,
