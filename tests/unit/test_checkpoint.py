@@ -218,3 +218,25 @@ def test_only_a_cluster_s_members_checkpoints_combine(tmp_path: Path) -> None:
     empty = _member_copy(tmp_path / "e", {})
     other = _member_copy(tmp_path / "o", {})
     assert checkpoint.freshest_copies([empty, other]) == [(empty, None)]  # nothing pending
+
+
+def test_backlog_refuses_bad_checkpoints_before_spark_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A usage error answered in a second, not after a JVM's start and as a Spark task's
+    traceback. Mutant caught: the checkpoints opened inside the job (Spark started first)."""
+    from chronos.cli.main import main as chronos_main
+    from chronos.pipeline import session
+
+    def no_spark(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("Spark started before the checkpoints were checked")
+
+    monkeypatch.setattr(session, "spark_session", no_spark)
+    member = _member_copy(tmp_path / "m", {0: 0})
+    _filled(tmp_path / "db", range(10), seek=4).close()
+    alone = checkpoint.take_checkpoint(tmp_path / "db", FAST, tmp_path / "alone", 1).path
+    backlog = ["pipeline", "backlog", "--out", str(tmp_path / "out"), "--checkpoint"]
+    assert chronos_main([*backlog, str(member), "--checkpoint", str(alone)]) == 2
+    assert "only a cluster's members' checkpoints combine" in capsys.readouterr().err
+    assert chronos_main([*backlog, str(tmp_path / "nothing")]) == 1
+    assert "is not a chronos store checkpoint" in capsys.readouterr().err
