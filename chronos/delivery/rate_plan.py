@@ -75,8 +75,8 @@ class _Topic:
     pushes the steps that follow it by as much (``offset_before``), so in due order this is a
     GCRA exactly, never two messages closer than ``interval_ms`` past the tolerance. A
     message planned later than messages due after it takes the first free step from its own
-    time (``free``): one that leaves a whole interval before the next step taken, so that
-    holds out of order too.
+    time that leaves a whole interval before the next step taken (``closed``, ``crowds``),
+    so that holds out of order too.
     """
 
     name: str
@@ -133,15 +133,28 @@ class _Topic:
         after = taken.get(step + 1)
         return after is not None and self.offset_before(step) > after + _SAME_MS
 
-    def free(self, step: int, earliest: EpochMs) -> bool:
-        """Whether a message not due before ``earliest`` may take ``step``: not closed, and
-        ``earliest`` not so far into it that the next step, taken, would follow it closer
-        than an interval (a message planned out of order between two taken steps: the
-        review's 150 ms at 4/s)."""
-        if self.closed(step):
-            return False
+    def crowds(self, step: int, earliest: EpochMs) -> bool:
+        """Whether a message not due before ``earliest``, taking ``step`` (not closed), would
+        go so far into it that the next step, taken, follows it closer than an interval (a
+        message planned out of order between two taken steps: the review's 150 ms at 4/s)."""
         after = self.taken.get(step + 1)
-        return after is None or earliest - step * self.interval_ms <= after + _SAME_MS
+        return after is not None and earliest - step * self.interval_ms > after + _SAME_MS
+
+    def first_open(self, start: int) -> int:
+        """The first step from ``start`` that is not closed, past the run of closed steps
+        found before (``full_from``, ``full_to``), which it extends: a burst planned ahead
+        is walked once, not once per message planned behind it."""
+        step = start
+        if self.full_from <= step < self.full_to:
+            step = self.full_to
+        while self.closed(step):
+            step += 1
+        if step > start:
+            if self.full_from <= start <= self.full_to:
+                self.full_to = max(self.full_to, step)
+            else:
+                self.full_from, self.full_to = start, step
+        return step
 
     def take(self, step: int, earliest: EpochMs) -> float:
         """Take ``step`` for a message not due before ``earliest``: its theoretical time."""
@@ -380,35 +393,18 @@ class RatePlan:
         return False
 
     def _place(self, plan: _Topic, earliest: EpochMs, after: EpochMs) -> EpochMs:
-        """Take the first free step from ``earliest`` (``_Topic.free``): when its message goes
-        (not before ``after`` either: the order)."""
+        """Take the first step from ``earliest`` a message may take (not closed, not crowding
+        the next): when its message goes (not before ``after`` either: the order)."""
         first = max(plan.step(earliest), plan.floor)
-        step = self._first_open(plan, first)
-        if step == first and not plan.free(first, earliest):
-            # Due too far into its step for the next one taken: only ``first`` depends on
-            # ``earliest`` (a message taking a later step goes at that step's offset).
-            step = self._first_open(plan, first + 1)
+        step = plan.first_open(first)
+        if step == first and plan.crowds(first, earliest):
+            # Only ``first`` depends on ``earliest``: a message taking a later step goes at
+            # that step's offset, which ``closed`` already weighed.
+            step = plan.first_open(first + 1)
         self._save(plan)
         tat = plan.take(step, earliest)
         self._charged.append((plan, step))
         return max(earliest, after, plan.goes_at(tat))
-
-    @staticmethod
-    def _first_open(plan: _Topic, start: int) -> int:
-        """The first step from ``start`` that is not closed, past the run of closed steps
-        found before (``full_from``, ``full_to``), which it extends: a burst planned ahead
-        is walked once, not once per message planned behind it."""
-        step = start
-        if plan.full_from <= step < plan.full_to:
-            step = plan.full_to
-        while plan.closed(step):
-            step += 1
-        if step > start:
-            if plan.full_from <= start <= plan.full_to:
-                plan.full_to = max(plan.full_to, step)
-            else:
-                plan.full_from, plan.full_to = start, step
-        return step
 
     def _plan(self, ident: str, plan: _Topic, base: EpochMs, slot: EpochMs) -> None:
         """``ident`` (lateness counted from ``base``) moves to ``slot``."""

@@ -328,11 +328,10 @@ def freshest_copies(paths: Sequence[Path]) -> list[CheckpointRead]:
                     best[partition] = (seek, path)
     if len(paths) == 1 or not best:
         return [(paths[0], None)]  # all of one; or none holds a message or a seek
-    return [
-        (path, sorted(p for p, (_s, chosen) in best.items() if chosen == path))
-        for path in paths
-        if any(chosen == path for _s, chosen in best.values())
-    ]
+    chosen: dict[Path, list[int]] = {}
+    for partition, (_seek, path) in sorted(best.items()):
+        chosen.setdefault(path, []).append(partition)
+    return [(path, chosen[path]) for path in paths if path in chosen]
 
 
 def _wanted(partition: int, partitions: Collection[int] | None) -> bool:
